@@ -1,0 +1,330 @@
+"""The `hrag` command: parses flags, calls a stage function, prints its result. Nothing else lives here.
+
+Stage modules are imported inside the commands so `hrag --help` starts fast; litellm is imported only by
+the code that calls a model.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from .errors import EXIT_USAGE, HragError
+
+app = typer.Typer(
+    name="hrag",
+    help="Index a folder of documents into a knowledge-graph retrieval index, then query it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+ProjectOpt = Annotated[Optional[Path], typer.Option(
+    "--project", "-p", help="Project directory (default: $HRAG_PROJECT or ./.hrag).", show_default=False)]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but warnings and errors.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+LlmModelOpt = Annotated[Optional[str], typer.Option(
+    "--llm-model", help="litellm model, e.g. openai/gpt-4o-mini, ollama/qwen2.5 ($HRAG_LLM_MODEL).",
+    show_default=False)]
+LlmBaseOpt = Annotated[Optional[str], typer.Option(
+    "--llm-api-base", help="API base URL for the LLM ($HRAG_LLM_API_BASE).", show_default=False)]
+EmbedModelOpt = Annotated[Optional[str], typer.Option(
+    "--embed-model", help="builtin, st:NAME_OR_FOLDER, or a litellm embedding model ($HRAG_EMBED_MODEL).",
+    show_default=False)]
+EmbedBaseOpt = Annotated[Optional[str], typer.Option(
+    "--embed-api-base", help="API base URL for the embedding model ($HRAG_EMBED_API_BASE).", show_default=False)]
+
+
+def _setup_offline_env() -> None:
+    """tiktoken cannot download here; litellm ships the encodings. litellm must not fetch its cost map."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        import importlib.util
+
+        spec = importlib.util.find_spec("litellm")
+        if spec and spec.submodule_search_locations:
+            tok = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
+            if tok.is_dir():
+                os.environ["TIKTOKEN_CACHE_DIR"] = str(tok)
+
+
+def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -> tuple[Any, Any]:
+    from .project import Project, resolve_root
+
+    proj = Project(resolve_root(project))
+    if create:
+        proj.init()
+    else:
+        proj.require()
+    return proj, proj.settings(overrides)
+
+
+def _reporter(quiet: bool, json_output: bool = False) -> Any:
+    from .progress import Reporter
+
+    return Reporter.auto(quiet=quiet, json_output=json_output)
+
+
+def _print_json(obj: Any) -> None:
+    from .store import dumps
+
+    sys.stdout.write(dumps(obj).decode("utf-8") + "\n")
+    sys.stdout.flush()
+
+
+def _print_summary(title: str, summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, box=None)
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, float):
+            value = f"{value:.4f}"
+        table.add_row(str(key), str(value))
+    Console().print(table)
+
+
+@app.command()
+def index(
+    docs: Annotated[Optional[list[Path]], typer.Argument(
+        help="Folders or files to index (default: the ones indexed last time).", show_default=False)] = None,
+    project: ProjectOpt = None,
+    include: Annotated[Optional[list[str]], typer.Option("--include", help="Glob of paths to take (repeatable).")] = None,
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Glob of paths to skip (repeatable).")] = None,
+    text_field: Annotated[Optional[str], typer.Option("--text-field", help="Text field of .jsonl records.")] = None,
+    extractor: Annotated[Optional[str], typer.Option("--extractor", help="auto, llm or rules.")] = None,
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="LLM requests in flight (default 8).")] = None,
+    chunk_tokens: Annotated[Optional[int], typer.Option("--chunk-tokens", help="Tokens per chunk (default 1200).")] = None,
+    chunk_overlap: Annotated[Optional[int], typer.Option("--chunk-overlap", help="Overlap tokens (default 100).")] = None,
+    max_gleanings: Annotated[Optional[int], typer.Option("--max-gleanings", help="Extra extraction rounds (default 1).")] = None,
+    entity_types: Annotated[Optional[str], typer.Option("--entity-types", help="Comma-separated entity types.")] = None,
+    language: Annotated[Optional[str], typer.Option("--language", help="Language of descriptions.")] = None,
+    embed_model: EmbedModelOpt = None,
+    embed_api_base: EmbedBaseOpt = None,
+    stop_after: Annotated[Optional[str], typer.Option("--stop-after", help="chunk, extract or resolve.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count chunks, estimate tokens and cost; call nothing.")] = False,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop (resumably) when this run's LLM spend reaches USD.")] = None,
+    reparse: Annotated[bool, typer.Option("--reparse", help="Re-parse cached LLM responses without calling the LLM.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks whose output could not be parsed.")] = False,
+    import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Load, chunk and extract DOCS, then bring resolve and synonyms up to date."""
+    from .pipeline import IndexOptions, run_index
+
+    overrides = {
+        "documents.include": include or None, "documents.exclude": exclude or None,
+        "documents.jsonl_text_field": text_field, "extract.extractor": extractor,
+        "llm.model": llm_model, "llm.api_base": llm_api_base, "llm.concurrency": concurrency,
+        "chunk.tokens": chunk_tokens, "chunk.overlap": chunk_overlap, "extract.max_gleanings": max_gleanings,
+        "extract.entity_types": entity_types, "extract.language": language,
+        "embed.model": embed_model, "embed.api_base": embed_api_base,
+    }
+    proj, settings = _open(project, overrides, create=True)
+    options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
+                           reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
+    result = run_index(proj, settings, _reporter(quiet, json_output), options)
+    if json_output:
+        _print_json(result.summary)
+    elif not quiet:
+        _print_summary("hrag index" + (" (dry run)" if dry_run else ""), result.summary)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def resolve(
+    project: ProjectOpt = None,
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    summary_min_fragments: Annotated[Optional[int], typer.Option("--summary-min-fragments")] = None,
+    summary_max_input_tokens: Annotated[Optional[int], typer.Option("--summary-max-input-tokens")] = None,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Merge the current extraction records into entities, relations, facts and the graph."""
+    from .pipeline import rerun_stage
+
+    overrides = {"llm.model": llm_model, "llm.api_base": llm_api_base,
+                 "resolve.summary_min_fragments": summary_min_fragments,
+                 "resolve.summary_max_input_tokens": summary_max_input_tokens}
+    proj, settings = _open(project, overrides, create=False)
+    summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "resolve")
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag resolve", summary)
+
+
+@app.command()
+def synonyms(
+    project: ProjectOpt = None,
+    embed_model: EmbedModelOpt = None,
+    embed_api_base: EmbedBaseOpt = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Cosine similarity for a SYNONYM edge (default 0.8).")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Neighbours looked at per entity (default 10).")] = None,
+    review: Annotated[Optional[Path], typer.Option("--review", help="Write candidate pairs to this TSV instead of applying them.")] = None,
+    accept: Annotated[Optional[Path], typer.Option("--accept", help="Apply a reviewed TSV.")] = None,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Embed entities, relations, facts and chunks, build the vector indices and add SYNONYM edges."""
+    from .pipeline import rerun_stage
+
+    overrides = {"embed.model": embed_model, "embed.api_base": embed_api_base,
+                 "synonyms.threshold": threshold, "synonyms.top_k": top_k}
+    proj, settings = _open(project, overrides, create=False)
+    summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "synonyms",
+                          review_path=review, accept_path=accept)
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag synonyms", summary)
+
+
+@app.command()
+def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
+    """Each stage (fresh/stale/missing), counts, failed chunks, and LLM tokens and cost so far."""
+    from .pipeline import project_status
+
+    proj, settings = _open(project, {}, create=False)
+    info = project_status(proj, settings)
+    if json_output:
+        _print_json(info)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"hrag project {proj.root}")
+    for col in ("stage", "state", "finished", "counts"):
+        table.add_column(col)
+    for name, st in info["stages"].items():
+        counts = ", ".join(f"{k}={v}" for k, v in st.get("counts", {}).items())
+        color = {"fresh": "green", "stale": "yellow", "missing": "red"}.get(st["state"], "white")
+        table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), counts)
+    console.print(table)
+    for key, value in info.items():
+        if key == "stages":
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value[:20])) + (f" … (+{len(value) - 20})" if len(value) > 20 else "")
+        console.print(f"{key}: {value}")
+
+
+@app.command()
+def query(
+    text: Annotated[Optional[str], typer.Argument(help="The question.", show_default=False)] = None,
+    project: ProjectOpt = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="ppr, local, global, hybrid, naive, mix or bm25.")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", "-k", help="Chunks to return (default 5).")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", help="Queries, one per line or JSONL {id, query}; one JSON line out per query.")] = None,
+    context: Annotated[bool, typer.Option("--context", help="Print the token-budgeted context text.")] = False,
+    answer: Annotated[bool, typer.Option("--answer", help="Let the LLM answer from the context, citing [n].")] = False,
+    no_lexical: Annotated[bool, typer.Option("--no-lexical", help="Turn off BM25 fusion.")] = False,
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    embed_model: EmbedModelOpt = None,
+    embed_api_base: EmbedBaseOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Retrieve the chunks that answer a question, from the project as it is (nothing is rebuilt)."""
+    from .query.run import run_query_command
+
+    overrides = {"query.mode": mode, "query.top_k": top_k, "llm.model": llm_model, "llm.api_base": llm_api_base,
+                 "embed.model": embed_model, "embed.api_base": embed_api_base,
+                 "query.lexical_fusion": False if no_lexical else None}
+    proj, settings = _open(project, overrides, create=False)
+    run_query_command(proj, settings, text=text, file=file, want_context=context, want_answer=answer,
+                      json_output=json_output)
+
+
+@app.command(name="eval")
+def eval_cmd(
+    qa: Annotated[Path, typer.Argument(help="JSONL: question and gold passages per line.")],
+    project: ProjectOpt = None,
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes.")] = "ppr,naive",
+    k: Annotated[str, typer.Option("-k", help="Comma-separated cut-offs.")] = "2,5",
+    no_lexical: Annotated[bool, typer.Option("--no-lexical", help="Turn off BM25 fusion.")] = False,
+    embed_model: EmbedModelOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Recall@k of each retrieval mode against gold passages."""
+    from .evaluate import run_eval_command
+
+    overrides = {"embed.model": embed_model, "query.lexical_fusion": False if no_lexical else None}
+    proj, settings = _open(project, overrides, create=False)
+    run_eval_command(proj, settings, qa, modes=modes, ks=k, json_output=json_output)
+
+
+@app.command()
+def export(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="graphml, jsonl, csv, cypher or falkordb.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher) or folder (jsonl, csv).")] = None,
+    project: ProjectOpt = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
+    graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', or 'around:NAME'.")] = None,
+    hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
+    progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
+    from .export import ExportOptions, run_export
+
+    proj, settings = _open(project, {}, create=False)
+    opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
+                         progress=progress)
+    summary = run_export(proj, settings, _reporter(quiet or not progress, json_output), opts)
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary(f"hrag export --format {fmt}", summary)
+
+
+def main() -> None:
+    """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
+    _setup_offline_env()
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except HragError as exc:
+        print(f"hrag: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("hrag: interrupted; everything finished so far is saved, run the same command to resume",
+              file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the unexpected
+        import click
+
+        if isinstance(exc, click.exceptions.UsageError):
+            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+        if isinstance(exc, click.exceptions.Abort):
+            print("hrag: aborted", file=sys.stderr)
+            sys.exit(130)
+        if isinstance(exc, click.exceptions.ClickException):
+            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        if os.environ.get("HRAG_DEBUG"):
+            raise
+        print(f"hrag: error: {type(exc).__name__}: {exc} (set HRAG_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

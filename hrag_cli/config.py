@@ -1,0 +1,225 @@
+"""Settings: defaults < hrag.toml < environment < flags.
+
+Every tunable of every stage lives here, one dataclass per section, so a stage fingerprint can hash exactly
+the settings that shape its output and `hrag.toml` documents them all in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, asdict
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+
+@dataclass
+class DocumentSettings:
+    include: list[str] = field(default_factory=list)     # glob patterns on paths relative to DOCS
+    exclude: list[str] = field(default_factory=list)
+    jsonl_text_field: str = "text"
+    jsonl_id_field: str = "id"
+    jsonl_title_field: str = "title"                     # prepended to the text when present
+
+
+@dataclass
+class ChunkSettings:
+    tokens: int = 1200
+    overlap: int = 100
+    encoding: str = "cl100k_base"
+
+
+@dataclass
+class LLMSettings:
+    model: str = ""                 # litellm model name, e.g. openai/gpt-4o-mini; empty = no LLM
+    api_base: str = ""
+    temperature: float = 0.0
+    max_tokens: int = 4096
+    timeout: float = 120.0          # seconds per request
+    concurrency: int = 8            # requests in flight
+    max_retries: int = 6
+    backoff_base: float = 1.0       # seconds; doubled per retry, with jitter
+    backoff_max: float = 60.0
+    context_tokens: int = 16000     # what one request may carry (map-reduce summaries split beyond it)
+
+
+@dataclass
+class ExtractSettings:
+    extractor: str = "auto"         # auto (llm when a model is set, else rules), llm, rules
+    entity_types: list[str] = field(default_factory=lambda: [
+        "person", "organization", "location", "event", "artifact", "concept", "date", "quantity"])
+    language: str = "English"
+    max_gleanings: int = 1
+    glean_min_tokens: int = 0
+
+
+@dataclass
+class ResolveSettings:
+    summary_min_fragments: int = 8
+    summary_max_input_tokens: int = 1200
+    summary_target_tokens: int = 600
+    description_separator: str = " | "
+
+
+@dataclass
+class EmbedSettings:
+    model: str = "builtin"          # builtin, st:NAME_OR_FOLDER, or a litellm embedding model
+    api_base: str = ""
+    batch_size: int = 64
+    concurrency: int = 4
+    idf_refresh_growth: float = 0.2  # builtin: refit IDF when the corpus grew by this fraction
+
+
+@dataclass
+class VectorSettings:
+    m: int = 16
+    ef_construction: int = 200
+    ef_search: int = 128
+    exact_below: int = 2000          # below this many items, search exactly instead of through HNSW
+
+
+@dataclass
+class SynonymSettings:
+    top_k: int = 10
+    threshold: float = 0.8
+    min_name_chars: int = 3
+
+
+@dataclass
+class QuerySettings:
+    mode: str = "ppr"
+    top_k: int = 5
+    fact_top_k: int = 5
+    passage_node_weight: float = 0.05
+    damping: float = 0.5
+    entity_top_k: int = 40           # local mode: entities taken from the entity index
+    relation_top_k: int = 40         # global mode: relations taken from the relation index
+    entity_tokens: int = 6000
+    relation_tokens: int = 8000
+    context_tokens: int = 30000
+    lexical_fusion: bool = True      # BM25 joins dense scores in naive, mix and ppr
+    lexical_weight: float = 0.5
+    entity_name_seeds: bool = True   # ppr: entity names found in the query seed their entities
+
+
+@dataclass
+class Settings:
+    documents: DocumentSettings = field(default_factory=DocumentSettings)
+    chunk: ChunkSettings = field(default_factory=ChunkSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    extract: ExtractSettings = field(default_factory=ExtractSettings)
+    resolve: ResolveSettings = field(default_factory=ResolveSettings)
+    embed: EmbedSettings = field(default_factory=EmbedSettings)
+    vectors: VectorSettings = field(default_factory=VectorSettings)
+    synonyms: SynonymSettings = field(default_factory=SynonymSettings)
+    query: QuerySettings = field(default_factory=QuerySettings)
+
+    def section(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Environment variables that override a setting (below flags, above hrag.toml).
+ENV_VARS: dict[str, str] = {
+    "HRAG_LLM_MODEL": "llm.model",
+    "HRAG_LLM_API_BASE": "llm.api_base",
+    "HRAG_EMBED_MODEL": "embed.model",
+    "HRAG_EMBED_API_BASE": "embed.api_base",
+}
+
+
+def _coerce(key: str, current: Any, value: Any) -> Any:
+    """Turn a toml/env/flag value into the type the default has, or fail with the setting's name."""
+    try:
+        if isinstance(current, bool):
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            if isinstance(value, bool):
+                return value
+            raise ValueError(value)
+        if isinstance(current, int) and not isinstance(value, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(current, float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(current, list):
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, (list, tuple)):
+                return [str(v) for v in value]
+            raise ValueError(value)
+        if isinstance(current, str):
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError(value)
+            return str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"setting {key}: {value!r} is not a valid {type(current).__name__}") from None
+    return value
+
+
+def apply(settings: Settings, key: str, value: Any) -> None:
+    """Set `section.name` on settings, checking the name and the type."""
+    section, _, name = key.partition(".")
+    sec = getattr(settings, section, None)
+    if not name or sec is None or not is_dataclass(sec) or name not in {f.name for f in fields(sec)}:
+        raise UsageError(f"unknown setting '{key}'")
+    setattr(sec, name, _coerce(key, getattr(sec, name), value))
+
+
+def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = None,
+                  environ: dict[str, str] | None = None) -> Settings:
+    """defaults < hrag.toml < environment < flags (`overrides`, None values ignored)."""
+    settings = Settings()
+    if toml_path is not None and Path(toml_path).exists():
+        try:
+            data = tomllib.loads(Path(toml_path).read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{toml_path}: not valid TOML ({exc})") from None
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise UsageError(f"{toml_path}: '{section}' must be a [section]")
+            for name, value in values.items():
+                apply(settings, f"{section}.{name}", value)
+    env = os.environ if environ is None else environ
+    for var, key in ENV_VARS.items():
+        if env.get(var):
+            apply(settings, key, env[var])
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            apply(settings, key, value)
+    return settings
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    s = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{s}"'
+
+
+def default_toml() -> str:
+    """The hrag.toml written on first run: every setting, commented out at its default, so a user edits the
+    ones they mean and later releases' better defaults still reach the rest."""
+    lines = ["# hrag settings: uncomment a line to change it. Flags override these for one run; environment variables",
+             "# (HRAG_LLM_MODEL, HRAG_LLM_API_BASE, HRAG_EMBED_MODEL, HRAG_EMBED_API_BASE) override them too.",
+             "# API keys are never stored here: they come from the provider's environment variables.", ""]
+    for f in fields(Settings):
+        lines.append(f"[{f.name}]")
+        for sf in fields(getattr(Settings(), f.name)):
+            lines.append(f"# {sf.name} = {_toml_value(getattr(getattr(Settings(), f.name), sf.name))}")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""Errors that the CLI turns into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BUDGET = 3
+
+
+class HragError(Exception):
+    """A failure the user should read as one line; `exit_code` is what the process returns."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(HragError):
+    """Bad flags, bad paths, bad input files: nothing was changed on disk."""
+
+    exit_code = EXIT_USAGE
+
+
+class ProjectLocked(UsageError):
+    """Another writer holds the project lock."""
+
+
+class BudgetExceeded(HragError):
+    """The run's LLM spend reached --max-cost; everything done so far is saved and resumable."""
+
+    exit_code = EXIT_BUDGET

@@ -1,0 +1,389 @@
+"""Turn raw LLM extraction output into entity/relation records, repairing what models typically get wrong.
+
+The parser is deliberately forgiving and never raises: a chunk whose output is half-broken should still
+contribute the rows that survive. It reads our `<|#|>` format, LightRAG's current format and LightRAG's
+legacy tuple format. Rows that start with a record keyword but cannot be used are counted in `dropped`;
+prose, headers and blank lines are ignored silently.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from hrag_cli.records import ExtractedEntity, ExtractedRelation
+
+DEFAULT_PREDICATE = "related to"
+UNKNOWN_TYPE = "unknown"
+
+_SEP = "\x1f"  # canonical field delimiter after normalisation
+
+# Full-width / look-alike characters models emit in delimiters.
+_CHAR_MAP = str.maketrans({"｜": "|", "＜": "<", "＞": ">", "＃": "#", "〈": "<", "〉": ">", "‹": "<", "›": ">"})
+
+_COMPLETE_RE = re.compile(
+    r"(?:<[ \t]*\|?|\||\[)[ \t]*complete[ \t]*(?:\|[ \t]*>?|>|\])",
+    re.IGNORECASE,
+)
+# Damaged delimiters: <|#|>, <|>, <||>, <|#>, <#|>, <|##|>, < | # | >, <|#| (no '>'), |#|, |#|>, #|>.
+_DELIM_RE = re.compile(r"<[ \t]*[|#][ \t|#]*>?|\|[ \t]*#+[ \t]*\|>?|#+[ \t]*\|[ \t]*>")
+
+_KW = r"(?:entities|entity|relationships|relationship|relations|relation|rel|content_keywords|content_keyword)"
+# `##` record separators (legacy LightRAG) when followed by another record.
+_HASH_SEP_RE = re.compile(r"##+[ \t]*(?=[(\"'\[ \t]*" + _KW + r"\b)", re.IGNORECASE)
+# Where a record starts inside a line: a record keyword (maybe quoted/bracketed) followed by a delimiter.
+_RECORD_START_RE = re.compile(
+    r"(?<!\w)[(\[\"'*`]*[ \t]*" + _KW + r"[\"'*`\])]*[ \t]*" + _SEP, re.IGNORECASE
+)
+_BULLET_RE = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
+_FENCE_RE = re.compile(r"^\s*```+\s*([\w+-]*)\s*$")
+_KEYWORD_SPLIT_RE = re.compile(r"[,;，；、]")
+_WS_RE = re.compile(r"\s+")
+_NUM_RE = re.compile(
+    r"^\s*(?:strength\s*[:=]?\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:/\s*10(?:\.0*)?)?\s*$", re.IGNORECASE
+)
+_TYPE_BAD_RE = re.compile(r"[^\w/]+")
+
+_QUOTES = "\"'`“”‘’«»„"
+_PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">", "“": "”", "‘": "’", "«": "»", "„": "“"}
+
+_ENTITY_KEYS = {"entity", "entities"}
+_RELATION_KEYS = {"relation", "relations", "relationship", "relationships", "rel"}
+_IGNORED_KEYS = {"content_keywords", "content_keyword"}
+
+
+@dataclass
+class ParseResult:
+    entities: list[ExtractedEntity] = field(default_factory=list)
+    relations: list[ExtractedRelation] = field(default_factory=list)
+    dropped: int = 0          # rows that started with a record keyword but could not be used
+    complete: bool = False    # the completion marker was seen
+
+
+# ----------------------------------------------------------------------------------------------- cleaning
+
+
+def _strip_quotes(s: str) -> str:
+    """Remove surrounding matched quotes, or a lone unbalanced quote at either end."""
+    s = s.strip()
+    for _ in range(4):
+        if len(s) >= 2 and ((s[0] in _QUOTES and s[-1] in _QUOTES) or _PAIRS.get(s[0]) == s[-1] and s[0] in "“‘«„"):
+            s = s[1:-1].strip()
+            continue
+        if s and s[0] in _QUOTES and s.count(s[0]) % 2 == 1:
+            s = s[1:].strip()
+            continue
+        if s and s[-1] in _QUOTES and s.count(s[-1]) % 2 == 1:
+            s = s[:-1].strip()
+            continue
+        break
+    return s
+
+
+def clean_name(s: str) -> str:
+    """Normalise an entity name: no surrounding quotes/brackets/markdown emphasis, single spaces."""
+    s = _WS_RE.sub(" ", s).strip()
+    for _ in range(6):
+        before = s
+        s = _strip_quotes(s)
+        if len(s) >= 2 and _PAIRS.get(s[0]) == s[-1]:
+            s = s[1:-1].strip()
+        s = s.strip("*").strip()
+        if len(s) >= 2 and s[0] == "_" and s[-1] == "_":
+            s = s.strip("_").strip()
+        if s == before:
+            break
+    return s
+
+
+def _name_key(s: str) -> str:
+    return s.casefold()
+
+
+def _clean_text(s: str) -> str:
+    return _strip_quotes(_WS_RE.sub(" ", s).strip())
+
+
+def _clean_type(s: str) -> str:
+    t = clean_name(s).lower()
+    t = _TYPE_BAD_RE.sub("_", t).strip("_")
+    t = re.sub(r"_+", "_", t)
+    return t or UNKNOWN_TYPE
+
+
+def _clean_keywords(s: str) -> list[str]:
+    out: list[str] = []
+    seen: set[str] = set()
+    for part in _KEYWORD_SPLIT_RE.split(s):
+        kw = clean_name(part)
+        k = kw.casefold()
+        if kw and k not in seen:
+            seen.add(k)
+            out.append(kw)
+    return out
+
+
+def _parse_strength(s: str) -> float | None:
+    m = _NUM_RE.match(_strip_quotes(s))
+    if not m:
+        return None
+    try:
+        v = float(m.group(1))
+    except ValueError:
+        return None
+    if math.isnan(v) or math.isinf(v):
+        return None
+    return min(10.0, max(0.0, v))
+
+
+def _looks_like_keywords(s: str) -> bool:
+    """Keyword fields are short comma-separated phrases; descriptions are sentences."""
+    parts = [p for p in _KEYWORD_SPLIT_RE.split(s) if p.strip()]
+    return bool(parts) and all(len(p.split()) <= 4 for p in parts) and not s.rstrip().endswith(".")
+
+
+# ----------------------------------------------------------------------------------------------- splitting
+
+
+def _normalise(text: str) -> tuple[str, bool]:
+    text = text.translate(_CHAR_MAP).replace("\r\n", "\n").replace("\r", "\n")
+    complete = False
+    if "omplete" in text or "OMPLETE" in text:
+        text, n = _COMPLETE_RE.subn("\n", text)
+        complete = n > 0
+    text = _DELIM_RE.sub(_SEP, text)
+    text = _HASH_SEP_RE.sub("\n", text)
+    return text, complete
+
+
+def _split_line(line: str) -> list[str]:
+    """Split one line into record pieces, separating rows glued together on one line."""
+    starts = [m.start() for m in _RECORD_START_RE.finditer(line)]
+    if not starts:
+        return []
+    pieces: list[str] = []
+    cut = 0
+    for pos in starts:
+        if pos == cut:
+            continue
+        seen = line.count(_SEP, cut, pos)
+        # A prose prefix (no delimiter) or a full preceding row (>= 3 delimiters): start a new row here.
+        # Otherwise the keyword is probably a field value (e.g. a type called "entity").
+        if seen == 0 or seen >= 3:
+            if seen:
+                pieces.append(line[cut:pos])
+            cut = pos
+    pieces.append(line[cut:])
+    return pieces
+
+
+def _fields_of(piece: str) -> list[str]:
+    row = piece.strip().rstrip("#").strip().rstrip(",;").strip()
+    if row.startswith("(") or row.startswith("["):
+        close = ")" if row[0] == "(" else "]"
+        row = row[1:]
+        if row.endswith(close):
+            row = row[:-1]
+    fields = [f.strip() for f in row.split(_SEP)]
+    while len(fields) > 1 and not _strip_quotes(fields[-1]):
+        fields.pop()
+    return fields
+
+
+def _record_kind(first: str) -> str:
+    k = first.strip().strip(_QUOTES + "()[]*` \t").lower()
+    if k in _ENTITY_KEYS:
+        return "entity"
+    if k in _RELATION_KEYS:
+        return "relation"
+    if k in _IGNORED_KEYS:
+        return "ignore"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------- rows
+
+
+def _entity_row(fields: list[str]) -> ExtractedEntity | None:
+    name = clean_name(fields[0]) if fields else ""
+    if not name:
+        return None
+    type_raw = fields[1] if len(fields) > 1 else ""
+    desc_parts = [_clean_text(f) for f in fields[2:]]
+    desc = "; ".join(p for p in desc_parts if p)
+    if not desc and len(_clean_text(type_raw).split()) > 3:
+        # Type slot holds a sentence: the model skipped the type.
+        desc, type_raw = _clean_text(type_raw), ""
+    return ExtractedEntity(name=name, type=_clean_type(type_raw), description=desc)
+
+
+def _relation_row(fields: list[str]) -> ExtractedRelation | None:
+    if len(fields) < 2:
+        return None
+    src, tgt = clean_name(fields[0]), clean_name(fields[1])
+    if not src or not tgt or _name_key(src) == _name_key(tgt):
+        return None
+    rest = fields[2:]
+    strength: float | None = None
+    if rest:
+        strength = _parse_strength(rest[-1])
+        if strength is not None:
+            rest = rest[:-1]
+        elif len(rest) == 5 and len(rest[-1].split()) <= 2:
+            rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
+    predicate, keywords, desc = "", [], ""
+    if len(rest) == 1:
+        # Either a predicate or a description; short phrases are predicates.
+        only = _clean_text(rest[0])
+        if len(only.split()) <= 5 and not only.endswith("."):
+            predicate = only
+        else:
+            desc = only
+    elif len(rest) == 2:
+        # src, tgt, X, Y: LightRAG (keywords, description) or legacy tuple (description, keywords, strength).
+        kw_field, desc_field = (rest[1], rest[0]) if strength is not None else (rest[0], rest[1])
+        if not _looks_like_keywords(kw_field) and _looks_like_keywords(desc_field):
+            kw_field, desc_field = desc_field, kw_field
+        keywords = _clean_keywords(kw_field)
+        desc = _clean_text(desc_field)
+        predicate = keywords[0] if keywords else ""
+    elif len(rest) >= 3:
+        # Ours: predicate, keywords, description (extra fields belong to the description).
+        predicate = _clean_text(rest[0])
+        keywords = _clean_keywords(rest[1])
+        desc = "; ".join(p for p in (_clean_text(f) for f in rest[2:]) if p)
+    predicate = clean_name(predicate) or (keywords[0] if keywords else "") or DEFAULT_PREDICATE
+    return ExtractedRelation(
+        src=src,
+        tgt=tgt,
+        predicate=predicate,
+        keywords=keywords,
+        description=desc,
+        strength=1.0 if strength is None else strength,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- public
+
+
+def parse_extraction(text: str) -> ParseResult:
+    """Parse one LLM extraction answer; never raises, whatever the model wrote."""
+    try:
+        return _parse(text)
+    except Exception:  # pragma: no cover - defensive: a parser bug must not kill a whole indexing run
+        return ParseResult(entities=[], relations=[], dropped=1, complete=False)
+
+
+def _parse(text: str) -> ParseResult:
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    norm, complete = _normalise(text)
+    entities: dict[str, ExtractedEntity] = {}
+    relations: dict[tuple[str, str, str], ExtractedRelation] = {}
+    dropped = 0
+    for raw_line in norm.split("\n"):
+        line = raw_line.strip()
+        if not line:
+            continue
+        if line.startswith("```"):
+            if _FENCE_RE.match(line):
+                continue
+            line = line.lstrip("`").strip()
+        if line.endswith("```"):
+            line = line.rstrip("`").strip()
+        if _SEP not in line:
+            continue
+        line = _BULLET_RE.sub("", line)
+        for piece in _split_line(line):
+            fields = _fields_of(piece)
+            kind = _record_kind(fields[0]) if fields else ""
+            if kind == "ignore":
+                continue
+            if kind == "entity":
+                ent = _entity_row(fields[1:])
+                if ent is None:
+                    dropped += 1
+                    continue
+                key = _name_key(ent.name)
+                old = entities.get(key)
+                if old is None:
+                    entities[key] = ent
+                elif len(ent.description) > len(old.description):
+                    typ = ent.type if ent.type != UNKNOWN_TYPE else old.type
+                    entities[key] = replace(ent, name=old.name, type=typ)
+                elif old.type == UNKNOWN_TYPE and ent.type != UNKNOWN_TYPE:
+                    old.type = ent.type
+            elif kind == "relation":
+                rel = _relation_row(fields[1:])
+                if rel is None:
+                    dropped += 1
+                    continue
+                rkey = (_name_key(rel.src), _name_key(rel.tgt), rel.predicate.casefold())
+                prev = relations.get(rkey)
+                if prev is None:
+                    relations[rkey] = rel
+                else:
+                    relations[rkey] = _merge_relation(prev, rel)
+            else:
+                dropped += 1  # matched a record start but the keyword field is unusable (cannot happen often)
+    return ParseResult(
+        entities=list(entities.values()),
+        relations=list(relations.values()),
+        dropped=dropped,
+        complete=complete,
+    )
+
+
+def _merge_relation(old: ExtractedRelation, new: ExtractedRelation) -> ExtractedRelation:
+    """Keep the first row's endpoints; take the longer description, union keywords, keep the max strength."""
+    kws = list(old.keywords)
+    seen = {k.casefold() for k in kws}
+    for k in new.keywords:
+        if k.casefold() not in seen:
+            seen.add(k.casefold())
+            kws.append(k)
+    desc = new.description if len(new.description) > len(old.description) else old.description
+    return replace(old, keywords=kws, description=desc, strength=max(old.strength, new.strength))
+
+
+def merge_gleaning(base: ParseResult, extra: ParseResult) -> ParseResult:
+    """Add a gleaning round's new rows to `base` without mutating either input.
+
+    Entities match by case-insensitive name; relations by unordered endpoint pair plus predicate (a gleaning
+    round often restates a relation in the other direction). A longer description replaces a shorter one.
+    `complete` is true only if both answers ended with the marker; `dropped` is summed.
+    """
+    entities: dict[str, ExtractedEntity] = {}
+    for e in base.entities:
+        entities.setdefault(_name_key(e.name), replace(e))
+    for e in extra.entities:
+        key = _name_key(e.name)
+        old = entities.get(key)
+        if old is None:
+            entities[key] = replace(e)
+        else:
+            if len(e.description) > len(old.description):
+                old.description = e.description
+            if old.type == UNKNOWN_TYPE and e.type != UNKNOWN_TYPE:
+                old.type = e.type
+
+    def rkey(r: ExtractedRelation) -> tuple[frozenset[str], str]:
+        return frozenset((_name_key(r.src), _name_key(r.tgt))), r.predicate.casefold()
+
+    relations: dict[tuple[frozenset[str], str], ExtractedRelation] = {}
+    for r in base.relations:
+        relations.setdefault(rkey(r), replace(r, keywords=list(r.keywords)))
+    for r in extra.relations:
+        key = rkey(r)
+        old_r = relations.get(key)
+        if old_r is None:
+            relations[key] = replace(r, keywords=list(r.keywords))
+        elif len(r.description) > len(old_r.description):
+            old_r.description = r.description
+    return ParseResult(
+        entities=list(entities.values()),
+        relations=list(relations.values()),
+        dropped=base.dropped + extra.dropped,
+        complete=base.complete and extra.complete,
+    )

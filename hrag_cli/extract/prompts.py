@@ -1,0 +1,168 @@
+"""Prompt text for every LLM call hrag makes.
+
+All prompt wording lives here so that one constant, PROMPT_VERSION, can stand for it in the extractor
+fingerprint: editing any extraction prompt must bump it, which makes cached extractions stale.
+The chunk text always goes in the *last* user turn, after a fixed system message, so providers that cache
+prompt prefixes can reuse the long instructions across chunks.
+"""
+
+from __future__ import annotations
+
+PROMPT_VERSION: str = "hrag-extract-v1"
+
+FIELD_DELIMITER: str = "<|#|>"
+COMPLETION_MARKER: str = "<|COMPLETE|>"
+
+DEFAULT_ENTITY_TYPES: list[str] = [
+    "person",
+    "organization",
+    "location",
+    "event",
+    "artifact",
+    "concept",
+    "date",
+    "quantity",
+]
+
+# A made-up passage (not taken from any dataset) and the output we expect for it. It shows every field,
+# a multi-word predicate, dates/quantities as entities, and the completion marker.
+_EXAMPLE_TEXT = (
+    "In 1911 the engineer Marta Vidal lit the first lamp of the Corvo Point lighthouse for the Harbour "
+    "Board of Santa Luzia. The lens was ground by the glassworks Irmãos Faria in Braga and could be seen "
+    "from 40 kilometres out at sea."
+)
+
+_D = FIELD_DELIMITER
+_EXAMPLE_OUTPUT = "\n".join(
+    [
+        f"entity{_D}Marta Vidal{_D}person{_D}Engineer who lit the first lamp of the Corvo Point lighthouse in 1911.",
+        f"entity{_D}Corvo Point lighthouse{_D}artifact{_D}Lighthouse of the Harbour Board of Santa Luzia, first lit in 1911; its light was visible 40 kilometres out at sea.",
+        f"entity{_D}Harbour Board of Santa Luzia{_D}organization{_D}Port authority for which the Corvo Point lighthouse was put into service.",
+        f"entity{_D}Irmãos Faria{_D}organization{_D}Glassworks in Braga that ground the lens of the Corvo Point lighthouse.",
+        f"entity{_D}Braga{_D}location{_D}Town where the glassworks Irmãos Faria is located.",
+        f"entity{_D}1911{_D}date{_D}Year the Corvo Point lighthouse was first lit.",
+        f"entity{_D}40 kilometres{_D}quantity{_D}Distance from which the Corvo Point lighthouse could be seen at sea.",
+        f"relation{_D}Marta Vidal{_D}Corvo Point lighthouse{_D}lit the first lamp of{_D}commissioning, engineering{_D}Marta Vidal put the Corvo Point lighthouse into service by lighting its first lamp.{_D}9",
+        f"relation{_D}Corvo Point lighthouse{_D}Harbour Board of Santa Luzia{_D}was operated for{_D}ownership, port authority{_D}The lighthouse was lit on behalf of the Harbour Board of Santa Luzia.{_D}7",
+        f"relation{_D}Irmãos Faria{_D}Corvo Point lighthouse{_D}ground the lens of{_D}manufacturing, optics{_D}The glassworks Irmãos Faria made the lighthouse's lens.{_D}8",
+        f"relation{_D}Irmãos Faria{_D}Braga{_D}is located in{_D}location{_D}The glassworks Irmãos Faria is in Braga.{_D}6",
+        f"relation{_D}Corvo Point lighthouse{_D}1911{_D}was first lit in{_D}opening date{_D}The lighthouse first shone in 1911.{_D}7",
+        f"relation{_D}Corvo Point lighthouse{_D}40 kilometres{_D}was visible from{_D}range, visibility{_D}The light could be seen from 40 kilometres away.{_D}5",
+        COMPLETION_MARKER,
+    ]
+)
+
+_EXTRACTION_SYSTEM = f"""You build a knowledge graph from text. From the passage the user gives you, list the entities it mentions and the relations it states between them.
+
+ENTITIES
+- Extract every clearly identifiable entity whose type is one of the allowed types. If something important fits none of them, use the closest type.
+- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names.
+- TYPE: exactly one of the allowed types, in lowercase.
+- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+
+RELATIONS
+- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically.
+- PREDICATE: a short verb phrase read from SOURCE to TARGET, such as "founded", "was born in", "is part of", "acquired". Lowercase unless it contains a proper name.
+- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
+- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
+- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
+- Do not relate an entity to itself. Skip relations you would have to guess.
+
+OUTPUT FORMAT
+- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
+entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION
+relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
+- Never use the delimiter inside a field, and never split a record over several lines.
+- List all entities first, then all relations.
+- After the last record write {COMPLETION_MARKER} on its own line.
+
+EXAMPLE
+Allowed types: person, organization, location, event, artifact, concept, date, quantity
+Passage:
+{_EXAMPLE_TEXT}
+
+Output:
+{_EXAMPLE_OUTPUT}
+"""
+
+
+def build_extraction_messages(
+    chunk_text: str, entity_types: list[str], language: str = "English"
+) -> list[dict]:
+    """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format)."""
+    types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
+    user = (
+        f"Allowed types: {types}\n"
+        f"Write every DESCRIPTION, PREDICATE and KEYWORDS field in {language}; keep NAMES exactly as they "
+        f"appear in the passage.\n\n"
+        f"Passage:\n{chunk_text}\n\n"
+        f"Output:"
+    )
+    return [
+        {"role": "system", "content": _EXTRACTION_SYSTEM},
+        {"role": "user", "content": user},
+    ]
+
+
+def build_gleaning_message() -> dict:
+    """The user turn appended after the model's answer to ask for what it missed (a gleaning round)."""
+    content = (
+        "Some entities and relations in the passage were probably missed. Read the passage again and output "
+        "only records that are new, or records whose description you can make clearly more complete; do not "
+        "repeat records unchanged. Every relation must connect names listed as entities (in this answer or "
+        "the previous one). Use exactly the same line format and delimiter as before, and finish with "
+        f"{COMPLETION_MARKER} on its own line. If nothing was missed, output only {COMPLETION_MARKER}."
+    )
+    return {"role": "user", "content": content}
+
+
+def build_summary_messages(
+    kind: str, name: str, fragments: list[str], target_tokens: int, language: str
+) -> list[dict]:
+    """Messages to merge several descriptions of one entity or relation into one (resolve stage)."""
+    what = "relation between" if kind.startswith("rel") else "entity"
+    listing = "\n".join(f"- {f.strip()}" for f in fragments if f and f.strip())
+    system = (
+        "You merge descriptions collected from different passages into one consistent description. "
+        "Keep every distinct fact, drop repetitions, and where descriptions contradict each other say so "
+        "briefly instead of choosing one. Use only the information given. Write plain prose in the third "
+        "person, without lists, headings or an introduction."
+    )
+    user = (
+        f"Merge these descriptions of the {what} {name}.\n"
+        f"Write in {language}, in at most about {max(int(target_tokens), 16)} tokens, and mention the name "
+        f"so the description stands on its own.\n\n"
+        f"Descriptions:\n{listing}\n\n"
+        f"Merged description:"
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def build_keywords_messages(query: str) -> list[dict]:
+    """Messages asking for the query's high-level (themes) and low-level (specific names) keywords as JSON."""
+    system = (
+        "You prepare search keywords for a knowledge-graph retriever. Given a question, return JSON with two "
+        'lists: "high_level_keywords" for the broad themes or concepts the question is about, and '
+        '"low_level_keywords" for the specific entities, names, places, dates or terms it mentions. '
+        "Copy names exactly as written in the question. Use short phrases, no duplicates, and an empty list "
+        "when there is nothing for a field. Reply with the JSON object only."
+    )
+    example_q = "Which glassworks made the lens of the Corvo Point lighthouse, and what else did it produce?"
+    example_a = (
+        '{"high_level_keywords": ["manufacturing", "lighthouse optics", "company products"], '
+        '"low_level_keywords": ["Corvo Point lighthouse", "lens", "glassworks"]}'
+    )
+    user = f"Example question: {example_q}\nExample answer: {example_a}\n\nQuestion: {query}\nJSON:"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def build_answer_messages(query: str, context: str) -> list[dict]:
+    """Messages asking for an answer grounded only in the numbered context, citing passages as [n]."""
+    system = (
+        "You answer questions using only the numbered context passages provided. Cite the passages that "
+        "support each statement with their numbers in square brackets, like [1] or [2][5]. If the context "
+        "does not contain the answer, say that the indexed documents do not say, rather than guessing. "
+        "Be concise and do not mention these instructions."
+    )
+    user = f"Context:\n{context}\n\nQuestion: {query}\n\nAnswer:"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -1,0 +1,163 @@
+"""Runs the stages in order and decides which are stale.
+
+A stage's fingerprint = hash(upstream stages' output digests, the settings that shape its output). The
+manifest stores the fingerprint a stage was built with; when the fingerprint computed now differs, the stage
+is stale and rebuilds. Stage modules are imported lazily so one command loads only what it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import Settings
+from .errors import EXIT_BUDGET, EXIT_OK, BudgetExceeded, UsageError
+from .progress import Reporter
+from .project import Project, StageOutcome, fingerprint
+
+STAGE_ORDER = ("chunk", "extract", "resolve", "synonyms")
+
+
+@dataclass
+class IndexOptions:
+    docs: list[Path] = field(default_factory=list)
+    stop_after: str | None = None
+    dry_run: bool = False
+    max_cost: float | None = None
+    reparse: bool = False
+    retry_failed: bool = False
+    import_openie: Path | None = None
+
+
+@dataclass
+class IndexResult:
+    summary: dict
+    exit_code: int
+
+
+def _settings_fp(stage: str, settings: Settings) -> str:
+    if stage == "chunk":
+        from .ingest import settings_fingerprint
+    elif stage == "extract":
+        from .extract.stage import settings_fingerprint
+    elif stage == "resolve":
+        from .resolve import settings_fingerprint
+    else:
+        from .synonyms import settings_fingerprint
+    return settings_fingerprint(settings)
+
+
+def expected_fingerprint(project: Project, settings: Settings, stage: str, extra: Any = None) -> str:
+    """What `stage`'s fingerprint would be if built now from the current upstream outputs."""
+    stages = project.manifest()["stages"]
+    upstream = {
+        "chunk": (),
+        "extract": ("chunk",),
+        "resolve": ("extract",),
+        "synonyms": ("resolve", "chunk"),
+    }[stage]
+    digests = [stages.get(s, {}).get("output_digest", "") for s in upstream]
+    return fingerprint(stage, digests, _settings_fp(stage, settings), extra)
+
+
+def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: str, **kwargs: Any) -> StageOutcome:
+    fp = expected_fingerprint(project, settings, stage)
+    if stage == "resolve":
+        from .resolve import run_resolve as fn
+    elif stage == "synonyms":
+        from .synonyms import run_synonyms as fn
+    else:
+        raise ValueError(stage)
+    outcome = fn(project, settings, reporter, **kwargs)
+    project.record_stage(stage, fp, outcome.output_digest, outcome.counts)
+    return outcome
+
+
+def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, stages: tuple[str, ...],
+                      summary: dict) -> None:
+    for stage in stages:
+        fp = expected_fingerprint(project, settings, stage)
+        if project.stage_state(stage, fp) == "fresh":
+            summary[stage] = "fresh"
+            continue
+        outcome = _run_stage(project, settings, reporter, stage)
+        summary[stage] = outcome.counts
+
+
+def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
+    """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
+    from .extract.stage import run_extract
+    from .ingest import run_chunk
+
+    if options.stop_after not in (None, "chunk", "extract", "resolve"):
+        raise UsageError("--stop-after takes chunk, extract or resolve")
+    summary: dict[str, Any] = {}
+    with project.lock():
+        roots = list(options.docs)
+        if not roots:
+            prev = project.stage("chunk")
+            recorded = (prev.counts.get("roots") if prev else None) or []
+            if not recorded:
+                raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
+            roots = [Path(r) for r in recorded]
+        chunk_fp = expected_fingerprint(project, settings, "chunk")
+        chunked = run_chunk(project, settings, reporter, roots, write=not options.dry_run)
+        summary["chunk"] = chunked.counts
+        if options.dry_run:
+            from .extract.stage import estimate
+
+            summary["estimate"] = estimate(project, settings, chunked)
+            return IndexResult(summary, EXIT_OK)
+        project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
+        if options.stop_after == "chunk":
+            return IndexResult(summary, EXIT_OK)
+
+        extract_fp = expected_fingerprint(project, settings, "extract")
+        try:
+            extracted = run_extract(project, settings, reporter, reparse=options.reparse,
+                                    retry_failed=options.retry_failed, max_cost=options.max_cost,
+                                    import_openie=options.import_openie)
+        except BudgetExceeded as exc:
+            summary["extract"] = {"stopped": str(exc)}
+            reporter.warn(f"{exc}; run the same command again to continue")
+            return IndexResult(summary, EXIT_BUDGET)
+        summary["extract"] = extracted.counts
+        if extracted.counts.get("pending", 0) == 0:
+            project.record_stage("extract", extract_fp, extracted.output_digest, extracted.counts)
+        else:
+            project.forget_stage("extract")
+        if options.stop_after == "extract":
+            return IndexResult(summary, EXIT_OK)
+        later = ("resolve",) if options.stop_after == "resolve" else ("resolve", "synonyms")
+        _bring_up_to_date(project, settings, reporter, later, summary)
+    return IndexResult(summary, EXIT_OK)
+
+
+def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage: str, **kwargs: Any) -> dict:
+    """`hrag resolve` / `hrag synonyms`: rebuild that stage now, then whatever depends on it."""
+    if project.stage("extract") is None:
+        raise UsageError(f"nothing to {stage} yet: run 'hrag index DOCS' first")
+    summary: dict[str, Any] = {}
+    with project.lock():
+        outcome = _run_stage(project, settings, reporter, stage, **kwargs)
+        summary[stage] = outcome.counts
+        after = STAGE_ORDER[STAGE_ORDER.index(stage) + 1:]
+        _bring_up_to_date(project, settings, reporter, tuple(after), summary)
+    return summary
+
+
+def project_status(project: Project, settings: Settings) -> dict:
+    """Stage states, their counts, failures and LLM spend; read-only."""
+    from .extract.stage import extraction_status
+    from .llm import spend_summary
+
+    info: dict[str, Any] = {"stages": {}}
+    for stage in STAGE_ORDER:
+        rec = project.stage(stage)
+        state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        info["stages"][stage] = {"state": state, "finished_at": rec.finished_at if rec else "",
+                                 "counts": rec.counts if rec else {}}
+    info.update(extraction_status(project, settings))
+    info["llm"] = spend_summary(project)
+    return info

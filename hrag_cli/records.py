@@ -1,0 +1,122 @@
+"""Plain records shared by every stage; their dict forms are what the JSONL artifacts hold."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def to_dict(obj: Any) -> dict:
+    return asdict(obj)
+
+
+def from_dict(cls: type[T], data: dict) -> T:
+    """Build a record from a dict, ignoring keys a newer/older version added, so old artifacts still load."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class Document:
+    doc_id: str          # hash of the path relative to the DOCS root (plus record key for .jsonl records)
+    path: str            # relative path, "file.jsonl#<key>" for a record of a .jsonl file
+    sha256: str          # of the document text
+    bytes: int
+    n_chunks: int = 0
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class Chunk:
+    chunk_id: str        # hash of the chunk text
+    doc_id: str
+    order: int
+    n_tokens: int
+    text: str
+
+
+@dataclass
+class ExtractedEntity:
+    name: str
+    type: str
+    description: str
+
+
+@dataclass
+class ExtractedRelation:
+    src: str
+    tgt: str
+    predicate: str
+    keywords: list[str]
+    description: str
+    strength: float = 1.0
+
+
+@dataclass
+class ExtractionRecord:
+    """What one extractor said about one chunk; merging happens only in resolve."""
+
+    chunk_id: str
+    extractor: str                       # extractor fingerprint
+    entities: list[ExtractedEntity]
+    relations: list[ExtractedRelation]
+    gleaning_rounds: int = 0
+    status: str = "ok"                   # "ok" or "failed" (nothing usable could be parsed)
+    dropped_rows: int = 0
+    llm_keys: list[str] = field(default_factory=list)   # cache/llm.jsonl keys, for --reparse
+    error: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ExtractionRecord":
+        rec = from_dict(cls, data)
+        rec.entities = [from_dict(ExtractedEntity, e) for e in data.get("entities", [])]
+        rec.relations = [from_dict(ExtractedRelation, r) for r in data.get("relations", [])]
+        return rec
+
+
+@dataclass
+class Entity:
+    id: str
+    name: str
+    type: str
+    description: str
+    aliases: list[str] = field(default_factory=list)
+    source_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Relation:
+    id: str
+    src: str
+    tgt: str
+    predicates: list[str]
+    keywords: list[str]
+    description: str
+    weight: float
+    source_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Fact:
+    id: str
+    subject: str
+    predicate: str
+    object: str
+    relation_id: str
+    source_ids: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return f"({self.subject}, {self.predicate}, {self.object})"
+
+
+@dataclass
+class Synonym:
+    a: str
+    b: str
+    similarity: float

@@ -1,0 +1,165 @@
+"""The one JSONL reader/appender and the one atomic-write helper.
+
+Growing files (cache/*.jsonl) are append-only: a crash can leave a torn last line, which readers skip and
+appenders cut off before writing, so the file always reads cleanly. Every other artifact is replaced whole
+through a temp file in the same folder and os.replace, so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=_DUMP_OPTS)
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file beside `path`, fsync, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, orjson.dumps(obj, option=_DUMP_OPTS | orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        return default
+
+
+def write_jsonl(path: Path, records: Iterable[Any]) -> int:
+    """Atomically replace `path` with one JSON object per line; returns the number written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    n = 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for rec in records:
+                fh.write(orjson.dumps(rec, option=_DUMP_OPTS))
+                fh.write(b"\n")
+                n += 1
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return n
+
+
+def read_jsonl(path: Path) -> Iterator[Any]:
+    """Yield each record; a torn or unparsable last line (crash mid-append) is skipped, a bad line elsewhere
+    is skipped too, since one corrupt cache line must not make a whole cache unreadable."""
+    path = Path(path)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                # torn tail: the writer died before finishing this line
+                return
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+
+
+def repair_tail(path: Path) -> int:
+    """Cut a torn last line off an append-only file; returns the bytes removed."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return 0
+        # walk back to the previous newline
+        pos = size
+        chunk = 65536
+        keep = 0
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            buf = fh.read(pos - start)
+            idx = buf.rfind(b"\n")
+            if idx >= 0:
+                keep = start + idx + 1
+                break
+            pos = start
+        fh.truncate(keep)
+        return size - keep
+
+
+class JsonlAppender:
+    """Append-only writer: repairs a torn tail on open, then writes whole lines and flushes each one, so a
+    kill -9 loses at most the line being written."""
+
+    def __init__(self, path: Path, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        repair_tail(self.path)
+        self._fh = open(self.path, "ab")
+        self._fsync = fsync
+
+    def append(self, record: Any) -> None:
+        self._fh.write(orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+    def __enter__(self) -> "JsonlAppender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
