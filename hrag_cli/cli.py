@@ -40,19 +40,6 @@ EmbedBaseOpt = Annotated[Optional[str], typer.Option(
     "--embed-api-base", help="API base URL for the embedding model ($HRAG_EMBED_API_BASE).", show_default=False)]
 
 
-def _setup_offline_env() -> None:
-    """tiktoken cannot download here; litellm ships the encodings. litellm must not fetch its cost map."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
-        import importlib.util
-
-        spec = importlib.util.find_spec("litellm")
-        if spec and spec.submodule_search_locations:
-            tok = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
-            if tok.is_dir():
-                os.environ["TIKTOKEN_CACHE_DIR"] = str(tok)
-
-
 def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -> tuple[Any, Any]:
     from .project import Project, resolve_root
 
@@ -296,7 +283,9 @@ def export(
 
 def main() -> None:
     """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
-    _setup_offline_env()
+    from .offline import setup
+
+    setup()
     try:
         app(standalone_mode=False)
     except typer.Exit as exc:

@@ -81,13 +81,14 @@ class FeatureConfig:
     stemming: bool = True  # applies to the word unigram/bigram features only
     sublinear_tf: bool = True
     idf_power: float = 1.0
+    idf_kind: str = "smooth"  # "smooth": log((N+1)/(df+1))+1; "bm25": log(1+(N-df+.5)/(df+.5)); "plain": log((N+1)/(df+1))
 
     def tag(self) -> str:
         """Short stable string used in fingerprints."""
         return (
             f"ng{self.ngram_min}-{self.ngram_max}:w{self.word_weight:g}:c{self.char_weight:g}"
             f":b{self.bigram_weight:g}:sw{int(self.stop_words)}:st{int(self.stemming)}"
-            f":tf{int(self.sublinear_tf)}:p{self.idf_power:g}"
+            f":tf{int(self.sublinear_tf)}:p{self.idf_power:g}:{self.idf_kind}"
         )
 
 
@@ -250,9 +251,18 @@ class IdfTable:
             flush()
         return cls(n_docs=n, df=df.astype(np.uint32), config_tag=config.tag())
 
-    def idf(self, power: float = 1.0) -> np.ndarray:
-        """Smoothed IDF per bucket: log((N+1)/(df+1)) + 1, raised to ``power``; float32."""
-        v = np.log((self.n_docs + 1.0) / (self.df.astype(np.float64) + 1.0)) + 1.0
+    def idf(self, power: float = 1.0, kind: str = "smooth") -> np.ndarray:
+        """IDF per bucket (default smoothed: log((N+1)/(df+1)) + 1), raised to ``power``; float32."""
+        df = self.df.astype(np.float64)
+        n = float(self.n_docs)
+        if kind == "smooth":
+            v = np.log((n + 1.0) / (df + 1.0)) + 1.0
+        elif kind == "bm25":
+            v = np.log1p((n - df + 0.5) / (df + 0.5))
+        elif kind == "plain":
+            v = np.log((n + 1.0) / (df + 1.0))
+        else:
+            raise ValueError(f"unknown idf kind {kind!r}")
         if power != 1.0:
             v = v**power
         return v.astype(np.float32)
@@ -327,7 +337,7 @@ class BuiltinEmbedder:
         self.idf = idf
         self.config = config
         self._fz = _Featurizer(config)
-        self._idf_w = idf.idf(config.idf_power) if idf is not None else None
+        self._idf_w = idf.idf(config.idf_power, config.idf_kind) if idf is not None else None
         # Fixed unit vector for texts without features, so hnswlib cosine never sees a zero vector.
         e = np.ones(dim, dtype=np.float32)
         e[1::2] = -1.0

@@ -17,7 +17,7 @@ from hrag_cli.records import ExtractedEntity, ExtractedRelation
 DEFAULT_PREDICATE = "related to"
 UNKNOWN_TYPE = "unknown"
 
-_SEP = "\x1f"  # canonical field delimiter after normalisation
+_SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
 # Full-width / look-alike characters models emit in delimiters.
 _CHAR_MAP = str.maketrans({"｜": "|", "＜": "<", "＞": ">", "＃": "#", "〈": "<", "〉": ">", "‹": "<", "›": ">"})
@@ -27,14 +27,15 @@ _COMPLETE_RE = re.compile(
     re.IGNORECASE,
 )
 # Damaged delimiters: <|#|>, <|>, <||>, <|#>, <#|>, <|##|>, < | # | >, <|#| (no '>'), |#|, |#|>, #|>.
-_DELIM_RE = re.compile(r"<[ \t]*[|#][ \t|#]*>?|\|[ \t]*#+[ \t]*\|>?|#+[ \t]*\|[ \t]*>")
+# The (?<!#) / (?<![...]) guards make each regex start only at the beginning of a run, keeping them linear.
+_DELIM_RE = re.compile(r"<[ \t]*[|#][ \t|#]*>?|\|[ \t]*#+[ \t]*\|>?|(?<!#)#+[ \t]*\|[ \t]*>")
 
 _KW = r"(?:entities|entity|relationships|relationship|relations|relation|rel|content_keywords|content_keyword)"
 # `##` record separators (legacy LightRAG) when followed by another record.
-_HASH_SEP_RE = re.compile(r"##+[ \t]*(?=[(\"'\[ \t]*" + _KW + r"\b)", re.IGNORECASE)
+_HASH_SEP_RE = re.compile(r"(?<!#)##+[ \t]*(?=[(\"'\[ \t]*" + _KW + r"\b)", re.IGNORECASE)
 # Where a record starts inside a line: a record keyword (maybe quoted/bracketed) followed by a delimiter.
 _RECORD_START_RE = re.compile(
-    r"(?<!\w)[(\[\"'*`]*[ \t]*" + _KW + r"[\"'*`\])]*[ \t]*" + _SEP, re.IGNORECASE
+    r"(?<![\w(\[\"'*` \t])[(\[\"'*`]*[ \t]*" + _KW + r"[\"'*`\])]*[ \t]*" + _SEP, re.IGNORECASE
 )
 _BULLET_RE = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
 _FENCE_RE = re.compile(r"^\s*```+\s*([\w+-]*)\s*$")
@@ -43,7 +44,8 @@ _WS_RE = re.compile(r"\s+")
 _NUM_RE = re.compile(
     r"^\s*(?:strength\s*[:=]?\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:/\s*10(?:\.0*)?)?\s*$", re.IGNORECASE
 )
-_TYPE_BAD_RE = re.compile(r"[^\w/]+")
+_TYPE_BAD_RE = re.compile(r"[^\w]+")
+_TRAILING_HASH_RE = re.compile(r"#{2,}\s*$")
 
 _QUOTES = "\"'`“”‘’«»„"
 _PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">", "“": "”", "‘": "’", "«": "»", "„": "“"}
@@ -68,9 +70,11 @@ def _strip_quotes(s: str) -> str:
     """Remove surrounding matched quotes, or a lone unbalanced quote at either end."""
     s = s.strip()
     for _ in range(4):
-        if len(s) >= 2 and ((s[0] in _QUOTES and s[-1] in _QUOTES) or _PAIRS.get(s[0]) == s[-1] and s[0] in "“‘«„"):
-            s = s[1:-1].strip()
-            continue
+        if len(s) >= 2 and s[0] in _QUOTES and (s[0] == s[-1] or _PAIRS.get(s[0]) == s[-1]):
+            inner = s[1:-1]
+            if s[0] not in inner and s[-1] not in inner:  # '"A" and "B"' is not one quoted string
+                s = inner.strip()
+                continue
         if s and s[0] in _QUOTES and s.count(s[0]) % 2 == 1:
             s = s[1:].strip()
             continue
@@ -163,23 +167,19 @@ def _split_line(line: str) -> list[str]:
     if not starts:
         return []
     pieces: list[str] = []
-    cut = 0
-    for pos in starts:
-        if pos == cut:
-            continue
-        seen = line.count(_SEP, cut, pos)
-        # A prose prefix (no delimiter) or a full preceding row (>= 3 delimiters): start a new row here.
-        # Otherwise the keyword is probably a field value (e.g. a type called "entity").
-        if seen == 0 or seen >= 3:
-            if seen:
-                pieces.append(line[cut:pos])
+    cut = starts[0]  # anything before the first record keyword is prose or a broken fragment: ignored
+    for pos in starts[1:]:
+        # Start a new row only after a complete-looking one (>= 3 delimiters); with fewer, the keyword is
+        # probably a field value (e.g. an entity whose type is "entity").
+        if line.count(_SEP, cut, pos) >= 3:
+            pieces.append(line[cut:pos])
             cut = pos
     pieces.append(line[cut:])
     return pieces
 
 
 def _fields_of(piece: str) -> list[str]:
-    row = piece.strip().rstrip("#").strip().rstrip(",;").strip()
+    row = _TRAILING_HASH_RE.sub("", piece.strip()).strip().rstrip(",;").strip()
     if row.startswith("(") or row.startswith("["):
         close = ")" if row[0] == "(" else "]"
         row = row[1:]
@@ -230,7 +230,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | None:
         strength = _parse_strength(rest[-1])
         if strength is not None:
             rest = rest[:-1]
-        elif len(rest) == 5 and len(rest[-1].split()) <= 2:
+        elif len(rest) == 4 and len(rest[-1].split()) <= 2:
             rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
     predicate, keywords, desc = "", [], ""
     if len(rest) == 1:
@@ -300,6 +300,8 @@ def _parse(text: str) -> ParseResult:
             kind = _record_kind(fields[0]) if fields else ""
             if kind == "ignore":
                 continue
+            if _is_template_echo(kind, fields):
+                continue
             if kind == "entity":
                 ent = _entity_row(fields[1:])
                 if ent is None:
@@ -333,6 +335,17 @@ def _parse(text: str) -> ParseResult:
         dropped=dropped,
         complete=complete,
     )
+
+
+_ECHO_NAMES = {"name", "entity_name", "entity name", "source", "src", "source_entity", "source entity"}
+_ECHO_SECOND = {"type", "entity_type", "entity type", "target", "tgt", "target_entity", "target entity"}
+
+
+def _is_template_echo(kind: str, fields: list[str]) -> bool:
+    """The model repeated the format line from the prompt (`entity<|#|>NAME<|#|>TYPE...`): a header, not a row."""
+    if kind not in ("entity", "relation") or len(fields) < 3:
+        return False
+    return clean_name(fields[1]).lower() in _ECHO_NAMES and clean_name(fields[2]).lower() in _ECHO_SECOND
 
 
 def _merge_relation(old: ExtractedRelation, new: ExtractedRelation) -> ExtractedRelation:

