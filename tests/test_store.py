@@ -1,0 +1,83 @@
+"""The JSONL store and atomic writes: what every artifact's crash safety rests on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hrag_cli import store
+
+
+def test_append_and_read_roundtrip(tmp_path: Path) -> None:
+    path = tmp_path / "c" / "x.jsonl"
+    with store.JsonlAppender(path) as app:
+        for i in range(5):
+            app.append({"i": i, "s": "ünï\n\"q\""})
+    assert [r["i"] for r in store.read_jsonl(path)] == list(range(5))
+    assert list(store.read_jsonl(path))[0]["s"] == "ünï\n\"q\""
+
+
+def test_torn_tail_is_skipped_then_cut_before_next_append(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    with store.JsonlAppender(path) as app:
+        app.append({"i": 0})
+        app.append({"i": 1})
+    with open(path, "ab") as fh:           # a writer killed mid-line
+        fh.write(b'{"i": 2, "tru')
+    assert [r["i"] for r in store.read_jsonl(path)] == [0, 1]
+    with store.JsonlAppender(path) as app:  # reopening repairs the tail
+        app.append({"i": 3})
+    assert [r["i"] for r in store.read_jsonl(path)] == [0, 1, 3]
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_torn_tail_without_any_newline(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"half"')
+    assert list(store.read_jsonl(path)) == []
+    assert store.repair_tail(path) == len(b'{"half"')
+    assert path.read_bytes() == b""
+
+
+def test_corrupt_middle_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"i": 0}\nnot json\n{"i": 2}\n')
+    assert [r["i"] for r in store.read_jsonl(path)] == [0, 2]
+
+
+def test_missing_file_reads_empty(tmp_path: Path) -> None:
+    assert list(store.read_jsonl(tmp_path / "nope.jsonl")) == []
+    assert store.read_json(tmp_path / "nope.json", default={"a": 1}) == {"a": 1}
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    store.write_jsonl(path, [{"v": 1}])
+
+    def bad():
+        yield {"v": 2}
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.write_jsonl(path, bad())
+    assert list(store.read_jsonl(path)) == [{"v": 1}]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]  # no temp file left behind
+
+
+def test_write_json_is_replaced_whole(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    store.write_json(path, {"b": 1, "a": [1, 2]})
+    assert store.read_json(path) == {"a": [1, 2], "b": 1}
+    store.atomic_write_text(path, "{}")
+    assert store.read_json(path) == {}
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_fsync_appender(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    with store.JsonlAppender(path, fsync=True) as app:
+        app.append({"ok": True})
+    assert os.path.getsize(path) > 0
+    assert list(store.read_jsonl(path)) == [{"ok": True}]
