@@ -118,6 +118,9 @@ def index(
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }
     proj, settings = _open(project, overrides, create=True)
+    from .extract.stage import check_settings
+
+    check_settings(settings)  # a bad --extractor fails before any stage writes
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
                            reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
     result = run_index(proj, settings, _reporter(quiet, json_output), options)
@@ -203,6 +206,17 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
     for key, value in info.items():
         if key == "stages":
             continue
+        if key == "failed_chunks":
+            from .extract.stage import iter_failed
+
+            lines = list(iter_failed(info))
+            console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
+                          highlight=False)
+            for line in lines[:20]:
+                console.print(f"  {line}", highlight=False, markup=False)
+            if len(lines) > 20:
+                console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
+            continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list):
@@ -262,7 +276,7 @@ def export(
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
-    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', or 'around:NAME'.")] = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'around:NAME', or 'entities,around:NAME'.")] = None,
     hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
     progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
     quiet: QuietOpt = False,
@@ -287,7 +301,9 @@ def main() -> None:
 
     setup()
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except HragError as exc:

@@ -102,6 +102,9 @@ class QuerySettings:
     lexical_fusion: bool = True      # BM25 joins dense scores in naive, mix and ppr
     lexical_weight: float = 0.5
     entity_name_seeds: bool = True   # ppr: entity names found in the query seed their entities
+    lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
+    rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
+    entity_seed_weight: float = 0.5  # ppr: seed weight of an entity named in the query (before / its chunks)
 
 
 @dataclass

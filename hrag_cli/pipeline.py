@@ -70,19 +70,24 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
     else:
         raise ValueError(stage)
     outcome = fn(project, settings, reporter, **kwargs)
+    if outcome.counts.get("review_only"):
+        return outcome   # `synonyms --review` wrote a TSV and changed nothing in graph/: the stage stays as it was
     project.record_stage(stage, fp, outcome.output_digest, outcome.counts)
     return outcome
 
 
 def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, stages: tuple[str, ...],
-                      summary: dict) -> None:
+                      summary: dict, force: bool = False) -> None:
     for stage in stages:
         fp = expected_fingerprint(project, settings, stage)
-        if project.stage_state(stage, fp) == "fresh":
+        if not force and project.stage_state(stage, fp) == "fresh":
             summary[stage] = "fresh"
             continue
         outcome = _run_stage(project, settings, reporter, stage)
         summary[stage] = outcome.counts
+        # a stage that ran rewrote files later stages read even when its digest is unchanged (resolve writes
+        # graph.pkl without SYNONYM edges), so everything after it runs too; synonyms is incremental, so cheap
+        force = True
 
 
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
@@ -143,7 +148,8 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
         outcome = _run_stage(project, settings, reporter, stage, **kwargs)
         summary[stage] = outcome.counts
         after = STAGE_ORDER[STAGE_ORDER.index(stage) + 1:]
-        _bring_up_to_date(project, settings, reporter, tuple(after), summary)
+        _bring_up_to_date(project, settings, reporter, tuple(after), summary,
+                          force=not outcome.counts.get("review_only"))
     return summary
 
 
@@ -160,4 +166,7 @@ def project_status(project: Project, settings: Settings) -> dict:
                                  "counts": rec.counts if rec else {}}
     info.update(extraction_status(project, settings))
     info["llm"] = spend_summary(project)
+    from .embed import embed_status
+
+    info["embed"] = embed_status(project, settings)
     return info

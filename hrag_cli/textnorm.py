@@ -19,9 +19,15 @@ __all__ = [
     "tokenize",
 ]
 
-# Unicode-aware word tokens: runs of letters/digits (\w minus underscore), allowing an inner apostrophe
-# so "don't" stays one token; possessive "'s" is stripped later.
-TOKEN_RE = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+# Unicode-aware word tokens: runs of \w (letters, digits, underscore in any script). Apostrophes split,
+# so "obama's" -> "obama", "s" and "don't" -> "don", "t"; the orphan "s"/"t" are stop words. Plain \w+
+# is ~1.7x faster in CPython's re than any apostrophe-aware pattern, and the embedder's speed budget is
+# dominated by this regex.
+TOKEN_RE = re.compile(r"\w+")
+# Same tokens for pure-ASCII text, ~1.7x faster again: map every ASCII non-word char to a space, split.
+_ASCII_SPLIT = str.maketrans(
+    {chr(i): " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
+)
 
 # A small hand-written English stop-word list: function words that carry no topical signal.
 # Kept short on purpose: words like "first", "new", "city" stay because questions hinge on them.
@@ -40,20 +46,20 @@ STOP_WORDS: frozenset[str] = frozenset(
 
 
 def normalize_text(text: str) -> str:
-    """NFKC + casefold, so full-width forms, ligatures and case variants compare equal."""
+    """NFKC + casefold, so full-width forms, ligatures and case variants compare equal.
+
+    ASCII text takes the fast path (lower() equals NFKC+casefold there).
+    """
+    if text.isascii():
+        return text.lower()
     return unicodedata.normalize("NFKC", text).casefold()
 
 
 def raw_tokens(text: str) -> list[str]:
-    """Word tokens of ``text`` after normalisation, possessive 's removed, no filtering."""
-    out = TOKEN_RE.findall(normalize_text(text))
-    return [_strip_possessive(t) for t in out] if ("'" in text or "\u2019" in text) else out
-
-
-def _strip_possessive(tok: str) -> str:
-    if tok.endswith(("'s", "\u2019s")):
-        return tok[:-2]
-    return tok
+    """Word tokens (``\\w+`` runs) of ``text`` after normalisation, no filtering."""
+    if text.isascii():
+        return text.lower().translate(_ASCII_SPLIT).split()
+    return TOKEN_RE.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
 @lru_cache(maxsize=200_000)

@@ -173,6 +173,14 @@ CASES: list[tuple[str, str, E, R, int]] = [
     ("semicolon_keywords", f"relation{D}A{D}B{D}acquired{D}merger; finance;  merger ;{D}d{D}7", [], [("A", "B", "acquired", 7.0)], 0),
     ("prefix_prose_before_row", f"Output: entity{D}A{D}person{D}d", [("A", "person")], [], 0),
     ("bold_keyword", f"**entity**{D}A{D}person{D}d", [("A", "person")], [], 0),
+    ("inline_fence", f"```entity{D}A{D}person{D}d```", [("A", "person")], [], 0),
+    ("ours_without_strength", f"relation{D}A{D}B{D}founded{D}k{D}d", [], [("A", "B", "founded", 1.0)], 0),
+    ("relation_sentence_only", f"relation{D}A{D}B{D}A and B worked together for many years.", [], [("A", "B", "related to", 1.0)], 0),
+    ("entity_type_slot_sentence", f"entity{D}A{D}a small company based in Lyon", [("A", "unknown")], [], 0),
+    ("strength_labelled_float", f"relation{D}A{D}B{D}met{D}k{D}d{D}strength: 7.5", [], [("A", "B", "met", 7.5)], 0),
+    ("numeric_target_short_row", f"relation{D}Acme{D}1990", [], [("Acme", "1990", "related to", 1.0)], 0),
+    ("unknown_row_keyword_ignored", f"node{D}A{D}person{D}d\nedge{D}A{D}B", [], [], 0),
+    ("unicode_names", f"entity{D}東京{D}location{D}日本の首都\nentity{D}Zürich{D}Location{D}d", [("東京", "location"), ("Zürich", "location")], [], 0),
     ("empty_output", "", [], [], 0),
     ("only_prose", "I could not find any entities in this text.", [], [], 0),
     ("crlf_lines", f"entity{D}A{D}person{D}d\r\nentity{D}B{D}person{D}d\r\n<|COMPLETE|>\r\n", [("A", "person"), ("B", "person")], [], 0),
@@ -231,6 +239,8 @@ def test_lightrag_swapped_fields_repaired() -> None:
 
 def test_non_string_input_does_not_raise() -> None:
     assert parse_extraction(None) == ParseResult([], [], 0, False)  # type: ignore[arg-type]
+    res = parse_extraction(f"entity{D}A{D}person{D}d".encode())  # type: ignore[arg-type]
+    assert ents(res) == [("A", "person")]
 
 
 # --------------------------------------------------------------------------------------------- gleaning merge
@@ -321,11 +331,14 @@ def test_speed() -> None:
     per = (time.perf_counter() - t0) / 20
     assert len(res.entities) == 30 and len(res.relations) == 30
     assert per < 0.02, per
-    # pathological inputs stay linear
-    for bad in ("<" + " " * 5000, "#" * 10000 + "|", "(" * 5000 + "x<|#|>y", "entity<|#|>" + "(" * 5000 + "x<|#|>y", "\"" * 5000 + "<|#|>", "<|" * 5000, "#" * 10000 + "entity", "entity" + "\ue000" * 5000, "(" * 5000 + "entity<|#|>x"):
-        t0 = time.perf_counter()
-        parse_extraction(bad)
-        assert time.perf_counter() - t0 < 0.5
+    # pathological inputs stay linear: long runs of every special character after each kind of row prefix
+    specials = list(" \t<>|#()[]\"'*_`-.,;:/7x\ue000") + ["<|", "|#", "##", "<|#|>", "entity", " entity", "- ", "8/"]
+    for pre in ("", "entity<|#|>", "relation<|#|>A<|#|>B<|#|>", "relation<|#|>A<|#|>B<|#|>c<|#|>d<|#|>"):
+        for c in specials:
+            for suf in ("", "x", "<|#|>", "|", ">"):
+                t0 = time.perf_counter()
+                parse_extraction(pre + c * (10000 // len(c)) + suf)
+                assert time.perf_counter() - t0 < 0.25, (pre, c, suf)
 
 
 # --------------------------------------------------------------------------------------------- prompts

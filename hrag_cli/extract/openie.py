@@ -13,6 +13,7 @@ Triples that are not three non-empty strings are dropped and counted, as are sel
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,19 @@ def openie_extractor_id(path: Path) -> str:
 
 def _load_docs(path: Path) -> list[dict]:
     try:
-        data = orjson.loads(Path(path).read_bytes())
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise UsageError(f"--import-openie: {path} does not exist") from None
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"--import-openie: {path} is not valid JSON ({exc})") from None
+    except IsADirectoryError:
+        raise UsageError(f"--import-openie: {path} is a directory, expected a JSON file") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # HippoRAG writes NaN for empty averages, which strict JSON (orjson) refuses; the stdlib reads it
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--import-openie: {path} is not valid JSON ({exc})") from None
     docs = data.get("docs") if isinstance(data, dict) else data
     if not isinstance(docs, list):
         raise UsageError(f"--import-openie: {path} has no 'docs' list (expected a HippoRAG openie_results file)")

@@ -33,19 +33,16 @@ _DELIM_RE = re.compile(r"<[ \t]*[|#][ \t|#]*>?|\|[ \t]*#+[ \t]*\|>?|(?<!#)#+[ \t
 _KW = r"(?:entities|entity|relationships|relationship|relations|relation|rel|content_keywords|content_keyword)"
 # `##` record separators (legacy LightRAG) when followed by another record.
 _HASH_SEP_RE = re.compile(r"(?<!#)##+[ \t]*(?=[(\"'\[ \t]*" + _KW + r"\b)", re.IGNORECASE)
-# Where a record starts inside a line: a record keyword (maybe quoted/bracketed) followed by a delimiter.
-_RECORD_START_RE = re.compile(
-    r"(?<![\w(\[\"'*` \t])[(\[\"'*`]*[ \t]*" + _KW + r"[\"'*`\])]*[ \t]*" + _SEP, re.IGNORECASE
-)
-_BULLET_RE = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
-_FENCE_RE = re.compile(r"^\s*```+\s*([\w+-]*)\s*$")
+# A record keyword (maybe quoted/bracketed) at the end of the text before a delimiter.
+_TAIL_KW_RE = re.compile(r"(?<![\w(\[\"'*`])[(\[\"'*`]*" + _KW + r"[\"'*`\])]*[ \t]*$", re.IGNORECASE)
+_KW_TRAIL = "\"'*`])\t "
+_KW_ENDINGS = ("entity", "entities", "relationship", "relationships", "relation", "relations", "rel",
+               "content_keywords", "content_keyword")
 _KEYWORD_SPLIT_RE = re.compile(r"[,;，；、]")
-_WS_RE = re.compile(r"\s+")
 _NUM_RE = re.compile(
     r"^\s*(?:strength\s*[:=]?\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:/\s*10(?:\.0*)?)?\s*$", re.IGNORECASE
 )
 _TYPE_BAD_RE = re.compile(r"[^\w]+")
-_TRAILING_HASH_RE = re.compile(r"#{2,}\s*$")
 
 _QUOTES = "\"'`“”‘’«»„"
 _PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">", "“": "”", "‘": "’", "«": "»", "„": "“"}
@@ -69,6 +66,8 @@ class ParseResult:
 def _strip_quotes(s: str) -> str:
     """Remove surrounding matched quotes, or a lone unbalanced quote at either end."""
     s = s.strip()
+    if not s or (s[0] not in _QUOTES and s[-1] not in _QUOTES):
+        return s
     for _ in range(4):
         if len(s) >= 2 and s[0] in _QUOTES and (s[0] == s[-1] or _PAIRS.get(s[0]) == s[-1]):
             inner = s[1:-1]
@@ -87,7 +86,9 @@ def _strip_quotes(s: str) -> str:
 
 def clean_name(s: str) -> str:
     """Normalise an entity name: no surrounding quotes/brackets/markdown emphasis, single spaces."""
-    s = _WS_RE.sub(" ", s).strip()
+    s = " ".join(s.split())
+    if s and s[0].isalnum() and s[-1].isalnum():
+        return s  # fast path: nothing to strip
     for _ in range(6):
         before = s
         s = _strip_quotes(s)
@@ -106,7 +107,7 @@ def _name_key(s: str) -> str:
 
 
 def _clean_text(s: str) -> str:
-    return _strip_quotes(_WS_RE.sub(" ", s).strip())
+    return _strip_quotes(" ".join(s.split()))
 
 
 def _clean_type(s: str) -> str:
@@ -156,36 +157,63 @@ def _normalise(text: str) -> tuple[str, bool]:
     if "omplete" in text or "OMPLETE" in text:
         text, n = _COMPLETE_RE.subn("\n", text)
         complete = n > 0
-    text = _DELIM_RE.sub(_SEP, text)
-    text = _HASH_SEP_RE.sub("\n", text)
+    text = text.replace("<|#|>", _SEP)  # the well-formed delimiter, cheaply; the regex below is for damage
+    if "<" in text or "|" in text or "#|" in text:
+        text = _DELIM_RE.sub(_SEP, text)
+    if "##" in text:
+        text = _HASH_SEP_RE.sub("\n", text)
     return text, complete
 
 
-def _split_line(line: str) -> list[str]:
-    """Split one line into record pieces, separating rows glued together on one line."""
-    starts = [m.start() for m in _RECORD_START_RE.finditer(line)]
-    if not starts:
-        return []
-    pieces: list[str] = []
-    cut = starts[0]  # anything before the first record keyword is prose or a broken fragment: ignored
-    for pos in starts[1:]:
-        # Start a new row only after a complete-looking one (>= 3 delimiters); with fewer, the keyword is
-        # probably a field value (e.g. an entity whose type is "entity").
-        if line.count(_SEP, cut, pos) >= 3:
-            pieces.append(line[cut:pos])
-            cut = pos
-    pieces.append(line[cut:])
-    return pieces
+def _tail_keyword(part: str) -> tuple[str, str] | None:
+    """If `part` ends with a record keyword (it is followed by a delimiter), return (text before it, keyword)."""
+    tail = part[-48:]
+    if not tail.rstrip(_KW_TRAIL).lower().endswith(_KW_ENDINGS):
+        return None
+    m = _TAIL_KW_RE.search(tail)
+    if m is None:
+        return None
+    return part[: len(part) - len(tail) + m.start()], m.group(0)
 
 
-def _fields_of(piece: str) -> list[str]:
-    row = _TRAILING_HASH_RE.sub("", piece.strip()).strip().rstrip(",;").strip()
-    if row.startswith("(") or row.startswith("["):
-        close = ")" if row[0] == "(" else "]"
-        row = row[1:]
-        if row.endswith(close):
-            row = row[:-1]
-    fields = [f.strip() for f in row.split(_SEP)]
+def _rows_of_line(line: str) -> list[list[str]]:
+    """Split one line into rows of fields, separating rows glued together on one line.
+
+    A row starts at a record keyword followed by a delimiter. Text before the first one is prose or a broken
+    fragment and is ignored. A keyword later on starts a new row only once the current row has at least three
+    delimiters (a complete entity); before that it is probably a field value, e.g. an entity of type "entity".
+    """
+    parts = line.split(_SEP)
+    rows: list[list[str]] = []
+    cur: list[str] | None = None
+    for part in parts[:-1]:
+        hit = _tail_keyword(part)
+        if hit is not None and (cur is None or len(cur) >= 3):
+            head, kw = hit
+            if cur is not None:
+                if head.strip():
+                    cur.append(head)
+                rows.append(cur)
+            cur = [kw]
+        elif cur is not None:
+            cur.append(part)
+    if cur is not None:
+        cur.append(parts[-1])
+        rows.append(cur)
+    return [_tidy_row(r) for r in rows]
+
+
+def _tidy_row(fields: list[str]) -> list[str]:
+    """Strip row wrappers: `(...)`, a trailing `##`/`,`, and trailing empty fields."""
+    fields = [f.strip() for f in fields]
+    last = fields[-1]
+    if last.endswith("##"):  # legacy record separator left at the end of a row
+        last = last.rstrip("#").rstrip()
+    last = last.rstrip(",;").rstrip()
+    opener = fields[0].lstrip("\"'*`")[:1]
+    if opener in ("(", "[") and last.endswith(")" if opener == "(" else "]"):
+        last = last[:-1].rstrip()
+    fields[-1] = last
     while len(fields) > 1 and not _strip_quotes(fields[-1]):
         fields.pop()
     return fields
@@ -276,7 +304,9 @@ def parse_extraction(text: str) -> ParseResult:
 
 
 def _parse(text: str) -> ParseResult:
-    if not isinstance(text, str):
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
         text = "" if text is None else str(text)
     norm, complete = _normalise(text)
     entities: dict[str, ExtractedEntity] = {}
@@ -286,18 +316,12 @@ def _parse(text: str) -> ParseResult:
         line = raw_line.strip()
         if not line:
             continue
-        if line.startswith("```"):
-            if _FENCE_RE.match(line):
-                continue
-            line = line.lstrip("`").strip()
-        if line.endswith("```"):
-            line = line.rstrip("`").strip()
         if _SEP not in line:
-            continue
-        line = _BULLET_RE.sub("", line)
-        for piece in _split_line(line):
-            fields = _fields_of(piece)
-            kind = _record_kind(fields[0]) if fields else ""
+            continue  # prose, headers, code fences, bullets-only lines: not records
+        if line.endswith("```"):
+            line = line.rstrip("`").rstrip()
+        for fields in _rows_of_line(line):
+            kind = _record_kind(fields[0])
             if kind == "ignore":
                 continue
             if _is_template_echo(kind, fields):

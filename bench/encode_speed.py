@@ -1,0 +1,71 @@
+"""Encode throughput of the built-in embedder (texts/second), the number issue 7 asks for.
+
+Usage: python bench/encode_speed.py [--n 20000] [--dim 2048 1024] [--corpus PATH]
+
+Texts are passage-length: the MuSiQue corpus passages (title + "\\n" + text, ~80 words) when the
+shared bench file exists, otherwise deterministic synthetic passages of ~80 words. Reports, per dim:
+IDF fit time, a cold run (fresh embedder: every word's features are built), and the best of three
+warm runs (the word-feature cache is filled), as wall-clock and CPU-time texts/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from hrag_cli.embed_builtin import BuiltinEmbedder, IdfTable
+
+DEFAULT_CORPUS = Path("/work/shared/bench/musique_train_corpus.json")
+
+
+def load_texts(corpus: Path | None, n: int) -> list[str]:
+    """n passage-length texts, cycling through the corpus (so warm runs see repeated vocabulary)."""
+    if corpus is not None and corpus.exists():
+        rows = json.loads(corpus.read_text())
+        base = [r["title"] + "\n" + r["text"] for r in rows]
+    else:
+        rng = random.Random(7)
+        syll = ["ka", "lo", "mi", "ter", "ran", "so", "vel", "dor", "an", "is", "ex", "pu", "gra", "th"]
+        vocab = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(20000)]
+        base = [" ".join(rng.choice(vocab) for _ in range(80)) + "." for _ in range(2000)]
+    return [base[i % len(base)] for i in range(n)]
+
+
+def timed(fn) -> tuple[float, float]:
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20000, help="texts per run")
+    ap.add_argument("--dim", type=int, nargs="+", default=[2048, 1024])
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    args = ap.parse_args()
+
+    texts = load_texts(args.corpus, args.n)
+    words = sum(len(t.split()) for t in texts) / len(texts)
+    print(f"{len(texts)} texts, {words:.0f} words/text on average")
+    wall, _ = timed(lambda: IdfTable.fit(texts))
+    table = IdfTable.fit(texts)
+    print(f"IdfTable.fit: {len(texts) / wall:,.0f} texts/s   fingerprint {table.fingerprint()}")
+    for dim in args.dim:
+        emb = BuiltinEmbedder(table, dim=dim)
+        cw, cc = timed(lambda: emb.encode(texts))
+        best_w = best_c = float("inf")
+        for _ in range(3):
+            w, c = timed(lambda: emb.encode(texts))
+            best_w, best_c = min(best_w, w), min(best_c, c)
+        print(
+            f"dim={dim:5d} {emb.model_id:32s} cold {len(texts) / cw:8,.0f} texts/s"
+            f" | warm {len(texts) / best_w:8,.0f} texts/s (wall)  {len(texts) / best_c:8,.0f} texts/s (cpu)"
+            f" | {dim * 4 / 1024:.0f} KiB/vector"
+        )
+
+
+if __name__ == "__main__":
+    main()

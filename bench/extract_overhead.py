@@ -1,0 +1,159 @@
+"""Extraction overhead per chunk, LLM time excluded, and the offline `hrag index sample_corpus` wall time.
+
+1. Starts the stub OpenAI-compatible server in this process, answering every chat request at once with a
+   valid extraction built from the passage, and runs the extract stage over the sample corpus (copied
+   --copies times with a distinguishing line, so there are enough distinct chunks) in a fresh project, so
+   nothing is cached. Since the stub answers instantly, extract wall time minus the time spent inside the
+   stub's responder is hrag's own overhead: building prompts, litellm, HTTP, parsing, appending records.
+2. Runs `.venv/bin/hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage that
+   exists) as a fresh process and prints its wall time.
+
+    .venv/bin/python bench/extract_overhead.py [--copies 10] [--gleanings 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hrag_cli import offline  # noqa: E402
+
+offline.setup()
+os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
+
+D = "<|#|>"
+
+
+def make_responder(spent: list[float]):
+    def respond(body: dict) -> str:
+        t0 = time.perf_counter()
+        msgs = body["messages"]
+        if len(msgs) > 2:          # a gleaning round
+            out = "<|COMPLETE|>"
+        else:
+            passage = msgs[-1]["content"].split("Passage:\n", 1)[-1]
+            words = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{3,}\b", passage)))[:15]
+            rows = [f"entity{D}{w}{D}concept{D}{w} appears in the passage." for w in words]
+            rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
+                     for a, b in zip(words, words[1:])]
+            out = "\n".join(rows + ["<|COMPLETE|>"])
+        spent.append(time.perf_counter() - t0)
+        return out
+    return respond
+
+
+def copy_corpus(dst: Path, copies: int) -> None:
+    src = ROOT / "sample_corpus"
+    for k in range(copies):
+        for p in src.rglob("*"):
+            if p.is_file() and p.suffix in (".txt", ".md"):
+                out = dst / f"copy{k}" / p.relative_to(src)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(f"Copy {k} of {p.name}.\n\n" + p.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
+    from hrag_cli.config import load_settings
+    from hrag_cli.extract.stage import run_extract
+    from hrag_cli.ingest import run_chunk
+    from hrag_cli.progress import Reporter
+    from hrag_cli.project import Project
+    from tests.stub_server import StubServer
+
+    spent: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, StubServer() as stub:
+        stub.set_chat(make_responder(spent))
+        docs = Path(tmp) / "docs"
+        copy_corpus(docs, copies)
+        proj = Project(Path(tmp) / "proj")
+        proj.init()
+        settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": stub.url,
+                                        "extract.max_gleanings": gleanings, "llm.concurrency": concurrency})
+        quiet = Reporter("quiet")
+        chunked = run_chunk(proj, settings, quiet, [docs])
+        # warm up: import litellm and open its HTTP client once, outside the timed run
+        from hrag_cli.llm import LLMClient
+
+        warm = Project(Path(tmp) / "warm")
+        warm.init()
+        with LLMClient(warm, settings.llm) as client:
+            client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])
+        spent.clear()
+        t0 = time.perf_counter()
+        out = run_extract(proj, settings, quiet)
+        wall = time.perf_counter() - t0
+    c = out.counts
+    n_chunks, n_req = c["extracted_now"], c["llm_requests"]
+    own = wall - sum(spent)
+    print(f"extract through instant stub: {n_chunks} chunks ({chunked.counts['tokens']} tokens), {n_req} requests, "
+          f"concurrency {concurrency}, gleanings {gleanings}")
+    print(f"  wall {wall:.2f}s, inside stub responder {sum(spent) * 1000:.1f}ms")
+    print(f"  overhead per chunk    {own / max(n_chunks, 1) * 1000:.2f} ms")
+    print(f"  overhead per request  {own / max(n_req, 1) * 1000:.2f} ms")
+    print(f"  throughput            {n_chunks / wall:.1f} chunks/s")
+
+
+def bench_offline_index() -> None:
+    hrag = ROOT / ".venv" / "bin" / "hrag"
+    with tempfile.TemporaryDirectory() as tmp:
+        proj = Path(tmp) / "proj"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
+        full = (ROOT / "hrag_cli" / "resolve.py").exists() and (ROOT / "hrag_cli" / "synonyms.py").exists()
+        args = [str(hrag), "index", str(ROOT / "sample_corpus"), "-p", str(proj), "--extractor", "rules", "-q"]
+        if not full:
+            args += ["--stop-after", "extract"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(f"offline index failed ({proc.returncode}): {proc.stderr.strip()}")
+            return
+        t0 = time.perf_counter()
+        subprocess.run([str(hrag), "--help"], env=env, capture_output=True)
+        startup = time.perf_counter() - t0
+        stages = "all stages" if full else "chunk + extract"
+        print(f"offline `hrag index sample_corpus` ({stages}, rules extractor): {wall:.2f}s wall "
+              f"(process start-up alone, `hrag --help`: {startup:.2f}s)")
+        shutil.rmtree(proj, ignore_errors=True)
+
+
+def bench_rules_speed() -> None:
+    from hrag_cli.chunking import chunk_text
+    from hrag_cli.extract.rules import extract_rules
+
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "sample_corpus").rglob("*.txt")))
+    chunks = [c.text for c in chunk_text(text * 20, 1200, 100)]
+    t0 = time.perf_counter()
+    for i, c in enumerate(chunks):
+        extract_rules(str(i), c)
+    wall = time.perf_counter() - t0
+    print(f"rules extractor: {len(chunks)} chunks of 1200 tokens in {wall:.2f}s = {len(chunks) / wall:.0f} chunks/s")
+    big = text * (1_000_000 // max(len(text), 1) + 1)
+    t0 = time.perf_counter()
+    n = len(chunk_text(big[:1_000_000], 1200, 100))
+    print(f"chunking 1 MB of text: {n} chunks in {time.perf_counter() - t0:.2f}s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--gleanings", type=int, default=1)
+    ap.add_argument("--concurrency", type=int, default=8)
+    args = ap.parse_args()
+    bench_overhead(args.copies, args.gleanings, args.concurrency)
+    bench_rules_speed()
+    bench_offline_index()
+
+
+if __name__ == "__main__":
+    main()

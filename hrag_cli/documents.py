@@ -1,0 +1,244 @@
+"""Loading documents: a recursive scan of folders or single files into (Document, text) pairs.
+
+Paths are relative to the DOCS root they were found under, so the same corpus indexed from another working
+directory gets the same doc ids. With several roots, each path is prefixed by its root's name so two roots
+holding `a.txt` stay distinct. A `.jsonl` file yields one document per record, `file.jsonl#<id>`.
+Bad input never stops the scan: binary, non-UTF-8 and unreadable files, and bad JSONL lines, are skipped with a
+warning that names them; only a missing path or a corpus with nothing usable is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import orjson
+
+from .config import DocumentSettings
+from .errors import UsageError
+from .progress import Reporter
+from .project import text_hash
+from .records import Document
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
+RECORD_SUFFIXES = {".jsonl"}
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES | RECORD_SUFFIXES
+
+
+@dataclass
+class LoadedDocument:
+    doc: Document
+    text: str
+
+
+@dataclass
+class ScanResult:
+    documents: list[LoadedDocument] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)     # "path: reason", each also warned about
+    ignored: int = 0                                     # files of unsupported types, silently passed over
+
+
+# ------------------------------------------------------------------------------------------------ globs
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """fnmatch-style glob on '/'-separated paths: `*` and `?` stay inside one folder, `**` crosses folders
+    (`**/` also matches no folder at all), `[...]` is a character class."""
+    i, n, out = 0, len(pattern), []
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            if pattern.startswith("**", i):
+                i += 2
+                if i < n and pattern[i] == "/":
+                    i += 1
+                    out.append("(?:.*/)?")
+                else:
+                    out.append(".*")
+                continue
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "]") else i + 1)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:j]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("(?s:" + "".join(out) + r")\Z")
+
+
+def glob_match(rel_path: str, pattern: str) -> bool:
+    """A pattern with no '/' also matches the file name alone (like .gitignore), so `*.jsonl` works at any
+    depth; otherwise it is matched against the whole relative path."""
+    pattern = pattern.strip()
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    if not pattern:
+        return False
+    rx = _glob_regex(pattern)
+    if rx.match(rel_path):
+        return True
+    return "/" not in pattern and rx.match(rel_path.rsplit("/", 1)[-1]) is not None
+
+
+def selected(rel_path: str, settings: DocumentSettings) -> bool:
+    if settings.include and not any(glob_match(rel_path, p) for p in settings.include):
+        return False
+    return not any(glob_match(rel_path, p) for p in settings.exclude)
+
+
+# ------------------------------------------------------------------------------------------------ scan
+
+
+def _walk(root: Path, skip: set[Path]) -> list[Path]:
+    """Files under root, sorted, skipping hidden files and folders (.git, .hrag, ...) and `skip` folders."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and (here / d).resolve() not in skip)
+        for name in filenames:
+            if not name.startswith("."):
+                found.append(here / name)
+    return sorted(found)
+
+
+def _decode(data: bytes) -> str | None:
+    """UTF-8 text (BOM dropped, newlines normalised), or None when it is binary or not UTF-8."""
+    if b"\x00" in data:
+        return None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _make_doc(path: str, text: str, metadata: dict | None = None) -> LoadedDocument:
+    raw = text.encode("utf-8")
+    return LoadedDocument(Document(doc_id=text_hash(path), path=path, sha256=hashlib.sha256(raw).hexdigest(),
+                                   bytes=len(raw), metadata=metadata or {}), text)
+
+
+def _records(rel: str, text: str, settings: DocumentSettings, reporter: Reporter,
+             result: ScanResult) -> list[LoadedDocument]:
+    """One document per JSONL line; a line that is not a JSON object with a text field is skipped, named."""
+    docs: list[LoadedDocument] = []
+    seen: set[str] = set()
+    tf, idf, titlef = settings.jsonl_text_field, settings.jsonl_id_field, settings.jsonl_title_field
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{rel}:{lineno}"
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            _skip(result, reporter, where, "not valid JSON")
+            continue
+        if not isinstance(rec, dict):
+            _skip(result, reporter, where, "not a JSON object")
+            continue
+        body = rec.get(tf)
+        if not isinstance(body, str) or not body.strip():
+            _skip(result, reporter, where, f"no text in field '{tf}'")
+            continue
+        key = rec.get(idf)
+        key = str(key).strip() if isinstance(key, (str, int, float)) and not isinstance(key, bool) else ""
+        key = key or f"line{lineno}"
+        if key in seen:
+            reporter.warn(f"{where}: duplicate id '{key}', keyed by line number instead")
+            key = f"line{lineno}"
+        seen.add(key)
+        title = rec.get(titlef)
+        full = f"{title.strip()}\n\n{body}" if isinstance(title, str) and title.strip() else body
+        metadata = {k: v for k, v in rec.items() if k != tf}
+        docs.append(_make_doc(f"{rel}#{key}", full.replace("\r\n", "\n"), metadata))
+    return docs
+
+
+def _skip(result: ScanResult, reporter: Reporter, where: str, reason: str) -> None:
+    result.skipped.append(f"{where}: {reason}")
+    reporter.warn(f"skipped {where}: {reason}")
+
+
+def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
+               result: ScanResult) -> None:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        _skip(result, reporter, rel, f"unreadable ({exc.strerror or exc})")
+        return
+    text = _decode(data)
+    if text is None:
+        _skip(result, reporter, rel, "binary file" if b"\x00" in data else "not UTF-8 text")
+        return
+    if path.suffix.lower() in RECORD_SUFFIXES:
+        docs = _records(rel, text, settings, reporter, result)
+        if not docs and text.strip():
+            reporter.warn(f"{rel}: no usable records")
+        result.documents.extend(docs)
+        return
+    if not text.strip():
+        _skip(result, reporter, rel, "empty")
+        return
+    result.documents.append(_make_doc(rel, text))
+
+
+def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
+         skip_dirs: list[Path] | None = None) -> ScanResult:
+    """Load every supported document under `roots` (folders or files). `skip_dirs` (the project folder)
+    is never read even when it sits inside a root under a non-hidden name."""
+    if not roots:
+        raise UsageError("no documents given")
+    resolved: list[Path] = []
+    for r in roots:
+        p = Path(r).expanduser()
+        if not p.exists():
+            raise UsageError(f"no such file or folder: {r}")
+        resolved.append(p.resolve())
+    skip = {Path(s).resolve() for s in (skip_dirs or [])}
+    prefix_roots = len(resolved) > 1
+    result = ScanResult()
+    seen_paths: set[str] = set()
+    for root in resolved:
+        if root.is_file():
+            files, base = [root], root.parent
+            explicit = True
+        else:
+            files, base = _walk(root, skip), root
+            explicit = False
+        for f in files:
+            rel = f.relative_to(base).as_posix()
+            if prefix_roots:
+                rel = f"{root.name}/{rel}"
+            if f.suffix.lower() not in SUPPORTED_SUFFIXES:
+                if explicit:
+                    _skip(result, reporter, rel, f"unsupported file type '{f.suffix or '(none)'}' "
+                          f"(takes {', '.join(sorted(SUPPORTED_SUFFIXES))})")
+                else:
+                    result.ignored += 1
+                continue
+            if not explicit and not selected(rel if not prefix_roots else rel.split("/", 1)[1], settings):
+                continue
+            if rel in seen_paths:
+                continue
+            seen_paths.add(rel)
+            _load_file(f, rel, settings, reporter, result)
+    if not result.documents:
+        where = ", ".join(str(r) for r in roots)
+        detail = f" ({len(result.skipped)} skipped)" if result.skipped else ""
+        raise UsageError(f"no usable documents in {where}{detail}: hrag reads "
+                         f"{', '.join(sorted(SUPPORTED_SUFFIXES))} files")
+    return result

@@ -1,0 +1,332 @@
+"""`hrag export`: turn the project's graph into a neutral node/edge model, optionally cut a subgraph, and hand
+it to one writer (GraphML, JSONL, CSV, Cypher) or to the FalkorDB loader.
+
+Why a neutral model: every format needs the same things (stable ids, a label per node, a type and a direction
+per edge, typed properties with chunk text and entity aliases joined in from the JSONL artifacts), so they are
+worked out once here and the writers stay small. Export only reads the project: it never takes the writer lock
+and refuses an output path inside the project folder.
+
+Ids: "doc:<doc_id>", "chunk:<chunk_id>", "entity:<entity id>". Labels: Document, Chunk, Entity. Edge types and
+directions: PART_OF chunk->document, NEXT_CHUNK earlier->later chunk, RELATION src->tgt of the relation record,
+MENTIONED_IN entity->chunk, SYNONYM a->b.
+
+--select syntax (terms separated by commas, applied left to right; `around:` must come last since a name may
+contain commas):
+  entities        entity nodes only, with the edges between them (RELATION, SYNONYM)
+  around:NAME     the entity NAME (matched by normalised name, then by alias) and every node within --hops
+                  hops of it in what is selected so far, with the edges among them
+  e.g. "entities,around:Port Ellery" = the entity neighbourhood without chunks and documents.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import store
+from .config import Settings
+from .errors import UsageError
+from .progress import Reporter
+from .project import Project
+
+FORMATS = ("graphml", "jsonl", "csv", "cypher", "falkordb")
+LABELS = {"document": "Document", "chunk": "Chunk", "entity": "Entity"}
+ID_PREFIX = {"document": "doc:", "chunk": "chunk:", "entity": "entity:"}
+EDGE_TYPES = ("PART_OF", "NEXT_CHUNK", "RELATION", "MENTIONED_IN", "SYNONYM")
+# igraph attributes that the model turns into structure (id, label) rather than properties
+_STRUCTURAL = {"kind"}
+
+
+@dataclass
+class ExportOptions:
+    fmt: str
+    output: Path | None = None
+    url: str | None = None
+    graph: str = "hrag"
+    select: str | None = None
+    hops: int = 1
+    progress: bool = False
+
+
+@dataclass
+class Node:
+    id: str
+    label: str                      # Document, Chunk or Entity
+    props: dict[str, Any]           # plain JSON-able values; lists are lists of str; None never stored
+
+
+@dataclass
+class Edge:
+    source: str
+    target: str
+    type: str
+    props: dict[str, Any]
+
+
+@dataclass
+class ExportGraph:
+    nodes: list[Node] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+
+    def counts(self) -> dict[str, Any]:
+        by_label: dict[str, int] = {}
+        for n in self.nodes:
+            by_label[n.label] = by_label.get(n.label, 0) + 1
+        by_type: dict[str, int] = {}
+        for e in self.edges:
+            by_type[e.type] = by_type.get(e.type, 0) + 1
+        return {"nodes": len(self.nodes), "edges": len(self.edges), "labels": by_label, "types": by_type}
+
+
+# -- value normalisation ----------------------------------------------------------------------------------
+def clean_value(value: Any) -> Any:
+    """One representation per value for every writer: numpy scalars become Python numbers, lists become lists
+    of strings, maps become JSON strings, None/NaN mean "no property"."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        value = value.item()            # numpy scalar
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+        return [v if isinstance(v, str) else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                for v in items if v is not None]
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_SORT_KEYS).decode()
+
+
+def _props(raw: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in raw.items():
+        cv = clean_value(v)
+        if cv is not None:
+            out[k] = cv
+    return out
+
+
+def property_types(items: list[Node] | list[Edge]) -> dict[str, str]:
+    """Property name -> string | int | float | boolean | string[], in order of first appearance; an int
+    property that is a float elsewhere becomes float, anything else mixed becomes string."""
+    types: dict[str, str] = {}
+    for item in items:
+        for k, v in item.props.items():
+            t = ("boolean" if isinstance(v, bool) else "int" if isinstance(v, int) else
+                 "float" if isinstance(v, float) else "string[]" if isinstance(v, list) else "string")
+            old = types.get(k)
+            if old is None or old == t:
+                types[k] = t
+            elif {old, t} == {"int", "float"}:
+                types[k] = "float"
+            else:
+                types[k] = "string"
+    return types
+
+
+# -- building the model from the project ------------------------------------------------------------------
+def _fill(raw: dict[str, Any], record: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Take from the JSONL record what the igraph graph does not carry (text bodies, lists)."""
+    for k in keys:
+        if raw.get(k) is None and record.get(k) is not None:
+            raw[k] = record[k]
+
+
+def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
+    """The igraph graph (DESIGN.md §3) plus the text bodies and lists that live in the JSONL artifacts."""
+    docs: dict[str, dict] = {}
+    chunks: dict[str, dict] = {}
+    entities: dict[str, dict] = {}
+    relations: dict[frozenset, dict] = {}
+    if project is not None:
+        docs = {d["doc_id"]: d for d in store.read_jsonl(project.docs_path) if "doc_id" in d}
+        chunks = {c["chunk_id"]: c for c in store.read_jsonl(project.chunks_path) if "chunk_id" in c}
+        entities = {e["id"]: e for e in store.read_jsonl(project.entities_path) if "id" in e}
+        for r in store.read_jsonl(project.relations_path):
+            if "src" in r and "tgt" in r:
+                relations[frozenset((r["src"], r["tgt"]))] = r
+
+    vattrs = [a for a in g.vs.attributes() if a not in _STRUCTURAL]
+    out = ExportGraph()
+    ids: list[str] = []
+    kinds: list[str] = []
+    for v in g.vs:
+        kind = v["kind"]
+        key = str(v["key"])
+        raw = {a: v[a] for a in vattrs}
+        if kind == "document":
+            _fill(raw, docs.get(key, {}), ("path", "sha256", "bytes", "n_chunks", "metadata"))
+            if raw.get("metadata") == {}:
+                raw["metadata"] = None
+        elif kind == "chunk":
+            _fill(raw, chunks.get(key, {}), ("doc_id", "order", "n_tokens", "text"))
+        elif kind == "entity":
+            _fill(raw, entities.get(key, {}), ("name", "type", "description", "aliases", "source_ids"))
+        node_id = ID_PREFIX.get(kind, f"{kind}:") + key
+        label = LABELS.get(kind, str(kind).capitalize())
+        out.nodes.append(Node(node_id, label, _props(raw)))
+        ids.append(node_id)
+        kinds.append(kind)
+
+    eattrs = [a for a in g.es.attributes() if a not in _STRUCTURAL]
+    orders = g.vs["order"] if "order" in g.vs.attributes() else [None] * g.vcount()
+    for e in g.es:
+        s, t = e.tuple
+        etype = str(e["kind"])
+        raw = {a: e[a] for a in eattrs}
+        if raw.get("weight") is not None:
+            raw["weight"] = float(raw["weight"])
+        if etype == "PART_OF" and kinds[s] == "document":
+            s, t = t, s
+        elif etype == "MENTIONED_IN" and kinds[s] == "chunk":
+            s, t = t, s
+        elif etype == "NEXT_CHUNK" and orders[s] is not None and orders[t] is not None and orders[s] > orders[t]:
+            s, t = t, s
+        elif etype == "RELATION":
+            a, b = g.vs[s]["key"], g.vs[t]["key"]
+            rec = relations.get(frozenset((a, b)))
+            if rec is not None:
+                if rec["src"] == b and rec["tgt"] == a and a != b:
+                    s, t = t, s
+                raw = {"key": rec.get("id"), **raw}
+                _fill(raw, rec, ("predicates", "keywords", "description", "source_ids"))
+        out.edges.append(Edge(ids[s], ids[t], etype, _props(raw)))
+    return out
+
+
+def load_export_graph(project: Project) -> ExportGraph:
+    if not project.graph_path.exists():
+        raise UsageError(f"project {project.root} has no graph yet (run 'hrag index DOCS' first)")
+    from .graph import load_graph
+
+    g, _ = load_graph(project)
+    return build_export_graph(g, project)
+
+
+# -- --select -----------------------------------------------------------------------------------------------
+def _find_entity(graph: ExportGraph, name: str) -> Node:
+    from .normalize import normalize_name
+
+    want = normalize_name(name)
+    if not want:
+        raise UsageError(f"--select around:{name!r}: not a usable entity name")
+    entities = [n for n in graph.nodes if n.label == "Entity"]
+    for n in entities:
+        if n.id == ID_PREFIX["entity"] + want:
+            return n
+    for n in entities:
+        if normalize_name(str(n.props.get("name", ""))) == want:
+            return n
+    for n in entities:
+        if any(normalize_name(a) == want for a in n.props.get("aliases", [])):
+            return n
+    import difflib
+
+    names = [str(n.props.get("name", n.id)) for n in entities]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    raise UsageError(f"--select around:{name}: no entity with that name{hint}")
+
+
+def _induced(graph: ExportGraph, keep: set[str]) -> ExportGraph:
+    return ExportGraph([n for n in graph.nodes if n.id in keep],
+                       [e for e in graph.edges if e.source in keep and e.target in keep])
+
+
+def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> ExportGraph:
+    """Apply a --select expression (module docstring); None or 'all' keeps everything."""
+    if select is None or select.strip() in ("", "all"):
+        return graph
+    if hops < 0:
+        raise UsageError("--hops must be 0 or more")
+    rest = select.strip()
+    while rest:
+        if rest.startswith("around:"):
+            name = rest[len("around:"):].strip()
+            rest = ""
+            centre = _find_entity(graph, name)
+            adj: dict[str, list[str]] = {}
+            for e in graph.edges:
+                adj.setdefault(e.source, []).append(e.target)
+                adj.setdefault(e.target, []).append(e.source)
+            seen = {centre.id: 0}
+            queue = deque([centre.id])
+            while queue:
+                cur = queue.popleft()
+                if seen[cur] >= hops:
+                    continue
+                for nb in adj.get(cur, ()):
+                    if nb not in seen:
+                        seen[nb] = seen[cur] + 1
+                        queue.append(nb)
+            graph = _induced(graph, set(seen))
+            continue
+        term, _, rest = rest.partition(",")
+        term, rest = term.strip(), rest.strip()
+        if term == "entities":
+            graph = _induced(graph, {n.id for n in graph.nodes if n.label == "Entity"})
+        elif term in ("", "all"):
+            continue
+        else:
+            raise UsageError(f"--select: unknown term {term!r} (use 'entities', 'around:NAME', or both "
+                             "separated by a comma)")
+    return graph
+
+
+# -- the command ------------------------------------------------------------------------------------------
+def _check_output(project: Project, output: Path | None, fmt: str) -> Path:
+    if output is None:
+        what = "a file" if fmt in ("graphml", "cypher") else "a folder"
+        raise UsageError(f"--format {fmt} needs --output/-o ({what})")
+    out = Path(output)
+    root = project.root.resolve()
+    target = out.resolve()
+    if target == root or root in target.parents:
+        raise UsageError(f"--output {out} is inside the project folder {project.root}; export never writes there")
+    if fmt in ("graphml", "cypher") and out.is_dir():
+        raise UsageError(f"--output {out} is a folder; --format {fmt} writes one file")
+    if fmt in ("jsonl", "csv") and out.exists() and not out.is_dir():
+        raise UsageError(f"--output {out} is a file; --format {fmt} writes a folder of files")
+    return out
+
+
+def run_export(project: Project, settings: Settings, reporter: Reporter, options: ExportOptions) -> dict:
+    """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary."""
+    fmt = (options.fmt or "").strip().lower()
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format {options.fmt!r} (choose one of {', '.join(FORMATS)})")
+    output: Path | None = None
+    if fmt == "falkordb":
+        if not options.url:
+            raise UsageError("--format falkordb needs --url, e.g. redis://127.0.0.1:6379")
+        if not options.graph:
+            raise UsageError("--graph must not be empty")
+    else:
+        output = _check_output(project, options.output, fmt)
+    project.require()
+    graph = select_subgraph(load_export_graph(project), options.select, options.hops)
+    summary: dict[str, Any] = {"format": fmt}
+    if options.select:
+        summary["select"] = options.select
+    if fmt == "falkordb":
+        from .falkordb_load import load_falkordb
+
+        summary.update(load_falkordb(project, graph, options.url or "", options.graph, reporter))
+        return summary
+    from . import export_formats
+
+    assert output is not None
+    files = export_formats.WRITERS[fmt](graph, output)
+    counts = graph.counts()
+    summary.update({"output": str(output), "nodes": counts["nodes"], "edges": counts["edges"],
+                    "labels": counts["labels"], "types": counts["types"], "files": len(files)})
+    return summary

@@ -1,0 +1,404 @@
+"""The extract stage: one extraction record per current chunk, cached by (chunk text, extractor fingerprint).
+
+cache/extractions.jsonl is append-only and keeps every record ever made; the latest record of a chunk for
+an extractor is the one that counts. A chunk that has a record (ok or failed) for the current extractor is
+never extracted again, except failed ones under --retry-failed, so a plain re-run of an unchanged corpus
+makes no LLM call and a killed run resumes where it stopped. Records are appended the moment a chunk is
+done; a budget stop lets the requests in flight finish and saves them before BudgetExceeded propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import store
+from ..config import Settings
+from ..errors import BudgetExceeded, UsageError
+from ..progress import Reporter
+from ..project import Project, StageOutcome, fingerprint
+from ..records import Chunk, ExtractionRecord, from_dict
+from .rules import RULES_FINGERPRINT, extract_rules
+
+EXTRACTORS = ("auto", "llm", "rules")
+
+
+# ------------------------------------------------------------------------------------------- fingerprints
+
+
+def extractor_kind(settings: Settings) -> str:
+    """'llm' or 'rules' for these settings; a bad --extractor, or llm without a model, is a usage error."""
+    choice = (settings.extract.extractor or "auto").strip().lower()
+    if choice not in EXTRACTORS:
+        raise UsageError(f"--extractor takes {', '.join(EXTRACTORS)}, not '{settings.extract.extractor}'")
+    if choice == "auto":
+        return "llm" if settings.llm.model else "rules"
+    if choice == "llm" and not settings.llm.model:
+        raise UsageError("--extractor llm needs a model: --llm-model, $HRAG_LLM_MODEL or [llm] model in hrag.toml")
+    return choice
+
+
+def check_settings(settings: Settings) -> None:
+    """Fail fast on extractor settings before any stage writes anything."""
+    extractor_kind(settings)
+    e = settings.extract
+    if e.max_gleanings < 0:
+        raise UsageError("--max-gleanings must be 0 or more")
+    if not [t for t in e.entity_types if t.strip()]:
+        raise UsageError("--entity-types must name at least one type")
+
+
+def settings_fingerprint(settings: Settings) -> str:
+    """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
+    if extractor_kind(settings) == "rules":
+        return RULES_FINGERPRINT
+    from .prompts import PROMPT_VERSION
+
+    e = settings.extract
+    digest = fingerprint(settings.llm.model, PROMPT_VERSION, [t.strip().lower() for t in e.entity_types],
+                         e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
+                         settings.llm.max_tokens)
+    return f"llm:{settings.llm.model}:{digest[:16]}"
+
+
+# ------------------------------------------------------------------------------------------- reading records
+
+
+def _load_chunks(project: Project) -> list[Chunk]:
+    return [from_dict(Chunk, r) for r in store.read_jsonl(project.chunks_path)]
+
+
+def _latest_records(project: Project, extractors: set[str] | None = None) -> dict[tuple[str, str], dict]:
+    """(chunk_id, extractor) -> the latest record dict; later lines win."""
+    latest: dict[tuple[str, str], dict] = {}
+    for rec in store.read_jsonl(project.extractions_path):
+        if not isinstance(rec, dict) or "chunk_id" not in rec or "extractor" not in rec:
+            continue
+        if extractors is not None and rec["extractor"] not in extractors:
+            continue
+        latest[(rec["chunk_id"], rec["extractor"])] = rec
+    return latest
+
+
+def _record_digest(rec: dict) -> str:
+    return fingerprint(rec)
+
+
+def _current_extractor(project: Project, chunks: list[Chunk], default: str | None) -> str | None:
+    """The extractor the project was last built with (manifest), else the one most chunks have records
+    from, else `default`."""
+    stage = project.stage("extract")
+    if stage and stage.counts.get("extractor"):
+        return str(stage.counts["extractor"])
+    ids = {c.chunk_id for c in chunks}
+    counter: Counter[str] = Counter()
+    for (cid, ext) in _latest_records(project):
+        if cid in ids:
+            counter[ext] += 1
+    if counter:
+        return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return default
+
+
+def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
+    """What resolve merges: for every chunk in chunks.jsonl, the latest record of the extractor recorded
+    in the manifest's extract stage, when that record is ok. Chunks without one are simply absent."""
+    chunks = _load_chunks(project)
+    extractor = _current_extractor(project, chunks, None)
+    if extractor is None:
+        return {}
+    latest = _latest_records(project, {extractor})
+    out: dict[str, ExtractionRecord] = {}
+    for ch in chunks:
+        rec = latest.get((ch.chunk_id, extractor))
+        if rec is not None and rec.get("status", "ok") == "ok":
+            out[ch.chunk_id] = ExtractionRecord.from_json(rec)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the stage
+
+
+def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str) -> tuple[dict, str]:
+    failed = pending = ents = rels = 0
+    digest_items = []
+    for ch in chunks:
+        rec = latest.get((ch.chunk_id, extractor))
+        if rec is None:
+            pending += 1
+            continue
+        digest_items.append((ch.chunk_id, _record_digest(rec)))
+        if rec.get("status", "ok") != "ok":
+            failed += 1
+        else:
+            ents += len(rec.get("entities") or [])
+            rels += len(rec.get("relations") or [])
+    digest_items.sort()
+    counts = {"failed": failed, "pending": pending, "entity_mentions": ents, "relation_mentions": rels}
+    return counts, fingerprint(extractor, digest_items)
+
+
+def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
+                retry_failed: bool = False, max_cost: float | None = None,
+                import_openie: Path | None = None) -> StageOutcome:
+    chunks = _load_chunks(project)
+    if import_openie is not None:
+        extractor = _import(project, chunks, Path(import_openie), reporter)
+        kind = "openie"
+    else:
+        kind = extractor_kind(settings)
+        extractor = settings_fingerprint(settings)
+    latest = _latest_records(project, {extractor})
+    counts: dict[str, Any] = {"extractor": extractor, "chunks": len(chunks), "extracted_now": 0, "cached": 0,
+                              "failed": 0, "pending": 0, "llm_requests": 0, "llm_cache_hits": 0, "retries": 0,
+                              "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+    todo: list[Chunk] = []
+    attempts: dict[str, int] = {}
+    seen: set[str] = set()
+    for ch in chunks:
+        if ch.chunk_id in seen:
+            continue
+        seen.add(ch.chunk_id)
+        rec = latest.get((ch.chunk_id, extractor))
+        if rec is None or (retry_failed and rec.get("status", "ok") != "ok"):
+            todo.append(ch)
+            if rec is not None:
+                attempts[ch.chunk_id] = 0
+        else:
+            counts["cached"] += 1
+
+    if attempts:
+        for rec in store.read_jsonl(project.extractions_path):
+            if isinstance(rec, dict) and rec.get("chunk_id") in attempts and rec.get("extractor") == extractor:
+                attempts[rec["chunk_id"]] += 1
+    budget: BudgetExceeded | None = None
+    if kind == "rules":
+        _run_rules(project, todo, latest, reporter, counts)
+    elif kind == "llm":
+        from ..llm import LLMClient
+
+        with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
+            try:
+                if reparse:
+                    _reparse(project, client, chunks, latest, extractor, reporter, counts)
+                if todo:
+                    asyncio.run(_run_llm(project, client, todo, settings, extractor, latest, reporter, counts,
+                                         attempts))
+            except BudgetExceeded as exc:
+                budget = exc
+            finally:
+                st = client.stats
+                counts.update(llm_requests=st.requests, llm_cache_hits=st.cache_hits, retries=st.retries,
+                              prompt_tokens=st.prompt_tokens, completion_tokens=st.completion_tokens,
+                              cost=round(st.cost, 6))
+    summary, digest = _summary_counts(chunks, latest, extractor)
+    counts.update(summary)
+    if budget is not None:
+        raise budget
+    if counts["failed"]:
+        reporter.warn(f"{counts['failed']} chunk(s) could not be extracted; 'hrag status' lists them, "
+                      f"'hrag index --retry-failed' tries them again")
+    return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _run_rules(project: Project, todo: list[Chunk], latest: dict[tuple[str, str], dict], reporter: Reporter,
+               counts: dict) -> None:
+    if not todo:
+        return
+    with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
+        for i, ch in enumerate(todo, start=1):
+            rec = extract_rules(ch.chunk_id, ch.text).to_json()
+            out.append(rec)
+            latest[(ch.chunk_id, rec["extractor"])] = rec
+            counts["extracted_now"] += 1
+            if i % 256 == 0 or i == len(todo):
+                task.advance(256 if i % 256 == 0 else i % 256)
+
+
+def _stats(client: Any) -> dict:
+    st = client.stats
+    return {"llm_calls": st.requests, "tokens": st.prompt_tokens + st.completion_tokens, "cost": float(st.cost)}
+
+
+async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
+                   latest: dict[tuple[str, str], dict], reporter: Reporter, counts: dict,
+                   attempts: dict[str, int]) -> None:
+    """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
+    each record as soon as its chunk completes."""
+    from .llm_extractor import extract_chunk
+
+    window = max(1, settings.llm.concurrency) * 2
+    queue = iter(todo)
+    running: dict[asyncio.Task, Chunk] = {}
+    budget: BudgetExceeded | None = None
+    with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
+        try:
+            while True:
+                while budget is None and len(running) < window:
+                    ch = next(queue, None)
+                    if ch is None:
+                        break
+                    attempt = attempts.get(ch.chunk_id, 0) + 1
+                    running[asyncio.ensure_future(
+                        extract_chunk(client, ch, settings.extract, extractor, attempt))] = ch
+                if not running:
+                    break
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    running.pop(fut)
+                    try:
+                        rec = fut.result().to_json()
+                    except BudgetExceeded as exc:
+                        budget = budget or exc
+                        continue
+                    out.append(rec)
+                    latest[(rec["chunk_id"], extractor)] = rec
+                    counts["extracted_now"] += 1
+                    task.advance(1, **_stats(client))
+        finally:
+            for fut in running:
+                fut.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+    if budget is not None:
+        raise budget
+
+
+def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tuple[str, str], dict],
+             extractor: str, reporter: Reporter, counts: dict) -> None:
+    """Re-parse every current chunk's cached answers with today's parser; no network call."""
+    from .llm_extractor import reparse_chunk
+
+    reparsed = changed = missing = 0
+    with store.JsonlAppender(project.extractions_path) as out:
+        for ch in chunks:
+            old = latest.get((ch.chunk_id, extractor))
+            if old is None:
+                continue
+            new = reparse_chunk(client, ch, ExtractionRecord.from_json(old))
+            if new is None:
+                missing += 1
+                continue
+            reparsed += 1
+            rec = new.to_json()
+            if rec != old:
+                out.append(rec)
+                latest[(ch.chunk_id, extractor)] = rec
+                changed += 1
+    counts.update(reparsed=reparsed, reparse_changed=changed, reparse_missing=missing)
+    reporter.info(f"re-parsed {reparsed} chunk(s) from cached answers, {changed} changed"
+                  + (f", {missing} without cached answers" if missing else ""))
+
+
+def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> str:
+    """--import-openie: take HippoRAG's OpenIE results as this project's extractions."""
+    if not path.is_file():
+        raise UsageError(f"--import-openie: no such file: {path}")
+    from .openie import import_openie
+
+    extractor = "openie:" + hashlib.sha256(path.read_bytes()).hexdigest()[:24]
+    records, _counts = import_openie(project, chunks, path, reporter)
+    existing = _latest_records(project, {extractor})
+    with store.JsonlAppender(project.extractions_path) as out:
+        for rec in records:
+            rec.extractor = extractor
+            data = rec.to_json()
+            if existing.get((rec.chunk_id, extractor)) != data:
+                out.append(data)
+    return extractor
+
+
+# ------------------------------------------------------------------------------------------- dry run, status
+
+
+def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """litellm's local price for these tokens; None when the model is not in its cost map."""
+    from .. import offline
+
+    offline.setup()
+    try:
+        import litellm
+
+        p, c = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return float(p + c)
+    except Exception:
+        return None
+
+
+# Completion length per prompt token, from typical extraction answers (rows are about as long as the text)
+COMPLETION_RATIO = 0.6
+GLEAN_COMPLETION_RATIO = 0.3
+MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)
+
+
+def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
+    """--dry-run: which chunks would be extracted and what it would cost; calls and writes nothing."""
+    chunks: list[Chunk] = list(chunk_outcome.chunks)
+    kind = extractor_kind(settings)
+    extractor = settings_fingerprint(settings)
+    latest = _latest_records(project, {extractor})
+    todo = [c for c in chunks if (c.chunk_id, extractor) not in latest]
+    out: dict[str, Any] = {"extractor": extractor, "chunks": len(chunks), "to_extract": len(todo),
+                           "cached": len(chunks) - len(todo), "llm_requests": 0, "prompt_tokens": 0,
+                           "completion_tokens": 0, "cost": 0.0}
+    if kind == "rules" or not todo:
+        return out
+    from ..chunking import count_tokens
+    from .llm_extractor import glean_rounds_for
+    from .prompts import build_extraction_messages, build_gleaning_message
+
+    base = build_extraction_messages("", settings.extract.entity_types, settings.extract.language)
+    overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
+    glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
+    cap = settings.llm.max_tokens
+    requests = prompt = completion = 0
+    for ch in todo:
+        p = overhead + ch.n_tokens
+        c = min(cap, max(64, int(COMPLETION_RATIO * ch.n_tokens)))
+        requests += 1
+        prompt += p
+        completion += c
+        for _ in range(glean_rounds_for(ch, settings.extract)):
+            p = p + c + MESSAGE_OVERHEAD_TOKENS + glean_msg
+            c = min(cap, max(16, int(GLEAN_COMPLETION_RATIO * ch.n_tokens)))
+            requests += 1
+            prompt += p
+            completion += c
+    cost = _cost_of(settings.llm.model, prompt, completion)
+    out.update(llm_requests=requests, prompt_tokens=prompt, completion_tokens=completion,
+               cost=round(cost, 4) if cost is not None else "unknown")
+    return out
+
+
+def extraction_status(project: Project, settings: Settings) -> dict:
+    """For `hrag status`: extraction counts and the failed chunks with their document paths."""
+    chunks = _load_chunks(project)
+    try:
+        default = settings_fingerprint(settings)
+    except UsageError:
+        default = None
+    extractor = _current_extractor(project, chunks, default)
+    if extractor is None:
+        return {"extraction": {"chunks": len(chunks)}, "failed_chunks": []}
+    latest = _latest_records(project, {extractor})
+    counts, _ = _summary_counts(chunks, latest, extractor)
+    paths = {r.get("doc_id"): r.get("path") for r in store.read_jsonl(project.docs_path) if isinstance(r, dict)}
+    failed: list[dict] = []
+    for ch in chunks:
+        rec = latest.get((ch.chunk_id, extractor))
+        if rec is not None and rec.get("status", "ok") != "ok":
+            failed.append({"chunk_id": ch.chunk_id, "path": paths.get(ch.doc_id, ch.doc_id), "order": ch.order,
+                           "error": rec.get("error", "")})
+    return {"extraction": {"extractor": extractor, "chunks": len(chunks),
+                           "extracted": len(chunks) - counts["pending"], **counts},
+            "failed_chunks": failed}
+
+
+def iter_failed(status: dict) -> Iterable[str]:
+    """One line per failed chunk, for the plain `hrag status` output."""
+    for f in status.get("failed_chunks", []):
+        yield f"{f['path']} chunk {f['order']} ({f['chunk_id'][:12]}): {f['error']}"

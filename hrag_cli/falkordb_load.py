@@ -1,0 +1,217 @@
+"""`hrag export --format falkordb`: load the export graph into a running FalkorDB so it can serve the index.
+
+What lands in the database (graph NAME):
+- nodes Document, Chunk, Entity with the same ids and properties as every other export format, plus
+  Fact nodes {id, key, subject, predicate, object, text, relation_id, source_ids} linked
+  (f:Fact)-[:SUBJECT]->(:Entity) and (f)-[:OBJECT]->(:Entity); a fact is kept when both its entities are.
+- edges PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM as in export.py.
+- `embedding` vector properties (vecf32) on Entity, Chunk and Fact from vectors/{entities,chunks,facts},
+  each with a cosine vector index, so `CALL db.idx.vector.queryNodes('Entity', 'embedding', k, vecf32($v))`
+  works in the database alone (its score is the cosine distance, 0 = identical).
+- range indexes on every label's `id` and on Entity `name`, all created before loading so they are ready at
+  once and the edge loads find their endpoints by index.
+Re-running deletes graph NAME first and loads it again, so the result only depends on the project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import HragError, UsageError
+from .export import ExportGraph, Node
+from .progress import Reporter
+from .project import Project
+
+BATCH_ROWS = 500
+BATCH_CHARS = 2_000_000          # the client inlines parameters into the query text; keep each query modest
+VECTOR_LABELS = {"Entity": "entities", "Chunk": "chunks", "Fact": "facts"}
+_SCHEMES = ("redis://", "rediss://", "falkor://", "falkors://", "unix://")
+
+
+def _clean(value: Any) -> Any:
+    """FalkorDB strings end at NUL (its query text is a C string); everything else passes as is."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+def connect(url: str) -> Any:
+    """A connected FalkorDB client, or one clear line saying why not."""
+    if not url.startswith(_SCHEMES):
+        raise UsageError(f"--url {url!r}: expected redis://HOST:PORT (or rediss://, falkor://, unix://)")
+    try:
+        import redis
+        from falkordb import FalkorDB
+    except ImportError:
+        raise UsageError("--format falkordb needs the FalkorDB client: pip install 'hrag[falkordb]'") from None
+    try:
+        db = FalkorDB.from_url(url, socket_connect_timeout=5)
+        db.connection.ping()
+    except (redis.exceptions.RedisError, OSError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise HragError(f"cannot reach FalkorDB at {url}: {msg}") from None
+    return db
+
+
+def _vectors(project: Project, name: str) -> tuple[dict[str, Any], int]:
+    """id -> vector (list of floats) from vectors/<name>; empty when the index was never built."""
+    from .config import VectorSettings
+    from .vectors import VectorIndex
+
+    idx = VectorIndex.load(project.vectors_dir, name, VectorSettings())
+    if idx is None or not len(idx):
+        return {}, 0
+    matrix = idx.vectors()
+    return {i: matrix[p] for p, i in enumerate(idx.ids)}, idx.dim
+
+
+def _fact_nodes(project: Project, graph: ExportGraph) -> tuple[list[Node], list[tuple[str, str, str]]]:
+    """Fact nodes and their (fact id, SUBJECT|OBJECT, entity node id) links, for facts whose entities are in."""
+    from . import store
+    from .normalize import normalize_name
+
+    entity_ids = {n.id for n in graph.nodes if n.label == "Entity"}
+    by_name: dict[str, str] = {}
+    for n in graph.nodes:
+        if n.label == "Entity" and isinstance(n.props.get("name"), str):
+            by_name.setdefault(n.props["name"], n.id)
+
+    def entity_of(name: str) -> str | None:
+        nid = by_name.get(name)
+        if nid is None:
+            nid = "entity:" + normalize_name(name)
+        return nid if nid in entity_ids else None
+
+    nodes: list[Node] = []
+    links: list[tuple[str, str, str]] = []
+    for rec in store.read_jsonl(project.facts_path):
+        if not isinstance(rec, dict) or "id" not in rec:
+            continue
+        s, o = entity_of(str(rec.get("subject", ""))), entity_of(str(rec.get("object", "")))
+        if s is None or o is None:
+            continue
+        fid = "fact:" + str(rec["id"])
+        props = {"key": rec["id"], "subject": rec.get("subject", ""), "predicate": rec.get("predicate", ""),
+                 "object": rec.get("object", ""),
+                 "text": f"({rec.get('subject', '')}, {rec.get('predicate', '')}, {rec.get('object', '')})",
+                 "relation_id": rec.get("relation_id", ""), "source_ids": list(rec.get("source_ids") or [])}
+        nodes.append(Node(fid, "Fact", props))
+        links.append((fid, "SUBJECT", s))
+        links.append((fid, "OBJECT", o))
+    return nodes, links
+
+
+def _batches(rows: list[dict], size_of: Callable[[dict], int]) -> Iterator[list[dict]]:
+    cur: list[dict] = []
+    size = 0
+    for r in rows:
+        n = size_of(r)
+        if cur and (len(cur) >= BATCH_ROWS or size + n > BATCH_CHARS):
+            yield cur
+            cur, size = [], 0
+        cur.append(r)
+        size += n
+    if cur:
+        yield cur
+
+
+def _row_size(row: dict) -> int:
+    p = row.get("p", {})
+    n = 64 + sum(len(v) if isinstance(v, str) else 16 for v in p.values())
+    return n + 14 * len(row.get("v") or ())
+
+
+def load_falkordb(project: Project, graph: ExportGraph, url: str, name: str, reporter: Reporter) -> dict:
+    """Delete graph `name`, create indexes, load nodes with embeddings, then edges; returns counts."""
+    db = connect(url)
+    import redis
+    vectors: dict[str, dict[str, Any]] = {}
+    dims: dict[str, int] = {}
+    for label, index_name in VECTOR_LABELS.items():
+        vecs, dim = _vectors(project, index_name)
+        prefix = {"Entity": "entity:", "Chunk": "chunk:", "Fact": "fact:"}[label]
+        vectors[label] = {prefix + k: v for k, v in vecs.items()}
+        dims[label] = dim
+        if not vecs:
+            reporter.warn(f"no vectors/{index_name} index (run 'hrag synonyms'): {label} nodes get no embedding")
+    facts, fact_links = _fact_nodes(project, graph)
+    nodes = graph.nodes + facts
+    label_of = {n.id: n.label for n in nodes}
+    labels = list(dict.fromkeys(["Document", "Chunk", "Entity", "Fact"] + [n.label for n in nodes]))
+    edge_groups: dict[tuple[str, str, str], list[dict]] = {}
+    for e in graph.edges:
+        edge_groups.setdefault((e.type, label_of[e.source], label_of[e.target]), []).append(
+            {"s": e.source, "t": e.target, "p": _clean(e.props)})
+    for fid, etype, eid in fact_links:
+        edge_groups.setdefault((etype, "Fact", "Entity"), []).append({"s": fid, "t": eid, "p": {}})
+    total = len(nodes) + sum(len(v) for v in edge_groups.values())
+
+    g = db.select_graph(name)
+    stats = {"nodes": 0, "edges": 0, "vectors": 0}
+    try:
+        if name in db.list_graphs():
+            g.delete()
+        for label in labels:
+            g.query(f"CREATE INDEX FOR (n:{label}) ON (n.id)")
+        g.query("CREATE INDEX FOR (n:Entity) ON (n.name)")
+        for label, dim in dims.items():
+            if dim and vectors[label]:
+                g.query(f"CREATE VECTOR INDEX FOR (n:{label}) ON (n.embedding) "
+                        f"OPTIONS {{dimension: {int(dim)}, similarityFunction: 'cosine'}}")
+        with reporter.task(f"falkordb {name}", total=total) as task:
+            for label in labels:
+                with_vec: list[dict] = []
+                plain: list[dict] = []
+                vecs = vectors.get(label, {})
+                for n in nodes:
+                    if n.label != label:
+                        continue
+                    row: dict[str, Any] = {"p": _clean({"id": n.id, **n.props})}
+                    v = vecs.get(n.id)
+                    if v is not None:
+                        row["v"] = [float(x) for x in v]
+                        with_vec.append(row)
+                    else:
+                        plain.append(row)
+                for rows, query in ((plain, f"UNWIND $rows AS row CREATE (n:{label}) SET n = row.p"),
+                                    (with_vec, f"UNWIND $rows AS row CREATE (n:{label}) "
+                                               "SET n = row.p, n.embedding = vecf32(row.v)")):
+                    for batch in _batches(rows, _row_size):
+                        g.query(query, {"rows": batch})
+                        stats["nodes"] += len(batch)
+                        task.advance(len(batch))
+                stats["vectors"] += len(with_vec)
+            for (etype, sl, tl), rows in edge_groups.items():
+                query = (f"UNWIND $rows AS row MATCH (a:{sl} {{id: row.s}}) MATCH (b:{tl} {{id: row.t}}) "
+                         f"CREATE (a)-[r:{etype}]->(b) SET r = row.p")
+                for batch in _batches(rows, _row_size):
+                    res = g.query(query, {"rows": batch})
+                    stats["edges"] += int(res.relationships_created)
+                    task.advance(len(batch))
+    except redis.exceptions.ConnectionError as exc:
+        raise HragError(f"lost the connection to FalkorDB at {url}: {str(exc).splitlines()[0]}") from None
+    except redis.exceptions.ResponseError as exc:
+        msg = str(exc).splitlines()[0]
+        hint = " (is the FalkorDB module loaded in that server?)" if "unknown command" in msg.lower() else ""
+        raise HragError(f"FalkorDB refused the load into graph {name!r}: {msg}{hint}") from None
+    finally:
+        try:
+            db.close()
+        except Exception:
+            pass
+    expected_edges = sum(len(v) for v in edge_groups.values())
+    if stats["edges"] != expected_edges:
+        reporter.warn(f"FalkorDB created {stats['edges']} of {expected_edges} edges (missing endpoints)")
+    by_label: dict[str, int] = {}
+    for n in nodes:
+        by_label[n.label] = by_label.get(n.label, 0) + 1
+    by_type: dict[str, int] = {}
+    for (etype, _, _), rows in edge_groups.items():
+        by_type[etype] = by_type.get(etype, 0) + len(rows)
+    return {"url": url, "graph": name, "nodes": stats["nodes"], "edges": stats["edges"],
+            "facts": len(facts), "vectors": stats["vectors"], "labels": by_label, "types": by_type}

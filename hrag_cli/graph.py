@@ -1,0 +1,181 @@
+"""Building, saving and loading the one igraph graph (DESIGN.md §3).
+
+Vertices: kind ∈ {document, chunk, entity}, all with `key` (doc_id / chunk_id / entity id).
+  document: path; chunk: doc_id, order; entity: name, type, description, source_ids.
+  Attributes a kind does not have are None.
+Edges: kind ∈ {PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM}, all with `weight`.
+  RELATION edges also carry key (relation id), predicates, keywords, description; None elsewhere.
+The graph is built in bulk (Graph(n, edges) then whole attribute lists), which is what lets a million
+mentions resolve in seconds. Chunk text and relation/fact records stay in the JSONL files beside the pickle.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import store
+from .errors import HragError
+from .project import Project
+from .records import Document, Entity, Relation, Synonym
+
+DOCUMENT, CHUNK, ENTITY = "document", "chunk", "entity"
+PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM = "PART_OF", "NEXT_CHUNK", "RELATION", "MENTIONED_IN", "SYNONYM"
+EDGE_KINDS = (PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM)
+
+
+@dataclass
+class ChunkRef:
+    """What the graph needs of a chunk (no text)."""
+
+    chunk_id: str
+    doc_id: str
+    order: int
+
+
+def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity], relations: list[Relation],
+                mentions: Iterable[tuple[str, str, int]]) -> Any:
+    """Vertices: documents (sorted by doc_id), chunks (by doc_id, order; one vertex per chunk_id even when
+    the same text occurs in two documents), entities (sorted by id). `mentions` = (chunk_id, entity_id, count).
+    Edges in the order PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, so equal inputs give equal graphs."""
+    import igraph
+
+    docs = sorted(docs, key=lambda d: d.doc_id)
+    chunks = sorted(chunks, key=lambda c: (c.doc_id, c.order, c.chunk_id))
+    first_chunk: dict[str, ChunkRef] = {}
+    for c in chunks:
+        first_chunk.setdefault(c.chunk_id, c)
+    uchunks = list(first_chunk.values())
+    nd, nc, ne = len(docs), len(uchunks), len(entities)
+    n = nd + nc + ne
+
+    index: dict[str, int] = {}
+    for i, d in enumerate(docs):
+        index[d.doc_id] = i
+    for i, c in enumerate(uchunks, nd):
+        index[c.chunk_id] = i
+    for i, e in enumerate(entities, nd + nc):
+        index[e.id] = i
+
+    edges: list[tuple[int, int]] = []
+    kinds: list[str] = []
+    weights: list[float] = []
+
+    part_of = sorted({(index[c.doc_id], index[c.chunk_id]) for c in chunks if c.doc_id in index})
+    edges.extend(part_of)
+    kinds.extend([PART_OF] * len(part_of))
+    weights.extend([1.0] * len(part_of))
+
+    nxt: set[tuple[int, int]] = set()
+    prev: ChunkRef | None = None
+    for c in chunks:  # sorted by (doc_id, order)
+        if prev is not None and prev.doc_id == c.doc_id and prev.chunk_id != c.chunk_id:
+            a, b = index[prev.chunk_id], index[c.chunk_id]
+            nxt.add((a, b) if a < b else (b, a))
+        prev = c
+    nxt_sorted = sorted(nxt)
+    edges.extend(nxt_sorted)
+    kinds.extend([NEXT_CHUNK] * len(nxt_sorted))
+    weights.extend([1.0] * len(nxt_sorted))
+
+    n_before_rel = len(edges)
+    edges.extend((index[r.src], index[r.tgt]) for r in relations)
+    kinds.extend([RELATION] * len(relations))
+    weights.extend(float(r.weight) for r in relations)
+
+    for chunk_id, entity_id, count in mentions:
+        edges.append((index[chunk_id], index[entity_id]))
+        kinds.append(MENTIONED_IN)
+        weights.append(float(count))
+
+    g = igraph.Graph(n=n, edges=edges, directed=False)
+    del edges
+    none_d, none_c, none_e = [None] * nd, [None] * nc, [None] * ne
+    g.vs["kind"] = [DOCUMENT] * nd + [CHUNK] * nc + [ENTITY] * ne
+    g.vs["key"] = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks] + [e.id for e in entities]
+    g.vs["path"] = [d.path for d in docs] + none_c + none_e
+    g.vs["doc_id"] = none_d + [c.doc_id for c in uchunks] + none_e
+    g.vs["order"] = none_d + [c.order for c in uchunks] + none_e
+    g.vs["name"] = none_d + none_c + [e.name for e in entities]
+    g.vs["type"] = none_d + none_c + [e.type for e in entities]
+    g.vs["description"] = none_d + none_c + [e.description for e in entities]
+    g.vs["source_ids"] = none_d + none_c + [list(e.source_ids) for e in entities]
+
+    m = g.ecount()
+    n_rel = len(relations)
+    pad_front, pad_back = [None] * n_before_rel, [None] * (m - n_before_rel - n_rel)
+    g.es["kind"] = kinds
+    g.es["weight"] = weights
+    g.es["key"] = pad_front + [r.id for r in relations] + pad_back
+    g.es["predicates"] = pad_front + [list(r.predicates) for r in relations] + pad_back
+    g.es["keywords"] = pad_front + [list(r.keywords) for r in relations] + pad_back
+    g.es["description"] = pad_front + [r.description for r in relations] + pad_back
+    return g
+
+
+def key_index(graph: Any) -> dict[str, int]:
+    """vertex key -> vertex index (rebuilt on every load; never stored)."""
+    return {k: i for i, k in enumerate(graph.vs["key"])} if graph.vcount() else {}
+
+
+def save_graph(project: Project, graph: Any) -> None:
+    store.atomic_write_bytes(project.graph_path, pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_graph(project: Project) -> tuple[Any, dict[str, int]]:
+    """THE loader every later stage uses: the graph and its key -> vertex index map."""
+    try:
+        data = project.graph_path.read_bytes()
+    except FileNotFoundError:
+        raise HragError(f"no graph in {project.root} yet: run 'hrag index DOCS' (or 'hrag resolve')") from None
+    try:
+        graph = pickle.loads(data)
+    except Exception as exc:  # a damaged pickle can raise nearly anything
+        raise HragError(f"{project.graph_path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
+    return graph, key_index(graph)
+
+
+def edge_counts(graph: Any) -> dict[str, int]:
+    """Edges per kind, every kind present (0 when none)."""
+    counts = dict.fromkeys(EDGE_KINDS, 0)
+    if graph.ecount():
+        for k in graph.es["kind"]:
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> Any:
+    """Replace every SYNONYM edge with `pairs` (entity keys a, b and a cosine similarity as weight).
+    Pairs naming an unknown key, a self-pair, or a repeat of an unordered pair are skipped. Returns the
+    same graph, changed in place."""
+    old = [e.index for e in graph.es.select(kind_eq=SYNONYM)] if graph.ecount() else []
+    if old:
+        graph.delete_edges(old)
+    index = key_index(graph)
+    new_edges: list[tuple[int, int]] = []
+    sims: list[float] = []
+    seen: set[tuple[int, int]] = set()
+    for p in pairs:
+        if isinstance(p, Synonym):
+            a, b, s = p.a, p.b, p.similarity
+        elif isinstance(p, dict):
+            a, b, s = p["a"], p["b"], p["similarity"]
+        else:
+            a, b, s = p
+        ia, ib = index.get(a), index.get(b)
+        if ia is None or ib is None or ia == ib:
+            continue
+        pair = (ia, ib) if ia < ib else (ib, ia)
+        if pair in seen:
+            continue
+        seen.add(pair)
+        new_edges.append(pair)
+        sims.append(float(s))
+    if new_edges:
+        none = [None] * len(new_edges)
+        graph.add_edges(new_edges, attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims,
+                                               "key": none, "predicates": none, "keywords": none,
+                                               "description": none})
+    return graph

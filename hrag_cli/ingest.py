@@ -1,0 +1,116 @@
+"""The chunk stage: scan DOCS, chunk every document, write docs.jsonl and chunks.jsonl.
+
+chunks.jsonl always describes the corpus as it is now: a changed file's old chunks are replaced, a deleted
+file's chunks disappear. Nothing is lost by that, because extraction is cached by chunk text, not by file.
+A document whose sha256 and chunk settings are unchanged reuses its previous chunks instead of being
+re-tokenised.
+
+Chunk ids are the hash of the chunk text. Identical text repeated inside one document is kept once (it adds
+nothing to the graph); identical text in two different documents keeps both chunks, the later one (in path
+order) with an id salted by its doc_id so ids stay unique. Its extraction request is identical, so the LLM
+cache answers it without a network call.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import store
+from .chunking import chunk_text
+from .config import Settings
+from .progress import Reporter
+from .project import Project, StageOutcome, fingerprint, text_hash
+from .records import Chunk, Document, from_dict, to_dict
+
+CHUNKER_VERSION = "chunk-v1"
+
+
+@dataclass
+class ChunkOutcome(StageOutcome):
+    chunks: list[Chunk] = field(default_factory=list)
+    documents: list[Document] = field(default_factory=list)
+
+
+def settings_fingerprint(settings: Settings) -> str:
+    """Everything that changes which chunks a corpus yields (document selection is part of it, so a changed
+    --include re-runs the stage; the scan itself always runs)."""
+    d, c = settings.documents, settings.chunk
+    return fingerprint(CHUNKER_VERSION, c.tokens, c.overlap, c.encoding, d.jsonl_text_field, d.jsonl_id_field,
+                       d.jsonl_title_field, sorted(d.include), sorted(d.exclude))
+
+
+def load_chunks(project: Project) -> list[Chunk]:
+    return [from_dict(Chunk, r) for r in store.read_jsonl(project.chunks_path)]
+
+
+def load_documents(project: Project) -> list[Document]:
+    return [from_dict(Document, r) for r in store.read_jsonl(project.docs_path)]
+
+
+def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path],
+              write: bool = True) -> ChunkOutcome:
+    from .documents import scan
+
+    scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root])
+    old_docs = {d.doc_id: d for d in load_documents(project)}
+    old_chunks = load_chunks(project)
+    old_by_doc: dict[str, list[Chunk]] = defaultdict(list)
+    for ch in old_chunks:
+        old_by_doc[ch.doc_id].append(ch)
+    from .pipeline import expected_fingerprint
+
+    prev = project.stage("chunk")
+    same_chunking = bool(prev) and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
+
+    c = settings.chunk
+    chunks: list[Chunk] = []
+    documents: list[Document] = []
+    used_ids: set[str] = set()
+    reused = 0
+    with reporter.task("chunk", len(scanned.documents)) as task:
+        for loaded in sorted(scanned.documents, key=lambda d: d.doc.path):
+            doc = loaded.doc
+            old = old_docs.get(doc.doc_id)
+            if same_chunking and old is not None and old.sha256 == doc.sha256 and old_by_doc.get(doc.doc_id):
+                pieces = [(ch.text, ch.n_tokens) for ch in sorted(old_by_doc[doc.doc_id], key=lambda x: x.order)]
+                reused += 1
+            else:
+                pieces = [(p.text, p.n_tokens) for p in chunk_text(loaded.text, c.tokens, c.overlap, c.encoding)]
+            seen_here: set[str] = set()
+            order = 0
+            for text, n_tokens in pieces:
+                cid = text_hash(text)
+                if cid in seen_here:
+                    continue                      # repeated inside this document: keep one
+                seen_here.add(cid)
+                if cid in used_ids:               # same text in an earlier document
+                    cid = text_hash(f"{doc.doc_id}\n{text}")
+                used_ids.add(cid)
+                chunks.append(Chunk(chunk_id=cid, doc_id=doc.doc_id, order=order, n_tokens=n_tokens, text=text))
+                order += 1
+            doc.n_chunks = order
+            documents.append(doc)
+            task.advance()
+
+    old_ids = {ch.chunk_id for ch in old_chunks}
+    new_ids = {ch.chunk_id for ch in chunks}
+    digest = fingerprint([(d.doc_id, d.path) for d in documents], [(ch.chunk_id, ch.doc_id, ch.order) for ch in chunks])
+    counts = {
+        "docs": len(documents),
+        "chunks": len(chunks),
+        "tokens": sum(ch.n_tokens for ch in chunks),
+        "new_chunks": len(new_ids - old_ids),
+        "removed_chunks": len(old_ids - new_ids),
+        "reused_docs": reused,
+        "skipped_files": len(scanned.skipped),
+        "ignored_files": scanned.ignored,
+        "roots": [str(Path(r).expanduser().resolve()) for r in roots],
+    }
+    if write:
+        # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than
+        # the chunks they describe
+        store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks))
+        store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
+    return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents)

@@ -1,0 +1,449 @@
+"""The one litellm client: async calls with a bounded number in flight, retries with backoff, a persistent
+response cache, and per-run usage/cost with a spend limit.
+
+Every response lands in cache/llm.jsonl keyed by a hash of the request (model, messages, temperature,
+max_tokens; not api_base, so the same model through another proxy reuses it), which is what makes an
+interrupted or repeated run free: an identical request is never sent twice. litellm is imported lazily,
+after `offline.setup()`, so importing this module costs nothing and needs no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+from . import store
+from .config import LLMSettings
+from .errors import BudgetExceeded, HragError, UsageError
+from .progress import Reporter
+from .project import Project, fingerprint
+
+T = TypeVar("T")
+
+_RETRY_STATUSES = {408, 409, 425, 429}  # plus every 5xx
+_litellm: Any = None
+
+
+class LLMError(HragError):
+    """An LLM (or embedding) request failed for good: retries exhausted, or the provider refused it."""
+
+
+def import_litellm() -> Any:
+    """litellm, imported once, offline, quiet (a cron log must not fill with its debug chatter) and with its
+    hidden retries off: every retry is ours (with_retries), so counts, backoff and Retry-After stay in one
+    place. Embedding code gets litellm from here too."""
+    global _litellm
+    if _litellm is None:
+        from . import offline
+
+        offline.setup()
+        import litellm
+
+        litellm.suppress_debug_info = True
+        # litellm's openai embedding path turns max_retries=0 into this default (`max_retries or DEFAULT`)
+        litellm.DEFAULT_MAX_RETRIES = 0
+        litellm.num_retries = 0
+        litellm.set_verbose = False
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx", "httpcore", "openai"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        _litellm = litellm
+    return _litellm
+
+
+# -- the shared retry policy -------------------------------------------------------------------------------
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    if code is None:
+        code = getattr(getattr(exc, "response", None), "status_code", None)
+    try:
+        return int(code) if code is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_provider_error(exc: BaseException) -> bool:
+    """Errors raised by the HTTP stack (litellm, openai, httpx, aiohttp), as opposed to bugs in our code."""
+    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError)):
+        return True
+    return any(c.__module__.split(".")[0] in ("litellm", "openai", "httpx", "httpcore", "aiohttp")
+               for c in type(exc).__mro__)
+
+
+def _is_timeout_or_connection(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError)):
+        return True
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"Timeout", "APITimeoutError", "APIConnectionError", "TimeoutException",
+                         "TransportError", "ClientConnectionError", "ServerDisconnectedError"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Rate limits, timeouts, connection errors and 5xx are worth another try; other 4xx never succeed."""
+    status = _status(exc)
+    if _is_timeout_or_connection(exc):
+        # litellm gives connection errors status 500 and timeouts 408: both transient
+        return True
+    if status is None:
+        return False
+    if status == 429 and ("insufficient_quota" in str(getattr(exc, "body", "") or "")
+                          or "exceeded your current quota" in str(exc)):
+        return False  # OpenAI's "you have no credit" is a 429 that no amount of waiting fixes
+    return status in _RETRY_STATUSES or status >= 500
+
+
+def _headers(exc: BaseException) -> Any:
+    """Where the provider's response headers live on a litellm exception: litellm re-creates `exc.response`
+    without them, but keeps the originals in `exc.litellm_response_headers` (an httpx.Headers)."""
+    for h in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+              getattr(getattr(exc, "response", None), "headers", None)):
+        if h:
+            return h
+    return None
+
+
+def retry_after(exc: BaseException, now: float | None = None) -> float | None:
+    """Seconds the provider asked us to wait (Retry-After as seconds or an HTTP date, or retry-after-ms)."""
+    headers = _headers(exc)
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+    except (TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: status and reason, plus the provider's own message when it says more."""
+    status = _status(exc)
+    name = type(exc).__name__
+    if isinstance(exc, asyncio.TimeoutError) or name in ("Timeout", "APITimeoutError"):
+        return "timed out"
+    raw = str(getattr(exc, "message", "") or exc).replace("\n", " ").strip()
+    detail = raw.rsplit("Exception - ", 1)[-1].strip() if "Exception - " in raw else raw
+    if detail.lower().startswith("connection error"):
+        return "connection failed"  # litellm reports a refused/reset connection as a 500 "Connection error."
+    if name == "APIConnectionError" or (status is None and _is_timeout_or_connection(exc)):
+        return f"connection failed ({detail[:160]})" if detail else "connection failed"
+    if status is None:
+        return f"{name}: {detail[:200]}"
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    head = f"{status} {phrase}".strip()
+    if detail and detail.lower() != phrase.lower():
+        return f"{head} ({detail[:200]})"
+    return head
+
+
+def backoff_delay(attempt: int, settings: LLMSettings, exc: BaseException | None = None) -> float:
+    """Full jitter: uniform(0, min(cap, base * 2**attempt)); a provider's Retry-After wins, capped too."""
+    cap = max(0.0, settings.backoff_max)
+    if exc is not None:
+        asked = retry_after(exc)
+        if asked is not None:
+            return min(asked, cap)
+    return random.uniform(0.0, min(cap, settings.backoff_base * (2 ** attempt)))
+
+
+async def with_retries(call: Callable[[], Awaitable[T]], settings: LLMSettings, reporter: Reporter | None = None,
+                       *, what: str | None = None, on_retry: Callable[[], None] | None = None) -> T:
+    """Run `call` until it succeeds, retrying transient failures up to settings.max_retries times.
+
+    Raises LLMError naming `what` (default: settings.model) and the last status when it finally fails, or at
+    once for a non-retryable provider error (authentication, bad request). Our own bugs propagate unchanged.
+    `on_retry` is called before each retry (the client counts them in its stats).
+    """
+    label = what if what is not None else settings.model
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except (BudgetExceeded, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            if not _is_provider_error(exc):
+                raise
+            if not is_retryable(exc):
+                raise LLMError(f"LLM request rejected: {label}: {describe_error(exc)}") from exc
+            if attempt >= settings.max_retries:
+                raise LLMError(f"LLM request failed after {attempt} retries: {label}: "
+                               f"{describe_error(exc)}") from exc
+            delay = backoff_delay(attempt, settings, exc)
+            attempt += 1
+            if reporter is not None:
+                reporter.info(f"{label}: {describe_error(exc)}; retry {attempt}/{settings.max_retries} "
+                              f"in {delay:.1f}s")
+            if on_retry is not None:
+                on_retry()
+            await asyncio.sleep(delay)
+
+
+# -- the client ----------------------------------------------------------------------------------------------
+@dataclass
+class LLMResponse:
+    text: str
+    key: str
+    cached: bool
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+
+
+@dataclass
+class LLMStats:
+    """This run's numbers (cache hits cost nothing and are not in tokens/cost)."""
+
+    requests: int = 0           # requests answered by the network
+    cache_hits: int = 0         # answered from cache/llm.jsonl or by an identical request already in flight
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _LoopState:
+    """What must belong to one event loop: the semaphore and the futures of requests in flight."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, concurrency: int) -> None:
+        self.loop = loop
+        self.sem = asyncio.Semaphore(max(1, concurrency))
+        self.inflight: dict[str, asyncio.Future] = {}
+
+
+class LLMClient:
+    """Chat completions through litellm with caching, bounded concurrency, retries and a spend limit."""
+
+    def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
+                 reporter: Reporter | None = None) -> None:
+        self.project = project
+        self.settings = settings
+        self.max_cost = max_cost
+        self.reporter = reporter
+        self.stats = LLMStats()
+        self.enabled = bool(settings.model)
+        self._cache: dict[str, dict] = {}
+        for rec in store.read_jsonl(project.llm_cache_path):
+            if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("response"), str):
+                self._cache[rec["key"]] = rec
+        self._appender: store.JsonlAppender | None = None
+        self._write_lock = threading.Lock()
+        self._state: _LoopState | None = None
+
+    # -- keys and cache ----------------------------------------------------------------------------------
+    def _max_tokens(self, max_tokens: int | None) -> int:
+        return int(max_tokens) if max_tokens is not None else int(self.settings.max_tokens)
+
+    def request_key(self, messages: list[dict], *, max_tokens: int | None = None) -> str:
+        """Hash of everything that shapes the answer; api_base is left out on purpose (same model, any proxy)."""
+        return fingerprint("chat", self.settings.model, messages, float(self.settings.temperature),
+                           self._max_tokens(max_tokens))
+
+    def cached(self, key: str) -> dict | None:
+        return self._cache.get(key)
+
+    def _store(self, record: dict) -> None:
+        with self._write_lock:
+            if self._appender is None:
+                self._appender = store.JsonlAppender(self.project.llm_cache_path)
+            self._appender.append(record)
+            self._cache[record["key"]] = record
+
+    def close(self) -> None:
+        with self._write_lock:
+            if self._appender is not None:
+                self._appender.close()
+                self._appender = None
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls ---------------------------------------------------------------------------------------------
+    def _loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        if self._state is None or self._state.loop is not loop:
+            self._state = _LoopState(loop, self.settings.concurrency)
+        return self._state
+
+    def _check_budget(self) -> None:
+        if self.max_cost is not None and self.stats.cost >= self.max_cost:
+            raise BudgetExceeded(f"LLM spend this run reached ${self.stats.cost:.4f} (--max-cost "
+                                 f"{self.max_cost:g}); what is done so far is saved, run again to continue")
+
+    async def achat(self, messages: list[dict], *, max_tokens: int | None = None, purpose: str = "") -> LLMResponse:
+        """One chat completion; from the cache when this exact request was answered before."""
+        if not self.enabled:
+            raise UsageError("no LLM model configured: set [llm] model in hrag.toml, $HRAG_LLM_MODEL or --llm-model")
+        key = self.request_key(messages, max_tokens=max_tokens)
+        state = self._loop_state()
+        while True:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                return _from_record(hit, cached=True)
+            pending = state.inflight.get(key)
+            if pending is None:
+                break
+            # the same request is already on the wire: wait for it instead of paying twice
+            await asyncio.wait({pending})
+            if pending.cancelled():
+                continue  # its caller was cancelled, not us: try again (from cache, or send it ourselves)
+            exc = pending.exception()
+            if exc is not None:
+                raise exc
+            self.stats.cache_hits += 1
+            return _from_record(pending.result(), cached=True)
+        fut: asyncio.Future = state.loop.create_future()
+        state.inflight[key] = fut
+        try:
+            rec = await self._fetch(key, messages, self._max_tokens(max_tokens), purpose, state)
+        except BaseException as exc:
+            if not fut.done():
+                if isinstance(exc, Exception):
+                    fut.set_exception(exc)
+                    fut.exception()  # mark retrieved: nobody may be waiting on it
+                else:
+                    fut.cancel()
+            raise
+        finally:
+            state.inflight.pop(key, None)
+        if not fut.done():
+            fut.set_result(rec)
+        return _from_record(rec, cached=False)
+
+    async def _fetch(self, key: str, messages: list[dict], max_tokens: int, purpose: str,
+                     state: _LoopState) -> dict:
+        self._check_budget()
+        litellm = import_litellm()
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "temperature": s.temperature,
+                                  "max_tokens": max_tokens, "timeout": s.timeout, "num_retries": 0,
+                                  "max_retries": 0}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+
+        async def once() -> Any:
+            # a hard stop a little past the request timeout, for providers that do not honour it
+            return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=s.timeout + 5.0)
+
+        def count_retry() -> None:
+            self.stats.retries += 1
+
+        async with state.sem:
+            self._check_budget()  # the spend may have reached the limit while this request waited for a slot
+            try:
+                resp = await with_retries(once, s, self.reporter, what=s.model, on_retry=count_retry)
+            except LLMError:
+                self.stats.failures += 1
+                raise
+        text = _response_text(resp)
+        usage = getattr(resp, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = _cost(litellm, resp, s.model, prompt_tokens, completion_tokens)
+        rec = {"key": key, "model": s.model, "messages_hash": fingerprint(messages), "purpose": purpose,
+               "response": text, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+               "cost": cost, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._store(rec)
+        self.stats.requests += 1
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.completion_tokens += completion_tokens
+        self.stats.cost += cost
+        return rec
+
+    def chat(self, messages: list[dict], **kw: Any) -> LLMResponse:
+        """Synchronous convenience; runs achat in its own event loop (in a thread if one is already running)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.achat(messages, **kw))
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["r"] = asyncio.run(self.achat(messages, **kw))
+            except BaseException as exc:  # handed back to the caller's thread
+                box["e"] = exc
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join()
+        if "e" in box:
+            raise box["e"]
+        return box["r"]
+
+
+def _from_record(rec: dict, *, cached: bool) -> LLMResponse:
+    usage = rec.get("usage") or {}
+    return LLMResponse(text=rec.get("response", ""), key=rec["key"], cached=cached,
+                       prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
+                       completion_tokens=int(usage.get("completion_tokens", 0) or 0),
+                       cost=0.0 if cached else float(rec.get("cost", 0.0) or 0.0))
+
+
+def _response_text(resp: Any) -> str:
+    try:
+        content = resp.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise LLMError("LLM response had no choices") from None
+    return content if isinstance(content, str) else ""
+
+
+def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    """litellm's price for this response from its local cost map; 0 for a model it does not know."""
+    try:
+        return float(litellm.completion_cost(completion_response=resp, model=model) or 0.0)
+    except Exception:
+        pass
+    try:
+        p, c = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return float(p + c)
+    except Exception:
+        return 0.0
+
+
+def spend_summary(project: Project) -> dict:
+    """Totals over every response ever stored in cache/llm.jsonl (what the project has cost so far)."""
+    n = prompt = completion = 0
+    cost = 0.0
+    for rec in store.read_jsonl(project.llm_cache_path):
+        if not isinstance(rec, dict):
+            continue
+        usage = rec.get("usage") or {}
+        n += 1
+        prompt += int(usage.get("prompt_tokens", 0) or 0)
+        completion += int(usage.get("completion_tokens", 0) or 0)
+        cost += float(rec.get("cost", 0.0) or 0.0)
+    return {"responses": n, "prompt_tokens": prompt, "completion_tokens": completion, "cost": cost}

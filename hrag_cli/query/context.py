@@ -1,0 +1,72 @@
+"""The context a retrieval hands to an LLM: entity, relation and source lines, cut by token budgets.
+
+The same line formats are used to count tokens and to print `--context`, so the budgets measure exactly what
+is pasted into a prompt. Lists are cut in rank order: the first item that would overflow its budget ends it.
+"""
+
+from __future__ import annotations
+
+from ..config import QuerySettings
+from .types import RankedChunk, Retrieval
+
+
+def _tokens(text: str) -> int:
+    from ..chunking import count_tokens
+
+    return count_tokens(text)
+
+
+def entity_line(e: dict) -> str:
+    desc = f": {e['description']}" if e.get("description") else ""
+    return f"- {e['name']} ({e.get('type') or 'unknown'}){desc}"
+
+
+def relation_line(r: dict) -> str:
+    pred = "; ".join(r.get("predicates") or []) or "related to"
+    desc = f": {r['description']}" if r.get("description") else ""
+    return f"- {r['src']} —[{pred}]→ {r['tgt']}{desc}"
+
+
+def fact_line(f: dict) -> str:
+    return f"- ({f['subject']}, {f['predicate']}, {f['object']})"
+
+
+def chunk_block(n: int, c: RankedChunk) -> str:
+    return f"[{n}] {c.path}\n{c.text.strip()}\n"
+
+
+def _cut(items: list, lines: list[str], budget: int) -> tuple[list, int]:
+    used = 0
+    for i, line in enumerate(lines):
+        t = _tokens(line) + 1
+        if used + t > budget:
+            return items[:i], used
+        used += t
+    return items, used
+
+
+def apply_budgets(r: Retrieval, s: QuerySettings, top_k: int) -> None:
+    """entities ≤ entity_tokens, relations (and facts) ≤ relation_tokens, then chunks fill what is left of
+    context_tokens, at most top_k of them."""
+    r.entities, e_used = _cut(r.entities, [entity_line(e) for e in r.entities], s.entity_tokens)
+    r.relations, r_used = _cut(r.relations, [relation_line(x) for x in r.relations], s.relation_tokens)
+    r.facts, f_used = _cut(r.facts, [fact_line(f) for f in r.facts], max(s.relation_tokens - r_used, 0))
+    chunks = r.chunks[:top_k]
+    left = max(s.context_tokens - e_used - r_used - f_used, 0)
+    kept, _ = _cut(chunks, [chunk_block(i + 1, c) for i, c in enumerate(chunks)], left)
+    if len(kept) < len(chunks):
+        r.notes.append(f"context budget ({s.context_tokens} tokens) kept {len(kept)} of {len(chunks)} chunks")
+    r.chunks = kept
+
+
+def build_context(r: Retrieval) -> str:
+    """The text for `--context` and `--answer`: sources are numbered [n] so an answer can cite them."""
+    parts: list[str] = []
+    if r.entities:
+        parts.append("-----Entities-----\n" + "\n".join(entity_line(e) for e in r.entities))
+    if r.relations:
+        parts.append("-----Relations-----\n" + "\n".join(relation_line(x) for x in r.relations))
+    if r.facts:
+        parts.append("-----Facts-----\n" + "\n".join(fact_line(f) for f in r.facts))
+    parts.append("-----Sources-----\n" + "\n".join(chunk_block(i + 1, c) for i, c in enumerate(r.chunks)))
+    return "\n\n".join(parts)

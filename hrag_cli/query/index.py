@@ -1,0 +1,192 @@
+"""Everything a query reads, loaded once per process (so `hrag query --file` and `hrag eval` pay it once).
+
+Read-only: nothing here builds or rewrites an artifact. Parts only some modes need (graph, vector indices,
+BM25, the embedder) load on first use, so `--mode bm25` never loads a model and `--mode naive` never unpickles
+the graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .. import store
+from ..config import Settings
+from ..errors import UsageError
+from ..project import Project
+from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
+
+
+@dataclass
+class QueryIndex:
+    project: Project
+    settings: Settings
+    load_ms: dict[str, float] = field(default_factory=dict)
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def _timed(self, name: str, t0: float) -> None:
+        self.load_ms[name] = round((time.perf_counter() - t0) * 1000, 1)
+
+    def require_built(self) -> None:
+        if self.project.stage("synonyms") is None:
+            raise UsageError(f"the index in {self.project.root} is not built yet: run 'hrag index DOCS' first")
+
+    # -- text records ----------------------------------------------------------------------------------------
+    @cached_property
+    def docs(self) -> dict[str, Document]:
+        return {d["doc_id"]: from_dict(Document, d) for d in store.read_jsonl(self.project.docs_path)}
+
+    @cached_property
+    def chunks(self) -> dict[str, Chunk]:
+        t0 = time.perf_counter()
+        out = {c["chunk_id"]: from_dict(Chunk, c) for c in store.read_jsonl(self.project.chunks_path)}
+        self._timed("chunks", t0)
+        return out
+
+    @cached_property
+    def entities(self) -> dict[str, Entity]:
+        return {e["id"]: from_dict(Entity, e) for e in store.read_jsonl(self.project.entities_path)}
+
+    @cached_property
+    def relations(self) -> dict[str, Relation]:
+        return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
+
+    @cached_property
+    def facts(self) -> dict[str, Fact]:
+        return {f["id"]: from_dict(Fact, f) for f in store.read_jsonl(self.project.facts_path)}
+
+    def doc_path(self, doc_id: str) -> str:
+        doc = self.docs.get(doc_id)
+        return doc.path if doc else ""
+
+    # -- graph -----------------------------------------------------------------------------------------------
+    @cached_property
+    def _graph_pair(self) -> tuple[Any, dict[str, int]]:
+        from ..graph import load_graph
+
+        t0 = time.perf_counter()
+        pair = load_graph(self.project)
+        self._timed("graph", t0)
+        return pair
+
+    @property
+    def graph(self) -> Any:
+        return self._graph_pair[0]
+
+    @property
+    def vertex(self) -> dict[str, int]:
+        return self._graph_pair[1]
+
+    @cached_property
+    def chunk_vertices(self) -> np.ndarray:
+        """Graph vertex of each row of the chunk vector index (-1 when the graph lacks it)."""
+        ids = self.chunk_ids
+        return np.array([self.vertex.get(cid, -1) for cid in ids], dtype=np.int64)
+
+    @cached_property
+    def entity_chunk_counts(self) -> dict[str, int]:
+        """How many chunks mention each entity: a fact's seed weight is divided by it (HippoRAG 2), so a hub
+        entity named in half the corpus does not drown the walk."""
+        return {eid: max(len(set(e.source_ids)), 1) for eid, e in self.entities.items()}
+
+    # -- dense -----------------------------------------------------------------------------------------------
+    @cached_property
+    def embedder(self) -> Any:
+        from ..embed import get_embedder
+
+        t0 = time.perf_counter()
+        emb = get_embedder(self.project, self.settings)
+        self._timed("embedder", t0)
+        return emb
+
+    def vector_index(self, name: str) -> Any:
+        """A saved vector index, or None when it was never built. One built with another embedder than the
+        one configured now would give meaningless scores, so that is an error naming both."""
+        cache = self.__dict__.setdefault("_vector_indices", {})
+        if name not in cache:
+            from ..vectors import VectorIndex
+
+            t0 = time.perf_counter()
+            idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors)
+            if idx is not None and len(idx) and idx.model_id != self.embedder.model_id:
+                raise UsageError(f"the {name} index was built with embedder {idx.model_id!r} but the query uses "
+                                 f"{self.embedder.model_id!r}: pass the same --embed-model, or run 'hrag synonyms'")
+            cache[name] = idx
+            self._timed(f"vectors.{name}", t0)
+        return cache[name]
+
+    @cached_property
+    def _chunk_matrix(self) -> tuple[list[str], np.ndarray]:
+        idx = self.vector_index("chunks")
+        if idx is None:
+            raise UsageError(f"no chunk vectors in {self.project.root}: run 'hrag index DOCS' first")
+        return list(idx.ids), np.asarray(idx.vectors(), dtype=np.float32)
+
+    @property
+    def chunk_ids(self) -> list[str]:
+        return self._chunk_matrix[0]
+
+    @cached_property
+    def chunk_row(self) -> dict[str, int]:
+        return {cid: i for i, cid in enumerate(self.chunk_ids)}
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Unit-length query vector; remembered per text, since mix/hybrid may ask for the same text twice."""
+        cache = self.__dict__.setdefault("_qvec", {})
+        if text not in cache:
+            if len(cache) > 256:
+                cache.clear()
+            vec = np.asarray(self.embedder.encode_query(text), dtype=np.float32).reshape(-1)
+            norm = float(np.linalg.norm(vec))
+            cache[text] = vec / norm if norm > 0 else vec
+        return cache[text]
+
+    def dense_chunk_scores(self, qvec: np.ndarray) -> np.ndarray:
+        """Cosine of the query with every chunk, aligned with `chunk_ids` (exact: PPR needs every chunk's
+        score, and a matrix-vector product over the chunk vectors is cheaper than a search anyway)."""
+        mat = self._chunk_matrix[1]
+        if mat.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        return (mat @ qvec).astype(np.float64)
+
+    def search(self, name: str, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Top-k (id, cosine) of a vector index; an index that was never built counts as empty."""
+        idx = self.vector_index(name) if k > 0 else None
+        if idx is None or len(idx) == 0:
+            return []
+        ids, sims = idx.search(qvec, k)
+        return [(str(i), float(s)) for i, s in zip(ids[0], sims[0])]
+
+    # -- lexical ---------------------------------------------------------------------------------------------
+    @cached_property
+    def bm25(self) -> Any:
+        """The BM25 index the synonyms stage saved, or None (then lexical fusion is skipped with a note)."""
+        from ..bm25 import BM25Index
+
+        t0 = time.perf_counter()
+        from ..synonyms import BM25_FILE
+
+        path = self.project.vectors_dir / BM25_FILE
+        try:
+            idx = BM25Index.load(path)
+        except (FileNotFoundError, ValueError):
+            idx = None
+        self._timed("bm25", t0)
+        return idx
+
+    def bm25_chunk_scores(self, query: str) -> np.ndarray | None:
+        """BM25 score of every chunk, aligned with `chunk_ids` (0 where no term matches), or None without a
+        BM25 index."""
+        if self.bm25 is None:
+            return None
+        out = np.zeros(len(self.chunk_ids), dtype=np.float64)
+        row = self.chunk_row
+        for cid, sc in self.bm25.score(query).items():
+            i = row.get(cid)
+            if i is not None:
+                out[i] = sc
+        return out

@@ -1,0 +1,74 @@
+"""LightRAG's query keywords: high-level (themes, for the relation index) and low-level (names, for the entity
+index). With an LLM configured this is one JSON call, cached in cache/llm.jsonl like every other call, so
+asking the same question twice costs nothing; without one the query text serves as both."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from ..config import Settings
+from ..project import Project
+
+_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+def parse_keywords(text: str) -> dict[str, list[str]] | None:
+    """{"high": [...], "low": [...]} from the model's reply (code fences and chatter around the object are
+    tolerated), or None when no usable object is there."""
+    m = _OBJECT.search(text or "")
+    if not m:
+        return None
+    try:
+        data = orjson.loads(m.group(0))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+
+    def clean(value: Any) -> list[str]:
+        if isinstance(value, str):
+            value = [v for v in value.split(",")]
+        if not isinstance(value, list):
+            return []
+        out: list[str] = []
+        for v in value:
+            if isinstance(v, str) and v.strip() and v.strip() not in out:
+                out.append(v.strip())
+        return out
+
+    high = clean(data.get("high_level_keywords", data.get("high")))
+    low = clean(data.get("low_level_keywords", data.get("low")))
+    if not high and not low:
+        return None
+    return {"high": high, "low": low}
+
+
+def extract_keywords(project: Project, settings: Settings, query: str, *, llm: Any = None,
+                     notes: list[str] | None = None) -> dict[str, list[str]]:
+    """Keywords for the LightRAG modes; any LLM failure degrades to the query text with a note, since a
+    retrieval without keywords is still a retrieval."""
+    fallback = {"high": [query], "low": [query]}
+    if not settings.llm.model:
+        return fallback
+    from ..extract.prompts import build_keywords_messages
+    from ..errors import HragError
+
+    try:
+        if llm is None:
+            from ..llm import LLMClient
+
+            llm = LLMClient(project, settings.llm)
+        resp = llm.chat(build_keywords_messages(query), max_tokens=256, purpose="keywords")
+    except HragError as exc:
+        if notes is not None:
+            notes.append(f"keyword extraction failed ({exc}): used the query text")
+        return fallback
+    parsed = parse_keywords(resp.text)
+    if parsed is None:
+        if notes is not None:
+            notes.append("the LLM's keywords could not be parsed: used the query text")
+        return fallback
+    return parsed

@@ -1,0 +1,364 @@
+"""The retrieval modes: ppr (HippoRAG 2), LightRAG's local/global/hybrid/naive/mix, and bm25.
+
+Every mode returns a `Retrieval` with chunks in rank order (already cut by the token budgets and top_k) and
+the entities/relations/facts that led to them. Lexical fusion (BM25 joining the dense chunk scores) applies to
+naive, mix and ppr when `query.lexical_fusion` is on and the project has a BM25 index.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..config import QuerySettings, Settings
+from ..errors import UsageError
+from .context import apply_budgets
+from .index import QueryIndex
+from .ppr import SeedWeights, build_reset, minmax, personalized_pagerank
+from .types import RankedChunk, Retrieval
+
+MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 2)
+
+
+def round_robin(*lists: Sequence[Any], key=lambda x: x) -> list[Any]:
+    """Interleave lists (first of each, then second of each, ...) keeping the first copy of each key: how
+    LightRAG merges rankings whose scores are not comparable."""
+    out, seen = [], set()
+    for i in range(max((len(lst) for lst in lists), default=0)):
+        for lst in lists:
+            if i < len(lst):
+                k = key(lst[i])
+                if k not in seen:
+                    seen.add(k)
+                    out.append(lst[i])
+    return out
+
+
+# ------------------------------------------------------------------------------------------ chunk scores
+
+
+def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
+    """One score per chunk in [0, 1] from the dense and (optionally) BM25 scores.
+
+    minmax: (1 - w) * minmax(dense) + w * minmax(bm25).  rrf: reciprocal-rank fusion, 1/(rrf_k + rank), the
+    BM25 term weighted by w / (1 - w), rescaled to [0, 1]. Which one is the default was decided on MuSiQue
+    (bench/musique.py)."""
+    d = minmax(dense)
+    if lexical is None or lexical.size == 0 or not s.lexical_fusion or s.lexical_weight <= 0:
+        return d
+    w = min(max(s.lexical_weight, 0.0), 1.0)
+    if s.lexical_method == "rrf":
+        def rr(x: np.ndarray) -> np.ndarray:
+            ranks = np.empty(len(x), dtype=np.float64)
+            ranks[np.argsort(-x, kind="stable")] = np.arange(1, len(x) + 1)
+            return 1.0 / (s.rrf_k + ranks)
+        lex_part = rr(lexical) * (w / max(1.0 - w, 1e-9)) if w < 1 else rr(lexical)
+        fused = (rr(dense) if w < 1 else 0) + lex_part
+        fused = np.where(lexical > 0, fused, fused - lex_part)   # no BM25 evidence, no BM25 rank
+        return minmax(fused)
+    if s.lexical_method != "minmax":
+        raise UsageError(f"query.lexical_method must be minmax or rrf, not {s.lexical_method!r}")
+    return (1.0 - w) * d + w * minmax(lexical)
+
+
+def _chunk(ix: QueryIndex, chunk_id: str, score: float) -> RankedChunk | None:
+    c = ix.chunks.get(chunk_id)
+    if c is None:   # an index row whose chunk has since gone: never show stale text
+        return None
+    return RankedChunk(chunk_id, c.doc_id, ix.doc_path(c.doc_id), float(score), c.text)
+
+
+def _ranked(ix: QueryIndex, ids: Iterable[str], scores: Iterable[float], limit: int) -> list[RankedChunk]:
+    out: list[RankedChunk] = []
+    for cid, sc in zip(ids, scores):
+        rc = _chunk(ix, cid, sc)
+        if rc is not None:
+            out.append(rc)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedChunk]:
+    order = np.argsort(-scores, kind="stable")[: limit * 2 + 10]
+    ids = ix.chunk_ids
+    return _ranked(ix, (ids[i] for i in order), (scores[i] for i in order), limit)
+
+
+def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings, r: Retrieval) -> np.ndarray:
+    dense = ix.dense_chunk_scores(qvec)
+    lexical = None
+    if s.lexical_fusion:
+        t0 = time.perf_counter()
+        lexical = ix.bm25_chunk_scores(query)
+        r.timings["bm25_ms"] = _ms(t0)
+        if lexical is None:
+            r.notes.append("no BM25 index in this project: lexical fusion skipped")
+    return fuse_lexical(dense, lexical, s)
+
+
+# ------------------------------------------------------------------------------------------------- naive
+
+
+def retrieve_naive(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int) -> None:
+    t0 = time.perf_counter()
+    qvec = ix.embed_query(query)
+    r.timings["embed_ms"] = _ms(t0)
+    scores = _passage_scores(ix, query, qvec, s, r)
+    r.chunks = _top_chunks(ix, scores, limit)
+
+
+def retrieve_bm25(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int) -> None:
+    if ix.bm25 is None:
+        raise UsageError("this project has no BM25 index: run 'hrag synonyms' (or 'hrag index') to build it")
+    hits = ix.bm25.top_k(query, limit * 2 + 10)
+    r.chunks = _ranked(ix, (str(h[0]) for h in hits), (float(h[1]) for h in hits), limit)
+
+
+# --------------------------------------------------------------------------------------------------- ppr
+
+_TOKEN = re.compile(r"\S+")
+_EDGE_PUNCT = "\"'`“”‘’«»()[]{}<>,.;:!?"
+
+
+def _query_words(query: str) -> list[str]:
+    words = []
+    for w in _TOKEN.findall(query):
+        w = w.strip(_EDGE_PUNCT)
+        for suffix in ("'s", "’s"):
+            if w.lower().endswith(suffix):
+                w = w[: -len(suffix)]
+        if w:
+            words.append(w)
+    return words
+
+
+def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 3) -> list[str]:
+    """Entities whose normalised name occurs as a run of words in the query, longest first; a shorter name
+    inside a longer matched one is skipped ("Port Ellery" does not also seed "Ellery")."""
+    from ..normalize import normalize_name
+
+    words = _query_words(query)
+    taken = [False] * len(words)
+    found: list[str] = []
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            if any(taken[i:i + n]):
+                continue
+            key = normalize_name(" ".join(words[i:i + n]))
+            if len(key) >= min_chars and key in ix.entities and key not in found:
+                from ..textnorm import STOP_WORDS
+
+                if n == 1 and key in STOP_WORDS:
+                    continue
+                found.append(key)
+                for j in range(i, i + n):
+                    taken[j] = True
+    return found
+
+
+def _fact_entity(ix: QueryIndex, name: str, fallback: str) -> str | None:
+    from ..normalize import normalize_name
+
+    for cand in (normalize_name(name), fallback):
+        if cand and cand in ix.entities:
+            return cand
+    return None
+
+
+def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int) -> None:
+    t0 = time.perf_counter()
+    qvec = ix.embed_query(query)
+    r.timings["embed_ms"] = _ms(t0)
+    passage = _passage_scores(ix, query, qvec, s, r)
+
+    t0 = time.perf_counter()
+    seeds = SeedWeights()
+    graph, vertex = ix.graph, ix.vertex
+    facts = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
+    for fid, score in facts:
+        fact = ix.facts.get(fid)
+        if fact is None:
+            continue
+        rel = ix.relations.get(fact.relation_id)
+        r.facts.append({"id": fid, "subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
+                        "score": round(score, 4)})
+        ends = (_fact_entity(ix, fact.subject, rel.src if rel else ""),
+                _fact_entity(ix, fact.object, rel.tgt if rel else ""))
+        for eid in ends:
+            v = vertex.get(eid) if eid else None
+            if v is None:
+                continue
+            seeds.entity[v] = seeds.entity.get(v, 0.0) + max(score, 0.0) / ix.entity_chunk_counts.get(eid, 1)
+            seeds.sources.setdefault(v, []).append(fid)
+    if s.entity_name_seeds and s.entity_seed_weight > 0:
+        for eid in name_seeds(ix, query):
+            v = vertex.get(eid)
+            if v is None:
+                continue
+            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
+            seeds.sources.setdefault(v, []).append("name in query")
+    seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
+    r.timings["seed_ms"] = _ms(t0)
+
+    if not seeds.entity or graph.ecount() == 0:
+        why = "no facts or entity names matched the query" if not seeds.entity else "the graph has no edges"
+        r.notes.append(f"{why}: fell back to dense chunk ranking")
+        r.chunks = _top_chunks(ix, passage, limit)
+        return
+
+    t0 = time.perf_counter()
+    cv = ix.chunk_vertices
+    ok = cv >= 0
+    reset = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight)
+    pr = personalized_pagerank(graph, reset, s.damping)
+    r.timings["ppr_ms"] = _ms(t0)
+    scores = np.full(len(cv), -1.0)
+    scores[ok] = pr[cv[ok]]
+    r.chunks = _top_chunks(ix, scores, limit)
+    for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
+        e = ix.entities.get(graph.vs[v]["key"])
+        if e is not None:
+            r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
+                               "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
+
+
+# ------------------------------------------------------------------------------------------ LightRAG
+
+
+def _entity_json(ix: QueryIndex, eid: str, score: float) -> dict | None:
+    e = ix.entities.get(eid)
+    if e is None:
+        return None
+    return {"id": e.id, "name": e.name, "type": e.type, "description": e.description, "score": round(score, 4)}
+
+
+def _relation_json(ix: QueryIndex, rid: str, score: float) -> dict | None:
+    rel = ix.relations.get(rid)
+    if rel is None:
+        return None
+    return {"id": rel.id, "src": rel.src, "tgt": rel.tgt, "predicates": list(rel.predicates),
+            "keywords": list(rel.keywords), "description": rel.description, "weight": rel.weight,
+            "score": round(score, 4)}
+
+
+def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
+    adj = ix.__dict__.get("_rel_adj")
+    if adj is None:
+        adj = {}
+        for rid, rel in ix.relations.items():
+            adj.setdefault(rel.src, []).append(rid)
+            adj.setdefault(rel.tgt, []).append(rid)
+        ix.__dict__["_rel_adj"] = adj
+    return adj
+
+
+def _vote_chunks(ix: QueryIndex, sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
+    """Chunks ranked by the summed score of the retrieved items that name them (ties: first seen)."""
+    score: dict[str, float] = {}
+    for source_ids, sc in sources:
+        for cid in dict.fromkeys(source_ids):
+            score[cid] = score.get(cid, 0.0) + sc
+    order = sorted(score, key=lambda c: -score[c])
+    return _ranked(ix, order, (score[c] for c in order), limit)
+
+
+def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int) -> None:
+    """Entities like the low-level keywords; their relations ranked by (endpoint degree sum, weight); the
+    chunks that mention those entities."""
+    hits = ix.search("entities", qvec, s.entity_top_k)
+    ents = [(eid, sc) for eid, sc in hits if eid in ix.entities]
+    r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
+    adj = _relations_by_entity(ix)
+    deg = {eid: len(rids) for eid, rids in adj.items()}
+    rel_ids = dict.fromkeys(rid for eid, _ in ents for rid in adj.get(eid, []))
+    rels = sorted(rel_ids, key=lambda rid: (-(deg.get(ix.relations[rid].src, 0) + deg.get(ix.relations[rid].tgt, 0)),
+                                            -ix.relations[rid].weight))
+    r.relations = [j for rid in rels if (j := _relation_json(ix, rid, ix.relations[rid].weight))]
+    r.chunks = _vote_chunks(ix, ((ix.entities[eid].source_ids, sc) for eid, sc in ents), limit)
+
+
+def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int) -> None:
+    """Relations like the high-level keywords; their endpoint entities; the chunks the relations came from."""
+    hits = [(rid, sc) for rid, sc in ix.search("relations", qvec, s.relation_top_k) if rid in ix.relations]
+    r.relations = [j for rid, sc in hits if (j := _relation_json(ix, rid, sc))]
+    seen: dict[str, float] = {}
+    for rid, sc in hits:
+        for eid in (ix.relations[rid].src, ix.relations[rid].tgt):
+            seen.setdefault(eid, sc)
+    r.entities = [j for eid, sc in seen.items() if (j := _entity_json(ix, eid, sc))]
+    r.chunks = _vote_chunks(ix, ((ix.relations[rid].source_ids, sc) for rid, sc in hits), limit)
+
+
+def _keyword_vectors(ix: QueryIndex, query: str, keywords: dict[str, list[str]], r: Retrieval) -> tuple[np.ndarray, np.ndarray]:
+    t0 = time.perf_counter()
+    low = ", ".join(keywords.get("low") or []) or query
+    high = ", ".join(keywords.get("high") or []) or query
+    lv = ix.embed_query(low)
+    hv = lv if high == low else ix.embed_query(high)
+    r.timings["embed_ms"] = _ms(t0)
+    return lv, hv
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+
+
+def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None = None,
+             keywords: dict[str, list[str]] | None = None, llm: Any = None) -> Retrieval:
+    """Run one query. `keywords` may be given (tests, batch); otherwise LightRAG modes ask the LLM when one
+    is configured (one cached call) and fall back to the query text."""
+    s = settings.query
+    mode = (mode or s.mode).lower()
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+    if not query.strip():
+        raise UsageError("empty query")
+    if s.top_k < 1:
+        raise UsageError("--top-k must be at least 1")
+    t_start = time.perf_counter()
+    r = Retrieval(query=query, mode=mode)
+    limit = max(s.top_k, 1)
+    # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
+    pool = max(limit * 4, 20)
+    if mode == "ppr":
+        retrieve_ppr(ix, query, s, r, pool)
+    elif mode == "naive":
+        retrieve_naive(ix, query, s, r, pool)
+    elif mode == "bm25":
+        retrieve_bm25(ix, query, s, r, pool)
+    else:
+        if keywords is None:
+            from .keywords import extract_keywords
+
+            t0 = time.perf_counter()
+            keywords = extract_keywords(ix.project, settings, query, llm=llm, notes=r.notes)
+            r.timings["keywords_ms"] = _ms(t0)
+        r.keywords = keywords
+        lv, hv = _keyword_vectors(ix, query, keywords, r)
+        if mode == "local":
+            retrieve_local(ix, lv, s, r, pool)
+        elif mode == "global":
+            retrieve_global(ix, hv, s, r, pool)
+        else:
+            loc, glo = Retrieval(query, "local"), Retrieval(query, "global")
+            retrieve_local(ix, lv, s, loc, pool)
+            retrieve_global(ix, hv, s, glo, pool)
+            r.entities = round_robin(loc.entities, glo.entities, key=lambda e: e["id"])
+            r.relations = round_robin(loc.relations, glo.relations, key=lambda x: x["id"])
+            r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
+            if mode == "mix":
+                naive = Retrieval(query, "naive")
+                retrieve_naive(ix, query, s, naive, pool)
+                r.notes.extend(naive.notes)
+                r.chunks = round_robin(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
+    apply_budgets(r, s, limit)
+    r.timings["retrieve_ms"] = _ms(t_start)
+    return r

@@ -1,0 +1,195 @@
+"""`hrag query`: one question (a table, `--json`, `--context` or `--answer`) or a batch file (one JSON line per
+query), over the index as it is; nothing is rebuilt.
+
+`--json` / batch line schema (one object per query):
+
+    {
+      "id": "q1",                      # batch only: the JSONL `id`, else the 1-based line number as a string
+      "query": "...", "mode": "ppr",
+      "chunks": [{"rank": 1, "chunk_id": "...", "doc_id": "...", "path": "people/x.txt",
+                  "score": 0.0123, "text": "..."}],          # best first, at most --top-k, token-budgeted
+      "entities": [{"id", "name", "type", "description", "score", ...}],   # ppr: seed entities (+ seeded_by)
+      "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score"}],
+      "facts": [{"id", "subject", "predicate", "object", "score"}],          # ppr: the facts that seeded it
+      "keywords": {"high": [...], "low": [...]},            # LightRAG modes only, else {}
+      "notes": ["..."],                                     # e.g. the dense fallback of ppr
+      "timings": {"embed_ms", "bm25_ms", "seed_ms", "ppr_ms", "keywords_ms", "retrieve_ms", "total_ms"},
+      "context": "...",                                     # with --context
+      "answer": "...", "citations": [{"n": 1, "chunk_id": "...", "path": "..."}]   # with --answer
+    }
+
+Timings present depend on the mode; `total_ms` includes loading whatever this query was the first to need.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import store
+from ..config import Settings
+from ..errors import UsageError
+from ..project import Project
+from .context import build_context
+from .index import QueryIndex
+from .retrieval import retrieve
+from .types import Retrieval
+
+_CITE = re.compile(r"\[(\d+)\]")
+
+
+def read_queries(path: Path) -> list[tuple[str, str]]:
+    """(id, query) from a text file (one query per line) or JSONL ({id, query}); blank lines are skipped."""
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--file: {path} does not exist") from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--file: cannot read {path} ({type(exc).__name__})") from None
+    out: list[tuple[str, str]] = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                rec = store.loads(line)
+            except Exception:
+                raise UsageError(f"--file {path}, line {n}: not valid JSON") from None
+            q = rec.get("query", rec.get("question")) if isinstance(rec, dict) else None
+            if not isinstance(q, str) or not q.strip():
+                raise UsageError(f"--file {path}, line {n}: needs a non-empty \"query\"")
+            out.append((str(rec.get("id", n)), q.strip()))
+        else:
+            out.append((str(n), line))
+    if not out:
+        raise UsageError(f"--file: {path} has no queries")
+    return out
+
+
+class QuerySession:
+    """One loaded index (and, if needed, one LLM client) answering many queries."""
+
+    def __init__(self, project: Project, settings: Settings) -> None:
+        self.project = project
+        self.settings = settings
+        self.index = QueryIndex(project, settings)
+        self.index.require_built()
+        self._llm: Any = None
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None and self.settings.llm.model:
+            from ..llm import LLMClient
+
+            self._llm = LLMClient(self.project, self.settings.llm)
+        return self._llm
+
+    def run(self, query: str, *, mode: str | None = None, want_context: bool = False,
+            want_answer: bool = False) -> tuple[Retrieval, dict]:
+        t0 = time.perf_counter()
+        r = retrieve(self.index, query, self.settings, mode=mode, llm=self.llm if self.settings.llm.model else None)
+        extra: dict[str, Any] = {}
+        if want_context or want_answer:
+            extra["context"] = build_context(r)
+        if want_answer:
+            extra.update(self.answer(r, extra["context"]))
+        r.timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        return r, extra
+
+    def answer(self, r: Retrieval, context: str) -> dict:
+        """The LLM answers from the context only; the [n] it cites are mapped back to chunks and paths."""
+        from ..extract.prompts import build_answer_messages
+
+        if self.llm is None:
+            raise UsageError("--answer needs an LLM: pass --llm-model or set HRAG_LLM_MODEL")
+        resp = self.llm.chat(build_answer_messages(r.query, context), purpose="answer")
+        cited: list[int] = []
+        for m in _CITE.finditer(resp.text):
+            n = int(m.group(1))
+            if 1 <= n <= len(r.chunks) and n not in cited:
+                cited.append(n)
+        return {"answer": resp.text.strip(),
+                "citations": [{"n": n, "chunk_id": r.chunks[n - 1].chunk_id, "path": r.chunks[n - 1].path}
+                              for n in cited]}
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+
+
+def _as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
+    obj = r.to_json()
+    if qid is not None:
+        obj = {"id": qid, **obj}
+    obj.update(extra)
+    return obj
+
+
+def _first_line(text: str, width: int = 90) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def print_table(r: Retrieval, extra: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{r.mode}: {r.query}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("document")
+    table.add_column("first line", overflow="fold")
+    for i, c in enumerate(r.chunks, 1):
+        table.add_row(str(i), f"{c.score:.4g}", c.path, _first_line(c.text))
+    console.print(table)
+    if r.entities:
+        console.print("[bold]entities[/bold]: " + ", ".join(f"{e['name']} ({e['score']:.3g})" for e in r.entities[:15]),
+                      highlight=False)
+    if r.facts:
+        console.print("[bold]facts[/bold]:", highlight=False)
+        for f in r.facts:
+            console.print(f"  ({f['subject']}, {f['predicate']}, {f['object']})  {f['score']:.3f}", highlight=False,
+                          markup=False)
+    if r.relations:
+        console.print("[bold]relations[/bold]:", highlight=False)
+        for x in r.relations[:10]:
+            console.print(f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}", highlight=False, markup=False)
+    if r.keywords:
+        console.print(f"[bold]keywords[/bold]: high={r.keywords.get('high')} low={r.keywords.get('low')}",
+                      highlight=False, markup=True)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    if "answer" in extra:
+        console.print("\n[bold]answer[/bold]")
+        console.print(extra["answer"], markup=False, highlight=False)
+        for c in extra["citations"]:
+            console.print(f"  [{c['n']}] {c['path']}", markup=False, highlight=False)
+
+
+def run_query_command(project: Project, settings: Settings, *, text: str | None, file: Path | None,
+                      want_context: bool, want_answer: bool, json_output: bool) -> None:
+    if (text is None) == (file is None):
+        raise UsageError("give either a question or --file QUERIES")
+    queries = read_queries(file) if file is not None else [("1", text or "")]
+    session = QuerySession(project, settings)
+    try:
+        if file is not None:
+            for qid, q in queries:
+                r, extra = session.run(q, want_context=want_context, want_answer=want_answer)
+                sys.stdout.write(store.dumps(_as_json(r, extra, qid)).decode("utf-8") + "\n")
+                sys.stdout.flush()
+            return
+        r, extra = session.run(queries[0][1], want_context=want_context, want_answer=want_answer)
+        if json_output:
+            sys.stdout.write(store.dumps(_as_json(r, extra)).decode("utf-8") + "\n")
+        elif want_context and not want_answer:
+            sys.stdout.write(extra["context"] + "\n")
+        else:
+            print_table(r, extra)
+    finally:
+        session.close()

@@ -1,0 +1,34 @@
+"""What a retrieval returns, independent of the mode, so output, context building and eval treat every mode
+alike. `to_json` is the documented `hrag query --json` object (schema in query/run.py)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RankedChunk:
+    chunk_id: str
+    doc_id: str
+    path: str
+    score: float
+    text: str
+
+
+@dataclass
+class Retrieval:
+    query: str
+    mode: str
+    chunks: list[RankedChunk] = field(default_factory=list)
+    entities: list[dict] = field(default_factory=list)    # {id, name, type, description, score}
+    relations: list[dict] = field(default_factory=list)   # {id, src, tgt, predicates, keywords, description, weight, score}
+    facts: list[dict] = field(default_factory=list)       # {id, subject, predicate, object, score}
+    keywords: dict[str, list[str]] = field(default_factory=dict)   # {"high": [...], "low": [...]}
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["chunks"] = [{"rank": i + 1, **c} for i, c in enumerate(out["chunks"])]
+        return out

@@ -1,0 +1,343 @@
+"""The resolve stage: the current chunks' extraction records -> entities, relations, facts and the graph.
+
+Resolve is a pure function of (current chunks, their extraction records, the summary cache, settings):
+nothing is patched incrementally, so after any add/change/delete the result equals a from-scratch build.
+Chunks are visited in chunk_id order, which makes even float weight sums independent of document order.
+
+Merge rules (LightRAG semantics, DESIGN.md §4):
+- entity id = normalize_name(surface form); display name = most frequent surface form (ties: smallest text);
+  aliases = the other surface forms; type = most frequent real type (ties: smallest text; "unknown"/empty
+  votes count only when nothing else was said; none at all -> UNKNOWN);
+- a mention is an entity row or a relation endpoint; source_ids = every chunk with a mention;
+  MENTIONED_IN weight = the chunk's mention count of that entity (rows + endpoints);
+- one relation per unordered pair (src < tgt by id, id = hash of the pair); weight = sum of strengths;
+  predicates/keywords unioned (case-insensitive) and sorted; self-loops dropped; an endpoint without an
+  entity row becomes an UNKNOWN-typed entity;
+- one fact per (subject id, predicate, object id), direction kept, linked to its relation;
+- descriptions: see summaries.Summarizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from . import store
+from .config import Settings
+from .graph import ChunkRef, build_graph, edge_counts, save_graph
+from .normalize import clean_surface, normalize_name
+from .progress import Reporter
+from .project import Project, StageOutcome, fingerprint
+from .records import Document, Entity, ExtractionRecord, Fact, Relation, from_dict, to_dict
+from .summaries import SummaryJob, Summarizer, summary_prompt_version
+
+UNKNOWN = "UNKNOWN"
+_PLACEHOLDER_TYPES = {"", "unknown"}
+
+
+def settings_fingerprint(settings: Settings) -> str:
+    """Resolve settings; the model, language, context size and prompt wording only when summaries can run."""
+    llm_part = None
+    if settings.llm.model:
+        llm_part = (settings.llm.model, settings.llm.context_tokens, settings.extract.language,
+                    summary_prompt_version())
+    return fingerprint("resolve-v1", to_dict(settings.resolve), llm_part)
+
+
+# ----------------------------------------------------------------------------------------------- merging
+
+
+class _EntityAcc:
+    __slots__ = ("names", "types", "descs", "sources", "last")
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}     # surface form -> mentions
+        self.types: dict[str, int] = {}     # type -> entity rows
+        self.descs: dict[str, int] = {}     # description -> entity rows
+        self.sources: list[str] = []        # chunk ids, ascending (chunks are visited in order)
+        self.last = ""
+
+
+class _RelationAcc:
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last")
+
+    def __init__(self) -> None:
+        self.weight = 0.0
+        self.predicates: set[str] = set()
+        self.keywords: set[str] = set()
+        self.descs: dict[str, int] = {}
+        self.sources: list[str] = []
+        self.last = ""
+
+
+class _FactAcc:
+    __slots__ = ("predicates", "sources", "last")
+
+    def __init__(self) -> None:
+        self.predicates: dict[str, int] = {}
+        self.sources: list[str] = []
+        self.last = ""
+
+
+@dataclass
+class Merged:
+    """Accumulated mentions, before descriptions are decided."""
+
+    entities: dict[str, _EntityAcc] = field(default_factory=dict)
+    relations: dict[tuple[str, str], _RelationAcc] = field(default_factory=dict)
+    facts: dict[tuple[str, str, str], _FactAcc] = field(default_factory=dict)
+    mentions: list[tuple[str, str, int]] = field(default_factory=list)   # (chunk_id, entity_id, count)
+    dropped_rows: int = 0
+    self_loops: int = 0
+    records: int = 0
+
+
+@lru_cache(maxsize=1_000_000)
+def _surface(name: str) -> str:
+    return clean_surface(name)
+
+
+@lru_cache(maxsize=200_000)
+def _phrase(s: str) -> str:
+    """Predicates/keywords: single spaces, trimmed."""
+    return " ".join(s.split())
+
+
+def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
+    """One pass over every record, in chunk_id order. The loop is written out flat (no helper calls per
+    mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale."""
+    m = Merged()
+    ents, rels, facts = m.entities, m.relations, m.facts
+    mentions = m.mentions
+    norm, surface, phrase = normalize_name, _surface, _phrase
+    dropped = loops = 0
+
+    for chunk_id in sorted(records):
+        rec = records[chunk_id]
+        per_chunk: dict[str, int] = {}
+        for e in rec.entities:
+            name = e.name
+            eid = norm(name)
+            if not eid:
+                dropped += 1
+                continue
+            acc = ents.get(eid)
+            if acc is None:
+                acc = ents[eid] = _EntityAcc()
+            sf = surface(name)
+            acc.names[sf] = acc.names.get(sf, 0) + 1
+            if acc.last != chunk_id:
+                acc.sources.append(chunk_id)
+                acc.last = chunk_id
+            per_chunk[eid] = per_chunk.get(eid, 0) + 1
+            t = e.type.strip() if e.type else ""
+            acc.types[t] = acc.types.get(t, 0) + 1
+            d = e.description.strip() if e.description else ""
+            if d:
+                acc.descs[d] = acc.descs.get(d, 0) + 1
+        for r in rec.relations:
+            s, t = norm(r.src), norm(r.tgt)
+            if not s or not t:
+                dropped += 1
+                continue
+            ends = ((s, r.src),) if s == t else ((s, r.src), (t, r.tgt))
+            for eid, name in ends:  # endpoints are mentions; a self-loop row names its entity once
+                acc = ents.get(eid)
+                if acc is None:
+                    acc = ents[eid] = _EntityAcc()
+                sf = surface(name)
+                acc.names[sf] = acc.names.get(sf, 0) + 1
+                if acc.last != chunk_id:
+                    acc.sources.append(chunk_id)
+                    acc.last = chunk_id
+                per_chunk[eid] = per_chunk.get(eid, 0) + 1
+            if s == t:
+                loops += 1
+                continue
+            pair = (s, t) if s < t else (t, s)
+            racc = rels.get(pair)
+            if racc is None:
+                racc = rels[pair] = _RelationAcc()
+            racc.weight += float(r.strength)
+            pred = phrase(r.predicate) if r.predicate else ""
+            if pred:
+                racc.predicates.add(pred)
+            if r.keywords:
+                for kw in r.keywords:
+                    kw = phrase(kw)
+                    if kw:
+                        racc.keywords.add(kw)
+            d = r.description.strip() if r.description else ""
+            if d:
+                racc.descs[d] = racc.descs.get(d, 0) + 1
+            if racc.last != chunk_id:
+                racc.sources.append(chunk_id)
+                racc.last = chunk_id
+            fkey = (s, pred.casefold(), t)
+            facc = facts.get(fkey)
+            if facc is None:
+                facc = facts[fkey] = _FactAcc()
+            facc.predicates[pred] = facc.predicates.get(pred, 0) + 1
+            if facc.last != chunk_id:
+                facc.sources.append(chunk_id)
+                facc.last = chunk_id
+        for eid, n in per_chunk.items():
+            mentions.append((chunk_id, eid, n))
+    m.records = len(records)
+    m.dropped_rows, m.self_loops = dropped, loops
+    return m
+
+
+def _top(counts: dict[str, int]) -> str:
+    """Most frequent, ties broken by the smallest text."""
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _vote_type(types: dict[str, int]) -> str:
+    real = {t: c for t, c in types.items() if t.casefold() not in _PLACEHOLDER_TYPES}
+    return _top(real) if real else UNKNOWN
+
+
+def _union(values: set[str]) -> list[str]:
+    """Case-insensitive union (the smallest spelling of each wins), sorted case-insensitively."""
+    best: dict[str, str] = {}
+    for v in values:
+        k = v.casefold()
+        if k not in best or v < best[k]:
+            best[k] = v
+    return [best[k] for k in sorted(best)]
+
+
+@dataclass
+class Resolved:
+    entities: list[Entity]
+    relations: list[Relation]
+    facts: list[Fact]
+    mentions: list[tuple[str, str, int]]
+    stats: dict
+
+
+def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
+    """Decide names, types and descriptions (summaries run here, all at once) and build the records."""
+    names = {eid: _top(acc.names) for eid, acc in merged.entities.items()}
+    entity_desc: dict[str, str | SummaryJob] = {}
+    for eid, acc in merged.entities.items():
+        entity_desc[eid] = summarizer.describe("entity", names[eid], acc.descs) if acc.descs else ""
+    relation_desc: dict[tuple[str, str], str | SummaryJob] = {}
+    for pair, racc in merged.relations.items():
+        relation_desc[pair] = (summarizer.describe("relation", f"{names[pair[0]]} and {names[pair[1]]}", racc.descs)
+                               if racc.descs else "")
+    jobs = [d for d in entity_desc.values() if isinstance(d, SummaryJob)]
+    jobs += [d for d in relation_desc.values() if isinstance(d, SummaryJob)]
+    summaries = summarizer.run(jobs) if jobs else {}
+
+    def text(d: str | SummaryJob) -> str:
+        return summaries[d.key] if isinstance(d, SummaryJob) else d
+
+    entities: list[Entity] = []
+    unknown = 0
+    for eid in sorted(merged.entities):
+        acc = merged.entities[eid]
+        etype = _vote_type(acc.types)
+        unknown += etype == UNKNOWN
+        name = names[eid]
+        entities.append(Entity(id=eid, name=name, type=etype, description=text(entity_desc[eid]),
+                               aliases=sorted(n for n in acc.names if n != name),
+                               source_ids=sorted(acc.sources)))
+    relations: list[Relation] = []
+    rel_ids: dict[tuple[str, str], str] = {}
+    for pair in sorted(merged.relations):
+        racc = merged.relations[pair]
+        rid = fingerprint("relation", pair[0], pair[1])
+        rel_ids[pair] = rid
+        relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
+                                  keywords=_union(racc.keywords), description=text(relation_desc[pair]),
+                                  weight=racc.weight, source_ids=sorted(racc.sources)))
+    facts: list[Fact] = []
+    for fkey in sorted(merged.facts):
+        facc = merged.facts[fkey]
+        s, _, o = fkey
+        pair = (s, o) if s < o else (o, s)
+        facts.append(Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
+                          object=names[o], relation_id=rel_ids[pair], source_ids=sorted(facc.sources)))
+    stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
+             "dropped_rows": merged.dropped_rows, "summaries": len(jobs)}
+    return Resolved(entities, relations, facts, merged.mentions, stats)
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+
+
+def _load_extractions(project: Project, chunk_ids: set[str]) -> dict[str, ExtractionRecord]:
+    """The extraction record of each current chunk (the extract stage owns which record is current)."""
+    try:
+        from .extract.stage import load_current_extractions
+    except ImportError:  # extract stage not present: last record per current chunk
+        out: dict[str, ExtractionRecord] = {}
+        for raw in store.read_jsonl(project.extractions_path):
+            if isinstance(raw, dict) and raw.get("chunk_id") in chunk_ids:
+                out[raw["chunk_id"]] = ExtractionRecord.from_json(raw)
+        return out
+    records = load_current_extractions(project)
+    return {cid: rec for cid, rec in records.items() if cid in chunk_ids}
+
+
+def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], dict[str, ExtractionRecord]]:
+    docs = [from_dict(Document, d) for d in store.read_jsonl(project.docs_path)]
+    chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
+    records = _load_extractions(project, {c.chunk_id for c in chunks})
+    return docs, chunks, records
+
+
+# ----------------------------------------------------------------------------------------------- stage
+
+
+def _file_digest(h: "hashlib._Hash", path) -> None:
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+
+
+def write_outputs(project: Project, resolved: Resolved, graph) -> None:
+    """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale).
+    The set is not atomic, but the manifest is written only after all four, so a crash leaves resolve stale."""
+    store.write_jsonl(project.entities_path, resolved.entities)
+    store.write_jsonl(project.relations_path, resolved.relations)
+    store.write_jsonl(project.facts_path, resolved.facts)
+    save_graph(project, graph)
+
+
+def run_resolve(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
+    """Rebuild graph/entities.jsonl, relations.jsonl, facts.jsonl and graph.pkl from the current records."""
+    reporter = reporter or Reporter("quiet")
+    docs, chunks, records = load_inputs(project)
+    reporter.info(f"resolve: {len(records)} extraction records over {len(chunks)} chunks")
+    merged = merge_records(records)
+    del records
+    summarizer = Summarizer(project, settings, reporter)
+    resolved = finalize(merged, summarizer)
+    del merged
+
+    graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
+    write_outputs(project, resolved, graph)
+
+    h = hashlib.sha256()
+    for path in (project.entities_path, project.relations_path, project.facts_path):
+        _file_digest(h, path)
+    # the graph also holds documents and chunks, which can change without any record changing (a rename)
+    h.update(fingerprint(sorted((d.doc_id, d.path) for d in docs),
+                         sorted((c.chunk_id, c.doc_id, c.order) for c in chunks)).encode())
+    ec = edge_counts(graph)
+    counts = {
+        "entities": len(resolved.entities),
+        "relations": len(resolved.relations),
+        "facts": len(resolved.facts),
+        "vertices": graph.vcount(),
+        "edges": graph.ecount(),
+        **{f"edges_{k.lower()}": v for k, v in ec.items() if k != "SYNONYM"},
+        **resolved.stats,
+        "summaries_llm_calls": summarizer.llm_calls,
+        "summaries_cached": summarizer.cached,
+    }
+    return StageOutcome(counts=counts, output_digest=h.hexdigest()[:24])

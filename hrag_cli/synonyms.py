@@ -1,0 +1,406 @@
+"""The synonyms stage: embeddings, the four vector indices, BM25 over chunks, and SYNONYM edges.
+
+    run_synonyms(project, settings, reporter, review_path=None, accept_path=None) -> StageOutcome
+
+1. Embeds (through the cache) chunks, entities, relations and facts and syncs vectors/<name>.hnsw (vectors.py);
+   for the builtin embedder it first refreshes the frozen IDF table when the corpus moved (embed.refresh_idf).
+2. Updates the BM25 index over chunks (hrag_cli.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
+   ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
+3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
+   vectors (a fifth index, vectors/entity_names.hnsw; HippoRAG links entity phrases, and name+description
+   vectors of entities described by the same sentence look alike whatever their names); a pair with
+   similarity >= `synonyms.threshold` whose names both have >= `min_name_chars` letters/digits becomes one
+   undirected edge (weight = similarity). Neighbour lists are kept in vectors/entities.knn.npz keyed by
+   (entity id, text hash): a later run queries the index only for new or changed entities (and for entities
+   whose neighbours changed or vanished) and offers each new entity to its neighbours' lists, instead of
+   comparing everything again. Written to graph/synonyms.jsonl and, replacing previous SYNONYM edges, into
+   graph/graph.pkl.
+4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
+   changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
+   the pair, `merge` marks the two entities as the same thing. Decisions persist in
+   graph/synonym_decisions.jsonl and are re-applied on every later run (after new documents too). A merge is
+   realised as a SYNONYM edge of weight 1.0 (PPR then moves freely between the two); resolve may read the
+   `merge` rows of graph/synonym_decisions.jsonl to fold the entities together.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import store
+from .config import Settings
+from .embed import Embedder, get_embedder, refresh_idf
+from .errors import UsageError
+from .progress import Reporter
+from .project import Project, StageOutcome, fingerprint, text_hash
+from .records import Chunk, Entity, Fact, Relation, from_dict
+from .vectors import INDEX_NAMES, VectorIndex
+
+NAMES_INDEX = "entity_names"
+KNN_FILE = "entity_names.knn.npz"
+DECISIONS_FILE = "synonym_decisions.jsonl"
+BM25_FILE = "bm25"          # the path query/index.py loads
+TSV_COLUMNS = ("a", "b", "a_name", "b_name", "similarity", "action")
+ACTIONS = ("link", "merge", "skip")
+
+
+def settings_fingerprint(settings: Settings) -> str:
+    e = settings.embed
+    return fingerprint("synonyms-v1", e.model.strip() or "builtin", e.idf_refresh_growth,
+                       asdict(settings.vectors), asdict(settings.synonyms))
+
+
+# -- texts of the four indices ------------------------------------------------------------------------------
+def entity_text(e: Entity) -> str:
+    return f"{e.name}\n{e.description}"
+
+
+def relation_text(r: Relation, names: dict[str, str]) -> str:
+    kw = ", ".join(r.keywords)
+    return f"{names.get(r.src, r.src)}\n{names.get(r.tgt, r.tgt)}\n{kw}\n{r.description}"
+
+
+def fact_text(f: Fact) -> str:
+    return f.text
+
+
+def name_chars(name: str) -> int:
+    return sum(ch.isalnum() for ch in name)
+
+
+# -- neighbour lists --------------------------------------------------------------------------------------
+class KnnLists:
+    """Per entity: its top-k (neighbour id, cosine) and the text hash it was computed for."""
+
+    def __init__(self, k: int, model_id: str) -> None:
+        self.k = k
+        self.model_id = model_id
+        self.lists: dict[str, list[tuple[str, float]]] = {}
+        self.hashes: dict[str, str] = {}
+
+    def save(self, path: Path) -> None:
+        ids = list(self.lists)
+        pos = {i: p for p, i in enumerate(ids)}
+        nbr = np.full((len(ids), self.k), -1, dtype=np.int32)
+        sim = np.zeros((len(ids), self.k), dtype=np.float32)
+        for p, i in enumerate(ids):
+            for j, (b, s) in enumerate(self.lists[i][: self.k]):
+                nbr[p, j] = pos.get(b, -1)
+                sim[p, j] = s
+        buf = io.BytesIO()
+        np.savez(buf, ids=np.frombuffer("\n".join(ids).encode("utf-8"), dtype=np.uint8),
+                 hashes=np.frombuffer("\n".join(self.hashes[i] for i in ids).encode(), dtype=np.uint8),
+                 nbr=nbr, sim=sim, k=np.int64(self.k), model_id=np.array(self.model_id))
+        store.atomic_write_bytes(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: Path, k: int, model_id: str) -> "KnnLists":
+        """Saved lists when computed with the same k and embedder, else empty (everything is queried)."""
+        out = cls(k, model_id)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if int(z["k"]) != k or str(z["model_id"]) != model_id:
+                    return out
+                raw = z["ids"].tobytes().decode("utf-8")
+                ids = raw.split("\n") if raw else []
+                hs = z["hashes"].tobytes().decode().split("\n") if ids else []
+                nbr, sim = z["nbr"], z["sim"]
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return out
+        for p, i in enumerate(ids):
+            out.hashes[i] = hs[p]
+            out.lists[i] = [(ids[int(b)], float(s)) for b, s in zip(nbr[p], sim[p]) if b >= 0]
+        return out
+
+
+def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, index: VectorIndex,
+               k: int, reporter: Reporter) -> tuple[KnnLists, int]:
+    """New neighbour lists for the current entities; returns them and how many entities were queried."""
+    cur = dict(zip(ids, hashes))
+    changed = {i for i in ids if prev.hashes.get(i) != cur[i]}
+    stale = {i for i, lst in prev.lists.items() if i in cur and i not in changed
+             and any(b not in cur or b in changed for b, _ in lst)}
+    query = changed | stale
+    out = KnnLists(k, prev.model_id)
+    for i in ids:
+        if i not in query:
+            out.lists[i] = list(prev.lists[i])
+        out.hashes[i] = cur[i]
+    qpos = [p for p, i in enumerate(ids) if i in query]
+    batch = 50_000
+    with reporter.task("synonyms: nearest entities", total=len(qpos)) as task:
+        for s in range(0, len(qpos), batch):
+            part = qpos[s:s + batch]
+            got, sims = index.search(matrix[part], k + 1)
+            for p, nb, ss in zip(part, got, sims):
+                me = ids[p]
+                out.lists[me] = [(b, float(x)) for b, x in zip(nb, ss) if b != me][:k]
+            task.advance(len(part))
+    # a new or changed entity may now belong in the lists of its neighbours that were not queried
+    for i in query:
+        for b, s in out.lists[i]:
+            if b in query:
+                continue
+            lst = out.lists[b]
+            if any(x == i for x, _ in lst):
+                continue
+            if len(lst) < k or s > lst[-1][1]:
+                lst.append((i, s))
+                lst.sort(key=lambda t: (-t[1], t[0]))
+                del lst[k:]
+    return out, len(qpos)
+
+
+def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
+    """Entities whose names are long enough to be linked (short names like "US" or "1" match too much)."""
+    return {i for i, e in entities.items() if name_chars(e.name) >= min_chars}
+
+
+def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple[str, str], float]:
+    """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both in `ok`."""
+    pairs: dict[tuple[str, str], float] = {}
+    for a, lst in knn.lists.items():
+        if a not in ok:
+            continue
+        for b, s in lst:
+            if s < threshold or b not in ok or a == b:
+                continue
+            key = (a, b) if a < b else (b, a)
+            if s > pairs.get(key, -2.0):
+                pairs[key] = s
+    return pairs
+
+
+# -- review / accept ----------------------------------------------------------------------------------------
+def _cell(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> None:
+    lines = ["\t".join(TSV_COLUMNS)]
+    for r in rows:
+        a, b = r["a"], r["b"]
+        lines.append("\t".join([a, b, _cell(entities[a].name if a in entities else a),
+                                _cell(entities[b].name if b in entities else b),
+                                f"{r['similarity']:.4f}", r["action"]]))
+    try:
+        store.atomic_write_text(Path(path), "\n".join(lines) + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write review file {path}: {exc.strerror or exc}") from None
+
+
+def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
+    """Parse a reviewed TSV; every problem is a one-line UsageError raised before anything is written."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"review file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read review file {path}: {exc}") from None
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        raise UsageError(f"{path}: empty review file")
+    header = [h.strip().lower() for h in lines[0][1].split("\t")]
+    if not {"a", "b", "action"} <= set(header):
+        raise UsageError(f"{path}: the first line must name the columns {', '.join(TSV_COLUMNS)}")
+    col = {h: i for i, h in enumerate(header)}
+    out: list[dict] = []
+    for n, ln in lines[1:]:
+        cells = ln.split("\t")
+        if len(cells) < len(header):
+            raise UsageError(f"{path}:{n}: expected {len(header)} tab-separated columns, got {len(cells)}")
+        a, b = cells[col["a"]].strip(), cells[col["b"]].strip()
+        action = cells[col["action"]].strip().lower()
+        if action not in ACTIONS:
+            raise UsageError(f"{path}:{n}: action must be link, merge or skip, not {action!r}")
+        for x in (a, b):
+            if x not in entities:
+                raise UsageError(f"{path}:{n}: unknown entity id {x!r}")
+        if a == b:
+            raise UsageError(f"{path}:{n}: an entity cannot be its own synonym")
+        sim = None
+        if "similarity" in col and cells[col["similarity"]].strip():
+            try:
+                sim = float(cells[col["similarity"]])
+            except ValueError:
+                raise UsageError(f"{path}:{n}: similarity {cells[col['similarity']]!r} is not a number") from None
+        out.append({"a": a, "b": b, "action": action, "similarity": sim})
+    return out
+
+
+def load_decisions(project: Project) -> dict[tuple[str, str], dict]:
+    out: dict[tuple[str, str], dict] = {}
+    for r in store.read_jsonl(project.graph_dir / DECISIONS_FILE):
+        a, b = r["a"], r["b"]
+        out[(a, b) if a < b else (b, a)] = r
+    return out
+
+
+def save_decisions(project: Project, decisions: dict[tuple[str, str], dict]) -> None:
+    store.write_jsonl(project.graph_dir / DECISIONS_FILE, (decisions[k] for k in sorted(decisions)))
+
+
+def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[str, str], dict],
+                    entities: dict[str, Entity]) -> tuple[dict[tuple[str, str], float], int, int]:
+    """Auto pairs overridden by reviewed decisions; returns (pairs, links added, merges)."""
+    out = dict(pairs)
+    added = merges = 0
+    for key, d in decisions.items():
+        if key[0] not in entities or key[1] not in entities:
+            continue
+        if d["action"] == "skip":
+            out.pop(key, None)
+        elif d["action"] == "merge":
+            out[key] = 1.0
+            merges += 1
+        else:
+            if key not in out:
+                added += 1
+            sim = d.get("similarity")
+            out[key] = float(sim) if sim is not None else out.get(key, 1.0)
+    return out, added, merges
+
+
+# -- the stage --------------------------------------------------------------------------------------------
+def _load(path: Path, cls: type) -> list:
+    return [from_dict(cls, r) for r in store.read_jsonl(path)]
+
+
+def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str, ids: list[str],
+                texts: list[str], reporter: Reporter) -> tuple[VectorIndex, np.ndarray, dict]:
+    matrix = emb.encode(texts, reporter=reporter)
+    dim = int(matrix.shape[1]) if len(texts) else 0
+    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id, dim)
+    counts = idx.sync(ids, [text_hash(t) for t in texts], matrix)
+    idx.save(project.vectors_dir)
+    return idx, matrix, counts
+
+
+def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> dict:
+    """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all)."""
+    from .bm25 import BM25Index
+
+    path = project.vectors_dir / BM25_FILE
+    bm = None
+    if path.exists():
+        try:
+            bm = BM25Index.load(path)
+        except Exception:
+            reporter.warn(f"{path} is unreadable; rebuilding the BM25 index")
+            bm = None
+    if bm is None:
+        bm = BM25Index()
+    have = set(bm.doc_ids())
+    gone = [i for i in have if i not in chunks]
+    new = [i for i in chunks if i not in have]
+    for i in gone:
+        bm.remove(i)
+    bm.add_many((i, chunks[i]) for i in new)
+    if gone or new or not path.exists():
+        bm.save(path)
+    return {"bm25_chunks": len(chunks), "bm25_added": len(new), "bm25_removed": len(gone)}
+
+
+def run_synonyms(project: Project, settings: Settings, reporter: Reporter, review_path: Path | None = None,
+                 accept_path: Path | None = None) -> StageOutcome:
+    if review_path is not None and accept_path is not None:
+        raise UsageError("--review and --accept cannot be used together: review first, then accept the file")
+    entities_list: list[Entity] = _load(project.entities_path, Entity)
+    entities = {e.id: e for e in entities_list}
+    accepted = read_review(accept_path, entities) if accept_path is not None else None
+
+    chunk_rows: list[Chunk] = _load(project.chunks_path, Chunk)
+    chunk_texts: dict[str, str] = {}
+    for c in chunk_rows:
+        chunk_texts.setdefault(c.chunk_id, c.text)
+    relations: list[Relation] = _load(project.relations_path, Relation)
+    facts: list[Fact] = _load(project.facts_path, Fact)
+    names = {e.id: e.name for e in entities_list}
+
+    idf = refresh_idf(project, settings, (c.text for c in chunk_rows), len(chunk_rows), reporter)
+    emb = get_embedder(project, settings, cache_writes=True)
+    specs = {
+        "chunks": (list(chunk_texts), list(chunk_texts.values())),
+        "entities": ([e.id for e in entities_list], [entity_text(e) for e in entities_list]),
+        "relations": ([r.id for r in relations], [relation_text(r, names) for r in relations]),
+        "facts": ([f.id for f in facts], [fact_text(f) for f in facts]),
+    }
+    specs[NAMES_INDEX] = ([e.id for e in entities_list], [e.name for e in entities_list])
+    counts: dict[str, Any] = {}
+    digests: dict[str, Any] = {"model_id": emb.model_id}
+    ent_index = ent_matrix = None
+    added = 0
+    for name in (*INDEX_NAMES, NAMES_INDEX):
+        ids, texts = specs[name]
+        idx, matrix, c = _sync_index(project, settings, emb, name, ids, texts, reporter)
+        counts[f"vectors_{name}"] = len(idx)
+        added += c["added"]
+        digests[name] = fingerprint(idx.ids, idx.hashes)
+        if name == NAMES_INDEX:
+            ent_index, ent_matrix = idx, matrix
+        del matrix
+    counts["vectors_added"] = added
+    counts["embedded_now"] = emb.stats["embedded"]
+    counts["cached"] = emb.stats["cached"]
+    counts.update(_sync_bm25(project, chunk_texts, reporter))
+    counts.update(idf)
+
+    # -- synonym edges --
+    s = settings.synonyms
+    ent_ids, ent_hashes = specs[NAMES_INDEX][0], [text_hash(t) for t in specs[NAMES_INDEX][1]]
+    knn_path = project.vectors_dir / KNN_FILE
+    prev = KnnLists.load(knn_path, s.top_k, emb.model_id)
+    if ent_index is not None and len(ent_ids):
+        knn, queried = update_knn(prev, ent_ids, ent_hashes, ent_matrix, ent_index, s.top_k, reporter)
+    else:
+        knn, queried = KnnLists(s.top_k, emb.model_id), 0
+    knn.save(knn_path)
+    counts["entities_queried"] = queried
+    auto = candidate_pairs(knn, linkable(entities, s.min_name_chars), s.threshold)
+
+    decisions = load_decisions(project)
+    if accepted is not None:
+        row_of = {i: p for p, i in enumerate(ent_ids)}
+        for r in accepted:
+            a, b = r["a"], r["b"]
+            key = (a, b) if a < b else (b, a)
+            sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
+            if sim is None and ent_matrix is not None:   # a pair the reviewer added by hand: its real cosine
+                sim = round(float(ent_matrix[row_of[a]] @ ent_matrix[row_of[b]]), 6)
+            decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
+        save_decisions(project, decisions)
+        counts["accepted_rows"] = len(accepted)
+
+    if review_path is not None:
+        rows = []
+        for key, sim in auto.items():
+            d = decisions.get(key)
+            rows.append({"a": key[0], "b": key[1], "similarity": sim, "action": d["action"] if d else "link"})
+        for key, d in decisions.items():
+            if key not in auto and key[0] in entities and key[1] in entities:
+                rows.append({"a": key[0], "b": key[1], "similarity": d.get("similarity") or 0.0,
+                             "action": d["action"]})
+        rows.sort(key=lambda r: (-r["similarity"], r["a"], r["b"]))
+        write_review(review_path, rows, entities)
+        counts.update({"review_pairs": len(rows), "review_file": str(review_path), "review_only": 1})
+        return StageOutcome(counts=counts, output_digest="")
+
+    pairs, forced, merges = apply_decisions(auto, decisions, entities)
+    ordered = sorted(pairs.items())
+    records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
+    store.write_jsonl(project.synonyms_path, records)
+    from .graph import add_synonym_edges, load_graph, save_graph
+
+    if project.graph_path.exists():
+        graph, _ = load_graph(project)
+        add_synonym_edges(graph, records)
+        save_graph(project, graph)
+    counts.update({"synonym_pairs": len(records), "synonym_auto": len(auto), "synonym_forced": forced,
+                   "synonym_merges": merges})
+    digests["synonyms"] = fingerprint(records)
+    return StageOutcome(counts=counts, output_digest=fingerprint(digests))

@@ -1,0 +1,108 @@
+"""Graph schema (DESIGN.md §3): vertex and edge kinds, attributes, weights, PART_OF / NEXT_CHUNK order,
+the one loader with its key map, and SYNONYM edge replacement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hrag_cli.errors import HragError
+from hrag_cli.graph import (ChunkRef, add_synonym_edges, build_graph, edge_counts, load_graph, save_graph)
+from hrag_cli.project import Project
+from hrag_cli.records import Document, Entity, Relation, Synonym
+
+
+def _sample():
+    docs = [Document("d2", "b.txt", "h2", 5), Document("d1", "a.txt", "h1", 5)]
+    chunks = [ChunkRef("k3", "d1", 2), ChunkRef("k1", "d1", 0), ChunkRef("k2", "d1", 1), ChunkRef("k9", "d2", 0),
+              ChunkRef("k1", "d2", 1)]   # k1: the same text in both documents -> one vertex, two PART_OF
+    entities = [Entity("acme", "Acme", "organization", "A firm.", [], ["k1", "k2"]),
+                Entity("bob", "Bob", "person", "A man.", ["BOB"], ["k1"]),
+                Entity("zürich", "Zürich", "location", "", [], ["k9"])]
+    relations = [Relation("r1", "acme", "bob", ["employs"], ["work"], "Acme employs Bob.", 7.5, ["k1"])]
+    mentions = [("k1", "acme", 2), ("k2", "acme", 1), ("k1", "bob", 3), ("k9", "zürich", 1)]
+    return docs, chunks, entities, relations, mentions
+
+
+def _edges(g, kind: str) -> list[tuple[str, str, float]]:
+    keys = g.vs["key"]
+    return sorted((keys[e.source], keys[e.target], e["weight"]) for e in g.es.select(kind_eq=kind))
+
+
+def test_vertices_kinds_and_attributes() -> None:
+    g = build_graph(*_sample())
+    assert g.vs["kind"] == ["document"] * 2 + ["chunk"] * 4 + ["entity"] * 3
+    assert g.vs["key"] == ["d1", "d2", "k1", "k2", "k3", "k9", "acme", "bob", "zürich"]
+    assert not g.is_directed()
+    doc = g.vs[0]
+    assert (doc["path"], doc["doc_id"], doc["name"]) == ("a.txt", None, None)
+    k3 = g.vs[4]
+    assert (k3["doc_id"], k3["order"], k3["path"]) == ("d1", 2, None)
+    bob = g.vs[7]
+    assert (bob["name"], bob["type"], bob["description"], bob["source_ids"]) == ("Bob", "person", "A man.", ["k1"])
+    assert g.vs[8]["name"] == "Zürich"
+    assert "text" not in g.vs.attributes()          # chunk text stays in chunks.jsonl
+
+
+def test_edge_kinds_weights_and_order() -> None:
+    g = build_graph(*_sample())
+    assert g.es["kind"] == ["PART_OF"] * 5 + ["NEXT_CHUNK"] * 3 + ["RELATION"] + ["MENTIONED_IN"] * 4
+    assert _edges(g, "PART_OF") == sorted([("d1", "k1", 1.0), ("d1", "k2", 1.0), ("d1", "k3", 1.0),
+                                           ("d2", "k9", 1.0), ("d2", "k1", 1.0)])
+    # consecutive by order within each document: d1: k1-k2-k3, d2: k9-k1
+    nxt = {frozenset((a, b)) for a, b, _ in _edges(g, "NEXT_CHUNK")}
+    assert nxt == {frozenset(("k1", "k2")), frozenset(("k2", "k3")), frozenset(("k9", "k1"))}
+    assert _edges(g, "MENTIONED_IN") == [("k1", "acme", 2.0), ("k1", "bob", 3.0), ("k2", "acme", 1.0),
+                                         ("k9", "zürich", 1.0)]
+    rel = g.es.select(kind_eq="RELATION")[0]
+    assert (rel["weight"], rel["predicates"], rel["keywords"], rel["description"], rel["key"]) == \
+        (7.5, ["employs"], ["work"], "Acme employs Bob.", "r1")
+    part = g.es.select(kind_eq="PART_OF")[0]
+    assert (part["predicates"], part["description"]) == (None, None)
+    assert edge_counts(g) == {"PART_OF": 5, "NEXT_CHUNK": 3, "RELATION": 1, "MENTIONED_IN": 4, "SYNONYM": 0}
+
+
+def test_next_chunk_exact() -> None:
+    docs = [Document("d1", "a.txt", "h", 1)]
+    chunks = [ChunkRef(f"k{i}", "d1", i) for i in (3, 0, 2, 1)]
+    g = build_graph(docs, chunks, [], [], [])
+    keys = g.vs["key"]
+    assert keys == ["d1", "k0", "k1", "k2", "k3"]
+    pairs = sorted(tuple(sorted((keys[e.source], keys[e.target]))) for e in g.es.select(kind_eq="NEXT_CHUNK"))
+    assert pairs == [("k0", "k1"), ("k1", "k2"), ("k2", "k3")]
+    assert edge_counts(g) == {"PART_OF": 4, "NEXT_CHUNK": 3, "RELATION": 0, "MENTIONED_IN": 0, "SYNONYM": 0}
+
+
+def test_save_load_roundtrip_and_key_map(tmp_path: Path) -> None:
+    project = Project(tmp_path / "p")
+    project.init()
+    with pytest.raises(HragError, match="no graph"):
+        load_graph(project)
+    g = build_graph(*_sample())
+    save_graph(project, g)
+    g2, keys = load_graph(project)
+    assert g2.vcount() == g.vcount() and g2.ecount() == g.ecount()
+    assert keys["bob"] == 7 and keys["d1"] == 0 and keys["k9"] == 5
+    assert g2.vs[keys["zürich"]]["name"] == "Zürich"
+    assert g2.es["weight"] == g.es["weight"]
+    project.graph_path.write_bytes(b"not a pickle")
+    with pytest.raises(HragError, match="damaged"):
+        load_graph(project)
+
+
+def test_add_synonym_edges_replaces_previous() -> None:
+    g = build_graph(*_sample())
+    n_before = g.ecount()
+    add_synonym_edges(g, [Synonym("acme", "bob", 0.91), ("bob", "zürich", 0.85), {"a": "bob", "b": "acme",
+                                                                                 "similarity": 0.5},
+                          ("bob", "bob", 1.0), ("bob", "nobody", 0.9)])
+    syn = _edges(g, "SYNONYM")
+    assert syn == [("acme", "bob", 0.91), ("bob", "zürich", 0.85)]
+    assert g.ecount() == n_before + 2
+    add_synonym_edges(g, [("acme", "zürich", 0.88)])
+    assert _edges(g, "SYNONYM") == [("acme", "zürich", 0.88)]
+    assert g.ecount() == n_before + 1
+    assert edge_counts(g)["RELATION"] == 1               # other edges untouched
+    add_synonym_edges(g, [])
+    assert g.ecount() == n_before

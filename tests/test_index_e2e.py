@@ -1,0 +1,408 @@
+"""`hrag index` end to end through the real CLI, with litellm talking to the stub server.
+
+The stub's chat responder writes a valid extraction in our row format straight from the passage it is sent
+(capitalised words become entities, neighbours are related), so these tests exercise prompts, parsing,
+caching, resume and exit codes without any model.
+
+Runs that must be separate processes (kill -9, the lock, exit codes as the shell sees them, the first full
+run) start `.venv/bin/hrag`; the rest call the same entry point, `hrag_cli.cli.main`, in this process, since
+importing litellm costs seconds per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hrag_cli import store
+from hrag_cli.project import Project
+from tests.stub_server import StubReply
+
+ROOT = Path(__file__).resolve().parent.parent
+HRAG = str(ROOT / ".venv" / "bin" / "hrag")
+SAMPLE = ROOT / "sample_corpus"
+D = "<|#|>"
+CHAT = "/chat/completions"
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def passage_of(body: dict) -> str:
+    """The chunk text inside an extraction request (our prompt puts it after 'Passage:')."""
+    for m in body["messages"]:
+        if m["role"] == "user" and "Passage:\n" in m["content"]:
+            return m["content"].split("Passage:\n", 1)[1].rsplit("\n\nOutput:", 1)[0]
+    return ""
+
+
+def is_gleaning(body: dict) -> bool:
+    return body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2
+
+
+def fake_extraction(body: dict) -> str:
+    """Capitalised words of the passage become entities; each is related to the next one."""
+    if is_gleaning(body):
+        return "<|COMPLETE|>"
+    words = []
+    for w in re.findall(r"\b[A-Z][a-z]{3,}\b", passage_of(body)):
+        if w not in words:
+            words.append(w)
+    words = words[:12]
+    rows = [f"entity{D}{w}{D}concept{D}{w} is mentioned in the passage." for w in words]
+    rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
+             for a, b in zip(words, words[1:])]
+    return "\n".join(rows + ["<|COMPLETE|>"])
+
+
+def small_corpus(tmp: Path, n: int = 6) -> Path:
+    """A copy of part of the sample corpus (one folder of prose plus the Markdown guide and the records)."""
+    docs = tmp / "docs"
+    docs.mkdir()
+    files = sorted(p for p in SAMPLE.rglob("*.txt"))[:n]
+    for p in files:
+        shutil.copy(p, docs / p.name)
+    shutil.copy(SAMPLE / "guides" / "kestrel_island.md", docs / "kestrel_island.md")
+    return docs
+
+
+def run_inprocess(args: list[str]) -> subprocess.CompletedProcess:
+    """`hrag ARGS` through cli.main in this process: same parsing, output and exit codes."""
+    from hrag_cli.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    saved = sys.argv
+    sys.argv = ["hrag", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    return subprocess.CompletedProcess(["hrag", *args], code, out.getvalue(), err.getvalue())
+
+
+def run(args: list[str], *, env: dict | None = None, timeout: float = 120,
+        inprocess: bool = False) -> subprocess.CompletedProcess:
+    if inprocess:
+        return run_inprocess(args)
+    full_env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy", "HRAG_DEBUG": "", **(env or {})}
+    full_env.pop("HRAG_LLM_MODEL", None)
+    full_env.pop("HRAG_PROJECT", None)
+    return subprocess.run([HRAG, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def index(docs: Path | None, project: Path, stub, *extra: str, model: str = "openai/stub-model",
+          inprocess: bool = True) -> subprocess.CompletedProcess:
+    args = ["index", *([str(docs)] if docs else []), "-p", str(project), "--llm-model", model,
+            "--llm-api-base", stub.url, "--stop-after", "extract", "--json", *extra]
+    return run(args, inprocess=inprocess)
+
+
+def summary(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def extraction_lines(project: Path) -> list[dict]:
+    return list(store.read_jsonl(project / "cache" / "extractions.jsonl"))
+
+
+def assert_jsonl_clean(project: Path) -> None:
+    """Every line of every JSONL artifact parses and ends with a newline (no torn tail left behind)."""
+    for path in project.rglob("*.jsonl"):
+        data = path.read_bytes()
+        assert not data or data.endswith(b"\n"), path
+        for line in data.splitlines():
+            json.loads(line)
+
+
+def requested_passages(stub) -> list[str]:
+    return [passage_of(body) for path, body in stub.requests if path.endswith(CHAT) and not is_gleaning(body)]
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+
+def test_sample_corpus_through_stub_then_rerun_is_free(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    proj = tmp_path / "proj"
+    first = index(SAMPLE, proj, stub, inprocess=False)
+    assert first.returncode == 0, first.stderr
+    s = summary(first)
+    n_chunks = s["chunk"]["chunks"]
+    assert s["chunk"]["docs"] >= 16
+    ex = s["extract"]
+    assert ex["chunks"] == n_chunks and ex["extracted_now"] == n_chunks and ex["pending"] == 0
+    assert ex["failed"] == 0 and ex["extractor"].startswith("llm:openai/stub-model:")
+    # one extraction request and one gleaning round per chunk
+    assert stub.count(CHAT) == 2 * n_chunks == ex["llm_requests"]
+    assert ex["prompt_tokens"] > 0 and ex["entity_mentions"] > 0
+    records = extraction_lines(proj)
+    assert len(records) == n_chunks and all(r["status"] == "ok" and len(r["llm_keys"]) == 2 for r in records)
+
+    before = stub.count(CHAT)
+    again = index(None, proj, stub)          # no DOCS: the roots indexed last time
+    assert again.returncode == 0, again.stderr
+    s2 = summary(again)
+    assert stub.count(CHAT) == before
+    assert s2["extract"]["cached"] == n_chunks and s2["extract"]["llm_requests"] == 0
+    assert len(extraction_lines(proj)) == n_chunks
+
+    # the records resolve will merge: one ok record per current chunk, from the manifest's extractor
+    from hrag_cli.extract.stage import load_current_extractions
+
+    current = load_current_extractions(Project(proj))
+    assert len(current) == n_chunks and all(r.entities for r in current.values())
+
+    # --reparse rebuilds the records from cached answers without a request
+    rep = index(None, proj, stub, "--reparse")
+    assert rep.returncode == 0, rep.stderr
+    assert summary(rep)["extract"]["reparsed"] == n_chunks
+    assert stub.count(CHAT) == before
+    assert_jsonl_clean(proj)
+
+
+def test_add_change_delete_only_new_chunks_requested(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs = small_corpus(tmp_path, 4)
+    proj = tmp_path / "proj"
+    assert index(docs, proj, stub).returncode == 0
+    stub.reset()
+    stub.set_chat(fake_extraction)
+
+    (docs / "new_doc.txt").write_text("Orla Mendes founded the Quillon Society in Brightwater in 1990.\n")
+    changed = sorted(docs.glob("*.txt"))[0]
+    changed.write_text(changed.read_text() + "\n\nAppendix: Tobiah Renn later edited these papers for Varrow.\n")
+    deleted = sorted(docs.glob("*.txt"))[1]
+    deleted_text = deleted.read_text()
+    deleted.unlink()
+
+    proc = index(docs, proj, stub)
+    assert proc.returncode == 0, proc.stderr
+    s = summary(proc)
+    assert s["chunk"]["removed_chunks"] >= 1
+    passages = requested_passages(stub)
+    new_count = s["chunk"]["new_chunks"]
+    assert len(passages) == new_count == s["extract"]["extracted_now"]
+    assert any("Quillon Society" in p for p in passages)
+    assert any("Tobiah Renn" in p for p in passages)
+    # the deleted file's chunks left chunks.jsonl
+    chunk_texts = [c["text"] for c in store.read_jsonl(proj / "chunks.jsonl")]
+    assert not any(deleted_text.strip()[:80] in t for t in chunk_texts)
+
+
+def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
+    def slow(body: dict):
+        return StubReply(content=fake_extraction(body), delay=0.15)
+
+    stub.set_chat(slow)
+    docs = small_corpus(tmp_path, 8)
+    proj = tmp_path / "proj"
+    args = ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
+            "--stop-after", "extract", "--concurrency", "2", "--max-gleanings", "0", "--chunk-tokens", "120",
+            "--chunk-overlap", "10", "-q"]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy"}
+    env.pop("HRAG_LLM_MODEL", None)
+    proc = subprocess.Popen([HRAG, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ex_path = proj / "cache" / "extractions.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if ex_path.exists() and ex_path.read_bytes().count(b"\n") >= 3:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    proc.stderr.close()
+    done_before = {r["chunk_id"] for r in store.read_jsonl(ex_path)}
+    assert len(done_before) >= 3
+    chunks = list(store.read_jsonl(proj / "chunks.jsonl"))
+    assert len(done_before) < len(chunks), "the run finished before it was killed; make the stub slower"
+    text_of = {c["chunk_id"]: c["text"] for c in chunks}
+    written = {text_of[c] for c in done_before}
+
+    stub.reset()
+    stub.set_chat(fake_extraction)
+    again = run(args[:-1] + ["--json"], inprocess=True)
+    assert again.returncode == 0, again.stderr
+    s = summary(again)
+    assert s["extract"]["pending"] == 0
+    resent = [p for p in requested_passages(stub) if p in written]
+    assert resent == []
+    ids = [r["chunk_id"] for r in store.read_jsonl(ex_path)]
+    assert set(ids) == set(text_of) and len(ids) == len(set(ids))
+    assert_jsonl_clean(proj)
+
+
+def test_429_then_success(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    stub.enqueue(CHAT, StubReply(status=429, content="slow down", headers={"Retry-After": "0"}),
+                 StubReply(status=503, content="busy"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    proj = tmp_path / "proj"
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+    s = summary(proc)
+    assert s["extract"]["retries"] == 2 and s["extract"]["failed"] == 0
+    assert stub.count(CHAT) == 3
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "ok" and {e["name"] for e in rec["entities"]} >= {"Mara", "Quint", "Selby"}
+
+
+def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: "I cannot help with that request, sorry.")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    proj = tmp_path / "proj"
+    first = index(docs, proj, stub, "--max-gleanings", "0")
+    assert first.returncode == 0, first.stderr
+    assert summary(first)["extract"]["failed"] == 1
+    status = run(["status", "-p", str(proj), "--json"])
+    if status.returncode == 0:         # needs every stage module; the failure list is what we check
+        info = json.loads(status.stdout)
+        assert [f["path"] for f in info["failed_chunks"]] == ["a.txt"]
+    from hrag_cli.extract.stage import extraction_status
+    from hrag_cli.config import Settings
+
+    settings = Settings()
+    settings.llm.model = "openai/stub-model"
+    st = extraction_status(Project(proj), settings)
+    assert [f["path"] for f in st["failed_chunks"]] == ["a.txt"]
+
+    # a plain re-run does not resend a failed chunk; --retry-failed does
+    plain = index(docs, proj, stub, "--max-gleanings", "0")
+    assert plain.returncode == 0 and stub.count(CHAT) == 1
+    stub.set_chat(fake_extraction)
+    retry = index(docs, proj, stub, "--max-gleanings", "0", "--retry-failed")
+    assert retry.returncode == 0, retry.stderr
+    assert stub.count(CHAT) == 2
+    assert summary(retry)["extract"]["failed"] == 0
+
+
+def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs = small_corpus(tmp_path, 6)
+    proj = tmp_path / "proj"
+    model = "openai/gpt-4o-mini"       # priced in litellm's cost map, so spend grows
+    common = ("--max-gleanings", "0", "--concurrency", "1", "--chunk-tokens", "150", "--chunk-overlap", "10")
+    stopped = index(docs, proj, stub, *common, "--max-cost", "0.0000001", model=model, inprocess=False)
+    assert stopped.returncode == 3, stopped.stderr
+    assert "max-cost" in stopped.stderr
+    saved = extraction_lines(proj)
+    assert 1 <= len(saved)
+    n_chunks = sum(1 for _ in store.read_jsonl(proj / "chunks.jsonl"))
+    assert len(saved) < n_chunks
+    assert Project(proj).stage("extract") is None
+    first_requests = stub.count(CHAT)
+
+    resumed = index(docs, proj, stub, *common, model=model)
+    assert resumed.returncode == 0, resumed.stderr
+    s = summary(resumed)
+    assert s["extract"]["pending"] == 0 and s["extract"]["cached"] == len(saved)
+    assert stub.count(CHAT) == first_requests + (n_chunks - len(saved))
+    assert s["extract"]["cost"] > 0
+
+
+def test_dry_run_calls_and_writes_nothing(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs = small_corpus(tmp_path, 3)
+    proj = tmp_path / "proj"
+    proc = index(docs, proj, stub, "--dry-run", model="openai/gpt-4o-mini")
+    assert proc.returncode == 0, proc.stderr
+    est = summary(proc)["estimate"]
+    assert est["to_extract"] == est["chunks"] > 0
+    assert est["llm_requests"] == 2 * est["chunks"]            # one gleaning round by default
+    assert est["prompt_tokens"] > 1000 and est["cost"] > 0
+    assert stub.count(CHAT) == 0
+    assert not (proj / "chunks.jsonl").exists() and not (proj / "cache" / "extractions.jsonl").exists()
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hrag: error:")]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    _one_line_error(run(["index", str(tmp_path / "nope"), "-p", str(proj), "--stop-after", "extract"]), 2,
+                    "no such file")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _one_line_error(run(["index", str(empty), "-p", str(proj), "--stop-after", "extract"]), 2, "no usable")
+
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "blob.txt").write_bytes(b"\x00\x01\x02PK\x03\x04" * 50)
+    proc = run(["index", str(binary), "-p", str(proj), "--stop-after", "extract"])
+    _one_line_error(proc, 2, "no usable")
+    assert "blob.txt" in proc.stderr and "binary" in proc.stderr
+
+    latin = tmp_path / "latin"
+    latin.mkdir()
+    (latin / "old.txt").write_bytes("Caf\u00e9 au lait \u00e0 Paris".encode("latin-1"))
+    proc = run(["index", str(latin), "-p", str(proj), "--stop-after", "extract"])
+    _one_line_error(proc, 2, "no usable")
+    assert "old.txt" in proc.stderr and "UTF-8" in proc.stderr
+
+    # a skipped file next to good ones is only a warning
+    (latin / "good.txt").write_text("Mara Quint built the Selby Lighthouse in 1902.")
+    proc = run(["index", str(latin), "-p", str(proj), "--stop-after", "extract", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    assert "old.txt" in proc.stderr and json.loads(proc.stdout)["chunk"]["skipped_files"] == 1
+
+    _one_line_error(run(["index", str(latin), "-p", str(proj), "--extractor", "llm"]), 2, "--extractor llm")
+    _one_line_error(run(["index", str(latin), "-p", str(proj), "--extractor", "magic"]), 2, "--extractor")
+
+    with Project(proj).lock():
+        proc = run(["index", str(latin), "-p", str(proj), "--stop-after", "extract"])
+    _one_line_error(proc, 2, "locked")
+
+
+def test_offline_rules_index_of_sample_corpus(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proc = run(["index", str(SAMPLE), "-p", str(proj), "--stop-after", "extract", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert s["extract"]["extractor"] == "rules-v1" and s["extract"]["pending"] == 0
+    assert s["extract"]["entity_mentions"] > 100
+    again = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"])
+    assert again.returncode == 0, again.stderr
+    s2 = json.loads(again.stdout)
+    assert s2["extract"]["extracted_now"] == 0 and s2["chunk"]["reused_docs"] == s2["chunk"]["docs"]
+
+
+@pytest.mark.skipif(not (ROOT / "hrag_cli" / "synonyms.py").exists() or not (ROOT / "hrag_cli" / "resolve.py").exists(),
+                    reason="resolve/synonyms not in the tree yet")
+def test_full_index_offline(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proc = run(["index", str(SAMPLE), "-p", str(proj), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    status = run(["status", "-p", str(proj), "--json"])
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert all(st["state"] == "fresh" for st in info["stages"].values()), info["stages"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

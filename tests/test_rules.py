@@ -1,0 +1,87 @@
+"""The offline rules extractor on a few sentences: names, types, dates, quantities, relations."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hrag_cli.extract.rules import RULES_FINGERPRINT, extract_rules
+
+
+def ents(text: str) -> dict[str, str]:
+    return {e.name: e.type for e in extract_rules("c", text).entities}
+
+
+def rels(text: str) -> dict[tuple[str, str], str]:
+    return {(r.src, r.tgt): r.predicate for r in extract_rules("c", text).relations}
+
+
+def test_multi_word_names_keep_connectors_and_get_types() -> None:
+    e = ents("In 1921 the Bank of Ellery lent money to the Harrowgate Institute in Port Ellery.")
+    assert e["Bank of Ellery"] == "organization"
+    assert e["Harrowgate Institute"] == "organization"
+    assert e["Port Ellery"] == "location"
+    assert e["1921"] == "date"
+    assert "In" not in e and "The" not in e
+
+
+def test_sentence_initial_common_words_are_not_entities() -> None:
+    e = ents("The bridge opened. After the flood, Marisol Venkat measured the Tessaly River. "
+             "Crowds gathered on the quay. However, nobody came.")
+    assert set(e) == {"Marisol Venkat", "Tessaly River"}
+    assert e["Marisol Venkat"] == "person" and e["Tessaly River"] == "location"
+
+
+def test_initial_word_confirmed_elsewhere_and_surnames_and_titles() -> None:
+    e = ents("Gullhaven is a village. Boats sail to Gullhaven daily. Ruth Calloway led the strike. "
+             "Calloway spoke at every meeting. Mrs Calloway told the crowd to wait.")
+    # "Calloway" and "Mrs Calloway" are the Ruth Calloway named earlier; "to Gullhaven" makes it a place
+    assert e == {"Gullhaven": "location", "Ruth Calloway": "person"}
+
+
+def test_dates_quantities_and_acronyms() -> None:
+    e = ents("Łukasz Brandt (8 May 1936 – 19 February 2014) designed a span of 14 km for the Port Ellery "
+             "Salt Company (PESC) in March 1987, carrying 3,200 tonnes a day, at a cost of £4.2 million.")
+    assert e["8 May 1936"] == "date" and e["19 February 2014"] == "date" and e["March 1987"] == "date"
+    assert e["14 km"] == "quantity" and e["3,200 tonnes"] == "quantity" and e["£4.2 million"] == "quantity"
+    assert e["PESC"] == "organization" and e["Port Ellery Salt Company"] == "organization"
+    assert e["Łukasz Brandt"] == "person"
+    r = rels("The Port Ellery Salt Company (PESC) employed 700 workers.")
+    assert r[("Port Ellery Salt Company", "PESC")] == "also known as"
+
+
+def test_relations_use_the_connecting_phrase() -> None:
+    r = rels("Łukasz Brandt joined Corvane Works in 1958. Zoë Almqvist married Łukasz Brandt in Sankt Orrin.")
+    assert r[("Łukasz Brandt", "Corvane Works")] == "joined"
+    assert r[("Corvane Works", "1958")] == "in"
+    assert r[("Zoë Almqvist", "Łukasz Brandt")] == "married"
+    assert r[("Zoë Almqvist", "Sankt Orrin")] == "in"
+    assert not any({"Corvane Works", "Sankt Orrin"} == set(pair) for pair in r)   # never across sentences
+    rec = extract_rules("c", "Marisol Venkat taught hydraulics at the University of Miravel for many long "
+                             "and productive years before she retired to Kestrel Island.")
+    by_pair = {(x.src, x.tgt): x for x in rec.relations}
+    rel = by_pair[("University of Miravel", "Kestrel Island")]
+    assert len(rel.predicate.split()) <= 6 and rel.predicate.endswith("retired to")
+    assert "retired" in rel.keywords
+    assert rel.description.startswith("Marisol Venkat taught")
+    assert by_pair[("Marisol Venkat", "Kestrel Island")].strength < 1.0
+
+
+def test_entity_description_is_the_first_sentence_mentioning_it() -> None:
+    rec = extract_rules("c", "Miravel lies on a river. The Tessaly Bridge crosses it at Miravel.\n\n"
+                             "# Heading Of A Section\n- **Ferry:** boats leave Miravel hourly.")
+    d = {e.name: e.description for e in rec.entities}
+    assert d["Tessaly Bridge"] == "The Tessaly Bridge crosses it at Miravel."
+    assert d["Miravel"] == "The Tessaly Bridge crosses it at Miravel." or d["Miravel"] == "Miravel lies on a river."
+    assert "Heading Of A Section" not in d and "Ferry" not in d
+    assert rec.extractor == RULES_FINGERPRINT and rec.status == "ok"
+
+
+def test_deterministic_and_fast() -> None:
+    corpus = Path(__file__).resolve().parent.parent / "sample_corpus"
+    texts = [p.read_text(encoding="utf-8") for p in sorted(corpus.rglob("*.txt"))]
+    assert [extract_rules("c", t).to_json() for t in texts] == [extract_rules("c", t).to_json() for t in texts]
+    empty = extract_rules("c", "")
+    assert empty.entities == [] and empty.relations == []
+    weird = extract_rules("c", "((( ))) ### --- 12 ... A. B. C. ŁŁŁ \x00 \ufffd")
+    assert weird.status == "ok"

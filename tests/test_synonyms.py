@@ -1,0 +1,256 @@
+"""The synonyms stage on hand-made vectors (served by the stub's embeddings route): threshold, top-k, short-name
+skip, de-duplication, incremental neighbour lists, review/accept, and the SYNONYM edges in the graph."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from hrag_cli import store
+from hrag_cli.config import Settings
+from hrag_cli.errors import UsageError
+from hrag_cli.graph import SYNONYM, ChunkRef, build_graph, load_graph, save_graph
+from hrag_cli.progress import Reporter
+from hrag_cli.project import Project
+from hrag_cli.records import Chunk, Document, Entity, to_dict
+from hrag_cli.synonyms import DECISIONS_FILE, KNN_FILE, run_synonyms
+from hrag_cli.vectors import VectorIndex
+from tests.stub_server import hash_vector
+
+ROOT = Path(__file__).resolve().parent.parent
+QUIET = Reporter("quiet")
+
+
+def mix(a: int, b: int, cos: float) -> list[float]:
+    """Unit vector at cosine `cos` from basis vector e_a, leaning towards e_b."""
+    v = [0.0] * 8
+    v[a] = cos
+    v[b] += math.sqrt(max(0.0, 1.0 - cos * cos))
+    return v
+
+
+# name -> vector of the entity-name text; cos(A,B)=.95, cos(A,C)=.85, cos(B,C)=.8075, cos(D,E)=.9
+NAMES = {
+    "New York City": mix(0, 0, 1.0),
+    "New York": mix(0, 1, 0.95),
+    "Big Apple": mix(0, 2, 0.85),
+    "NY": mix(0, 0, 1.0),            # identical to New York City, but only 2 letters: never linked
+    "London": mix(3, 3, 1.0),
+    "Greater London": mix(3, 4, 0.9),
+    "Paris": mix(5, 5, 1.0),
+    "Tokyo": mix(6, 6, 1.0),
+}
+EXTRA = {"Greater London Area": mix(3, 7, 0.95)}
+
+
+def ent(name: str) -> Entity:
+    return Entity(id=name.lower(), name=name, type="location", description=f"{name} is a place.",
+                  source_ids=["c1"])
+
+
+def embed_fn(body: dict) -> list[list[float]]:
+    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    vectors = {**NAMES, **EXTRA}
+    return [vectors.get(t, hash_vector(t)) for t in inputs]
+
+
+def make_project(tmp_path: Path, names: list[str]) -> Project:
+    p = Project(tmp_path / "proj")
+    p.init()
+    chunks = [Chunk("c1", "d1", 0, 6, "New York City and London are big."),
+              Chunk("c2", "d1", 1, 4, "Paris and Tokyo too.")]
+    entities = [ent(n) for n in names]
+    store.write_jsonl(p.chunks_path, [to_dict(c) for c in chunks])
+    store.write_jsonl(p.entities_path, [to_dict(e) for e in entities])
+    store.write_jsonl(p.relations_path, [])
+    store.write_jsonl(p.facts_path, [])
+    graph = build_graph([Document("d1", "a.txt", "sha", 10, 2)], [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in chunks],
+                        entities, [], [("c1", e.id, 1) for e in entities])
+    save_graph(p, graph)
+    return p
+
+
+def settings_for(stub, **syn) -> Settings:
+    s = Settings()
+    s.embed.model = "openai/stub-embed"
+    s.embed.api_base = stub.url
+    s.llm.max_retries = 0
+    for k, v in syn.items():
+        setattr(s.synonyms, k, v)
+    return s
+
+
+def run(p: Project, s: Settings, **kw):
+    with p.lock():
+        return run_synonyms(p, s, QUIET, **kw)
+
+
+def pairs_in_file(p: Project) -> dict[tuple[str, str], float]:
+    return {(r["a"], r["b"]): r["similarity"] for r in store.read_jsonl(p.synonyms_path)}
+
+
+def pairs_in_graph(p: Project) -> dict[tuple[str, str], float]:
+    g, _ = load_graph(p)
+    out = {}
+    for e in g.es.select(kind_eq=SYNONYM):
+        a, b = sorted((g.vs[e.source]["key"], g.vs[e.target]["key"]))
+        assert (a, b) not in out
+        out[(a, b)] = e["weight"]
+    return out
+
+
+AB, AC, BC, DE = ("new york", "new york city"), ("big apple", "new york city"), ("big apple", "new york"), \
+    ("greater london", "london")
+
+
+def test_threshold_short_names_dedup_and_graph(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    out = run(p, settings_for(stub))
+    got = pairs_in_file(p)
+    assert set(got) == {AB, AC, BC, DE}                      # NY (2 letters) skipped, each pair once
+    assert got[AB] == pytest.approx(0.95, abs=1e-4) and got[BC] == pytest.approx(0.8075, abs=1e-4)
+    assert pairs_in_graph(p) == pytest.approx(got)           # the graph gains exactly the listed edges
+    assert out.counts["synonym_pairs"] == 4 and out.counts["vectors_entities"] == len(NAMES)
+    assert out.counts["vectors_chunks"] == 2 and out.output_digest
+
+    s = settings_for(stub, threshold=0.88)
+    run(p, s)
+    assert set(pairs_in_file(p)) == {AB, DE} and set(pairs_in_graph(p)) == {AB, DE}   # old edges replaced
+
+
+def test_top_k_limits_each_entitys_list(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    run(p, settings_for(stub, top_k=1))
+    # New York City's single neighbour is NY (filtered); B and C each keep only A: B-C is lost
+    assert set(pairs_in_file(p)) == {AB, AC, DE}
+
+
+def test_min_name_chars_setting(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    run(p, settings_for(stub, min_name_chars=2))
+    assert ("new york city", "ny") in pairs_in_file(p)
+
+
+def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_index(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    s = settings_for(stub)
+    first = run(p, s)
+    assert first.counts["entities_queried"] == len(NAMES)
+    requests = stub.count("/embeddings")
+    again = run(p, s)
+    assert again.counts["embedded_now"] == 0 and again.counts["entities_queried"] == 0
+    assert stub.count("/embeddings") == requests and again.output_digest == first.output_digest
+
+    p2 = make_project(tmp_path / "grown", list(NAMES) + list(EXTRA))
+    for f in p.vectors_dir.iterdir():                       # same project state as before, plus one entity
+        (p2.vectors_dir / f.name).write_bytes(f.read_bytes())
+    for f in p.embeddings_dir.iterdir():
+        (p2.embeddings_dir / f.name).write_bytes(f.read_bytes())
+    grown = run(p2, s)
+    assert grown.counts["entities_queried"] == 1
+    # the new entity embedded: its name and its name+description (chunks/others were cached)
+    assert grown.counts["embedded_now"] == 2
+    incremental = pairs_in_file(p2)
+    assert ("greater london area", "london") in incremental
+    (p2.vectors_dir / KNN_FILE).unlink()                    # from scratch gives the same edges
+    run(p2, s)
+    assert pairs_in_file(p2) == pytest.approx(incremental)
+
+
+def test_review_then_accept_round_trip(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    s = settings_for(stub)
+    tsv = tmp_path / "review.tsv"
+    out = run(p, s, review_path=tsv)
+    assert out.counts["review_only"] == 1 and out.counts["review_pairs"] == 4
+    assert not p.synonyms_path.exists() and pairs_in_graph(p) == {}     # nothing applied
+    lines = tsv.read_text().splitlines()
+    assert lines[0].split("\t") == ["a", "b", "a_name", "b_name", "similarity", "action"]
+    rows = [ln.split("\t") for ln in lines[1:]]
+    assert [r[5] for r in rows] == ["link"] * 4
+    assert rows[0][:4] == ["new york", "new york city", "New York", "New York City"]   # best first
+
+    edited = [lines[0]]
+    for r in rows:
+        if (r[0], r[1]) == AC:
+            r[5] = "skip"
+        if (r[0], r[1]) == DE:
+            r[5] = "merge"
+        edited.append("\t".join(r))
+    edited.append("\t".join(["paris", "tokyo", "Paris", "Tokyo", "", "LINK"]))   # a pair the model missed
+    tsv.write_text("\n".join(edited) + "\n")
+    out = run(p, s, accept_path=tsv)
+    got = pairs_in_file(p)
+    assert set(got) == {AB, BC, DE, ("paris", "tokyo")}
+    assert got[DE] == 1.0 and got[("paris", "tokyo")] == pytest.approx(0.0, abs=1e-6)
+    assert pairs_in_graph(p) == pytest.approx(got)
+    assert out.counts["synonym_merges"] == 1 and out.counts["accepted_rows"] == 5
+    merges = [r for r in store.read_jsonl(p.graph_dir / DECISIONS_FILE) if r["action"] == "merge"]
+    assert [(r["a"], r["b"]) for r in merges] == [DE]
+
+    # decisions persist: a later plain run (even at another threshold) still honours them
+    run(p, settings_for(stub, threshold=0.7))
+    later = pairs_in_file(p)
+    assert AC not in later and later[DE] == 1.0 and ("paris", "tokyo") in later
+
+
+@pytest.mark.parametrize("body,message", [
+    ("a\tb\tsimilarity\taction\nnew york\tnew york city\t0.9\tmaybe\n", "action must be"),
+    ("a\tb\tsimilarity\taction\nnew york\tatlantis\t0.9\tlink\n", "unknown entity id 'atlantis'"),
+    ("x\ty\nnew york\tnew york city\n", "first line must name"),
+    ("a\tb\taction\nnew york\n", "columns"),
+])
+def test_bad_review_file_changes_nothing(tmp_path: Path, stub, body: str, message: str) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    s = settings_for(stub)
+    run(p, s)
+    before = (p.synonyms_path.read_bytes(), p.graph_path.read_bytes())
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(body)
+    with pytest.raises(UsageError, match=message):
+        run(p, s, accept_path=bad)
+    assert (p.synonyms_path.read_bytes(), p.graph_path.read_bytes()) == before
+    assert not (p.graph_dir / DECISIONS_FILE).exists()
+    with pytest.raises(UsageError, match="not found"):
+        run(p, s, accept_path=tmp_path / "missing.tsv")
+    with pytest.raises(UsageError, match="together"):
+        run(p, s, accept_path=bad, review_path=tmp_path / "r.tsv")
+
+
+def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
+    """The builtin embedder end to end: index builds every index; --review leaves the stage as it was;
+    re-running resolve brings the SYNONYM edges back; status shows the IDF state."""
+    from hrag_cli.cli import app
+
+    monkeypatch.delenv("HRAG_EMBED_MODEL", raising=False)
+    runner = CliRunner()
+    proj = tmp_path / "p"
+    res = runner.invoke(app, ["index", str(ROOT / "sample_corpus"), "-p", str(proj), "-q", "--json"])
+    assert res.exit_code == 0, res.output
+    p = Project(proj)
+    for name in ("chunks", "entities", "relations", "facts"):
+        idx = VectorIndex.load(p.vectors_dir, name, Settings().vectors)
+        assert idx is not None and len(idx) > 0 and idx.model_id.startswith("builtin")
+    n_pairs = len(list(store.read_jsonl(p.synonyms_path)))
+    assert n_pairs > 0 and len(pairs_in_graph(p)) == n_pairs
+    manifest = p.manifest_path.read_bytes()
+    res = runner.invoke(app, ["synonyms", "-p", str(proj), "-q", "--review", str(tmp_path / "r.tsv")])
+    assert res.exit_code == 0, res.output
+    assert p.manifest_path.read_bytes() == manifest and len(pairs_in_graph(p)) == n_pairs
+    assert len((tmp_path / "r.tsv").read_text().splitlines()) == n_pairs + 1
+    res = runner.invoke(app, ["resolve", "-p", str(proj), "-q", "--json"])
+    assert res.exit_code == 0, res.output
+    assert len(pairs_in_graph(p)) == n_pairs                  # resolve rewrote the graph; synonyms re-ran
+    res = runner.invoke(app, ["status", "-p", str(proj), "--json"])
+    assert res.exit_code == 0, res.output
+    assert '"idf_fitted_docs":20' in res.output and '"idf_refresh_due":false' in res.output

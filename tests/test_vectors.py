@@ -1,0 +1,109 @@
+"""VectorIndex: exact and HNSW search agree, incremental sync, atomic save/load round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hrag_cli.config import VectorSettings
+from hrag_cli.errors import HragError
+from hrag_cli.vectors import VectorIndex, exact_topk
+
+
+def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def ids_of(n: int, prefix: str = "x") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("exact_below", [0, 10_000])
+def test_search_finds_itself_and_matches_brute_force(exact_below: int) -> None:
+    rng = np.random.default_rng(0)
+    m = unit(rng, 300, 32)
+    idx = VectorIndex.build("t", ids_of(300), m, VectorSettings(exact_below=exact_below), "model-a")
+    ids, sims = idx.search(m[:20], 5)
+    assert [row[0] for row in ids] == ids_of(20)
+    assert np.allclose(sims[:, 0], 1.0, atol=1e-4)
+    rows, exact = exact_topk(m, m[:20], 5)
+    assert np.allclose(sims, exact, atol=1e-4)
+    assert [[f"x{r}" for r in row] for row in rows.tolist()] == ids
+    # 1-D query and k beyond the size
+    one_ids, one_sims = idx.search(m[3], 1000)
+    assert len(one_ids) == 1 and len(one_ids[0]) == 300 and one_sims.shape == (1, 1000)
+    assert np.isneginf(one_sims[0, 300:]).all()
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    m = unit(rng, 50, 16)
+    s = VectorSettings(exact_below=0)
+    idx = VectorIndex.build("entities", ids_of(50), m, s, "model-a", hashes=[f"h{i}" for i in range(50)])
+    idx.save(tmp_path)
+    assert (tmp_path / "entities.hnsw").exists() and (tmp_path / "entities.ids.jsonl").exists()
+    back = VectorIndex.load(tmp_path, "entities", s)
+    assert back is not None and back.model_id == "model-a" and back.dim == 16 and len(back) == 50
+    assert back.ids == idx.ids and back.hashes == idx.hashes
+    assert np.allclose(back.vectors(), m, atol=1e-5)
+    assert back.search(m[7], 1)[0] == [["x7"]]
+    assert VectorIndex.load(tmp_path, "missing", s) is None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_damaged_pair_is_reported(tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    s = VectorSettings()
+    VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
+    (tmp_path / "chunks.hnsw").write_bytes(b"garbage")
+    with pytest.raises(HragError, match="hrag synonyms"):
+        VectorIndex.load(tmp_path, "chunks", s)
+    # load_or_create treats a damaged or foreign index as absent
+    fresh = VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)
+    assert len(fresh) == 0
+
+
+def test_sync_is_incremental_and_exact_about_membership(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    s = VectorSettings(exact_below=0)
+    m = unit(rng, 200, 16)
+    ids, hashes = ids_of(200), [f"h{i}" for i in range(200)]
+    idx = VectorIndex.create("e", 16, s, "m")
+    assert idx.sync(ids, hashes, m)["rebuilt"] == 1
+    # 10 new items, 5 removed, 3 changed (same id, new text): incremental
+    extra = unit(rng, 10, 16)
+    changed = unit(rng, 3, 16)
+    ids2 = ids[5:] + ids_of(10, "new")
+    hashes2 = hashes[5:] + [f"n{i}" for i in range(10)]
+    m2 = np.concatenate([m[5:], extra])
+    for j, p in enumerate((0, 1, 2)):
+        hashes2[p] = f"changed{j}"
+        m2[p] = changed[j]
+    counts = idx.sync(ids2, hashes2, m2)
+    assert counts == {"added": 13, "removed": 8, "kept": 192, "rebuilt": 0}
+    assert sorted(idx.ids) == sorted(ids2) and len(idx) == 205
+    got, sims = idx.search(m2, 1)
+    assert [g[0] for g in got] == ids2  # every live vector finds itself; removed ones are gone
+    assert np.allclose(sims[:, 0], 1.0, atol=1e-4)
+    # survives a save/load and a further sync; tombstoned slots are reused (no growth)
+    idx.save(tmp_path)
+    back = VectorIndex.load(tmp_path, "e", s)
+    assert back is not None
+    assert back.sync(ids2, hashes2, m2) == {"added": 0, "removed": 0, "kept": 205, "rebuilt": 0}
+    order = [back.position(i) for i in ids2]
+    assert np.allclose(back.vectors()[order], m2, atol=1e-5)
+    # removing most items triggers a rebuild instead of a tombstone-riddled graph
+    counts = back.sync(ids2[:50], hashes2[:50], m2[:50])
+    assert counts["rebuilt"] == 1 and len(back) == 50
+
+
+def test_empty_index(tmp_path) -> None:
+    s = VectorSettings()
+    idx = VectorIndex.create("facts", 8, s, "m")
+    idx.sync([], [], np.zeros((0, 8), np.float32))
+    idx.save(tmp_path)
+    back = VectorIndex.load(tmp_path, "facts", s)
+    assert back is not None and len(back) == 0
+    ids, sims = back.search(np.ones(8, np.float32) / np.sqrt(8), 3)
+    assert ids == [[]] and sims.shape == (1, 3)
