@@ -89,15 +89,16 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
         with LLMClient(warm, settings.llm) as client:
             client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])
         spent.clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = run_extract(proj, settings, quiet)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     c = out.counts
     n_chunks, n_req = c["extracted_now"], c["llm_requests"]
     own = wall - sum(spent)
     print(f"extract through instant stub: {n_chunks} chunks ({chunked.counts['tokens']} tokens), {n_req} requests, "
           f"concurrency {concurrency}, gleanings {gleanings}")
-    print(f"  wall {wall:.2f}s, inside stub responder {sum(spent) * 1000:.1f}ms")
+    print(f"  wall {wall:.2f}s, CPU {cpu:.2f}s (this process, stub threads included), inside stub responder "
+          f"{sum(spent) * 1000:.1f}ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"  overhead per chunk    {own / max(n_chunks, 1) * 1000:.2f} ms")
     print(f"  overhead per request  {own / max(n_req, 1) * 1000:.2f} ms")
     print(f"  throughput            {n_chunks / wall:.1f} chunks/s")
@@ -132,12 +133,14 @@ def bench_rules_speed() -> None:
     from hrag_cli.extract.rules import extract_rules
 
     text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "sample_corpus").rglob("*.txt")))
-    chunks = [c.text for c in chunk_text(text * 20, 1200, 100)]
-    t0 = time.perf_counter()
-    for i, c in enumerate(chunks):
-        extract_rules(str(i), c)
-    wall = time.perf_counter() - t0
-    print(f"rules extractor: {len(chunks)} chunks of 1200 tokens in {wall:.2f}s = {len(chunks) / wall:.0f} chunks/s")
+    for size in (1200, 300):
+        chunks = [c.text for c in chunk_text(text * 20, size, size // 10)]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i, c in enumerate(chunks):
+            extract_rules(str(i), c)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"rules extractor: {len(chunks)} chunks of {size} tokens in {wall:.2f}s wall / {cpu:.2f}s CPU = "
+              f"{len(chunks) / cpu:.0f} chunks/s of CPU")
     big = text * (1_000_000 // max(len(text), 1) + 1)
     t0 = time.perf_counter()
     n = len(chunk_text(big[:1_000_000], 1200, 100))

@@ -281,14 +281,23 @@ class BM25Index:
 
     @classmethod
     def load(cls, path: Path) -> "BM25Index":
-        """Inverse of :meth:`save`; df and lengths are recomputed with numpy."""
-        with np.load(Path(path), allow_pickle=False) as z:
-            meta = orjson.loads(z["header"].tobytes())
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path}: not an {_FORMAT} file")
-            tids = z["term_ids"].astype(np.int32)
-            tfs = z["tfs"].astype(np.int32)
-            runs = z["runs"].astype(np.int64)  # number of (term, tf) entries per document
+        """Inverse of :meth:`save`; df and lengths are recomputed with numpy.
+
+        Raises ValueError for any file that is not a readable index (callers rebuild); a missing
+        file raises FileNotFoundError.
+        """
+        try:
+            with np.load(Path(path), allow_pickle=False) as z:
+                meta = orjson.loads(z["header"].tobytes())
+                if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+                    raise ValueError(f"{path}: not an {_FORMAT} file")
+                tids = z["term_ids"].astype(np.int32)
+                tfs = z["tfs"].astype(np.int32)
+                runs = z["runs"].astype(np.int64)  # number of (term, tf) entries per document
+        except (FileNotFoundError, ValueError):
+            raise
+        except Exception as e:  # bad zip, missing array, truncated file: callers rebuild on ValueError
+            raise ValueError(f"{path}: not a readable {_FORMAT} file ({e})") from e
         idx = cls(meta["k1"], meta["b"], stop_words=meta["stop_words"], stemming=meta["stemming"])
         idx._terms = list(meta["terms"])
         idx._term_id = {t: i for i, t in enumerate(idx._terms)}

@@ -179,6 +179,10 @@ def synonyms(
         _print_json(summary)
     elif not quiet:
         _print_summary("hrag synonyms", summary)
+    if review is not None and not json_output:
+        n = summary.get("synonyms", {}).get("review_pairs", 0)
+        print(f"wrote {n} candidate pairs to {review}; set each action to link, merge or skip, then run "
+              f"'hrag synonyms --accept {review}'", file=sys.stderr)
 
 
 @app.command()

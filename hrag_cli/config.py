@@ -85,6 +85,7 @@ class SynonymSettings:
     top_k: int = 10
     threshold: float = 0.8
     min_name_chars: int = 3
+    ef_search: int = 64              # HNSW ef of the all-entities k-NN pass (vectors.ef_search is for queries)
 
 
 @dataclass

@@ -87,21 +87,26 @@ class ExportGraph:
 def clean_value(value: Any) -> Any:
     """One representation per value for every writer: numpy scalars become Python numbers, lists become lists
     of strings, maps become JSON strings, None/NaN mean "no property"."""
-    if value is None:
-        return None
-    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
-        value = value.item()            # numpy scalar
-    if isinstance(value, bool):
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:   # the common cases first: this runs per value
         return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
+    if t is float:
         return value if math.isfinite(value) else None
-    if isinstance(value, str):
+    if t is list and all(type(v) is str for v in value):
         return value
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        return clean_value(value.item())            # numpy scalar
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return clean_value(float(value))
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
-        return [v if isinstance(v, str) else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        return [v if type(v) is str else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
                 for v in items if v is not None]
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_SORT_KEYS).decode()
 
@@ -109,6 +114,8 @@ def clean_value(value: Any) -> Any:
 def _props(raw: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in raw.items():
+        if v is None:
+            continue
         cv = clean_value(v)
         if cv is not None:
             out[k] = cv
@@ -155,14 +162,15 @@ def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
             if "src" in r and "tgt" in r:
                 relations[frozenset((r["src"], r["tgt"]))] = r
 
+    # whole attribute columns at once: per-vertex attribute access is the slow path in igraph
     vattrs = [a for a in g.vs.attributes() if a not in _STRUCTURAL]
+    vcols = [g.vs[a] for a in vattrs]
+    vkinds = g.vs["kind"] if g.vcount() else []
+    vkeys = [str(k) for k in g.vs["key"]] if g.vcount() else []
     out = ExportGraph()
     ids: list[str] = []
-    kinds: list[str] = []
-    for v in g.vs:
-        kind = v["kind"]
-        key = str(v["key"])
-        raw = {a: v[a] for a in vattrs}
+    for i, (kind, key) in enumerate(zip(vkinds, vkeys)):
+        raw = {a: col[i] for a, col in zip(vattrs, vcols) if col[i] is not None}
         if kind == "document":
             _fill(raw, docs.get(key, {}), ("path", "sha256", "bytes", "n_chunks", "metadata"))
             if raw.get("metadata") == {}:
@@ -172,27 +180,26 @@ def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
         elif kind == "entity":
             _fill(raw, entities.get(key, {}), ("name", "type", "description", "aliases", "source_ids"))
         node_id = ID_PREFIX.get(kind, f"{kind}:") + key
-        label = LABELS.get(kind, str(kind).capitalize())
-        out.nodes.append(Node(node_id, label, _props(raw)))
+        out.nodes.append(Node(node_id, LABELS.get(kind, str(kind).capitalize()), _props(raw)))
         ids.append(node_id)
-        kinds.append(kind)
 
     eattrs = [a for a in g.es.attributes() if a not in _STRUCTURAL]
+    ecols = [g.es[a] for a in eattrs]
+    ekinds = g.es["kind"] if g.ecount() else []
     orders = g.vs["order"] if "order" in g.vs.attributes() else [None] * g.vcount()
-    for e in g.es:
-        s, t = e.tuple
-        etype = str(e["kind"])
-        raw = {a: e[a] for a in eattrs}
+    for j, ((s, t), etype) in enumerate(zip(g.get_edgelist(), ekinds)):
+        etype = str(etype)
+        raw = {a: col[j] for a, col in zip(eattrs, ecols) if col[j] is not None}
         if raw.get("weight") is not None:
             raw["weight"] = float(raw["weight"])
-        if etype == "PART_OF" and kinds[s] == "document":
+        if etype == "PART_OF" and vkinds[s] == "document":
             s, t = t, s
-        elif etype == "MENTIONED_IN" and kinds[s] == "chunk":
+        elif etype == "MENTIONED_IN" and vkinds[s] == "chunk":
             s, t = t, s
         elif etype == "NEXT_CHUNK" and orders[s] is not None and orders[t] is not None and orders[s] > orders[t]:
             s, t = t, s
         elif etype == "RELATION":
-            a, b = g.vs[s]["key"], g.vs[t]["key"]
+            a, b = vkeys[s], vkeys[t]
             rec = relations.get(frozenset((a, b)))
             if rec is not None:
                 if rec["src"] == b and rec["tgt"] == a and a != b:

@@ -195,7 +195,8 @@ def cypher_literal(value: Any) -> str:
     return cypher_string(str(value))
 
 
-def _batches(rows: list[str], max_rows: int, max_chars: int) -> list[list[str]]:
+def batch_rows(rows: list[str], max_rows: int, max_chars: int) -> list[list[str]]:
+    """Consecutive groups of literal rows, bounded in count and in characters."""
     out: list[list[str]] = []
     cur: list[str] = []
     size = 0
@@ -219,7 +220,7 @@ def cypher_statements(graph: ExportGraph, max_rows: int = CYPHER_BATCH_ROWS,
     stmts.append("CREATE INDEX FOR (n:Entity) ON (n.name)")
     for label in labels:
         rows = [cypher_literal({"id": n.id, **n.props}) for n in graph.nodes if n.label == label]
-        for batch in _batches(rows, max_rows, max_chars):
+        for batch in batch_rows(rows, max_rows, max_chars):
             stmts.append(f"UNWIND [{', '.join(batch)}] AS row MERGE (n:{cypher_name(label)} {{id: row.id}}) "
                          "SET n += row")
     groups: dict[tuple[str, str, str], list[Edge]] = {}
@@ -227,7 +228,7 @@ def cypher_statements(graph: ExportGraph, max_rows: int = CYPHER_BATCH_ROWS,
         groups.setdefault((e.type, label_of[e.source], label_of[e.target]), []).append(e)
     for (etype, sl, tl), edges in groups.items():
         rows = [cypher_literal({"s": e.source, "t": e.target, "p": e.props}) for e in edges]
-        for batch in _batches(rows, max_rows, max_chars):
+        for batch in batch_rows(rows, max_rows, max_chars):
             stmts.append(f"UNWIND [{', '.join(batch)}] AS row MATCH (a:{cypher_name(sl)} {{id: row.s}}) "
                          f"MATCH (b:{cypher_name(tl)} {{id: row.t}}) MERGE (a)-[r:{cypher_name(etype)}]->(b) "
                          "SET r += row.p")
@@ -253,5 +254,5 @@ WRITERS: dict[str, Callable[[ExportGraph, Path], list[Path]]] = {
     "graphml": write_graphml, "jsonl": write_jsonl, "csv": write_csv, "cypher": write_cypher,
 }
 
-__all__ = ["ARRAY_DELIMITER", "WRITERS", "Node", "cypher_literal", "cypher_statements", "read_cypher_statements",
+__all__ = ["ARRAY_DELIMITER", "WRITERS", "Node", "batch_rows", "cypher_literal", "cypher_statements", "read_cypher_statements",
            "write_csv", "write_cypher", "write_graphml", "write_jsonl", "xml_text"]

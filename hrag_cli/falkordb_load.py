@@ -20,24 +20,27 @@ from typing import Any
 
 from .errors import HragError, UsageError
 from .export import ExportGraph, Node
+from .export_formats import batch_rows, cypher_literal
 from .progress import Reporter
 from .project import Project
 
 BATCH_ROWS = 500
-BATCH_CHARS = 2_000_000          # the client inlines parameters into the query text; keep each query modest
+BATCH_CHARS = 4_000_000          # parameters travel inside the query text; keep each query modest
 VECTOR_LABELS = {"Entity": "entities", "Chunk": "chunks", "Fact": "facts"}
 _SCHEMES = ("redis://", "rediss://", "falkor://", "falkors://", "unix://")
 
 
-def _clean(value: Any) -> Any:
-    """FalkorDB strings end at NUL (its query text is a C string); everything else passes as is."""
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
+def _vector_literal(vec: Any) -> str:
+    """A float list for the CYPHER parameter header; 8 significant digits keep float32 vectors intact and
+    printf-style formatting is several times faster than the client's str() per float."""
+    values = vec.tolist() if hasattr(vec, "tolist") else list(vec)
+    fmt = _VEC_FMT.get(len(values))
+    if fmt is None:
+        fmt = _VEC_FMT[len(values)] = ",".join(["%.8g"] * len(values))
+    return "[" + (fmt % tuple(values)) + "]"
+
+
+_VEC_FMT: dict[int, str] = {}
 
 
 def connect(url: str) -> Any:
@@ -106,26 +109,6 @@ def _fact_nodes(project: Project, graph: ExportGraph) -> tuple[list[Node], list[
     return nodes, links
 
 
-def _batches(rows: list[dict], size_of: Callable[[dict], int]) -> Iterator[list[dict]]:
-    cur: list[dict] = []
-    size = 0
-    for r in rows:
-        n = size_of(r)
-        if cur and (len(cur) >= BATCH_ROWS or size + n > BATCH_CHARS):
-            yield cur
-            cur, size = [], 0
-        cur.append(r)
-        size += n
-    if cur:
-        yield cur
-
-
-def _row_size(row: dict) -> int:
-    p = row.get("p", {})
-    n = 64 + sum(len(v) if isinstance(v, str) else 16 for v in p.values())
-    return n + 14 * len(row.get("v") or ())
-
-
 def load_falkordb(project: Project, graph: ExportGraph, url: str, name: str, reporter: Reporter) -> dict:
     """Delete graph `name`, create indexes, load nodes with embeddings, then edges; returns counts."""
     db = connect(url)
@@ -143,12 +126,14 @@ def load_falkordb(project: Project, graph: ExportGraph, url: str, name: str, rep
     nodes = graph.nodes + facts
     label_of = {n.id: n.label for n in nodes}
     labels = list(dict.fromkeys(["Document", "Chunk", "Entity", "Fact"] + [n.label for n in nodes]))
-    edge_groups: dict[tuple[str, str, str], list[dict]] = {}
+    # rows are Cypher map literals, sent as the CYPHER parameter header (what the client would build, faster;
+    # cypher_literal escapes strings the way FalkorDB reads them and drops NUL, which its strings cannot hold)
+    edge_groups: dict[tuple[str, str, str], list[str]] = {}
     for e in graph.edges:
         edge_groups.setdefault((e.type, label_of[e.source], label_of[e.target]), []).append(
-            {"s": e.source, "t": e.target, "p": _clean(e.props)})
+            cypher_literal({"s": e.source, "t": e.target, "p": e.props}))
     for fid, etype, eid in fact_links:
-        edge_groups.setdefault((etype, "Fact", "Entity"), []).append({"s": fid, "t": eid, "p": {}})
+        edge_groups.setdefault((etype, "Fact", "Entity"), []).append(cypher_literal({"s": fid, "t": eid, "p": {}}))
     total = len(nodes) + sum(len(v) for v in edge_groups.values())
 
     g = db.select_graph(name)
@@ -165,32 +150,31 @@ def load_falkordb(project: Project, graph: ExportGraph, url: str, name: str, rep
                         f"OPTIONS {{dimension: {int(dim)}, similarityFunction: 'cosine'}}")
         with reporter.task(f"falkordb {name}", total=total) as task:
             for label in labels:
-                with_vec: list[dict] = []
-                plain: list[dict] = []
+                with_vec: list[str] = []
+                plain: list[str] = []
                 vecs = vectors.get(label, {})
                 for n in nodes:
                     if n.label != label:
                         continue
-                    row: dict[str, Any] = {"p": _clean({"id": n.id, **n.props})}
+                    props = cypher_literal({"id": n.id, **n.props})
                     v = vecs.get(n.id)
                     if v is not None:
-                        row["v"] = [float(x) for x in v]
-                        with_vec.append(row)
+                        with_vec.append(f"{{p: {props}, v: {_vector_literal(v)}}}")
                     else:
-                        plain.append(row)
+                        plain.append(f"{{p: {props}}}")
                 for rows, query in ((plain, f"UNWIND $rows AS row CREATE (n:{label}) SET n = row.p"),
                                     (with_vec, f"UNWIND $rows AS row CREATE (n:{label}) "
                                                "SET n = row.p, n.embedding = vecf32(row.v)")):
-                    for batch in _batches(rows, _row_size):
-                        g.query(query, {"rows": batch})
+                    for batch in batch_rows(rows, BATCH_ROWS, BATCH_CHARS):
+                        g.query(f"CYPHER rows=[{', '.join(batch)}] {query}")
                         stats["nodes"] += len(batch)
                         task.advance(len(batch))
                 stats["vectors"] += len(with_vec)
             for (etype, sl, tl), rows in edge_groups.items():
                 query = (f"UNWIND $rows AS row MATCH (a:{sl} {{id: row.s}}) MATCH (b:{tl} {{id: row.t}}) "
                          f"CREATE (a)-[r:{etype}]->(b) SET r = row.p")
-                for batch in _batches(rows, _row_size):
-                    res = g.query(query, {"rows": batch})
+                for batch in batch_rows(rows, BATCH_ROWS, BATCH_CHARS):
+                    res = g.query(f"CYPHER rows=[{', '.join(batch)}] {query}")
                     stats["edges"] += int(res.relationships_created)
                     task.advance(len(batch))
     except redis.exceptions.ConnectionError as exc:

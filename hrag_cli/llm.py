@@ -361,6 +361,8 @@ class LLMClient:
         def count_retry() -> None:
             self.stats.retries += 1
 
+        # The slot is held through backoff sleeps too: under a 429 storm the whole client slows down instead of
+        # queued requests rushing in to be refused as well.
         async with state.sem:
             self._check_budget()  # the spend may have reached the limit while this request waited for a slot
             try:
@@ -421,8 +423,18 @@ def _response_text(resp: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+_unpriced: set[str] = set()
+
+
 def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-    """litellm's price for this response from its local cost map; 0 for a model it does not know."""
+    """litellm's price for this response from its local cost map; 0 for a model it does not know (asking again
+    for an unknown model costs milliseconds per call, so the answer is remembered)."""
+    hidden = getattr(resp, "_hidden_params", None) or {}
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, (int, float)) and known >= 0:
+        return float(known)  # litellm already priced it while logging the call
+    if model in _unpriced:
+        return 0.0
     try:
         return float(litellm.completion_cost(completion_response=resp, model=model) or 0.0)
     except Exception:
@@ -431,6 +443,7 @@ def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_to
         p, c = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         return float(p + c)
     except Exception:
+        _unpriced.add(model)
         return 0.0
 
 

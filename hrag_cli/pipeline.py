@@ -54,7 +54,7 @@ def expected_fingerprint(project: Project, settings: Settings, stage: str, extra
     upstream = {
         "chunk": (),
         "extract": ("chunk",),
-        "resolve": ("extract",),
+        "resolve": ("extract", "chunk"),   # the graph holds document and chunk vertices too
         "synonyms": ("resolve", "chunk"),
     }[stage]
     digests = [stages.get(s, {}).get("output_digest", "") for s in upstream]

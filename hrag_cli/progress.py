@@ -34,8 +34,8 @@ class Task:
         self.done = 0
         self.stats: dict[str, Any] = {}
         self._rich_id: Any = None
-        self._last_line = 0.0
         self._t0 = time.monotonic()
+        self._last_line = self._t0   # plain mode: first progress line only after `interval` seconds
 
     def advance(self, n: int = 1, **stats: Any) -> None:
         self.done += n
@@ -105,9 +105,6 @@ class Reporter:
                 progress.stop()
                 self._progress = None
         else:
-            if self.mode == "plain":
-                print(f"{_stamp()} {name}: start ({total if total is not None else '?'} items)",
-                      file=self.stream, flush=True)
             try:
                 yield task
             finally:

@@ -9,6 +9,7 @@ finishes, so a run stopped by the budget or an error keeps what it paid for.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,13 @@ def dedupe(fragments: dict[str, int]) -> list[str]:
     return sorted(f for f in fragments if f)
 
 
-def by_frequency(fragments: dict[str, int]) -> list[str]:
-    """Most frequent first, ties in text order: what survives when the description must be cut."""
-    return [f for f, _ in sorted(((f, c) for f, c in fragments.items() if f), key=lambda fc: (-fc[1], fc[0]))]
+def by_frequency(fragments: dict[str, int], limit: int | None = None) -> list[str]:
+    """Most frequent first, ties in text order: what survives when the description must be cut. With
+    `limit`, only that many (a partial selection: a popular entity can have 100k fragments)."""
+    items = ((-c, f) for f, c in fragments.items() if f)
+    if limit is not None and limit < len(fragments):
+        return [f for _, f in heapq.nsmallest(limit, items)]
+    return [f for _, f in sorted(items)]
 
 
 @dataclass
@@ -78,6 +83,7 @@ class Summarizer:
         self.summarised = 0         # jobs that needed an LLM summary this run
         self._prompt_version = summary_prompt_version() if self.enabled else ""
         self._cache: dict[str, str] | None = None
+        self._sep_tokens: int | None = None
 
     # -- deciding ---------------------------------------------------------------------------------------
     def needs_summary(self, fragments: list[str]) -> bool:
@@ -96,25 +102,35 @@ class Summarizer:
 
     def fallback(self, counts: dict[str, int]) -> str:
         """No LLM: whole fragments, most frequent first, while they fit summary_target_tokens (so a
-        description is never longer than a summary would be); a first fragment that alone is too long is cut."""
+        description is never longer than a summary would be); a first fragment that alone is too long is cut.
+        Candidates are selected 32 at a time first: a popular entity can have 100k fragments, and a full
+        selection of budget + 1 (each costs at least one token) is needed only when 32 did not fill it."""
         budget = self.rs.summary_target_tokens
         sep = self.rs.description_separator
-        sep_tokens = count_tokens(sep) if sep else 0
-        kept: list[str] = []
-        used = 0
-        for frag in by_frequency(counts):
-            n = count_tokens(frag)
-            extra = n + (sep_tokens if kept else 0)
-            if used + extra > budget:
-                if not kept:
-                    kept.append(truncate_tokens(frag, budget))
+        if self._sep_tokens is None:
+            self._sep_tokens = count_tokens(sep) if sep else 0
+        for limit in (min(32, budget + 1), budget + 1):
+            candidates = by_frequency(counts, limit=limit)
+            kept: list[str] = []
+            used = 0
+            full = False
+            for frag in candidates:
+                extra = count_tokens(frag) + (self._sep_tokens if kept else 0)
+                if used + extra > budget:
+                    if not kept:
+                        kept.append(truncate_tokens(frag, budget))
+                    full = True
+                    break
+                kept.append(frag)
+                used += extra
+            if full or len(candidates) < limit:
                 break
-            kept.append(frag)
-            used += extra
         return sep.join(kept)
 
     def describe(self, kind: str, name: str, counts: dict[str, int]) -> str | SummaryJob:
         """The final description, or a job for `run` when the LLM must summarise it."""
+        if not self.enabled and len(counts) >= self.rs.summary_min_fragments:
+            return self.fallback(counts)  # decided by the count alone: skip sorting every fragment
         fragments = dedupe(counts)
         if not fragments:
             return ""

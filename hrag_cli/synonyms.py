@@ -119,7 +119,7 @@ class KnnLists:
 
 
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, index: VectorIndex,
-               k: int, reporter: Reporter) -> tuple[KnnLists, int]:
+               k: int, reporter: Reporter, ef: int | None = None) -> tuple[KnnLists, int]:
     """New neighbour lists for the current entities; returns them and how many entities were queried."""
     cur = dict(zip(ids, hashes))
     changed = {i for i in ids if prev.hashes.get(i) != cur[i]}
@@ -136,7 +136,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     with reporter.task("synonyms: nearest entities", total=len(qpos)) as task:
         for s in range(0, len(qpos), batch):
             part = qpos[s:s + batch]
-            got, sims = index.search(matrix[part], k + 1)
+            got, sims = index.search(matrix[part], k + 1, ef=ef)
             for p, nb, ss in zip(part, got, sims):
                 me = ids[p]
                 out.lists[me] = [(b, float(x)) for b, x in zip(nb, ss) if b != me][:k]
@@ -356,7 +356,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     knn_path = project.vectors_dir / KNN_FILE
     prev = KnnLists.load(knn_path, s.top_k, emb.model_id)
     if ent_index is not None and len(ent_ids):
-        knn, queried = update_knn(prev, ent_ids, ent_hashes, ent_matrix, ent_index, s.top_k, reporter)
+        knn, queried = update_knn(prev, ent_ids, ent_hashes, ent_matrix, ent_index, s.top_k, reporter,
+                                  ef=s.ef_search)
     else:
         knn, queried = KnnLists(s.top_k, emb.model_id), 0
     knn.save(knn_path)

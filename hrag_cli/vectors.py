@@ -6,7 +6,7 @@ API (the query stage codes against this):
     idx = VectorIndex.load(project.vectors_dir, "chunks", settings.vectors)   # None when never built
     idx.model_id            # embedder model_id the vectors came from; compare with get_embedder(...).model_id
     idx.dim, len(idx), idx.ids (list[str], id order)
-    ids, sims = idx.search(queries, k)   # queries float32 (nq, dim) or (dim,); ids: list[list[str]] (nq lists,
+    ids, sims = idx.search(queries, k, ef=None)   # queries float32 (nq, dim) or (dim,); ids: list[list[str]] (nq lists,
                                          # each <= k, best first); sims: float32 (nq, k) cosine, -inf padded
     idx.vectors()           # float32 (len, dim): every live vector in idx.ids order (exact dense scoring)
     idx.position(id) -> int | None       # row of an id in idx.ids / idx.vectors()
@@ -215,8 +215,9 @@ class VectorIndex:
         """All live vectors, row i = self.ids[i] (unit length: hnswlib cosine stores normalised vectors)."""
         return self._live_matrix()
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[list[list[str]], np.ndarray]:
-        """Top-k ids by cosine per query, best first; exact below settings.exact_below live items."""
+    def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
+        """Top-k ids by cosine per query, best first; exact below settings.exact_below live items.
+        `ef` overrides settings.ef_search for this call (the synonym pass trades a little recall for speed)."""
         q = _as_matrix(queries, self.dim)
         n = len(self.ids)
         k = int(k)
@@ -227,7 +228,7 @@ class VectorIndex:
         if n < self.settings.exact_below:
             rows, sims = exact_topk(self._live_matrix(), q, kk)
         else:
-            rows, sims = self._hnsw_search(q, kk)
+            rows, sims = self._hnsw_search(q, kk, ef or self.settings.ef_search)
         ids_out: list[list[str]] = []
         for r in range(len(q)):
             valid = rows[r] >= 0
@@ -235,8 +236,8 @@ class VectorIndex:
             sims_out[r, : int(valid.sum())] = sims[r][valid]
         return ids_out, sims_out
 
-    def _hnsw_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        self._index.set_ef(max(self.settings.ef_search, k))
+    def _hnsw_search(self, q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        self._index.set_ef(max(ef, k))
         try:
             labels, dists = self._index.knn_query(q, k=k)
         except RuntimeError:

@@ -119,9 +119,16 @@ class FalkorServer:
 
 
 if __name__ == "__main__":  # python -m tests.falkordb_server: run one until Ctrl-C, for bench/ and poking around
+    import signal
+
     reason = unavailable_reason()
     if reason:
         sys.exit(reason)
+    # a background job ignores SIGINT, so stop cleanly on SIGTERM too (the server is stopped in close())
+    def _stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
     with FalkorServer() as srv:
         print(srv.url, flush=True)
         try:

@@ -213,8 +213,7 @@ def test_cli_falkordb_json(tricky: Project, server: FalkorServer, db) -> None:
 def test_control_characters_through_cypher_and_params(db) -> None:
     """Raw C0 controls survive both ways into FalkorDB; NUL is dropped (a FalkorDB string cannot hold it)."""
     from hrag_cli.export import Edge, ExportGraph, Node
-    from hrag_cli.export_formats import cypher_statements
-    from hrag_cli.falkordb_load import _clean
+    from hrag_cli.export_formats import cypher_literal, cypher_statements
 
     text = "bell\x07 vt\x0b ff\x0c cr\r nul\x00 del\x7f \u2028 end"
     graph = ExportGraph([Node("chunk:a", "Chunk", {"text": text}), Node("chunk:b", "Chunk", {"text": "b"})],
@@ -224,4 +223,5 @@ def test_control_characters_through_cypher_and_params(db) -> None:
         g.query(stmt)
     assert g.query("MATCH (c:Chunk {id: 'chunk:a'})-[:NEXT_CHUNK]->(b) RETURN c.text, b.id").result_set == \
         [[text.replace("\x00", ""), "chunk:b"]]
-    assert g.query("RETURN $t", {"t": _clean(text)}).result_set == [[text.replace("\x00", "")]]
+    # the loader's way: rows as literals in the CYPHER parameter header
+    assert g.query(f"CYPHER t={cypher_literal(text)} RETURN $t").result_set == [[text.replace("\x00", "")]]

@@ -4,8 +4,8 @@ The stub's chat responder writes a valid extraction in our row format straight f
 (capitalised words become entities, neighbours are related), so these tests exercise prompts, parsing,
 caching, resume and exit codes without any model.
 
-Runs that must be separate processes (kill -9, the lock, exit codes as the shell sees them, the first full
-run) start `.venv/bin/hrag`; the rest call the same entry point, `hrag_cli.cli.main`, in this process, since
+Runs that must be separate processes (kill -9, the lock, the bad-input exit codes as the shell sees them,
+the first full run) start `.venv/bin/hrag`; the rest call the same entry point, `hrag_cli.cli.main`, in this process, since
 importing litellm costs seconds per process.
 """
 
@@ -296,13 +296,30 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
     assert summary(retry)["extract"]["failed"] == 0
 
 
+def test_rejected_request_gives_a_failed_record_not_a_crash(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    stub.enqueue(CHAT, StubReply(status=400, content="context length exceeded"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    (docs / "b.txt").write_text("Tobiah Renn edited the Varrow Papers at the Quillon Society in Brightwater.")
+    proj = tmp_path / "proj"
+    proc = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
+    assert proc.returncode == 0, proc.stderr
+    ex = summary(proc)["extract"]
+    assert ex["failed"] == 1 and ex["pending"] == 0 and stub.count(CHAT) == 2      # 4xx: no retry
+    failed = [r for r in extraction_lines(proj) if r["status"] == "failed"]
+    assert len(failed) == 1 and "400" in failed[0]["error"] and failed[0]["llm_keys"] == []
+    assert "retry-failed" in proc.stderr
+
+
 def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     stub.set_chat(fake_extraction)
     docs = small_corpus(tmp_path, 6)
     proj = tmp_path / "proj"
     model = "openai/gpt-4o-mini"       # priced in litellm's cost map, so spend grows
     common = ("--max-gleanings", "0", "--concurrency", "1", "--chunk-tokens", "150", "--chunk-overlap", "10")
-    stopped = index(docs, proj, stub, *common, "--max-cost", "0.0000001", model=model, inprocess=False)
+    stopped = index(docs, proj, stub, *common, "--max-cost", "0.0000001", model=model)
     assert stopped.returncode == 3, stopped.stderr
     assert "max-cost" in stopped.stderr
     saved = extraction_lines(proj)
@@ -318,6 +335,67 @@ def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     assert s["extract"]["pending"] == 0 and s["extract"]["cached"] == len(saved)
     assert stub.count(CHAT) == first_requests + (n_chunks - len(saved))
     assert s["extract"]["cost"] > 0
+
+
+def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -> None:
+    def respond(body: dict) -> str:
+        n = len(body["messages"])
+        if n == 2:
+            return fake_extraction(body)
+        if n == 4:        # first gleaning round: one missed entity and a longer description
+            return (f"entity{D}Lighthouse Keeper{D}person{D}The keeper.\n"
+                    f"entity{D}Selby{D}concept{D}Selby is mentioned in the passage, as the name of a lighthouse.\n"
+                    "<|COMPLETE|>")
+        return "<|COMPLETE|>"
+
+    stub.set_chat(respond)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    proj = tmp_path / "proj"
+    proc = index(docs, proj, stub, "--max-gleanings", "3")
+    assert proc.returncode == 0, proc.stderr
+    # extraction, gleaning 1 (new rows), gleaning 2 (nothing new: stop before round 3)
+    assert stub.count(CHAT) == 3
+    glean2 = stub.requests[2][1]["messages"]
+    assert [m["role"] for m in glean2] == ["system", "user", "assistant", "user", "assistant", "user"]
+    [rec] = extraction_lines(proj)
+    assert rec["gleaning_rounds"] == 2 and len(rec["llm_keys"]) == 3
+    names = {e["name"]: e for e in rec["entities"]}
+    assert "Lighthouse Keeper" in names and names["Selby"]["description"].endswith("name of a lighthouse.")
+
+    # chunks shorter than glean_min_tokens get no gleaning round (a new extractor fingerprint: re-extracted)
+    (proj / "hrag.toml").write_text("[extract]\nglean_min_tokens = 500\n")
+    stub.reset()
+    stub.set_chat(respond)
+    proc = index(docs, proj, stub, "--max-gleanings", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == 0          # the first request is the same as before: answered from the cache
+    assert extraction_lines(proj)[-1]["gleaning_rounds"] == 0
+
+
+def test_import_openie_replaces_the_extractor(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    passages = [{"id": "p1", "title": "Corvane Works", "text": "Corvane Works was founded by Edric Solano."},
+                {"id": "p2", "title": "Gullhaven", "text": "Gullhaven is a village on Kestrel Island."}]
+    (docs / "p.jsonl").write_text("\n".join(json.dumps(p) for p in passages) + "\n")
+    openie = tmp_path / "openie_results_ner_x.json"
+    openie.write_text(json.dumps({"docs": [
+        {"title": p["title"], "text": p["text"], "passage": f"{p['title']}\n{p['text']}",
+         "extracted_entities": [p["title"]], "extracted_triples": [[p["title"], "mentioned with", "Zed"]]}
+        for p in passages]}))
+    proj = tmp_path / "proj"
+    proc = run(["index", str(docs), "-p", str(proj), "--stop-after", "extract", "--json",
+                "--import-openie", str(openie)], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    ex = json.loads(proc.stdout)["extract"]
+    assert ex["extractor"].startswith("openie:") and ex["pending"] == 0 and ex["unmatched"] == 0
+    from hrag_cli.extract.stage import load_current_extractions
+
+    current = load_current_extractions(Project(proj))
+    assert len(current) == 2
+    assert all(r.relations[0].predicate == "mentioned with" for r in current.values())
 
 
 def test_dry_run_calls_and_writes_nothing(stub, tmp_path: Path) -> None:

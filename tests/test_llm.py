@@ -317,3 +317,11 @@ def test_connection_refused_is_retried_then_reported(project):
         with pytest.raises(LLMError, match=r"after 1 retries: openai/stub-model: connection failed") as info:
             client.chat(MSG)
     assert client.stats.retries == 1
+
+
+def test_final_timeout_is_reported_as_timed_out(stub, project):
+    stub.set_chat(lambda body: StubReply(content="late", delay=1.0))
+    with LLMClient(project, settings(stub, timeout=0.3, max_retries=1)) as client:
+        with pytest.raises(LLMError, match=r"^LLM request failed after 1 retries: openai/stub-model: timed out$"):
+            client.chat(MSG)
+    assert stub.count() == 2

@@ -309,6 +309,14 @@ def test_incremental_equals_from_scratch(tmp_path: Path) -> None:
                   if all(src in _chunks_of(inc, "people/zoe_almqvist.txt") for src in e["source_ids"])}
     assert only_there, "the deleted document should name at least one entity nobody else names"
 
+    # a rename alone changes no chunk text and no extraction, yet the document vertex must follow
+    (docs / "orgs" / "corvane_works.txt").rename(docs / "orgs" / "corvane.txt")
+    _index(docs, inc)
+    _index(docs, tmp_path / "scratch0")
+    renamed = _graph_state(inc)
+    assert renamed == _graph_state(tmp_path / "scratch0")
+    assert "orgs/corvane.txt" in {v[2] for v in renamed["vertices"]}
+
     victim.unlink()                                                         # delete
     miravel = docs / "places" / "miravel.txt"                               # change (at the start: orders shift)
     miravel.write_text("Miravel also hosts the Quillon Fair, run by Edric Solano.\n\n"
@@ -332,3 +340,25 @@ def _chunks_of(project: Path, rel_path: str) -> set[str]:
     p = Project(project)
     doc_ids = {d["doc_id"] for d in store.read_jsonl(p.docs_path) if d["path"] == rel_path}
     return {c["chunk_id"] for c in store.read_jsonl(p.chunks_path) if c["doc_id"] in doc_ids}
+
+
+def test_damaged_rows_are_skipped_not_fatal(tmp_path: Path) -> None:
+    bad = rec("c1", [E(None, None, None), E("Bob", "person", "ok"), E("   ", "person", "blank")],  # type: ignore[arg-type]
+              [R("Bob", "Acme", None, "single keyword", None, "nan"),  # type: ignore[arg-type]
+               R("Bob", "Acme", "pays", ["x", None], "", float("inf")),  # type: ignore[list-item]
+               R(None, "Acme")])  # type: ignore[arg-type]
+    res = resolve_records(tmp_path, [bad])
+    assert {e.id for e in res.entities} == {"bob", "acme"}
+    rel = res.relations[0]
+    assert rel.weight == 2.0 and rel.keywords == ["single keyword", "x"] and rel.predicates == ["pays"]
+    assert res.stats["dropped_rows"] == 3
+    assert sorted(f.predicate for f in res.facts) == ["pays", "related to"]
+
+
+def test_empty_project_resolves_to_an_empty_graph(tmp_path: Path) -> None:
+    project = Project(tmp_path / "p")
+    project.init()
+    out = run_resolve(project, Settings())
+    assert out.counts["entities"] == 0 and out.counts["vertices"] == 0 and out.counts["edges"] == 0
+    g, keys = load_graph(project)
+    assert g.vcount() == 0 and keys == {}

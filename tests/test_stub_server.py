@@ -131,7 +131,11 @@ def test_close_is_quick_even_with_a_slow_request_pending():
     server.enqueue(CHAT, StubReply(delay=2.0))
     import threading
 
-    threading.Thread(target=post, args=(server.url + CHAT, {"messages": []}, 0.2), daemon=True).start()
+    def client() -> None:
+        with pytest.raises(OSError):  # the server went away under it
+            post(server.url + CHAT, {"messages": []}, 0.2)
+
+    threading.Thread(target=client, daemon=True).start()
     time.sleep(0.05)
     t0 = time.monotonic()
     server.close()

@@ -42,20 +42,34 @@ _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|mete
           "knots|mph|km/h|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
           "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
           "million|billion|thousand|hundred")
-_CURRENCY = r"(?:[$£€¥]\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|thousand))?)"
 
+_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|thousand))?"
+_MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
+
+# One pass finds every candidate span. Each alternative is (kind, its first character, the rest); the
+# pattern consumes the first character from one shared class and dispatches on it with a look-behind, which
+# lets the regex engine skip quickly to candidate positions (about six times faster than plain `\b...`
+# alternatives). Earlier alternatives win: dates, then quantities, years, acronyms, names.
+_ALTERNATIVES = [
+    ("date", r"\d", rf"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b"),               # 8 May 1936
+    ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s(?:\d{{1,2}},?\s)?\d{{4}}\b"),  # March 1987
+    ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
+    ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
+    ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
+    ("year", "[12]", r"(?<![\w.,][12])(?:(?<=1)\d{3}|(?<=2)0\d\d)\b(?![\w.,]\d)"),          # 1987
+    ("acronym", "[A-Z]", r"(?<![\w'’][A-Z])[A-Z0-9&]*[A-Z][A-Z0-9]*s?\b"),                   # PESC
+    ("name", _UP, rf"(?<![\w'’]{_UP}){_WORD_TAIL}(?:(?:\s+{_CONN})*\s+{_CAP})*"),          # Bank of Ellery
+]
 _TOKEN_RE = re.compile(
-    rf"(?P<date>\b\d{{1,2}}\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b|\b(?:{_MONTHS})\.?\s\d{{1,2}},?\s\d{{4}}\b"
-    rf"|\b(?:{_MONTHS})\s\d{{4}}\b|\b\d{{4}}s\b)"
-    rf"|(?P<quantity>{_CURRENCY}|\b\d[\d,]*(?:\.\d+)?(?:\s?(?:{_UNITS}))(?![\w]))"
-    rf"|(?P<year>\b(?:1[0-9]{{3}}|20[0-9]{{2}})\b(?![\w.,]\d))"
-    rf"|(?P<acronym>\b[A-Z][A-Z0-9&]*[A-Z][A-Z0-9]*s?\b)"
-    rf"|(?P<name>(?<![\w'’]){_CAP}(?:(?:\s+{_CONN})*\s+{_CAP})*)"
+    r"[\d$£€¥" + _UP[1:-1] + "](?:"
+    + "|".join(rf"(?<={first})(?P<g{i}>{rest})" for i, (_, first, rest) in enumerate(_ALTERNATIVES)) + ")"
 )
+_GROUP_KIND = {f"g{i}": kind for i, (kind, _, _) in enumerate(_ALTERNATIVES)}
 
-_SENTENCE_END_RE = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n+")
+_SENTENCE_END_RE = re.compile(r"([.!?][\"'”’)\]]*)\s+|\n+")
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "prof", "sr", "jr", "mt", "no", "vs", "etc", "e.g", "i.e",
                   "inc", "ltd", "co", "gen", "col", "capt", "lt", "sgt", "rev", "ft"}
+_BULLET_RE = re.compile(r"^\s*(?:[-•+]|\d{1,3}[.)])\s+")
 _MARKUP_RE = re.compile(r"[*_`#>|]+")
 _WORD_RE = re.compile(r"[\w'’\-]+|[^\w\s]")
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
@@ -126,21 +140,25 @@ _LOC_PREPOSITIONS = {"in", "at", "near", "from", "to", "into", "across", "outsid
                      "towards", "off", "beyond", "via", "between"}
 
 
-def _first_sentence_split(text: str) -> list[tuple[int, int]]:
-    """Sentence spans (start, end) of `text`: cut after . ! ? and at line breaks, not after abbreviations
-    (Mr., St., ...) or initials (J. R.)."""
+def _sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Sentence spans (start, end) of `text`: cut after . ! ? (closing quotes stay with the sentence) and at
+    line breaks, not after abbreviations (Mr., St., ...) or initials (J. R.)."""
     spans: list[tuple[int, int]] = []
     start = 0
     for m in _SENTENCE_END_RE.finditer(text):
-        cut = m.start()
-        if m.group(0).strip() == "" and cut > 0 and text[cut - 1] == ".":
-            j = cut - 1
-            k = j
-            while k > 0 and (text[k - 1].isalpha() or text[k - 1] == "."):
-                k -= 1
-            word = text[k:j].lower()
-            if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-                continue
+        punct = m.group(1)
+        if punct is None:                       # line break(s)
+            cut = m.start()
+        else:
+            cut = m.end(1)
+            if punct[0] == ".":
+                j = m.start()
+                k = j
+                while k > 0 and (text[k - 1].isalpha() or text[k - 1] == "."):
+                    k -= 1
+                word = text[k:j].lower()
+                if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                    continue
         if cut > start:
             spans.append((start, cut))
         start = m.end()
@@ -193,7 +211,7 @@ def _name_spans(sentence: str, lower_words: set[str]) -> list[_Span]:
     stripped = sentence.lstrip()
     lead = len(sentence) - len(stripped)
     for m in _TOKEN_RE.finditer(sentence):
-        kind = m.lastgroup
+        kind = _GROUP_KIND[m.lastgroup or ""]
         s, e = m.start(), m.end()
         text = m.group(0)
         if kind == "date" or kind == "year":
@@ -264,10 +282,10 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     person_surnames: dict[str, str] = {}
     confirmed: set[str] = set()
     sentences: list[tuple[str, list[_Span]]] = []
-    for a, b in _first_sentence_split(text):
+    for a, b in _sentence_spans(text):
         raw = text[a:b]
         sentence = _MARKUP_RE.sub(" ", raw).strip()
-        sentence = re.sub(r"^\s*(?:[-•+]|\d{1,3}[.)])\s+", "", sentence)
+        sentence = _BULLET_RE.sub("", sentence, count=1)
         if len(sentence) < 2 or raw.lstrip().startswith("#") or _is_heading(sentence):
             continue
         spans = _name_spans(sentence, lower_words)

@@ -10,7 +10,6 @@ done; a budget stop lets the requests in flight finish and saves them before Bud
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -145,9 +144,13 @@ def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
 def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
                 import_openie: Path | None = None) -> StageOutcome:
+    """Extract every current chunk that has no record for the current extractor (plus failed ones with
+    `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
+    BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`."""
     chunks = _load_chunks(project)
+    imported: dict[str, Any] = {}
     if import_openie is not None:
-        extractor = _import(project, chunks, Path(import_openie), reporter)
+        extractor, imported = _import(project, chunks, Path(import_openie), reporter)
         kind = "openie"
     else:
         kind = extractor_kind(settings)
@@ -178,8 +181,8 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     budget: BudgetExceeded | None = None
     if kind == "rules":
         _run_rules(project, todo, latest, reporter, counts)
-    elif kind == "llm":
-        from ..llm import LLMClient
+    elif kind == "llm" and (todo or reparse):
+        from ..llm import LLMClient   # reads the whole response cache: only when there is work
 
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
@@ -197,6 +200,11 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                               cost=round(st.cost, 6))
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts.update(summary)
+    if kind == "openie":
+        # chunks the file has no passage for are not resumable work: they just have no extraction
+        counts["unmatched"] = counts.pop("pending")
+        counts["pending"] = 0
+        counts.update({f"openie_{k}": v for k, v in imported.items()})
     if budget is not None:
         raise budget
     if counts["failed"]:
@@ -294,14 +302,15 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
                   + (f", {missing} without cached answers" if missing else ""))
 
 
-def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> str:
-    """--import-openie: take HippoRAG's OpenIE results as this project's extractions."""
+def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+    """--import-openie: take HippoRAG's OpenIE results as this project's extractions (the importer names
+    the extractor after the file's content, so a changed file replaces the records)."""
     if not path.is_file():
         raise UsageError(f"--import-openie: no such file: {path}")
-    from .openie import import_openie
+    from .openie import import_openie, openie_extractor_id
 
-    extractor = "openie:" + hashlib.sha256(path.read_bytes()).hexdigest()[:24]
-    records, _counts = import_openie(project, chunks, path, reporter)
+    extractor = openie_extractor_id(path)
+    records, counts = import_openie(project, chunks, path, reporter)
     existing = _latest_records(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
         for rec in records:
@@ -309,7 +318,7 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
             data = rec.to_json()
             if existing.get((rec.chunk_id, extractor)) != data:
                 out.append(data)
-    return extractor
+    return extractor, counts
 
 
 # ------------------------------------------------------------------------------------------- dry run, status

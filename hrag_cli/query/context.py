@@ -48,12 +48,21 @@ def _cut(items: list, lines: list[str], budget: int) -> tuple[list, int]:
 def apply_budgets(r: Retrieval, s: QuerySettings, top_k: int) -> None:
     """entities ≤ entity_tokens, relations (and facts) ≤ relation_tokens, then chunks fill what is left of
     context_tokens, at most top_k of them."""
-    r.entities, e_used = _cut(r.entities, [entity_line(e) for e in r.entities], s.entity_tokens)
+    chunks = r.chunks[:top_k]
+    lines_e = [entity_line(e) for e in r.entities]
+    lines_r = [relation_line(x) for x in r.relations] + [fact_line(f) for f in r.facts]
+    lines_c = [chunk_block(i + 1, c) for i, c in enumerate(chunks)]
+    # A token is at least one UTF-8 byte, so when the bytes fit every budget the tokens do too: then nothing is
+    # cut and tiktoken (about half a second of a cold `hrag query`) is never loaded.
+    nb = [sum(len(x.encode("utf-8")) + 1 for x in lines) for lines in (lines_e, lines_r, lines_c)]
+    if nb[0] <= s.entity_tokens and nb[1] <= s.relation_tokens and sum(nb) <= s.context_tokens:
+        r.chunks = chunks
+        return
+    r.entities, e_used = _cut(r.entities, lines_e, s.entity_tokens)
     r.relations, r_used = _cut(r.relations, [relation_line(x) for x in r.relations], s.relation_tokens)
     r.facts, f_used = _cut(r.facts, [fact_line(f) for f in r.facts], max(s.relation_tokens - r_used, 0))
-    chunks = r.chunks[:top_k]
     left = max(s.context_tokens - e_used - r_used - f_used, 0)
-    kept, _ = _cut(chunks, [chunk_block(i + 1, c) for i, c in enumerate(chunks)], left)
+    kept, _ = _cut(chunks, lines_c, left)
     if len(kept) < len(chunks):
         r.notes.append(f"context budget ({s.context_tokens} tokens) kept {len(kept)} of {len(chunks)} chunks")
     r.chunks = kept

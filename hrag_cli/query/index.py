@@ -112,7 +112,8 @@ class QueryIndex:
 
             t0 = time.perf_counter()
             idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors)
-            if idx is not None and len(idx) and idx.model_id != self.embedder.model_id:
+            if idx is not None and len(idx) and (idx.model_id != self.embedder.model_id
+                                                 or idx.dim != self.embedder.dim):
                 raise UsageError(f"the {name} index was built with embedder {idx.model_id!r} but the query uses "
                                  f"{self.embedder.model_id!r}: pass the same --embed-model, or run 'hrag synonyms'")
             cache[name] = idx
