@@ -327,7 +327,7 @@ def run_export(project: Project, settings: Settings, reporter: Reporter, options
     if fmt == "falkordb":
         from .falkordb_load import load_falkordb
 
-        summary.update(load_falkordb(project, graph, options.url or "", options.graph, reporter))
+        summary.update(load_falkordb(project, graph, options.url or "", options.graph, reporter, settings.vectors))
         return summary
     from . import export_formats
 

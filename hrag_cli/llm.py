@@ -274,7 +274,7 @@ class LLMClient:
     def _store(self, record: dict) -> None:
         with self._write_lock:
             if self._appender is None:
-                self._appender = store.JsonlAppender(self.project.llm_cache_path)
+                self._appender = store.JsonlAppender(self.project.llm_cache_path, exclusive=self.project.holds_lock)
             self._appender.append(record)
             self._cache[record["key"]] = record
 

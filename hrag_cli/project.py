@@ -134,6 +134,11 @@ class Project:
         return "fresh" if rec.fingerprint == expected_fp else "stale"
 
     # -- lock -----------------------------------------------------------------------------------------
+    @property
+    def holds_lock(self) -> bool:
+        """True inside `with project.lock()`: append-only caches may then repair torn tails."""
+        return self._lock_fh is not None
+
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Exclusive writer lock (flock, released by the kernel if the process dies); a second writer fails

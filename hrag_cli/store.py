@@ -136,19 +136,41 @@ def repair_tail(path: Path) -> int:
         return size - keep
 
 
-class JsonlAppender:
-    """Append-only writer: repairs a torn tail on open, then writes whole lines and flushes each one, so a
-    kill -9 loses at most the line being written."""
+def _ends_torn(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
-    def __init__(self, path: Path, fsync: bool = False) -> None:
+
+class JsonlAppender:
+    """Append-only writer that writes whole lines and flushes each one, so a kill -9 loses at most the line
+    being written.
+
+    `exclusive=True` (the caller holds the project's writer lock) cuts a torn tail off on open. A writer
+    without the lock (a query caching an LLM answer) must not truncate, since the tail may be a line another
+    process is writing right now; it starts its first record on a fresh line instead, leaving any torn
+    fragment as a bad line that readers skip."""
+
+    def __init__(self, path: Path, fsync: bool = False, exclusive: bool = True) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        repair_tail(self.path)
+        self._lead = b""
+        if exclusive:
+            repair_tail(self.path)
+        elif _ends_torn(self.path):
+            self._lead = b"\n"
         self._fh = open(self.path, "ab")
         self._fsync = fsync
 
     def append(self, record: Any) -> None:
-        self._fh.write(orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+        self._fh.write(self._lead + orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+        self._lead = b""
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())

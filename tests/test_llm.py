@@ -221,12 +221,25 @@ def test_torn_last_line_in_cache_is_tolerated(stub, project):
         first = client.chat(MSG)
     with open(project.llm_cache_path, "ab") as fh:
         fh.write(b'{"key": "abc", "model": "openai/stub-mo')  # a crash mid-append
-    with LLMClient(project, settings(stub)) as client:
+    with project.lock(), LLMClient(project, settings(stub)) as client:  # a writer holding the lock
         assert client.chat(MSG).cached
         client.chat([{"role": "user", "content": "new"}])
     lines = project.llm_cache_path.read_bytes().splitlines()
     assert [orjson.loads(line)["key"] for line in lines][0] == first.key
     assert len(lines) == 2  # the torn line was cut before appending
+    assert spend_summary(project)["responses"] == 2
+
+
+def test_torn_line_is_left_alone_by_a_client_without_the_lock(stub, project):
+    """A query (no lock) must not truncate: the tail may be another process's line in progress."""
+    with LLMClient(project, settings(stub)) as client:
+        client.chat(MSG)
+    with open(project.llm_cache_path, "ab") as fh:
+        fh.write(b'{"key": "abc", "model": "openai/stub-mo')
+    with LLMClient(project, settings(stub)) as client:
+        client.chat([{"role": "user", "content": "other"}])
+    lines = project.llm_cache_path.read_bytes().splitlines()
+    assert lines[1] == b'{"key": "abc", "model": "openai/stub-mo'
     assert spend_summary(project)["responses"] == 2
 
 

@@ -81,3 +81,14 @@ def test_fsync_appender(tmp_path: Path) -> None:
         app.append({"ok": True})
     assert os.path.getsize(path) > 0
     assert list(store.read_jsonl(path)) == [{"ok": True}]
+
+
+def test_appender_without_lock_never_truncates(tmp_path: Path) -> None:
+    """A second process (a query) appending while a writer may be mid-line must not cut that line off."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"i": 0}\n{"i": 1, "half')
+    with store.JsonlAppender(path, exclusive=False) as app:
+        app.append({"i": 2})
+        app.append({"i": 3})
+    assert path.read_bytes().startswith(b'{"i": 0}\n{"i": 1, "half\n')
+    assert [r["i"] for r in store.read_jsonl(path)] == [0, 2, 3]

@@ -160,3 +160,19 @@ def test_stage_summaries_cached_and_unrelated_doc_adds_no_calls(tmp_path: Path, 
     changed = run_resolve(p3, settings)
     assert changed.counts["summaries_llm_calls"] == 1 and changed.counts["summaries_cached"] == 1
     assert {e["id"]: e for e in store.read_jsonl(p3.entities_path)}["bob"]["description"] == "Bob: SUM[1+1+1+1+1]"
+
+
+def test_fallback_selection_beyond_first_candidates(tmp_path: Path) -> None:
+    """No LLM, many short fragments: the description keeps as many as fit, most frequent first."""
+    settings = Settings()
+    settings.resolve.summary_target_tokens = 200
+    s = Summarizer(Project(tmp_path), settings)
+    counts = {f"fact {i:03d}.": (3 if i % 10 == 0 else 1) for i in range(300)}
+    out = s.fallback(counts).split(" | ")
+    assert out[:3] == ["fact 000.", "fact 010.", "fact 020."]      # the frequent ones first, in text order
+    assert len(out) > 32
+    # fragments are counted one by one (a safe upper bound of the joined count) until the next would not fit
+    parts = sum(count_tokens(f) for f in out) + count_tokens(" | ") * (len(out) - 1)
+    assert count_tokens(" | ".join(out)) <= parts <= 200 < parts + count_tokens(" | ") + count_tokens("fact 004.")
+    rest = [f for f in out if not f.endswith("0.")]
+    assert rest == sorted(rest)
