@@ -155,6 +155,10 @@ class _Backend:
     def dim(self) -> int:
         raise NotImplementedError
 
+    def known_dim(self) -> int | None:
+        """The dimension if it costs nothing to know (no model load, no request)."""
+        return None
+
     def encode_raw(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
         raise NotImplementedError
 
@@ -169,6 +173,9 @@ class BuiltinBackend(_Backend):
     @property
     def dim(self) -> int:
         return int(self.impl.dim)
+
+    def known_dim(self) -> int | None:
+        return self.dim
 
     def encode_raw(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
         return self.impl.encode(texts)
@@ -203,7 +210,9 @@ class SentenceTransformerBackend(_Backend):
                 try:
                     from sentence_transformers import SentenceTransformer
 
-                    self._model = SentenceTransformer(self.location, device="cpu")
+                    # local_files_only as well as HF_HUB_OFFLINE: the env var is read when huggingface_hub is
+                    # first imported, which may have happened before we set it
+                    self._model = SentenceTransformer(self.location, device="cpu", local_files_only=True)
                 except Exception as exc:
                     msg = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                     raise UsageError(f"cannot load sentence-transformers model '{self.spec}' offline: {msg}") from None
@@ -236,6 +245,9 @@ class LiteLLMBackend(_Backend):
         except Exception:
             raise UsageError(f"unknown embedding model '{self.model}': use builtin, st:NAME_OR_FOLDER, or a litellm "
                              f"model with its provider, e.g. openai/text-embedding-3-small") from None
+
+    def known_dim(self) -> int | None:
+        return self._dim
 
     @property
     def dim(self) -> int:
@@ -318,8 +330,8 @@ class Embedder:
 
     def encode(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
         n = len(texts)
-        if n == 0:
-            return np.zeros((0, self.dim), np.float32)
+        if n == 0:   # no probe request or model load just to learn the width of nothing
+            return np.zeros((0, self.backend.known_dim() or 0), np.float32)
         keys = [_key(t) for t in texts]
         pos: dict[bytes, int] = {}
         first: list[int] = []            # index in `texts` of each distinct text

@@ -332,7 +332,7 @@ def run_export(project: Project, settings: Settings, reporter: Reporter, options
     from . import export_formats
 
     assert output is not None
-    files = export_formats.WRITERS[fmt](graph, output)
+    files = export_formats.publish(export_formats.WRITERS[fmt](graph, output))
     counts = graph.counts()
     summary.update({"output": str(output), "nodes": counts["nodes"], "edges": counts["edges"],
                     "labels": counts["labels"], "types": counts["types"], "files": len(files)})

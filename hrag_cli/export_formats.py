@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 import orjson
 
 from . import store
-from .export import EDGE_TYPES, Edge, ExportGraph, Node, property_types
+from .export import EDGE_TYPES, Edge, ExportGraph, property_types
 
 ARRAY_DELIMITER = ";"
 CYPHER_BATCH_ROWS = 500
@@ -250,9 +251,24 @@ def read_cypher_statements(text: str) -> list[str]:
     return [line[:-1] for line in text.split("\n") if line and not line.startswith("//") and line.endswith(";")]
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish(paths: list[Path]) -> list[Path]:
+    """store writes through mkstemp, whose files are private (0600); an export is for other tools and users
+    (neo4j-admin often runs as its own user), so give the files the mode a plain open() would have."""
+    mode = 0o666 & ~_current_umask()
+    for p in paths:
+        os.chmod(p, (mode | 0o111) if p.suffix == ".sh" else mode)
+    return paths
+
+
 WRITERS: dict[str, Callable[[ExportGraph, Path], list[Path]]] = {
     "graphml": write_graphml, "jsonl": write_jsonl, "csv": write_csv, "cypher": write_cypher,
 }
 
-__all__ = ["ARRAY_DELIMITER", "WRITERS", "Node", "batch_rows", "cypher_literal", "cypher_statements", "read_cypher_statements",
+__all__ = ["ARRAY_DELIMITER", "WRITERS", "batch_rows", "cypher_literal", "cypher_statements", "read_cypher_statements",
            "write_csv", "write_cypher", "write_graphml", "write_jsonl", "xml_text"]

@@ -21,13 +21,14 @@ from typing import Any
 
 from .config import VectorSettings
 from .errors import HragError, UsageError
-from .export import ExportGraph, Node
+from .export import ExportGraph, Node, clean_value
 from .export_formats import batch_rows, cypher_literal
 from .progress import Reporter
 from .project import Project
 
 BATCH_ROWS = 500
 BATCH_CHARS = 4_000_000          # parameters travel inside the query text; keep each query modest
+REPLY_TIMEOUT = 1800.0           # seconds FalkorDB may take to answer one command
 VECTOR_LABELS = {"Entity": "entities", "Chunk": "chunks", "Fact": "facts"}
 _SCHEMES = ("redis://", "rediss://", "falkor://", "falkors://", "unix://")
 
@@ -55,7 +56,9 @@ def connect(url: str) -> Any:
     except ImportError:
         raise UsageError("--format falkordb needs the FalkorDB client: pip install 'hrag[falkordb]'") from None
     try:
-        db = FalkorDB.from_url(url, socket_connect_timeout=5)
+        # redis-py reuses the connect timeout for replies unless told otherwise; a big batch or an index
+        # build can take minutes, so replies get their own generous limit
+        db = FalkorDB.from_url(url, socket_connect_timeout=5, socket_timeout=REPLY_TIMEOUT)
         db.connection.ping()
     except (redis.exceptions.RedisError, OSError, ValueError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -64,7 +67,7 @@ def connect(url: str) -> Any:
 
 
 def _vectors(project: Project, name: str) -> tuple[dict[str, Any], int]:
-    """id -> vector (list of floats) from vectors/<name>; empty when the index was never built."""
+    """id -> vector (a float32 row) from vectors/<name>, and the dimension; empty when never built."""
     from .vectors import VectorIndex
 
     idx = VectorIndex.load(project.vectors_dir, name, VectorSettings())
@@ -100,10 +103,11 @@ def _fact_nodes(project: Project, graph: ExportGraph) -> tuple[list[Node], list[
         if s is None or o is None:
             continue
         fid = "fact:" + str(rec["id"])
-        props = {"key": rec["id"], "subject": rec.get("subject", ""), "predicate": rec.get("predicate", ""),
-                 "object": rec.get("object", ""),
-                 "text": f"({rec.get('subject', '')}, {rec.get('predicate', '')}, {rec.get('object', '')})",
-                 "relation_id": rec.get("relation_id", ""), "source_ids": list(rec.get("source_ids") or [])}
+        raw = {"key": rec["id"], "subject": rec.get("subject"), "predicate": rec.get("predicate"),
+               "object": rec.get("object"),
+               "text": f"({rec.get('subject', '')}, {rec.get('predicate', '')}, {rec.get('object', '')})",
+               "relation_id": rec.get("relation_id"), "source_ids": rec.get("source_ids") or []}
+        props = {k: v for k, v in ((k, clean_value(v)) for k, v in raw.items()) if v is not None}
         nodes.append(Node(fid, "Fact", props))
         links.append((fid, "SUBJECT", s))
         links.append((fid, "OBJECT", o))

@@ -103,19 +103,23 @@ class Summarizer:
     def fallback(self, counts: dict[str, int]) -> str:
         """No LLM: whole fragments, most frequent first, while they fit summary_target_tokens (so a
         description is never longer than a summary would be); a first fragment that alone is too long is cut.
-        Candidates are selected 32 at a time first: a popular entity can have 100k fragments, and a full
-        selection of budget + 1 (each costs at least one token) is needed only when 32 did not fill it."""
+        Candidates are selected 64 at a time first: a popular entity can have 100k fragments, and a full
+        selection of budget + 1 (each costs at least one token) is needed only when 64 did not fill it."""
         budget = self.rs.summary_target_tokens
         sep = self.rs.description_separator
         if self._sep_tokens is None:
             self._sep_tokens = count_tokens(sep) if sep else 0
-        for limit in (min(32, budget + 1), budget + 1):
+        sizes: dict[str, int] = {}
+        for limit in (min(64, budget + 1), budget + 1):
             candidates = by_frequency(counts, limit=limit)
             kept: list[str] = []
             used = 0
             full = False
             for frag in candidates:
-                extra = count_tokens(frag) + (self._sep_tokens if kept else 0)
+                size = sizes.get(frag)
+                if size is None:
+                    size = sizes[frag] = count_tokens(frag)
+                extra = size + (self._sep_tokens if kept else 0)
                 if used + extra > budget:
                     if not kept:
                         kept.append(truncate_tokens(frag, budget))

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import store
 from hrag_cli.config import Settings
 from hrag_cli.embed import IDF_FILE, EmbeddingCache, embed_status, get_embedder, refresh_idf
 from hrag_cli.errors import HragError, UsageError

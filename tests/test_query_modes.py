@@ -163,3 +163,21 @@ def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
         retrieve(ix, "x", project.settings(), mode="dense")
     with pytest.raises(UsageError, match="empty"):
         retrieve(ix, "   ", project.settings(), mode="naive")
+
+
+def test_parse_keywords_tolerates_chatter() -> None:
+    from hrag_cli.query.keywords import parse_keywords
+
+    got = parse_keywords('Sure!\n```json\n{"high_level_keywords": ["a", "a", " b "], "low_level_keywords": "x, y"}\n```')
+    assert got == {"high": ["a", "b"], "low": ["x", "y"]}
+    assert parse_keywords("no json here") is None
+    assert parse_keywords('{"high_level_keywords": [], "low_level_keywords": []}') is None
+    assert parse_keywords('{"high_level_keywords": ["t"]') is None
+
+
+def test_name_seeds_prefer_the_longest_name(ix: QueryIndex) -> None:
+    from hrag_cli.query.retrieval import name_seeds
+
+    seeds = name_seeds(ix, "Who built Port Ellery's sea wall?")
+    assert "port ellery" in seeds and "ellery" not in seeds
+    assert name_seeds(ix, "the of and") == []

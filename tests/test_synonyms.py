@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -254,3 +253,24 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     res = runner.invoke(app, ["status", "-p", str(proj), "--json"])
     assert res.exit_code == 0, res.output
     assert '"idf_fitted_docs":20' in res.output and '"idf_refresh_due":false' in res.output
+
+
+def test_bm25_and_chunk_index_follow_the_chunks(tmp_path: Path, stub) -> None:
+    from hrag_cli.bm25 import BM25Index
+
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    s = settings_for(stub)
+    first = run(p, s)
+    assert first.counts["bm25_chunks"] == 2 and first.counts["bm25_added"] == 2
+    bm = BM25Index.load(p.vectors_dir / "bm25")
+    assert sorted(bm.doc_ids()) == ["c1", "c2"] and bm.top_k("Tokyo", 1)[0][0] == "c2"
+    # c2 replaced by c3 (a chunk id is a hash of its text, so an edit is a removal plus an addition)
+    store.write_jsonl(p.chunks_path, [to_dict(Chunk("c1", "d1", 0, 6, "New York City and London are big.")),
+                                      to_dict(Chunk("c3", "d1", 1, 4, "Kyoto is old."))])
+    again = run(p, s)
+    assert (again.counts["bm25_added"], again.counts["bm25_removed"]) == (1, 1)
+    assert sorted(BM25Index.load(p.vectors_dir / "bm25").doc_ids()) == ["c1", "c3"]
+    chunks = VectorIndex.load(p.vectors_dir, "chunks", s.vectors)
+    assert chunks is not None and sorted(chunks.ids) == ["c1", "c3"]
+    assert again.counts["embedded_now"] == 1                 # only the new chunk's text
