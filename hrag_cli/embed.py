@@ -188,13 +188,15 @@ class SentenceTransformerBackend(_Backend):
     def __init__(self, spec: str) -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise UsageError(f"embedding model 'st:{spec}' needs sentence-transformers: install hrag[local]")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
+                           ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error")):
+            os.environ.setdefault(var, value)   # never download; no progress bars in a cron log
         self.spec = spec
         path = Path(spec).expanduser()
         if path.is_dir():
             sig = sorted((str(p.relative_to(path)), p.stat().st_size) for p in path.rglob("*") if p.is_file())
-            self.model_id = f"st:{path.name}:{hashlib.sha256(repr(sig).encode()).hexdigest()[:10]}"
+            label = "/".join(path.resolve().parts[-2:])   # "model" alone says little; keep its parent too
+            self.model_id = f"st:{label}:{hashlib.sha256(repr(sig).encode()).hexdigest()[:10]}"
             self.location = str(path.resolve())
         elif spec.startswith((".", "/", "~")) or os.sep in spec and not re.match(r"^[\w.-]+/[\w.-]+$", spec):
             raise UsageError(f"embedding model folder not found: {spec}")
@@ -209,6 +211,14 @@ class SentenceTransformerBackend(_Backend):
             if self._model is None:
                 try:
                     from sentence_transformers import SentenceTransformer
+
+                    try:
+                        from transformers.utils import logging as hf_logging
+
+                        hf_logging.disable_progress_bar()
+                        hf_logging.set_verbosity_error()
+                    except Exception:  # an older/newer transformers without these: only cosmetic
+                        pass
 
                     # local_files_only as well as HF_HUB_OFFLINE: the env var is read when huggingface_hub is
                     # first imported, which may have happened before we set it

