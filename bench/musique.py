@@ -95,6 +95,7 @@ def main() -> None:
     log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
 
     openie = str(DATA / OPENIE)
+    reused = (proj / "manifest.json").exists() and '"synonyms"' in (proj / "manifest.json").read_text(encoding="utf-8")
     p = ["-p", str(proj)]
     t_extract, _ = hrag("index", str(corpus), "--import-openie", openie, "--stop-after", "extract", "-q", *p)
     log(f"chunk + openie import: {t_extract:.1f}s")
@@ -124,6 +125,7 @@ def main() -> None:
     timings = {
         "chunk_and_import_s": round(t_extract, 2),
         "index_build_s": round(t_build, 2),
+        "index_reused": reused,          # True: the project was built by an earlier run, the build times are no-ops
         "query_p50_ms": round(statistics.median(lat), 1) if lat else None,
         "query_cold_wall_s": round(statistics.median(cold), 3),
         "eval_s": eval_secs,

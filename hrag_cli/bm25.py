@@ -21,8 +21,6 @@ from a rebuild. The file is one uncompressed ``.npz``: loading 10k chunks is a f
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from hrag_cli import store
 from hrag_cli.textnorm import tokenize
 
 __all__ = ["BM25Index"]
@@ -261,23 +260,14 @@ class BM25Index:
             }
         )
         n_slots = len(self._slot_doc)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f,
-                    header=np.frombuffer(header, dtype=np.uint8),
-                    term_ids=self._pool_tid[: self._pool_n],
-                    tfs=self._pool_tf[: self._pool_n],
-                    runs=self._slot_end[:n_slots] - self._slot_start[:n_slots],
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with store.atomic_writer(path) as f:
+            np.savez(
+                f,
+                header=np.frombuffer(header, dtype=np.uint8),
+                term_ids=self._pool_tid[: self._pool_n],
+                tfs=self._pool_tf[: self._pool_n],
+                runs=self._slot_end[:n_slots] - self._slot_start[:n_slots],
+            )
 
     @classmethod
     def load(cls, path: Path) -> "BM25Index":

@@ -101,11 +101,11 @@ class QuerySettings:
     relation_tokens: int = 8000
     context_tokens: int = 30000
     lexical_fusion: bool = True      # BM25 joins dense scores in naive, mix and ppr
-    lexical_weight: float = 0.5
+    lexical_weight: float = 0.15     # MuSiQue: 0.1-0.3 best for ppr and naive, 0.5 hurts naive (bench/musique.py)
     entity_name_seeds: bool = True   # ppr: entity names found in the query seed their entities
     lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
-    entity_seed_weight: float = 0.5  # ppr: seed weight of an entity named in the query (before / its chunks)
+    entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
 
 
 @dataclass

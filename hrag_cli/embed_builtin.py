@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hrag_cli import store
 from hrag_cli.textnorm import STOP_WORDS, raw_tokens, stem
 
 __all__ = [
@@ -340,23 +339,14 @@ class IdfTable:
         """Write atomically (temp file in the same folder, then os.replace)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(
-                    f,
-                    n_docs=np.int64(self.n_docs),
-                    df=np.ascontiguousarray(self.df, dtype="<u4"),
-                    config_tag=np.array(self.config_tag),
-                    version=np.array(f"{FEATURE_VERSION}:{IDF_BITS}"),
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with store.atomic_writer(path) as f:
+            np.savez_compressed(
+                f,
+                n_docs=np.int64(self.n_docs),
+                df=np.ascontiguousarray(self.df, dtype="<u4"),
+                config_tag=np.array(self.config_tag),
+                version=np.array(f"{FEATURE_VERSION}:{IDF_BITS}"),
+            )
 
     @classmethod
     def load(cls, path: Path, config: FeatureConfig = DEFAULT_CONFIG) -> "IdfTable":

@@ -251,18 +251,12 @@ def read_cypher_statements(text: str) -> list[str]:
     return [line[:-1] for line in text.split("\n") if line and not line.startswith("//") and line.endswith(";")]
 
 
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def publish(paths: list[Path]) -> list[Path]:
-    """store writes through mkstemp, whose files are private (0600); an export is for other tools and users
-    (neo4j-admin often runs as its own user), so give the files the mode a plain open() would have."""
-    mode = 0o666 & ~_current_umask()
+    """store's atomic writes already give ordinary file modes; the neo4j-admin import script also needs to be
+    executable."""
     for p in paths:
-        os.chmod(p, (mode | 0o111) if p.suffix == ".sh" else mode)
+        if p.suffix == ".sh":
+            os.chmod(p, p.stat().st_mode | 0o111)
     return paths
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -26,16 +27,27 @@ def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, then rename over it."""
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temp path beside `path` to write (for writers such as hnswlib that want a file name); on
+    success fsync it, give it the mode a plain open() would, and rename it over `path`; on failure remove it,
+    leaving the old file as it was. The one way every replaced artifact is written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes files private; artifacts are ordinary files
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -43,6 +55,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file handle whose contents replace `path` whole when the block ends without error."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        yield fh
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_writer(path) as fh:
+        fh.write(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -62,25 +86,12 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 def write_jsonl(path: Path, records: Iterable[Any]) -> int:
     """Atomically replace `path` with one JSON object per line; returns the number written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            for rec in records:
-                fh.write(orjson.dumps(rec, option=_DUMP_OPTS))
-                fh.write(b"\n")
-                n += 1
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_writer(path) as fh:
+        for rec in records:
+            fh.write(orjson.dumps(rec, option=_DUMP_OPTS))
+            fh.write(b"\n")
+            n += 1
     return n
 
 

@@ -32,7 +32,6 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -265,18 +264,9 @@ class VectorIndex:
         hnsw_path.parent.mkdir(parents=True, exist_ok=True)
         size = 0
         if self._index is not None:
-            fd, tmp = tempfile.mkstemp(prefix=f".{hnsw_path.name}.", suffix=".tmp", dir=hnsw_path.parent)
-            os.close(fd)
-            try:
-                self._index.save_index(tmp)
-                with open(tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
+            with store.atomic_path(hnsw_path) as tmp:
+                self._index.save_index(str(tmp))
                 size = os.path.getsize(tmp)
-                os.replace(tmp, hnsw_path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,

@@ -139,27 +139,33 @@ def _query_words(query: str) -> list[str]:
     return words
 
 
+def _looks_like_a_name(words: list[str], start: int) -> bool:
+    """A run of query words that reads as a proper name: some word (not the question's first) starts with a
+    capital or a digit. OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those
+    from every question that uses the word only adds noise (measured on MuSiQue)."""
+    return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or len(words) == 1)
+               for i, w in enumerate(words))
+
+
 def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 3) -> list[str]:
-    """Entities whose normalised name occurs as a run of words in the query, longest first; a shorter name
-    inside a longer matched one is skipped ("Port Ellery" does not also seed "Ellery")."""
+    """Entities whose normalised name occurs as a run of words in the query that looks like a name, longest
+    first; a shorter name inside a longer matched one is skipped ("Port Ellery" does not also seed "Ellery")."""
     from ..normalize import normalize_name
+    from ..textnorm import STOP_WORDS
 
     words = _query_words(query)
     taken = [False] * len(words)
     found: list[str] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
-            if any(taken[i:i + n]):
+            if any(taken[i:i + n]) or not _looks_like_a_name(words[i:i + n], i):
                 continue
             key = normalize_name(" ".join(words[i:i + n]))
-            if len(key) >= min_chars and key in ix.entities and key not in found:
-                from ..textnorm import STOP_WORDS
-
-                if n == 1 and key in STOP_WORDS:
-                    continue
-                found.append(key)
-                for j in range(i, i + n):
-                    taken[j] = True
+            if len(key) < min_chars or key in STOP_WORDS or key not in ix.entities or key in found:
+                continue
+            found.append(key)
+            for j in range(i, i + n):
+                taken[j] = True
     return found
 
 
