@@ -36,9 +36,10 @@ def ix(project: Project) -> QueryIndex:
     return QueryIndex(project, project.settings())
 
 
-# Measured on this corpus (builtin embedder, rules extractor): R@5 ppr 73, naive 73, bm25 73, local 80,
-# global 77, hybrid 77, mix 82. Floors leave a margin for embedder/extractor tuning elsewhere.
-FLOORS = {"ppr": 0.6, "naive": 0.55, "bm25": 0.55, "local": 0.55, "global": 0.5, "hybrid": 0.55, "mix": 0.6}
+# Measured on this corpus (builtin embedder, rules extractor, default settings): R@5 ppr 65, naive 73, bm25 73,
+# local 82, global 82, hybrid 80, mix 73. One gold passage is 5 points; the floors leave two of margin (ppr,
+# naive, bm25, mix) or more, for embedder/extractor tuning elsewhere.
+FLOORS = {"ppr": 0.55, "naive": 0.6, "bm25": 0.6, "local": 0.6, "global": 0.6, "hybrid": 0.6, "mix": 0.6}
 
 
 def test_every_mode_finds_the_gold_passages(project: Project) -> None:

@@ -3,6 +3,11 @@
 Every mode returns a `Retrieval` with chunks in rank order (already cut by the token budgets and top_k) and
 the entities/relations/facts that led to them. Lexical fusion (BM25 joining the dense chunk scores) applies to
 naive, mix and ppr when `query.lexical_fusion` is on and the project has a BM25 index.
+
+ppr beyond HippoRAG 2: entities whose name appears in the query as a proper name also seed the walk
+(`entity_name_seeds`, weight `entity_seed_weight` / chunks naming the entity). On MuSiQue-100 with
+all-MiniLM-L6-v2 this took ppr from R@2/R@5 44/67 (HippoRAG 2's own code: 43.8/67.3) to 52/73; BM25 fusion
+changes ppr by less than a point and naive by about one (weight 0.1-0.2; 0.5 costs 3-4 points of naive R@5).
 """
 
 from __future__ import annotations
