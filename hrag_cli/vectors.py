@@ -45,6 +45,11 @@ FORMAT = 1
 _REBUILD_DELETED_FRACTION = 0.25
 
 
+# Indices whose whole matrix is saved beside the graph as <name>.npy: ppr and naive score every chunk densely,
+# and reading a large matrix back out of hnswlib item by item costs ~0.5 ms a vector.
+MATRIX_SAVED = frozenset({"chunks"})
+
+
 def _hnswlib():
     import hnswlib
 
@@ -141,7 +146,7 @@ class VectorIndex:
             raise ValueError(f"index {self.name}: duplicate ids")
         self._free = 0
         self._next_label = len(ids)
-        self._matrix = matrix.copy() if len(ids) < self.settings.exact_below else None
+        self._matrix = matrix.copy() if self._keeps_matrix(len(ids)) else None
         self._lut = None
 
     def sync(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> dict:
@@ -190,7 +195,7 @@ class VectorIndex:
         self._pos = {i: p for p, i in enumerate(self.ids)}
         # the caller's matrix already holds every live vector: reorder it for small sets (exact search),
         # and let big ones be read back from hnswlib only if someone asks for vectors()
-        self._matrix = matrix[[want[i] for i in self.ids]] if len(self.ids) < self.settings.exact_below else None
+        self._matrix = matrix[[want[i] for i in self.ids]] if self._keeps_matrix(len(self.ids)) else None
         self._lut = None
         return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 0}
 
@@ -200,6 +205,9 @@ class VectorIndex:
 
     def position(self, item_id: str) -> int | None:
         return self._pos.get(item_id)
+
+    def _keeps_matrix(self, n: int) -> bool:
+        return n < self.settings.exact_below or self.name in MATRIX_SAVED
 
     def _live_matrix(self) -> np.ndarray:
         if self._matrix is None:
@@ -258,8 +266,13 @@ class VectorIndex:
     def paths(vectors_dir: Path, name: str) -> tuple[Path, Path]:
         return Path(vectors_dir) / f"{name}.hnsw", Path(vectors_dir) / f"{name}.ids.jsonl"
 
+    @staticmethod
+    def matrix_path(vectors_dir: Path, name: str) -> Path:
+        return Path(vectors_dir) / f"{name}.npy"
+
     def save(self, vectors_dir: Path) -> None:
-        """hnsw file first (temp + rename), then the id map that vouches for it (atomic)."""
+        """hnsw file (and for MATRIX_SAVED indices the .npy matrix) first, each temp + rename, then the id map
+        that vouches for them (atomic)."""
         hnsw_path, ids_path = self.paths(vectors_dir, self.name)
         hnsw_path.parent.mkdir(parents=True, exist_ok=True)
         size = 0
@@ -267,10 +280,15 @@ class VectorIndex:
             with store.atomic_path(hnsw_path) as tmp:
                 self._index.save_index(str(tmp))
                 size = os.path.getsize(tmp)
+        matrix_rows = -1
+        if self.name in MATRIX_SAVED:
+            with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
+                np.save(fh, np.ascontiguousarray(self._live_matrix(), dtype=np.float32), allow_pickle=False)
+            matrix_rows = len(self.ids)
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
-                            "hnsw_bytes": size}}
+                            "hnsw_bytes": size, "matrix_rows": matrix_rows}}
         rows = ({"id": i, "label": lab, "h": h} for i, lab, h in zip(self.ids, self.labels, self.hashes))
         store.write_jsonl(ids_path, _chain([header], rows))
 
@@ -303,6 +321,13 @@ class VectorIndex:
             index.load_index(str(hnsw_path), allow_replace_deleted=True)
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
+        if int(meta.get("matrix_rows", -1)) == len(idx.ids) and len(idx.ids):
+            try:   # memory-mapped: a query touches only the pages it scores
+                m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError):
+                m = None
+            if m is not None and m.shape == (len(idx.ids), idx.dim) and m.dtype == np.float32:
+                idx._matrix = m
         return idx
 
 

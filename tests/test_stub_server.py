@@ -63,16 +63,25 @@ def test_scripted_replies_come_first_then_the_responder(stub):
 
 
 def test_delay_and_max_in_flight(stub):
-    stub.set_chat(lambda body: StubReply(content="slow", delay=0.2))
     import threading
 
-    threads = [threading.Thread(target=post, args=(stub.url + CHAT, {"messages": []})) for _ in range(3)]
+    stub.set_chat(lambda body: StubReply(content="slow", delay=0.2))
     t0 = time.monotonic()
+    post(stub.url + CHAT, {"messages": []})
+    assert time.monotonic() - t0 >= 0.2
+    # three requests held inside the server until all three have arrived: in flight together, whatever the load
+    barrier = threading.Barrier(3, timeout=20)
+
+    def hold(body):
+        barrier.wait()
+        return StubReply(content="held")
+
+    stub.set_chat(hold)
+    threads = [threading.Thread(target=post, args=(stub.url + CHAT, {"messages": []})) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert 0.2 <= time.monotonic() - t0 < 1.5
     assert stub.max_in_flight == 3 and stub.in_flight == 0
 
 

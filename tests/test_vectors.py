@@ -107,3 +107,21 @@ def test_empty_index(tmp_path) -> None:
     assert back is not None and len(back) == 0
     ids, sims = back.search(np.ones(8, np.float32) / np.sqrt(8), 3)
     assert ids == [[]] and sims.shape == (1, 3)
+
+
+def test_chunk_matrix_is_saved_and_memory_mapped(tmp_path) -> None:
+    """Query scores every chunk: the chunks matrix comes back from a .npy map, in id order, after updates."""
+    rng = np.random.default_rng(7)
+    settings = VectorSettings(exact_below=0)
+    m = unit(rng, 50, 16)
+    idx = VectorIndex.build("chunks", ids_of(50), m, settings, "model-a", hashes=[str(i) for i in range(50)])
+    extra = unit(rng, 5, 16)
+    idx.sync(ids_of(45) + ids_of(5, "y"), [str(i) for i in range(45)] + ["y"] * 5, np.vstack([m[:45], extra]))
+    idx.save(tmp_path)
+    back = VectorIndex.load(tmp_path, "chunks", settings)
+    assert isinstance(back._matrix, np.memmap)
+    assert back.ids == ids_of(45) + ids_of(5, "y")
+    assert np.allclose(back.vectors(), np.vstack([m[:45], extra]), atol=1e-6)
+    # another index name keeps no matrix file
+    VectorIndex.build("facts", ids_of(50), m, settings, "model-a").save(tmp_path)
+    assert not VectorIndex.matrix_path(tmp_path, "facts").exists()
