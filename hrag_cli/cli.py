@@ -317,18 +317,21 @@ def main() -> None:
         print("hrag: interrupted; everything finished so far is saved, run the same command to resume",
               file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the unexpected
-        import click
-
-        if isinstance(exc, click.exceptions.UsageError):
-            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)
-            sys.exit(EXIT_USAGE)
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:  # command-line parsing errors and the unexpected
+        # typer vendors its own copy of click, so match its exception classes by name, not identity
+        kinds = {cls.__name__ for cls in type(exc).__mro__}
+        if "Abort" in kinds:
             print("hrag: aborted", file=sys.stderr)
             sys.exit(130)
-        if isinstance(exc, click.exceptions.ClickException):
-            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)
-            sys.exit(exc.exit_code)
+        if "NoArgsIsHelpError" in kinds:  # bare `hrag`: the help, not an error line
+            print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
+            sys.exit(EXIT_USAGE)
+        if "UsageError" in kinds:
+            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)  # type: ignore[attr-defined]
+            sys.exit(EXIT_USAGE)
+        if "ClickException" in kinds:
+            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)  # type: ignore[attr-defined]
+            sys.exit(getattr(exc, "exit_code", 1))
         if os.environ.get("HRAG_DEBUG"):
             raise
         print(f"hrag: error: {type(exc).__name__}: {exc} (set HRAG_DEBUG=1 for the traceback)", file=sys.stderr)
