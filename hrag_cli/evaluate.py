@@ -27,7 +27,7 @@ from .config import Settings
 from .errors import UsageError
 from .progress import Reporter
 from .project import Project
-from .query.retrieval import MODES, retrieve
+from .query.retrieval import MODES
 
 _WS = re.compile(r"\s+")
 
@@ -67,12 +67,7 @@ def _gold_of(rec: dict) -> list[str]:
 
 
 def load_qa(path: Path) -> list[QAItem]:
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{path} does not exist") from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path} ({type(exc).__name__})") from None
+    lines = store.read_input_text(path, "QA file").splitlines()
     items: list[QAItem] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():

@@ -77,6 +77,23 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, orjson.dumps(obj, option=_DUMP_OPTS | orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
 
 
+def read_input_text(path: Path, what: str) -> str:
+    """A file the user named on the command line (queries, QA, a review TSV): any reason it cannot be read
+    is a one-line usage error that says which flag or argument it came from."""
+    from .errors import UsageError
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what}: {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what}: {path} is a directory, expected a file") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     try:
         return orjson.loads(Path(path).read_bytes())

@@ -196,12 +196,7 @@ def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> N
 
 def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
     """Parse a reviewed TSV; every problem is a one-line UsageError raised before anything is written."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"review file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read review file {path}: {exc}") from None
+    text = store.read_input_text(path, "--accept")
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
     if not lines:
         raise UsageError(f"{path}: empty review file")

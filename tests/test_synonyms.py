@@ -220,7 +220,7 @@ def test_bad_review_file_changes_nothing(tmp_path: Path, stub, body: str, messag
         run(p, s, accept_path=bad)
     assert (p.synonyms_path.read_bytes(), p.graph_path.read_bytes()) == before
     assert not (p.graph_dir / DECISIONS_FILE).exists()
-    with pytest.raises(UsageError, match="not found"):
+    with pytest.raises(UsageError, match="does not exist"):
         run(p, s, accept_path=tmp_path / "missing.tsv")
     with pytest.raises(UsageError, match="together"):
         run(p, s, accept_path=bad, review_path=tmp_path / "r.tsv")

@@ -43,12 +43,7 @@ _CITE = re.compile(r"\[(\d+)\]")
 
 def read_queries(path: Path) -> list[tuple[str, str]]:
     """(id, query) from a text file (one query per line) or JSONL ({id, query}); blank lines are skipped."""
-    try:
-        raw = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"--file: {path} does not exist") from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--file: cannot read {path} ({type(exc).__name__})") from None
+    raw = store.read_input_text(path, "--file")
     out: list[tuple[str, str]] = []
     for n, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
