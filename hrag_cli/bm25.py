@@ -244,7 +244,7 @@ class BM25Index:
     # ----------------------------------------------------------------- persistence
     def save(self, path: Path) -> None:
         """Compacted state as one uncompressed .npz (header JSON + CSR arrays); atomic write."""
-        if self._dead_entries:
+        if self._dead_entries or len(self._slot_of) != len(self._slot_doc):  # a removed empty doc frees no entry
             self._compact()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,14 +284,18 @@ class BM25Index:
                 tids = z["term_ids"].astype(np.int32)
                 tfs = z["tfs"].astype(np.int32)
                 runs = z["runs"].astype(np.int64)  # number of (term, tf) entries per document
+                k1, b, sw, st = meta["k1"], meta["b"], bool(meta["stop_words"]), bool(meta["stemming"])
+                terms, doc_ids = list(meta["terms"]), list(meta["doc_ids"])
+                if runs.shape[0] != len(doc_ids) or int(runs.sum()) != tids.shape[0] or tids.shape != tfs.shape:
+                    raise ValueError(f"{path}: inconsistent {_FORMAT} file")
         except (FileNotFoundError, ValueError):
             raise
         except Exception as e:  # bad zip, missing array, truncated file: callers rebuild on ValueError
             raise ValueError(f"{path}: not a readable {_FORMAT} file ({e})") from e
-        idx = cls(meta["k1"], meta["b"], stop_words=meta["stop_words"], stemming=meta["stemming"])
-        idx._terms = list(meta["terms"])
+        idx = cls(k1, b, stop_words=sw, stemming=st)
+        idx._terms = terms
         idx._term_id = {t: i for i, t in enumerate(idx._terms)}
-        idx._slot_doc = list(meta["doc_ids"])
+        idx._slot_doc = doc_ids
         idx._slot_of = {d: i for i, d in enumerate(idx._slot_doc)}
         idx._pool_tid, idx._pool_tf, idx._pool_n = tids, tfs, int(tids.shape[0])
         idx._slot_end = np.cumsum(runs)

@@ -33,7 +33,13 @@ def get_encoder(name: str = DEFAULT_ENCODING) -> Any:
     setup()
     import tiktoken
 
-    return tiktoken.get_encoding(name)
+    try:
+        return tiktoken.get_encoding(name)
+    except ValueError:      # tiktoken's message spans several lines and lists its plugins
+        from .errors import UsageError
+
+        raise UsageError(f"unknown chunk encoding '{name}': chunk.encoding takes a tiktoken encoding such as "
+                         f"{DEFAULT_ENCODING}") from None
 
 
 def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:

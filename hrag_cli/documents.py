@@ -77,7 +77,10 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(c))
         i += 1
-    return re.compile("(?s:" + "".join(out) + r")\Z")
+    try:
+        return re.compile("(?s:" + "".join(out) + r")\Z")
+    except re.error as exc:     # e.g. a reversed range, [z-a]
+        raise UsageError(f"bad --include/--exclude pattern '{pattern}': {exc}") from None
 
 
 def glob_match(rel_path: str, pattern: str) -> bool:
@@ -209,9 +212,16 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
             raise UsageError(f"no such file or folder: {r}")
         resolved.append(p.resolve())
     skip = {Path(s).resolve() for s in (skip_dirs or [])}
+    resolved = list(dict.fromkeys(resolved))           # the same root given twice is read once
     prefix_roots = len(resolved) > 1
+    prefixes = {r: r.name for r in resolved}
+    if len(set(prefixes.values())) < len(prefixes):
+        # two roots with the same name (x/docs, y/docs): prefix each by its path below their common folder
+        common = Path(os.path.commonpath([r.parent for r in resolved]))
+        prefixes = {r: r.relative_to(common).as_posix() for r in resolved}
     result = ScanResult()
     seen_paths: set[str] = set()
+    seen_files: dict[Path, Path] = {}                  # file -> the root it was first read under
     for root in resolved:
         if root.is_file():
             files, base = [root], root.parent
@@ -220,9 +230,8 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
             files, base = _walk(root, skip), root
             explicit = False
         for f in files:
-            rel = f.relative_to(base).as_posix()
-            if prefix_roots:
-                rel = f"{root.name}/{rel}"
+            inner = f.relative_to(base).as_posix()
+            rel = f"{prefixes[root]}/{inner}" if prefix_roots else inner
             if f.suffix.lower() not in SUPPORTED_SUFFIXES:
                 if explicit:
                     _skip(result, reporter, rel, f"unsupported file type '{f.suffix or '(none)'}' "
@@ -230,11 +239,13 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
                 else:
                     result.ignored += 1
                 continue
-            if not explicit and not selected(rel if not prefix_roots else rel.split("/", 1)[1], settings):
+            if not explicit and not selected(inner, settings):
                 continue
-            if rel in seen_paths:
+            real = f.resolve()
+            if rel in seen_paths or seen_files.get(real, root) != root:   # a file inside a root also given
                 continue
             seen_paths.add(rel)
+            seen_files.setdefault(real, root)
             _load_file(f, rel, settings, reporter, result)
     if not result.documents:
         where = ", ".join(str(r) for r in roots)

@@ -20,6 +20,7 @@ from pathlib import Path
 from . import store
 from .chunking import chunk_text
 from .config import Settings
+from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import Chunk, Document, from_dict, to_dict
@@ -53,6 +54,8 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
               write: bool = True) -> ChunkOutcome:
     from .documents import scan
 
+    if settings.chunk.tokens < 1:
+        raise UsageError(f"chunk.tokens (--chunk-tokens) must be at least 1, not {settings.chunk.tokens}")
     scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root])
     old_docs = {d.doc_id: d for d in load_documents(project)}
     old_chunks = load_chunks(project)

@@ -99,6 +99,16 @@ def is_retryable(exc: BaseException) -> bool:
     return status in _RETRY_STATUSES or status >= 500
 
 
+_RUN_LEVEL_STATUSES = {401, 403, 404, 429}
+
+
+def is_run_level(exc: BaseException) -> bool:
+    """A refusal every other request of the run would get too (bad API key, no permission, unknown model, no
+    quota left), as opposed to one request's own problem (a 400 about its content): the run should stop."""
+    cause = exc.__cause__ if isinstance(exc, LLMError) else exc
+    return cause is not None and _status(cause) in _RUN_LEVEL_STATUSES and not is_retryable(cause)
+
+
 def _headers(exc: BaseException) -> Any:
     """Where the provider's response headers live on a litellm exception: litellm re-creates `exc.response`
     without them, but keeps the originals in `exc.litellm_response_headers` (an httpx.Headers)."""

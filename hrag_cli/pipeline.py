@@ -90,6 +90,20 @@ def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, 
         force = True
 
 
+def _previous_import(project: Project, settings: Settings, reporter: Reporter) -> Path | None:
+    """A project built with --import-openie keeps its imported extractions on a plain `hrag index` (a cron
+    job must not silently swap them for the rules extractor); an explicit --extractor switches."""
+    prev = project.stage("extract")
+    recorded = prev.counts.get("openie_file") if prev else None
+    if not recorded or settings.extract.extractor != "auto":
+        return None
+    if not Path(recorded).is_file():
+        raise UsageError(f"this project's extractions were imported from {recorded}, which is gone: "
+                         "pass --import-openie FILE again, or --extractor rules/llm to switch")
+    reporter.info(f"re-importing OpenIE extractions from {recorded} (pass --extractor to switch)")
+    return Path(recorded)
+
+
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
     from .extract.stage import run_extract
@@ -118,14 +132,15 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
 
+        import_openie = options.import_openie or _previous_import(project, settings, reporter)
         extract_fp = expected_fingerprint(project, settings, "extract")
         try:
             extracted = run_extract(project, settings, reporter, reparse=options.reparse,
                                     retry_failed=options.retry_failed, max_cost=options.max_cost,
-                                    import_openie=options.import_openie)
+                                    import_openie=import_openie)
         except BudgetExceeded as exc:
             summary["extract"] = {"stopped": str(exc)}
-            reporter.warn(f"{exc}; run the same command again to continue")
+            reporter.warn(str(exc))     # the message already says that a re-run continues
             return IndexResult(summary, EXIT_BUDGET)
         summary["extract"] = extracted.counts
         if extracted.counts.get("pending", 0) == 0:

@@ -96,7 +96,10 @@ class Project:
 
     # -- manifest -------------------------------------------------------------------------------------
     def manifest(self) -> dict:
-        data = store.read_json(self.manifest_path, default=None)
+        try:
+            data = store.read_json(self.manifest_path, default=None)
+        except orjson.JSONDecodeError:
+            data = False    # not JSON at all: damaged like a manifest of the wrong shape
         if data is None:
             return {"version": 1, "stages": {}}
         if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):

@@ -99,11 +99,14 @@ class Merged:
 
 
 @lru_cache(maxsize=1_000_000)
-def _ident(name: str) -> tuple[str, str]:
-    """(entity id, cleaned surface form) of a name as written: one cached call per mention."""
-    if not isinstance(name, str):  # a hand-edited or damaged record: not a name
-        return "", ""
+def _ident_str(name: str) -> tuple[str, str]:
     return normalize_name(name), clean_surface(name)
+
+
+def _ident(name: str) -> tuple[str, str]:
+    """(entity id, cleaned surface form) of a name as written: one cached call per mention. The type test
+    comes first: a hand-edited or damaged record can hold a list or dict there, which lru_cache cannot hash."""
+    return _ident_str(name) if isinstance(name, str) else ("", "")
 
 
 def _strength(value: object) -> float:
@@ -355,6 +358,9 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     del merged
 
     graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
+    # graph.pkl is about to lose its SYNONYM edges: the synonyms stage must rerun even when this output's
+    # digest comes out unchanged (otherwise a stopped or failed synonyms run leaves it "fresh" forever)
+    project.forget_stage("synonyms")
     write_outputs(project, resolved, graph)
 
     h = hashlib.sha256()

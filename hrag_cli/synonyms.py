@@ -231,6 +231,9 @@ def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
 def load_decisions(project: Project) -> dict[tuple[str, str], dict]:
     out: dict[tuple[str, str], dict] = {}
     for r in store.read_jsonl(project.graph_dir / DECISIONS_FILE):
+        if not (isinstance(r, dict) and isinstance(r.get("a"), str) and isinstance(r.get("b"), str)
+                and r.get("action") in ACTIONS):
+            continue   # a hand-edited or damaged line: skipped like any bad JSONL line
         a, b = r["a"], r["b"]
         out[(a, b) if a < b else (b, a)] = r
     return out

@@ -303,13 +303,17 @@ class VectorIndex:
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
-        idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
-        idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
-        for r in rows:
-            idx.ids.append(r["id"])
-            idx.labels.append(int(r["label"]))
-            idx.hashes.append(r.get("h", ""))
-        if len(idx.ids) != int(meta["count"]):
+        try:   # a hand-edited or damaged id map: missing keys or wrong types
+            idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
+            idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
+            for r in rows:
+                idx.ids.append(r["id"])
+                idx.labels.append(int(r["label"]))
+                idx.hashes.append(r.get("h", ""))
+            count = int(meta["count"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
+        if len(idx.ids) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
         idx._pos = {i: p for p, i in enumerate(idx.ids)}
         idx._free = int(meta.get("free", 0))
@@ -318,7 +322,10 @@ class VectorIndex:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
             index = _hnswlib().Index(space="cosine", dim=idx.dim)
-            index.load_index(str(hnsw_path), allow_replace_deleted=True)
+            try:
+                index.load_index(str(hnsw_path), allow_replace_deleted=True)
+            except (RuntimeError, OSError, ValueError) as exc:   # right size, wrong bytes
+                raise HragError(f"{hnsw_path} is damaged ({exc}); run 'hrag synonyms' to rebuild it") from None
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
         if int(meta.get("matrix_rows", -1)) == len(idx.ids) and len(idx.ids):

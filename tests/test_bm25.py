@@ -163,3 +163,26 @@ def test_load_garbage_is_value_error(tmp_path: Path) -> None:
             BM25Index.load(p)
     with pytest.raises(FileNotFoundError):
         BM25Index.load(tmp_path / "missing")
+
+
+def test_removed_empty_document_is_not_resurrected_by_save(tmp_path: Path) -> None:
+    # a chunk of only stop words has no entries; removing it frees none, yet its slot must not be saved
+    idx = BM25Index()
+    idx.add("empty", "the of and")
+    idx.add("cat", "cat dog")
+    idx.remove("empty")
+    p = tmp_path / "bm25.npz"
+    idx.save(p)
+    back = BM25Index.load(p)
+    assert back.doc_ids() == ["cat"] and len(back) == 1 and back.avgdl == idx.avgdl == 2.0
+    assert back.idf("cat") == idx.idf("cat")
+
+
+def test_load_header_missing_fields_is_value_error(tmp_path: Path) -> None:
+    import numpy as np
+
+    p = tmp_path / "h.npz"
+    np.savez(p, header=np.frombuffer(b'{"format":"hrag-bm25-v1"}', dtype=np.uint8),
+             term_ids=np.zeros(0, np.int32), tfs=np.zeros(0, np.int32), runs=np.zeros(0, np.int64))
+    with pytest.raises(ValueError):   # query/index.py and the synonyms stage treat ValueError as "rebuild"
+        BM25Index.load(p)

@@ -81,3 +81,11 @@ def test_encoder_loads_offline_and_is_cached() -> None:
     assert get_encoder() is get_encoder()
     assert count_tokens("hello world") == 2
     assert count_tokens("<|endoftext|>") > 1      # special tokens in documents are plain text
+
+
+def test_unknown_encoding_is_a_one_line_usage_error() -> None:
+    from hrag_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown chunk encoding 'nope'") as info:
+        chunk_text("Some text.", encoding="nope")
+    assert "\n" not in str(info.value)

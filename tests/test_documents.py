@@ -110,6 +110,12 @@ def test_include_and_exclude(tmp_path: Path) -> None:
     assert [d.doc.path for d in result.documents] == ["keep/a.txt"]
 
 
+def test_bad_glob_pattern_is_a_usage_error(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "Text.")
+    with pytest.raises(UsageError, match=r"pattern '\[z-a\]\.txt'"):
+        scan([tmp_path], DocumentSettings(include=["[z-a].txt"]), reporter()[0])
+
+
 def test_binary_and_non_utf8_files_are_skipped_with_a_named_warning(tmp_path: Path) -> None:
     write(tmp_path, "good.txt", "Fine text.")
     write(tmp_path, "blob.txt", b"abc\x00\x01\x02")
@@ -148,6 +154,25 @@ def test_single_files_and_several_roots(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         scan([odd], DocumentSettings(), rep)
     assert "unsupported file type" in buf.getvalue()
+
+
+def test_roots_with_the_same_name_keep_every_file_and_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    write(tmp_path, "x/docs/a.txt", "From x.")
+    write(tmp_path, "y/docs/a.txt", "From y.")
+    result = scan([tmp_path / "x/docs", tmp_path / "y/docs"], DocumentSettings(), reporter()[0])
+    assert [(d.doc.path, d.text) for d in result.documents] == [("x/docs/a.txt", "From x."),
+                                                                ("y/docs/a.txt", "From y.")]
+    result = scan([tmp_path / "x/docs", tmp_path / "x/docs/a.txt", tmp_path / "x/docs"], DocumentSettings(),
+                  reporter()[0])
+    assert [d.text for d in result.documents] == ["From x."]
+
+
+def test_chunk_size_below_one_token_is_a_usage_error(tmp_path: Path) -> None:
+    write(tmp_path, "docs/a.txt", "Text.")
+    settings = Settings()
+    settings.chunk.tokens = 0
+    with pytest.raises(UsageError, match="chunk.tokens"):
+        run_chunk(Project(tmp_path / "proj"), settings, reporter()[0], [tmp_path / "docs"])
 
 
 def test_project_folder_inside_docs_is_never_read(tmp_path: Path) -> None:

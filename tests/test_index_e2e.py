@@ -313,6 +313,25 @@ def test_rejected_request_gives_a_failed_record_not_a_crash(stub, tmp_path: Path
     assert "retry-failed" in proc.stderr
 
 
+def test_bad_api_key_stops_the_run_and_leaves_chunks_pending(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: StubReply(status=401, content="invalid api key"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    (docs / "b.txt").write_text("Tobiah Renn edited the Varrow Papers at the Quillon Society in Brightwater.")
+    proj = tmp_path / "proj"
+    proc = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
+    _one_line_error(proc, 1, "401")
+    assert stub.count(CHAT) == 1                          # not once per chunk
+    assert [r for r in extraction_lines(proj) if r["status"] == "failed"] == []
+
+    stub.set_chat(fake_extraction)                        # the key is fixed: a plain re-run does the work
+    again = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
+    assert again.returncode == 0, again.stderr
+    ex = summary(again)["extract"]
+    assert ex["failed"] == 0 and ex["pending"] == 0 and ex["extracted_now"] == 2
+
+
 def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     stub.set_chat(fake_extraction)
     docs = small_corpus(tmp_path, 6)
@@ -321,7 +340,7 @@ def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     common = ("--max-gleanings", "0", "--concurrency", "1", "--chunk-tokens", "150", "--chunk-overlap", "10")
     stopped = index(docs, proj, stub, *common, "--max-cost", "0.0000001", model=model)
     assert stopped.returncode == 3, stopped.stderr
-    assert "max-cost" in stopped.stderr
+    assert "max-cost" in stopped.stderr and stopped.stderr.count("again to continue") == 1
     saved = extraction_lines(proj)
     assert 1 <= len(saved)
     n_chunks = sum(1 for _ in store.read_jsonl(proj / "chunks.jsonl"))
@@ -396,6 +415,22 @@ def test_import_openie_replaces_the_extractor(tmp_path: Path) -> None:
     current = load_current_extractions(Project(proj))
     assert len(current) == 2
     assert all(r.relations[0].predicate == "mentioned with" for r in current.values())
+
+    # a plain re-run (cron) keeps the imported extractions instead of switching to the rules extractor
+    proc = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["extract"]["extractor"] == ex["extractor"]
+    # an explicit --extractor switches
+    proc = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
+               inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["extract"]["extractor"] == "rules-v1"
+    # the import file gone: a clear usage error, not a silent switch
+    run(["index", str(docs), "-p", str(proj), "--stop-after", "extract", "--import-openie", str(openie)],
+        inprocess=True)
+    openie.unlink()
+    proc = run(["index", "-p", str(proj), "--stop-after", "extract"], inprocess=True)
+    assert proc.returncode == 2 and "--import-openie" in proc.stderr
 
 
 def test_dry_run_calls_and_writes_nothing(stub, tmp_path: Path) -> None:

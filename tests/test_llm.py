@@ -13,7 +13,7 @@ import pytest
 
 from hrag_cli.config import LLMSettings
 from hrag_cli.errors import BudgetExceeded, UsageError
-from hrag_cli.llm import LLMClient, LLMError, retry_after, spend_summary, with_retries
+from hrag_cli.llm import LLMClient, LLMError, is_run_level, retry_after, spend_summary, with_retries
 from hrag_cli.project import Project
 from tests.stub_server import CHAT, StubReply
 
@@ -126,6 +126,22 @@ def test_quota_exhausted_429_is_not_retried(stub, project):
         with pytest.raises(LLMError, match="rejected: openai/stub-model: 429 Too Many Requests .*quota"):
             client.chat(MSG)
     assert stub.count() == 1
+
+
+def test_run_level_refusals_are_told_apart_from_one_request_problems(stub, project):
+    body = {"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota",
+                      "code": "insufficient_quota"}}
+    replies = {"key": StubReply(401, content="invalid api key"), "quota": StubReply(429, raw_body=orjson.dumps(body)),
+               "bad request": StubReply(400, content="context length exceeded"),
+               "server": StubReply(500, content="boom")}
+    verdicts = {}
+    with LLMClient(project, settings(stub, max_retries=0)) as client:
+        for i, (name, reply) in enumerate(replies.items()):
+            stub.enqueue(CHAT, reply)
+            with pytest.raises(LLMError) as info:
+                client.chat([{"role": "user", "content": f"question {i}"}])
+            verdicts[name] = is_run_level(info.value)
+    assert verdicts == {"key": True, "quota": True, "bad request": False, "server": False}
 
 
 def test_malformed_body_is_retried_then_fails_with_one_line(stub, project):

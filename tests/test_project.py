@@ -74,6 +74,9 @@ def test_damaged_manifest_is_a_clear_error(tmp_path: Path) -> None:
     proj.manifest_path.write_text("[1, 2]")
     with pytest.raises(UsageError, match="damaged"):
         proj.manifest()
+    proj.manifest_path.write_text('{"stages": {"chunk"')      # not JSON at all (hand edit, disk trouble)
+    with pytest.raises(UsageError, match="damaged"):
+        proj.manifest()
 
 
 def test_fingerprint_is_order_independent_for_dicts() -> None:

@@ -362,3 +362,24 @@ def test_empty_project_resolves_to_an_empty_graph(tmp_path: Path) -> None:
     assert out.counts["entities"] == 0 and out.counts["vertices"] == 0 and out.counts["edges"] == 0
     g, keys = load_graph(project)
     assert g.vcount() == 0 and keys == {}
+
+
+def test_resolve_marks_synonyms_stale_even_with_an_unchanged_digest(tmp_path: Path) -> None:
+    # resolve rewrites graph.pkl without SYNONYM edges; if the synonyms stage stayed recorded, its fingerprint
+    # (built from resolve's digest, unchanged here) would call it fresh and the edges would never come back
+    project = write_project(tmp_path / "p", {"a.txt": [("alpha", rec("", [E("Bob")]))]})
+    first = run_resolve(project, Settings())
+    project.record_stage("synonyms", "fp", "digest", {"synonym_pairs": 1})
+    again = run_resolve(project, Settings())
+    assert again.output_digest == first.output_digest
+    assert project.stage("synonyms") is None
+
+
+def test_non_string_names_in_a_damaged_record_are_dropped_not_a_crash(tmp_path: Path) -> None:
+    raw = {"chunk_id": "c1", "extractor": "x",
+           "entities": [{"name": ["Bob"], "type": "person", "description": ""},
+                        {"name": "Al", "type": "person", "description": ""}],
+           "relations": [{"src": {"x": 1}, "tgt": "Al", "predicate": "p", "keywords": [], "description": ""}]}
+    res = resolve_records(tmp_path, [ExtractionRecord.from_json(raw)])
+    assert [e.id for e in res.entities] == ["al"] and res.relations == []
+    assert res.stats["dropped_rows"] == 2

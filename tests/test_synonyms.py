@@ -274,3 +274,14 @@ def test_bm25_and_chunk_index_follow_the_chunks(tmp_path: Path, stub) -> None:
     chunks = VectorIndex.load(p.vectors_dir, "chunks", s.vectors)
     assert chunks is not None and sorted(chunks.ids) == ["c1", "c3"]
     assert again.counts["embedded_now"] == 1                 # only the new chunk's text
+
+
+def test_damaged_decision_lines_are_skipped(tmp_path: Path, stub) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    (p.graph_dir / DECISIONS_FILE).write_text(
+        '{"a": "greater london", "b": "london", "action": "skip", "similarity": null}\n'
+        '{"a": "paris"}\n[1, 2]\n{"a": "paris", "b": "tokyo", "action": "maybe"}\n')
+    run(p, settings_for(stub))
+    got = pairs_in_file(p)
+    assert set(got) == {AB, AC, BC}   # the valid skip applied, the broken lines ignored

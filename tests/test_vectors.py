@@ -125,3 +125,23 @@ def test_chunk_matrix_is_saved_and_memory_mapped(tmp_path) -> None:
     # another index name keeps no matrix file
     VectorIndex.build("facts", ids_of(50), m, settings, "model-a").save(tmp_path)
     assert not VectorIndex.matrix_path(tmp_path, "facts").exists()
+
+
+@pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "row_keys"])
+def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) -> None:
+    rng = np.random.default_rng(3)
+    s = VectorSettings()
+    VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
+    hnsw, ids = VectorIndex.paths(tmp_path, "chunks")
+    lines = ids.read_text().splitlines()
+    if damage == "hnsw_same_size":
+        hnsw.write_bytes(b"\0" * hnsw.stat().st_size)
+    elif damage == "meta_keys":
+        lines[0] = '{"_meta": {"format": 1, "count": 10}}'
+    else:
+        lines[1] = '{"x": 1}'
+    if damage != "hnsw_same_size":
+        ids.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HragError, match="hrag synonyms"):
+        VectorIndex.load(tmp_path, "chunks", s)
+    assert len(VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)) == 0   # the stage rebuilds

@@ -54,9 +54,10 @@ def retry_note(attempt: int) -> str:
 async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, extractor: str,
                         attempt: int = 1) -> ExtractionRecord:
     """Extract one chunk through `client` (an LLMClient). A request that fails for good gives a failed
-    record (retried only by --retry-failed); BudgetExceeded propagates, leaving the chunk pending.
+    record (retried only by --retry-failed); BudgetExceeded, and a refusal that would hit every request (bad
+    key, unknown model, no quota), propagate, leaving the chunk pending.
     `attempt` > 1 marks a retry of a failed chunk."""
-    from ..llm import LLMError
+    from ..llm import LLMError, is_run_level
 
     messages = build_extraction_messages(chunk.text, settings.entity_types, settings.language)
     if attempt > 1:
@@ -65,6 +66,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     try:
         first = await client.achat(messages, purpose="extract")
     except LLMError as exc:
+        if is_run_level(exc):
+            raise     # a bad key or model would fail every chunk: stop the run, leave the chunks pending
         return build_record(chunk, extractor, ParseResult(), 0, keys, error=str(exc))
     keys.append(first.key)
     result = parse_extraction(first.text)

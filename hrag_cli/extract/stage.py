@@ -205,6 +205,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         counts["unmatched"] = counts.pop("pending")
         counts["pending"] = 0
         counts.update({f"openie_{k}": v for k, v in imported.items()})
+        counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
     if budget is not None:
         raise budget
     if counts["failed"]:
