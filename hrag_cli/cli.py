@@ -66,15 +66,17 @@ def _print_json(obj: Any) -> None:
 
 def _print_summary(title: str, summary: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, show_header=False, box=None)
+    # values hold user text (paths, --select, names): print them as written, never as rich markup
+    table = Table(title=escape(title), show_header=False, box=None)
     for key, value in summary.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, float):
             value = f"{value:.4f}"
-        table.add_row(str(key), str(value))
+        table.add_row(escape(str(key)), escape(str(value)))
     Console().print(table)
 
 
@@ -196,16 +198,17 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
         _print_json(info)
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"hrag project {proj.root}")
+    table = Table(title=escape(f"hrag project {proj.root}"))
     for col in ("stage", "state", "finished", "counts"):
         table.add_column(col)
     for name, st in info["stages"].items():
         counts = ", ".join(f"{k}={v}" for k, v in st.get("counts", {}).items())
         color = {"fresh": "green", "stale": "yellow", "missing": "red"}.get(st["state"], "white")
-        table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), counts)
+        table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), escape(counts))
     console.print(table)
     for key, value in info.items():
         if key == "stages":
@@ -225,7 +228,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list):
             value = ", ".join(map(str, value[:20])) + (f" … (+{len(value) - 20})" if len(value) > 20 else "")
-        console.print(f"{key}: {value}")
+        console.print(f"{key}: {value}", markup=False)
 
 
 @app.command()

@@ -181,9 +181,11 @@ def run_eval_command(project: Project, settings: Settings, qa_path: Path, *, mod
         sys.stdout.write(store.dumps(result).decode("utf-8") + "\n")
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"Recall@k over {result['questions']} questions ({qa_path.name})", title_justify="left")
+    table = Table(title=escape(f"Recall@k over {result['questions']} questions ({qa_path.name})"),
+                  title_justify="left")
     table.add_column("mode")
     for k in k_list:
         table.add_column(f"R@{k}", justify="right")

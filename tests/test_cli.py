@@ -51,3 +51,23 @@ def test_bad_setting_in_toml_is_a_usage_error(tmp_path: Path) -> None:
     (proj / "hrag.toml").write_text("[chunk]\ntokens = 'lots'\n")
     res = run("status", "-p", str(proj))
     assert res.returncode == 2 and "chunk.tokens" in res.stderr
+
+
+def test_summaries_and_status_print_user_text_as_written(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Paths and --select values are data, not rich markup: "[/x]" used to end the command with a MarkupError
+    after the work was done, and "[citation needed]" vanished."""
+    from typer.testing import CliRunner
+
+    from hrag_cli.cli import _print_summary, app
+    from hrag_cli.project import Project
+
+    _print_summary("hrag export [/t]", {"select": "around:[/x]", "output": "/tmp/[citation needed]",
+                                        "labels": {"[b]": 1}})
+    out = capsys.readouterr().out
+    for text in ("hrag export [/t]", "around:[/x]", "/tmp/[citation needed]", "[b]=1"):
+        assert text in out, text
+    monkeypatch.chdir(tmp_path)
+    Project(Path("[bold]p")).init()
+    res = CliRunner().invoke(app, ["status", "-p", "[bold]p"])
+    assert res.exit_code == 0, res.output
+    assert "hrag project [bold]p" in res.stdout

@@ -101,3 +101,13 @@ def test_bad_eval_input(sample_project: Path, tmp_path: Path) -> None:
         run_eval_command(project, project.settings(), good, modes="ppr", ks="two", json_output=True)
     with pytest.raises(UsageError, match="does not exist"):
         load_qa(tmp_path / "missing.jsonl")
+
+
+def test_table_title_with_markup_like_file_name(sample_project: Path, tmp_path: Path, capsys) -> None:
+    """The QA file's name is printed as written (rich used to swallow "[citation needed]" as a style tag)."""
+    project = Project(sample_project)
+    src, _ = _toy(tmp_path, project)
+    path = tmp_path / "qa [citation needed].jsonl"
+    src.rename(path)
+    run_eval_command(project, project.settings(), path, modes="bm25", ks="2", json_output=False)
+    assert "qa[citationneeded].jsonl" in "".join(capsys.readouterr().out.split())   # the title may wrap

@@ -34,7 +34,6 @@ def test_json_schema(sample_project: Path) -> None:
     assert len(obj["chunks"]) == 3 and [c["rank"] for c in obj["chunks"]] == [1, 2, 3]
     for c in obj["chunks"]:
         assert set(c) == CHUNK_KEYS and isinstance(c["score"], float) and c["text"]
-        assert (sample_project.parent / "x").exists() or True
         assert not c["path"].startswith("/") and c["path"]
     for f in obj["facts"]:
         assert set(f) == {"id", "subject", "predicate", "object", "score"}
@@ -156,3 +155,20 @@ def test_unparsable_keywords_fall_back_to_the_query(sample_project: Path, stub, 
                            "--llm-model", "openai/stub-model", "--llm-api-base", stub.url)[0])
     assert obj["keywords"] == {"high": [Q], "low": [Q]}
     assert any("could not be parsed" in n for n in obj["notes"])
+
+
+def test_table_prints_text_that_looks_like_markup(capsys) -> None:
+    """Document text, paths, names and the query are printed as written: "[/b]" used to end the command with a
+    MarkupError and "[citation needed]" vanished from the table."""
+    from hrag_cli.query.run import print_table
+    from hrag_cli.query.types import RankedChunk, Retrieval
+
+    r = Retrieval("why [/x] here?", "local",
+                  chunks=[RankedChunk("c1", "d1", "notes/[draft].txt", 0.5, "[/b] Lisbon [citation needed]\nmore")],
+                  entities=[{"id": "e", "name": "[bold]Lisbon", "type": "place", "description": "", "score": 1.0}],
+                  keywords={"high": ["[/h]"], "low": ["[red]low"]}, notes=["kept [/n] of it"])
+    print_table(r, {})
+    out = capsys.readouterr().out
+    for text in ("why [/x] here?", "notes/[draft].txt", "[/b] Lisbon [citation needed]", "[bold]Lisbon",
+                 "[/h]", "[red]low", "kept [/n] of it"):
+        assert text in out, text

@@ -166,6 +166,18 @@ def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
         retrieve(ix, "   ", project.settings(), mode="naive")
 
 
+@pytest.mark.parametrize("setting", [{"damping": 1.0}, {"damping": 1.5}, {"damping": -0.1},
+                                     {"passage_node_weight": -1.0}])
+def test_bad_ppr_settings_are_usage_errors(ix: QueryIndex, project: Project, setting: dict) -> None:
+    """damping 1 used to hang in igraph, > 1 was an igraph internal error, a negative passage weight a
+    misleading "reset vector is all zeros"."""
+    from hrag_cli.errors import UsageError
+
+    name = next(iter(setting))
+    with pytest.raises(UsageError, match=f"query.{name}"):
+        retrieve(ix, Q_SEAWALL, _settings(project, fact_top_k=0, **setting), mode="ppr")
+
+
 def test_parse_keywords_tolerates_chatter() -> None:
     from hrag_cli.query.keywords import parse_keywords
 

@@ -335,6 +335,13 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         raise UsageError("empty query")
     if s.top_k < 1:
         raise UsageError("--top-k must be at least 1")
+    if mode == "ppr":
+        # damping 1 never converges (igraph spins forever), > 1 is an igraph internal error, and a negative
+        # passage weight empties the reset vector: say which setting is wrong instead
+        if not 0.0 <= s.damping < 1.0:
+            raise UsageError(f"setting query.damping: {s.damping!r} must be at least 0 and below 1")
+        if s.passage_node_weight < 0:
+            raise UsageError(f"setting query.passage_node_weight: {s.passage_node_weight!r} must not be negative")
     t_start = time.perf_counter()
     r = Retrieval(query=query, mode=mode)
     limit = max(s.top_k, 1)

@@ -131,19 +131,21 @@ def _first_line(text: str, width: int = 90) -> str:
 
 def print_table(r: Retrieval, extra: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    # document text, paths, names and the query are data: "[/b]" or "[citation needed]" must print as written
     console = Console()
-    table = Table(title=f"{r.mode}: {r.query}", title_justify="left")
+    table = Table(title=escape(f"{r.mode}: {r.query}"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("document")
     table.add_column("first line", overflow="fold")
     for i, c in enumerate(r.chunks, 1):
-        table.add_row(str(i), f"{c.score:.4g}", c.path, _first_line(c.text))
+        table.add_row(str(i), f"{c.score:.4g}", escape(c.path), escape(_first_line(c.text)))
     console.print(table)
     if r.entities:
-        console.print("[bold]entities[/bold]: " + ", ".join(f"{e['name']} ({e['score']:.3g})" for e in r.entities[:15]),
+        console.print("[bold]entities[/bold]: " + escape(", ".join(f"{e['name']} ({e['score']:.3g})" for e in r.entities[:15])),
                       highlight=False)
     if r.facts:
         console.print("[bold]facts[/bold]:", highlight=False)
@@ -155,10 +157,10 @@ def print_table(r: Retrieval, extra: dict) -> None:
         for x in r.relations[:10]:
             console.print(f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}", highlight=False, markup=False)
     if r.keywords:
-        console.print(f"[bold]keywords[/bold]: high={r.keywords.get('high')} low={r.keywords.get('low')}",
+        console.print("[bold]keywords[/bold]: " + escape(f"high={r.keywords.get('high')} low={r.keywords.get('low')}"),
                       highlight=False, markup=True)
     for note in r.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if "answer" in extra:
         console.print("\n[bold]answer[/bold]")
         console.print(extra["answer"], markup=False, highlight=False)
