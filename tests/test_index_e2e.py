@@ -248,14 +248,19 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     assert_jsonl_clean(proj)
 
 
+def one_doc(tmp_path: Path) -> tuple[Path, Path]:
+    """A one-sentence corpus and a project path beside it."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    return docs, tmp_path / "proj"
+
+
 def test_429_then_success(stub, tmp_path: Path) -> None:
     stub.set_chat(fake_extraction)
     stub.enqueue(CHAT, StubReply(status=429, content="slow down", headers={"Retry-After": "0"}),
                  StubReply(status=503, content="busy"))
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
-    proj = tmp_path / "proj"
+    docs, proj = one_doc(tmp_path)
     proc = index(docs, proj, stub, "--max-gleanings", "0")
     assert proc.returncode == 0, proc.stderr
     s = summary(proc)
@@ -267,17 +272,13 @@ def test_429_then_success(stub, tmp_path: Path) -> None:
 
 def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) -> None:
     stub.set_chat(lambda body: "I cannot help with that request, sorry.")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
-    proj = tmp_path / "proj"
+    docs, proj = one_doc(tmp_path)
     first = index(docs, proj, stub, "--max-gleanings", "0")
     assert first.returncode == 0, first.stderr
     assert summary(first)["extract"]["failed"] == 1
     status = run(["status", "-p", str(proj), "--json"])
-    if status.returncode == 0:         # needs every stage module; the failure list is what we check
-        info = json.loads(status.stdout)
-        assert [f["path"] for f in info["failed_chunks"]] == ["a.txt"]
+    assert status.returncode == 0, status.stderr
+    assert [f["path"] for f in json.loads(status.stdout)["failed_chunks"]] == ["a.txt"]
     from hrag_cli.extract.stage import extraction_status
     from hrag_cli.config import Settings
 
@@ -368,10 +369,7 @@ def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -
         return "<|COMPLETE|>"
 
     stub.set_chat(respond)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
-    proj = tmp_path / "proj"
+    docs, proj = one_doc(tmp_path)
     proc = index(docs, proj, stub, "--max-gleanings", "3")
     assert proc.returncode == 0, proc.stderr
     # extraction, gleaning 1 (new rows), gleaning 2 (nothing new: stop before round 3)

@@ -15,17 +15,11 @@ from hrag_cli.project import Project
 from hrag_cli.resolve import run_resolve
 from hrag_cli.summaries import Summarizer, SummaryJob
 from tests.test_resolve import E, R, rec, write_project
+from tests.stub_server import stub_settings
 
 
 def _settings(stub, **resolve) -> Settings:
-    s = Settings()
-    s.llm.model = "openai/stub-model"
-    s.llm.api_base = stub.url
-    s.llm.max_retries = 1
-    s.llm.backoff_base = 0.01
-    for k, v in resolve.items():
-        setattr(s.resolve, k, v)
-    return s
+    return stub_settings(stub, llm_model="openai/stub-model", retries=1, section="resolve", **resolve)
 
 
 def _summary_reply(body: dict) -> str:

@@ -19,6 +19,7 @@ from hrag_cli.records import Chunk, Document, Entity, to_dict
 from hrag_cli.synonyms import DECISIONS_FILE, KNN_FILE, run_synonyms
 from hrag_cli.vectors import VectorIndex
 from tests.stub_server import hash_vector
+from tests.stub_server import stub_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET = Reporter("quiet")
@@ -74,13 +75,7 @@ def make_project(tmp_path: Path, names: list[str]) -> Project:
 
 
 def settings_for(stub, **syn) -> Settings:
-    s = Settings()
-    s.embed.model = "openai/stub-embed"
-    s.embed.api_base = stub.url
-    s.llm.max_retries = 0
-    for k, v in syn.items():
-        setattr(s.synonyms, k, v)
-    return s
+    return stub_settings(stub, embed_model="openai/stub-embed", retries=0, section="synonyms", **syn)
 
 
 def run(p: Project, s: Settings, **kw):
