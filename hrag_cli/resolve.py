@@ -34,8 +34,9 @@ from .graph import ChunkRef, build_graph, edge_counts, save_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
-from .records import Document, Entity, ExtractionRecord, Fact, Relation, from_dict, to_dict
+from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
+from .ingest import load_documents
 
 UNKNOWN = "UNKNOWN"
 _PLACEHOLDER_TYPES = {"", "unknown"}
@@ -304,7 +305,7 @@ def _load_extractions(project: Project, chunk_ids: set[str]) -> dict[str, Extrac
 
 
 def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], dict[str, ExtractionRecord]]:
-    docs = [from_dict(Document, d) for d in store.read_jsonl(project.docs_path)]
+    docs = load_documents(project)
     chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
     records = _load_extractions(project, {c.chunk_id for c in chunks})
     return docs, chunks, records

@@ -163,13 +163,13 @@ def test_persistent_503_message_names_model_and_status(stub, project):
 
 
 def test_timeout_is_retried(stub, project):
-    stub.enqueue(CHAT, StubReply(content="late", delay=1.5))
+    stub.enqueue(CHAT, StubReply(content="late", delay=6.0))
     with LLMClient(project, settings(stub, timeout=0.4)) as client:
         t0 = time.monotonic()
         r = client.chat(MSG)
     assert r.text == "ok"  # the second attempt got the default answer
     assert stub.count() == 2 and client.stats.retries == 1
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 4.0   # the 6 s reply was cut off (margin for a loaded CI machine)
 
 
 def test_concurrency_is_bounded(stub, project):

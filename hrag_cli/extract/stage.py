@@ -20,8 +20,9 @@ from ..config import Settings
 from ..errors import BudgetExceeded, UsageError
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
-from ..records import Chunk, ExtractionRecord, from_dict
+from ..records import Chunk, ExtractionRecord
 from .rules import RULES_FINGERPRINT, extract_rules
+from ..ingest import load_chunks
 
 EXTRACTORS = ("auto", "llm", "rules")
 
@@ -67,10 +68,6 @@ def settings_fingerprint(settings: Settings) -> str:
 # ------------------------------------------------------------------------------------------- reading records
 
 
-def _load_chunks(project: Project) -> list[Chunk]:
-    return [from_dict(Chunk, r) for r in store.read_jsonl(project.chunks_path)]
-
-
 def _latest_records(project: Project, extractors: set[str] | None = None) -> dict[tuple[str, str], dict]:
     """(chunk_id, extractor) -> the latest record dict; later lines win."""
     latest: dict[tuple[str, str], dict] = {}
@@ -106,7 +103,7 @@ def _current_extractor(project: Project, chunks: list[Chunk], default: str | Non
 def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
     """What resolve merges: for every chunk in chunks.jsonl, the latest record of the extractor recorded
     in the manifest's extract stage, when that record is ok. Chunks without one are simply absent."""
-    chunks = _load_chunks(project)
+    chunks = load_chunks(project)
     extractor = _current_extractor(project, chunks, None)
     if extractor is None:
         return {}
@@ -147,7 +144,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`."""
-    chunks = _load_chunks(project)
+    chunks = load_chunks(project)
     imported: dict[str, Any] = {}
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
@@ -386,7 +383,7 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
 
 def extraction_status(project: Project, settings: Settings) -> dict:
     """For `hrag status`: extraction counts and the failed chunks with their document paths."""
-    chunks = _load_chunks(project)
+    chunks = load_chunks(project)
     try:
         default = settings_fingerprint(settings)
     except UsageError:

@@ -19,6 +19,7 @@ from ..config import Settings
 from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
+from ..ingest import load_chunks, load_documents
 
 
 @dataclass
@@ -38,12 +39,12 @@ class QueryIndex:
     # -- text records ----------------------------------------------------------------------------------------
     @cached_property
     def docs(self) -> dict[str, Document]:
-        return {d["doc_id"]: from_dict(Document, d) for d in store.read_jsonl(self.project.docs_path)}
+        return {d.doc_id: d for d in load_documents(self.project)}
 
     @cached_property
     def chunks(self) -> dict[str, Chunk]:
         t0 = time.perf_counter()
-        out = {c["chunk_id"]: from_dict(Chunk, c) for c in store.read_jsonl(self.project.chunks_path)}
+        out = {c.chunk_id: c for c in load_chunks(self.project)}
         self._timed("chunks", t0)
         return out
 
