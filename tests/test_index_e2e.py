@@ -300,11 +300,8 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
 def test_rejected_request_gives_a_failed_record_not_a_crash(stub, tmp_path: Path) -> None:
     stub.set_chat(fake_extraction)
     stub.enqueue(CHAT, StubReply(status=400, content="context length exceeded"))
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    docs, proj = one_doc(tmp_path)
     (docs / "b.txt").write_text("Tobiah Renn edited the Varrow Papers at the Quillon Society in Brightwater.")
-    proj = tmp_path / "proj"
     proc = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
     assert proc.returncode == 0, proc.stderr
     ex = summary(proc)["extract"]
@@ -316,11 +313,8 @@ def test_rejected_request_gives_a_failed_record_not_a_crash(stub, tmp_path: Path
 
 def test_bad_api_key_stops_the_run_and_leaves_chunks_pending(stub, tmp_path: Path) -> None:
     stub.set_chat(lambda body: StubReply(status=401, content="invalid api key"))
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1902.")
+    docs, proj = one_doc(tmp_path)
     (docs / "b.txt").write_text("Tobiah Renn edited the Varrow Papers at the Quillon Society in Brightwater.")
-    proj = tmp_path / "proj"
     proc = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
     _one_line_error(proc, 1, "401")
     assert stub.count(CHAT) == 1                          # not once per chunk
@@ -503,8 +497,6 @@ def test_offline_rules_index_of_sample_corpus(tmp_path: Path) -> None:
     assert s2["extract"]["extracted_now"] == 0 and s2["chunk"]["reused_docs"] == s2["chunk"]["docs"]
 
 
-@pytest.mark.skipif(not (ROOT / "hrag_cli" / "synonyms.py").exists() or not (ROOT / "hrag_cli" / "resolve.py").exists(),
-                    reason="resolve/synonyms not in the tree yet")
 def test_full_index_offline(tmp_path: Path) -> None:
     proj = tmp_path / "proj"
     proc = run(["index", str(SAMPLE), "-p", str(proj), "--json"])

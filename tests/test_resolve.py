@@ -294,9 +294,7 @@ def _graph_state(project: Path) -> dict:
     return {"vertices": vertices, "edges": edges, "files": files}
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample_corpus missing")
 def test_incremental_equals_from_scratch(tmp_path: Path) -> None:
-    pytest.importorskip("hrag_cli.extract.stage")
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
