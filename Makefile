@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python bench/extract_overhead.py
 	$(BIN)/python bench/resolve_scale.py --mentions 100000 1000000
 	$(BIN)/python bench/synonyms_scale.py --n 100000
+	$(BIN)/python bench/synonyms_scale.py --n 1000000
 	$(BIN)/python bench/export_speed.py --no-falkordb
 	$(BIN)/python bench/musique.py --embedder builtin --fresh
 

@@ -10,11 +10,13 @@
    vectors (a fifth index, vectors/entity_names.hnsw; HippoRAG links entity phrases, and name+description
    vectors of entities described by the same sentence look alike whatever their names); a pair with
    similarity >= `synonyms.threshold` whose names both have >= `min_name_chars` letters/digits becomes one
-   undirected edge (weight = similarity). Neighbour lists are kept in vectors/entities.knn.npz keyed by
-   (entity id, text hash): a later run queries the index only for new or changed entities (and for entities
-   whose neighbours changed or vanished) and offers each new entity to its neighbours' lists, instead of
-   comparing everything again. Written to graph/synonyms.jsonl and, replacing previous SYNONYM edges, into
-   graph/graph.pkl.
+   undirected edge (weight = similarity). The name graph has its own [synonyms] M / ef settings and is built
+   on PCA projections of the name vectors (`synonyms.pca_variance`, vectors.py); each entity's 3k+1 best
+   candidates are re-scored on the full vectors, so listed similarities are exact. Neighbour lists are kept as
+   arrays in vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run queries the index only
+   for new or changed entities (and for entities whose neighbours changed or vanished) and offers each new
+   entity to the kept entities among its candidates, instead of comparing everything again. Written to
+   graph/synonyms.jsonl and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
    the pair, `merge` marks the two entities as the same thing. Decisions persist in
@@ -26,14 +28,15 @@
 from __future__ import annotations
 
 import io
-from dataclasses import asdict
+import zipfile
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import store
-from .config import Settings
+from .config import Settings, VectorSettings
 from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
@@ -44,6 +47,7 @@ from .vectors import INDEX_NAMES, VectorIndex
 NAMES_INDEX = "entity_names"
 KNN_FILE = "entity_names.knn.npz"
 DECISIONS_FILE = "synonym_decisions.jsonl"
+OFFER_WIDTH = 3            # see update_knn
 BM25_FILE = "bm25"          # the path query/index.py loads
 TSV_COLUMNS = ("a", "b", "a_name", "b_name", "similarity", "action")
 ACTIONS = ("link", "merge", "skip")
@@ -75,85 +79,154 @@ def name_chars(name: str) -> int:
 
 # -- neighbour lists --------------------------------------------------------------------------------------
 class KnnLists:
-    """Per entity: its top-k (neighbour id, cosine) and the text hash it was computed for."""
+    """Per entity (row): its top-k neighbours as rows of the same table, their cosines, and the text hash the
+    list was computed for. Arrays rather than per-entity lists: a 1M-entity pass holds 10M neighbours."""
 
-    def __init__(self, k: int, model_id: str) -> None:
+    def __init__(self, k: int, model_id: str, ids: list[str] | None = None, hashes: list[str] | None = None,
+                 nbr: np.ndarray | None = None, sim: np.ndarray | None = None) -> None:
         self.k = k
         self.model_id = model_id
-        self.lists: dict[str, list[tuple[str, float]]] = {}
-        self.hashes: dict[str, str] = {}
+        self.ids: list[str] = list(ids or [])
+        self.hashes: list[str] = list(hashes or [])
+        n = len(self.ids)
+        self.nbr = nbr if nbr is not None else np.full((n, k), -1, dtype=np.int32)     # -1 = empty slot
+        self.sim = sim if sim is not None else np.full((n, k), -np.inf, dtype=np.float32)
+
+    def neighbours(self, item_id: str) -> list[tuple[str, float]]:
+        """One entity's list as (neighbour id, cosine), best first."""
+        p = self.ids.index(item_id)
+        return [(self.ids[int(b)], float(s)) for b, s in zip(self.nbr[p], self.sim[p]) if b >= 0]
 
     def save(self, path: Path) -> None:
-        ids = list(self.lists)
-        pos = {i: p for p, i in enumerate(ids)}
-        nbr = np.full((len(ids), self.k), -1, dtype=np.int32)
-        sim = np.zeros((len(ids), self.k), dtype=np.float32)
-        for p, i in enumerate(ids):
-            for j, (b, s) in enumerate(self.lists[i][: self.k]):
-                nbr[p, j] = pos.get(b, -1)
-                sim[p, j] = s
         buf = io.BytesIO()
-        np.savez(buf, ids=np.frombuffer("\n".join(ids).encode("utf-8"), dtype=np.uint8),
-                 hashes=np.frombuffer("\n".join(self.hashes[i] for i in ids).encode(), dtype=np.uint8),
-                 nbr=nbr, sim=sim, k=np.int64(self.k), model_id=np.array(self.model_id))
+        np.savez(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
+                 hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
+                 nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id))
         store.atomic_write_bytes(path, buf.getvalue())
 
     @classmethod
     def load(cls, path: Path, k: int, model_id: str) -> "KnnLists":
         """Saved lists when computed with the same k and embedder, else empty (everything is queried)."""
-        out = cls(k, model_id)
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
-                    return out
+                    return cls(k, model_id)
                 raw = z["ids"].tobytes().decode("utf-8")
                 ids = raw.split("\n") if raw else []
-                hs = z["hashes"].tobytes().decode().split("\n") if ids else []
-                nbr, sim = z["nbr"], z["sim"]
-        except (FileNotFoundError, OSError, ValueError, KeyError):
-            return out
-        for p, i in enumerate(ids):
-            out.hashes[i] = hs[p]
-            out.lists[i] = [(ids[int(b)], float(s)) for b, s in zip(nbr[p], sim[p]) if b >= 0]
-        return out
+                hashes = z["hashes"].tobytes().decode().split("\n") if ids else []
+                nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing or torn: recomputed
+            return cls(k, model_id)
+        if nbr.shape != (len(ids), k) or sim.shape != nbr.shape or len(hashes) != len(ids) \
+                or (nbr >= len(ids)).any() or (nbr < -1).any():
+            return cls(k, model_id)   # damaged: recomputed from the index
+        return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32))
+
+
+def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k best distinct neighbours of candidate lists (-1 = none), ordered by cosine then row."""
+    nbr = np.where(np.isfinite(sim), nbr, -1)
+    order = np.lexsort((-sim, nbr), axis=1)            # by neighbour, its best cosine first
+    nbr, sim = np.take_along_axis(nbr, order, 1), np.take_along_axis(sim, order, 1)
+    dup = np.zeros(nbr.shape, dtype=bool)
+    dup[:, 1:] = nbr[:, 1:] == nbr[:, :-1]
+    sim = np.where(dup | (nbr < 0), -np.inf, sim)
+    nbr = np.where(np.isfinite(sim), nbr, np.iinfo(np.int32).max)   # empty slots sort last
+    order = np.lexsort((nbr, -sim), axis=1)[:, :k]
+    nbr, sim = np.take_along_axis(nbr, order, 1), np.take_along_axis(sim, order, 1)
+    if nbr.shape[1] < k:
+        pad = k - nbr.shape[1]
+        nbr = np.pad(nbr, ((0, 0), (0, pad)), constant_values=-1)
+        sim = np.pad(sim, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return np.where(np.isfinite(sim), nbr, -1).astype(np.int32), sim.astype(np.float32)
+
+
+def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Offers (target <- src at sim) grouped per target, its k best kept: (targets, src (t, k), sim (t, k))."""
+    order = np.lexsort((src, -sim, target))
+    target, src, sim = target[order], src[order], sim[order]
+    uniq, start = np.unique(target, return_index=True)
+    slot = np.arange(len(target)) - np.repeat(start, np.diff(np.append(start, len(target))))
+    keep = slot < k
+    row = np.searchsorted(uniq, target[keep])
+    out_src = np.full((len(uniq), k), -1, dtype=np.int32)
+    out_sim = np.full((len(uniq), k), -np.inf, dtype=np.float32)
+    out_src[row, slot[keep]] = src[keep]
+    out_sim[row, slot[keep]] = sim[keep]
+    return uniq, out_src, out_sim
 
 
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, index: VectorIndex,
                k: int, reporter: Reporter, ef: int | None = None) -> tuple[KnnLists, int]:
-    """New neighbour lists for the current entities; returns them and how many entities were queried."""
-    cur = dict(zip(ids, hashes))
-    changed = {i for i in ids if prev.hashes.get(i) != cur[i]}
-    stale = {i for i, lst in prev.lists.items() if i in cur and i not in changed
-             and any(b not in cur or b in changed for b, _ in lst)}
-    query = changed | stale
-    out = KnnLists(k, prev.model_id)
-    for i in ids:
-        if i not in query:
-            out.lists[i] = list(prev.lists[i])
-        out.hashes[i] = cur[i]
-    qpos = [p for p, i in enumerate(ids) if i in query]
+    """New neighbour lists for the current entities (rows of `ids`/`matrix`); returns them and how many
+    entities were queried: the new or changed ones, and those that lost a neighbour."""
+    n = len(ids)
+    out = KnnLists(k, prev.model_id, ids, hashes)
+    if n == 0:
+        return out, 0
+    prev_row = {i: p for p, i in enumerate(prev.ids)}
+    old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
+    same = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    kept = np.nonzero(same)[0]
+    fwd = np.full(len(prev.ids) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
+    fwd[old[kept]] = kept
+    if len(kept):
+        pn = prev.nbr[old[kept]]
+        mapped = fwd[np.where(pn >= 0, pn, len(prev.ids))]
+        out.nbr[kept] = mapped
+        out.sim[kept] = np.where(mapped >= 0, prev.sim[old[kept]], -np.inf)
+        lost = ((pn >= 0) & (mapped < 0)).any(axis=1)
+    else:
+        lost = np.zeros(0, dtype=bool)
+    query = ~same
+    query[kept[lost]] = True
+    qrows = np.nonzero(query)[0]
+    # index rows -> rows of `ids` (sync made the index hold exactly these ids, maybe in another order)
+    to_row = np.array(_positions(ids, index.ids), dtype=np.int64)
+    # Each queried entity is asked for OFFER_WIDTH * k + 1 candidates. On a projected index (vectors.py) the
+    # candidates are re-scored on the full vectors before the best k are kept. On an incremental run, a queried
+    # entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own top k
+    # need not show (x may be 12th for q), so q is offered to every kept entity among its candidates.
+    wide = OFFER_WIDTH * k + 1
+    offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     batch = 50_000
-    with reporter.task("synonyms: nearest entities", total=len(qpos)) as task:
-        for s in range(0, len(qpos), batch):
-            part = qpos[s:s + batch]
-            got, sims = index.search(matrix[part], k + 1, ef=ef)
-            for p, nb, ss in zip(part, got, sims):
-                me = ids[p]
-                out.lists[me] = [(b, float(x)) for b, x in zip(nb, ss) if b != me][:k]
+    with reporter.task("synonyms: nearest entities", total=len(qrows)) as task:
+        for s in range(0, len(qrows), batch):
+            part = qrows[s:s + batch]
+            got, sims = index.search_rows(matrix[part], wide, ef=max(ef or 0, wide))
+            got = np.where(got >= 0, to_row[np.maximum(got, 0)], -1)
+            if index.projected:
+                sims = np.where(got >= 0, rescore(matrix, part, got), -np.inf)
+            sims = np.where(got == part[:, None], -np.inf, sims)           # never its own neighbour
+            out.nbr[part], out.sim[part] = best_k(got, sims, k)
+            if len(kept):
+                to_kept = (got >= 0) & np.isfinite(sims) & ~query[np.maximum(got, 0)]
+                offers.append((got[to_kept], np.broadcast_to(part[:, None], got.shape)[to_kept], sims[to_kept]))
             task.advance(len(part))
-    # a new or changed entity may now belong in the lists of its neighbours that were not queried
-    for i in query:
-        for b, s in out.lists[i]:
-            if b in query:
-                continue
-            lst = out.lists[b]
-            if any(x == i for x, _ in lst):
-                continue
-            if len(lst) < k or s > lst[-1][1]:
-                lst.append((i, s))
-                lst.sort(key=lambda t: (-t[1], t[0]))
-                del lst[k:]
-    return out, len(qpos)
+    if offers:
+        targets, osrc, osim = _group_offers(*(np.concatenate(x) for x in zip(*offers)), k)
+        if len(targets):
+            out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
+                                                        np.concatenate([out.sim[targets], osim], axis=1), k)
+    return out, len(qrows)
+
+
+def rescore(matrix: np.ndarray, rows: np.ndarray, cand: np.ndarray, block: int = 2048) -> np.ndarray:
+    """Exact cosine of matrix[rows[i]] with matrix[cand[i, j]] (unit vectors), a block of rows at a time so the
+    gathered candidates stay within ~100 MB."""
+    out = np.empty(cand.shape, dtype=np.float32)
+    safe = np.maximum(cand, 0)
+    for s in range(0, len(rows), block):
+        q = matrix[rows[s:s + block]]
+        out[s:s + block] = np.matmul(matrix[safe[s:s + block]], q[:, :, None])[:, :, 0]
+    return out
+
+
+def _positions(ids: list[str], order: list[str]) -> list[int]:
+    """Row in `ids` of each id of `order`."""
+    pos = {i: p for p, i in enumerate(ids)}
+    return [pos[i] for i in order]
 
 
 def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
@@ -163,16 +236,24 @@ def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
 
 def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both in `ok`."""
+    n, k = knn.nbr.shape
+    a = np.repeat(np.arange(n, dtype=np.int64), k)
+    b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
+    keep = (b >= 0) & (s >= threshold) & (a != b)
+    a, b, s = a[keep], b[keep], s[keep]
+    linkable_row = np.array([i in ok for i in knn.ids], dtype=bool)
+    keep = linkable_row[a] & linkable_row[b]
+    a, b, s = a[keep], b[keep], s[keep]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    order = np.lexsort((-s, hi, lo))                    # per pair, its best cosine first
+    lo, hi, s = lo[order], hi[order], s[order]
+    first = np.ones(len(lo), dtype=bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     pairs: dict[tuple[str, str], float] = {}
-    for a, lst in knn.lists.items():
-        if a not in ok:
-            continue
-        for b, s in lst:
-            if s < threshold or b not in ok or a == b:
-                continue
-            key = (a, b) if a < b else (b, a)
-            if s > pairs.get(key, -2.0):
-                pairs[key] = s
+    ids = knn.ids
+    for x, y, v in zip(lo[first].tolist(), hi[first].tolist(), s[first].tolist()):
+        ia, ib = ids[x], ids[y]
+        pairs[(ia, ib) if ia < ib else (ib, ia)] = v
     return pairs
 
 
@@ -269,11 +350,22 @@ def _load(path: Path, cls: type) -> list:
     return [from_dict(cls, r) for r in store.read_jsonl(path)]
 
 
+def index_settings(settings: Settings, name: str) -> VectorSettings:
+    """[vectors] for the query indices; the entity-name index, built only for the k-NN pass, takes its graph
+    parameters from [synonyms]."""
+    if name != NAMES_INDEX:
+        return settings.vectors
+    s = settings.synonyms
+    return replace(settings.vectors, m=s.m, ef_construction=s.ef_construction, ef_search=s.ef_search,
+                   pca_variance=s.pca_variance)
+
+
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str, ids: list[str],
                 texts: list[str], reporter: Reporter) -> tuple[VectorIndex, np.ndarray, dict]:
     matrix = emb.encode(texts, reporter=reporter)
     dim = int(matrix.shape[1]) if len(texts) else 0
-    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id, dim)
+    idx = VectorIndex.load_or_create(project.vectors_dir, name, index_settings(settings, name), emb.model_id,
+                                     dim)
     counts = idx.sync(ids, [text_hash(t) for t in texts], matrix)
     idx.save(project.vectors_dir)
     return idx, matrix, counts
@@ -304,8 +396,22 @@ def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> 
     return {"bm25_chunks": len(chunks), "bm25_added": len(new), "bm25_removed": len(gone)}
 
 
+def check_settings(settings: Settings) -> None:
+    """Out-of-range [synonyms] values stop the run before anything is written (hnswlib would crash or hang)."""
+    s = settings.synonyms
+    for key, ok, rule in (("top_k", s.top_k >= 1, "at least 1"), ("m", s.m >= 2, "at least 2"),
+                          ("ef_construction", s.ef_construction >= 1, "at least 1"),
+                          ("ef_search", s.ef_search >= 1, "at least 1"),
+                          ("threshold", -1.0 <= s.threshold <= 1.0, "between -1 and 1"),
+                          ("min_name_chars", s.min_name_chars >= 0, "at least 0"),
+                          ("pca_variance", 0.0 < s.pca_variance <= 1.0, "above 0 and at most 1")):
+        if not ok:
+            raise UsageError(f"setting synonyms.{key}: {getattr(s, key)!r} must be {rule}")
+
+
 def run_synonyms(project: Project, settings: Settings, reporter: Reporter, review_path: Path | None = None,
                  accept_path: Path | None = None) -> StageOutcome:
+    check_settings(settings)
     if review_path is not None and accept_path is not None:
         raise UsageError("--review and --accept cannot be used together: review first, then accept the file")
     entities_list: list[Entity] = _load(project.entities_path, Entity)

@@ -221,6 +221,19 @@ def test_bad_review_file_changes_nothing(tmp_path: Path, stub, body: str, messag
         run(p, s, accept_path=bad, review_path=tmp_path / "r.tsv")
 
 
+@pytest.mark.parametrize("key,value", [("pca_variance", 0.0), ("pca_variance", 1.5), ("top_k", 0), ("m", 1),
+                                       ("ef_search", 0), ("threshold", 2.0)])
+def test_out_of_range_settings_stop_before_anything_is_written(tmp_path: Path, stub, key: str, value) -> None:
+    stub.set_embed(embed_fn)
+    p = make_project(tmp_path, list(NAMES))
+    s = settings_for(stub)
+    setattr(s.synonyms, key, value)
+    with pytest.raises(UsageError, match=f"synonyms.{key}"):
+        run(p, s)
+    assert not p.vectors_dir.exists() or not any(p.vectors_dir.iterdir())
+    assert stub.count("/embeddings") == 0
+
+
 def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     """The builtin embedder end to end: index builds every index; --review leaves the stage as it was;
     re-running resolve brings the SYNONYM edges back; status shows the IDF state."""

@@ -145,3 +145,62 @@ def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) ->
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
     assert len(VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)) == 0   # the stage rebuilds
+
+
+def low_rank(rng: np.random.Generator, n: int, dim: int = 64, rank: int = 8) -> np.ndarray:
+    """Unit vectors near a `rank`-dimensional subspace: most of the variance in a few directions."""
+    m = rng.standard_normal((n, rank)).astype(np.float32) @ rng.standard_normal((rank, dim)).astype(np.float32)
+    m += 0.05 * rng.standard_normal((n, dim)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def test_projected_index_round_trip_and_damaged_projection(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    m = low_rank(rng, 2500)
+    s = VectorSettings(pca_variance=0.95, exact_below=2000)
+    idx = VectorIndex.build("names", ids_of(2500), m, s, "model-a")
+    assert idx.projected and idx.vectors().shape[1] <= 12            # the 8 directions that carry the data
+    ids, sims = idx.search(m[:50], 1)
+    assert [row[0] for row in ids] == ids_of(50)
+    idx.save(tmp_path)
+    back = VectorIndex.load(tmp_path, "names", s)
+    assert back.projected and (back._proj == idx._proj).all()
+    assert back.search(m[:50], 5)[0] == idx.search(m[:50], 5)[0]
+    pca = VectorIndex.projection_path(tmp_path, "names")
+    damaged = np.load(pca)
+    damaged[0, 0] += 1.0
+    np.save(pca, damaged)
+    with pytest.raises(HragError, match="does not match its id map"):
+        VectorIndex.load(tmp_path, "names", s)
+    assert len(VectorIndex.load_or_create(tmp_path, "names", s, "model-a", 64)) == 0   # rebuilt by the next sync
+
+
+def test_projection_fitted_at_exact_below_and_refitted_when_the_index_doubles(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    m = low_rank(rng, 5000)
+    s = VectorSettings(pca_variance=0.95, exact_below=1000)
+    idx = VectorIndex.build("names", ids_of(500), m[:500], s, "model-a")
+    assert not idx.projected                                           # small: exact search on full vectors
+    assert idx.sync(ids_of(900), [""] * 900, m[:900])["rebuilt"] == 0
+    assert idx.sync(ids_of(1200), [""] * 1200, m[:1200])["rebuilt"] == 1 and idx.projected
+    assert idx.sync(ids_of(2300), [""] * 2300, m[:2300])["rebuilt"] == 0   # grown, not yet doubled
+    assert idx.sync(ids_of(2400), [""] * 2400, m[:2400])["rebuilt"] == 1   # doubled since the fit
+    rows, _ = idx.search_rows(m[2390:2400], 1)
+    assert rows[:, 0].tolist() == list(range(2390, 2400))
+    idx.save(tmp_path)
+    assert VectorIndex.projection_path(tmp_path, "names").exists()
+    # switched off: rebuilt on the full vectors, and the projection file goes
+    off = VectorSettings(pca_variance=1.0, exact_below=1000)
+    again = VectorIndex.load(tmp_path, "names", off)
+    assert again.sync(ids_of(2400), [""] * 2400, m[:2400])["rebuilt"] == 1 and not again.projected
+    again.save(tmp_path)
+    assert not VectorIndex.projection_path(tmp_path, "names").exists()
+    assert VectorIndex.load(tmp_path, "names", off).search(m[:3], 1)[0] == [["x0"], ["x1"], ["x2"]]
+
+
+def test_full_rank_vectors_are_not_projected() -> None:
+    rng = np.random.default_rng(7)
+    m = unit(rng, 3000, 32)                       # variance spread evenly: 95 % needs nearly every dimension
+    idx = VectorIndex.build("names", ids_of(3000), m, VectorSettings(pca_variance=0.95, exact_below=2000), "m")
+    assert not idx.projected
+    assert idx.sync(ids_of(3100), [""] * 3100, np.vstack([m, unit(rng, 100, 32)]))["rebuilt"] == 0
