@@ -124,7 +124,8 @@ class KnnLists:
 
 
 def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k best distinct neighbours of candidate lists (-1 = none), ordered by cosine then row."""
+    """Per row, the k best distinct neighbours of candidate lists (-1 = none; at least k columns), ordered by
+    cosine then row."""
     nbr = np.where(np.isfinite(sim), nbr, -1)
     order = np.lexsort((-sim, nbr), axis=1)            # by neighbour, its best cosine first
     nbr, sim = np.take_along_axis(nbr, order, 1), np.take_along_axis(sim, order, 1)
@@ -134,10 +135,6 @@ def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     nbr = np.where(np.isfinite(sim), nbr, np.iinfo(np.int32).max)   # empty slots sort last
     order = np.lexsort((nbr, -sim), axis=1)[:, :k]
     nbr, sim = np.take_along_axis(nbr, order, 1), np.take_along_axis(sim, order, 1)
-    if nbr.shape[1] < k:
-        pad = k - nbr.shape[1]
-        nbr = np.pad(nbr, ((0, 0), (0, pad)), constant_values=-1)
-        sim = np.pad(sim, ((0, 0), (0, pad)), constant_values=-np.inf)
     return np.where(np.isfinite(sim), nbr, -1).astype(np.int32), sim.astype(np.float32)
 
 
@@ -183,7 +180,8 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     query[kept[lost]] = True
     qrows = np.nonzero(query)[0]
     # index rows -> rows of `ids` (sync made the index hold exactly these ids, maybe in another order)
-    to_row = np.array(_positions(ids, index.ids), dtype=np.int64)
+    to_row = np.empty(len(index), dtype=np.int64)
+    to_row[[index.position(i) for i in ids]] = np.arange(n)
     # Each queried entity is asked for OFFER_WIDTH * k + 1 candidates. On a projected index (vectors.py) the
     # candidates are re-scored on the full vectors before the best k are kept. On an incremental run, a queried
     # entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own top k
@@ -221,12 +219,6 @@ def rescore(matrix: np.ndarray, rows: np.ndarray, cand: np.ndarray, block: int =
         q = matrix[rows[s:s + block]]
         out[s:s + block] = np.matmul(matrix[safe[s:s + block]], q[:, :, None])[:, :, 0]
     return out
-
-
-def _positions(ids: list[str], order: list[str]) -> list[int]:
-    """Row in `ids` of each id of `order`."""
-    pos = {i: p for p, i in enumerate(ids)}
-    return [pos[i] for i in order]
 
 
 def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
