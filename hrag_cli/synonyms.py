@@ -92,11 +92,6 @@ class KnnLists:
         self.nbr = nbr if nbr is not None else np.full((n, k), -1, dtype=np.int32)     # -1 = empty slot
         self.sim = sim if sim is not None else np.full((n, k), -np.inf, dtype=np.float32)
 
-    def neighbours(self, item_id: str) -> list[tuple[str, float]]:
-        """One entity's list as (neighbour id, cosine), best first."""
-        p = self.ids.index(item_id)
-        return [(self.ids[int(b)], float(s)) for b, s in zip(self.nbr[p], self.sim[p]) if b >= 0]
-
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
         np.savez(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),

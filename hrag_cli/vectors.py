@@ -38,7 +38,6 @@ Why it is shaped this way:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -47,6 +46,7 @@ import numpy as np
 from . import store
 from .config import VectorSettings
 from .errors import HragError
+from .project import fingerprint
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
 FORMAT = 1
@@ -187,9 +187,13 @@ class VectorIndex:
             return False
         return n >= (2 * self._pca_fit_count if self._pca_fit_count else s.exact_below)
 
+    @property
+    def _graph_dim(self) -> int:
+        """Dimension of the vectors the hnsw graph holds."""
+        return self._proj.shape[1] if self._proj is not None else self.dim
+
     def _new_hnsw(self, capacity: int):
-        dim = self._proj.shape[1] if self._proj is not None else self.dim
-        index = _hnswlib().Index(space="cosine", dim=dim)
+        index = _hnswlib().Index(space="cosine", dim=self._graph_dim)
         index.init_index(max_elements=max(capacity, 16), M=self.m, ef_construction=self.ef_construction,
                          random_seed=100, allow_replace_deleted=True)
         index.set_ef(max(self.settings.ef_search, 16))
@@ -372,7 +376,7 @@ class VectorIndex:
         if self._proj is not None:
             with store.atomic_writer(self.projection_path(vectors_dir, self.name)) as fh:
                 np.save(fh, self._proj, allow_pickle=False)
-            pca_digest = _digest(self._proj)
+            pca_digest = fingerprint(self._proj)
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
@@ -418,14 +422,14 @@ class VectorIndex:
             except (OSError, ValueError):
                 proj = None
             if (proj is None or proj.dtype != np.float32 or proj.ndim != 2 or proj.shape[0] != idx.dim
-                    or _digest(proj) != pca_digest):
+                    or fingerprint(proj) != pca_digest):
                 raise HragError(f"{cls.projection_path(vectors_dir, name)} does not match its id map; "
                                 "run 'hrag synonyms' to rebuild it")
             idx._proj = proj
         if meta.get("hnsw_bytes"):
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
-            index = _hnswlib().Index(space="cosine", dim=idx._proj.shape[1] if idx._proj is not None else idx.dim)
+            index = _hnswlib().Index(space="cosine", dim=idx._graph_dim)
             try:
                 index.load_index(str(hnsw_path), allow_replace_deleted=True)
             except (RuntimeError, OSError, ValueError) as exc:   # right size, wrong bytes
@@ -440,10 +444,6 @@ class VectorIndex:
             if m is not None and m.shape == (len(idx.ids), idx.dim) and m.dtype == np.float32:
                 idx._matrix = m
         return idx
-
-
-def _digest(a: np.ndarray) -> str:
-    return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).hexdigest()
 
 
 def _chain(*iters):

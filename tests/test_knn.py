@@ -115,7 +115,7 @@ def test_saved_lists_round_trip_and_damage_means_recompute(tmp_path: Path) -> No
     back = KnnLists.load(path, K, "model")
     assert back.ids == ids and back.hashes == knn.hashes
     assert (back.nbr == knn.nbr).all() and np.array_equal(back.sim, knn.sim)
-    assert back.neighbours("e1")[0][0] == "e0"
+    assert back.ids[back.nbr[1, 0]] == "e0"                     # e1 is a noisy copy of e0
     assert KnnLists.load(path, K + 1, "model").ids == []          # another k or embedder: recomputed
     assert KnnLists.load(path, K, "other").ids == []
     path.write_bytes(path.read_bytes()[:100])                      # torn file
