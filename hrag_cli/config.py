@@ -78,7 +78,6 @@ class VectorSettings:
     ef_construction: int = 200
     ef_search: int = 128
     exact_below: int = 2000          # below this many items, search exactly instead of through HNSW
-    pca_variance: float = 1.0        # < 1: the graph holds PCA projections keeping this share of the variance
 
 
 @dataclass
@@ -86,15 +85,12 @@ class SynonymSettings:
     top_k: int = 10
     threshold: float = 0.8
     min_name_chars: int = 3
-    # HNSW of the entity-name index, which serves only the all-entities k-NN pass. The graph is built on PCA
-    # projections keeping `pca_variance` of the variance (MiniLM entity names: 237 of 384 dimensions) and each
-    # entity's 3k+1 best candidates are re-scored on the full vectors, so the lists come out with exact
-    # similarities at a fraction of the build time (bench/synonyms_scale.py: 1M low-rank names in 6 min,
-    # recall@10 0.987). pca_variance = 1: full vectors.
-    m: int = 24
-    ef_construction: int = 160
-    ef_search: int = 128
-    pca_variance: float = 0.95
+    # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
+    # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
+    # exact. bench/synonyms_scale.py: 1M uniform random unit vectors (dim 384) in 4.6 min, 0.996 of the
+    # neighbours at or above the threshold found. More cells per entity: higher recall, cost grows linearly.
+    cells_per_entity: int = 10
+    cell_size: int = 1250
 
 
 @dataclass

@@ -7,16 +7,15 @@
 2. Updates the BM25 index over chunks (hrag_cli.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
    ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
-   vectors (a fifth index, vectors/entity_names.hnsw; HippoRAG links entity phrases, and name+description
-   vectors of entities described by the same sentence look alike whatever their names); a pair with
-   similarity >= `synonyms.threshold` whose names both have >= `min_name_chars` letters/digits becomes one
-   undirected edge (weight = similarity). The name graph has its own [synonyms] M / ef settings and is built
-   on PCA projections of the name vectors (`synonyms.pca_variance`, vectors.py); each entity's 3k+1 best
-   candidates are re-scored on the full vectors, so listed similarities are exact. Neighbour lists are kept as
-   arrays in vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run queries the index only
-   for new or changed entities (and for entities whose neighbours changed or vanished) and offers each new
-   entity to the kept entities among its candidates, instead of comparing everything again. Written to
-   graph/synonyms.jsonl and, replacing previous SYNONYM edges, into graph/graph.pkl.
+   vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same
+   sentence look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both
+   have >= `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours
+   come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
+   entities), with exact cosines. Neighbour lists, the cells and their centroids are kept as arrays in
+   vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run joins only new or changed
+   entities (and entities whose neighbours changed or vanished) with the members of their cells and offers
+   each to the kept entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
+   and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
    the pair, `merge` marks the two entities as the same thing. Decisions persist in
@@ -29,14 +28,15 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import store
-from .config import Settings, VectorSettings
+from .cells import CellPlan, cell_count, fit_cells, join, nearest_cells
+from .config import Settings
 from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
@@ -44,10 +44,9 @@ from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import Chunk, Entity, Fact, Relation, from_dict
 from .vectors import INDEX_NAMES, VectorIndex
 
-NAMES_INDEX = "entity_names"
-KNN_FILE = "entity_names.knn.npz"
+NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
+KNN_FILE = f"{NAMES}.knn.npz"
 DECISIONS_FILE = "synonym_decisions.jsonl"
-OFFER_WIDTH = 3            # see update_knn
 BM25_FILE = "bm25"          # the path query/index.py loads
 TSV_COLUMNS = ("a", "b", "a_name", "b_name", "similarity", "action")
 ACTIONS = ("link", "merge", "skip")
@@ -79,11 +78,13 @@ def name_chars(name: str) -> int:
 
 # -- neighbour lists --------------------------------------------------------------------------------------
 class KnnLists:
-    """Per entity (row): its top-k neighbours as rows of the same table, their cosines, and the text hash the
-    list was computed for. Arrays rather than per-entity lists: a 1M-entity pass holds 10M neighbours."""
+    """Per entity (row): its top-k neighbours as rows of the same table, their cosines, the text hash the list
+    was computed for, and the cells (cells.py) the entity was joined in. Arrays rather than per-entity lists:
+    a 1M-entity pass holds 10M neighbours."""
 
     def __init__(self, k: int, model_id: str, ids: list[str] | None = None, hashes: list[str] | None = None,
-                 nbr: np.ndarray | None = None, sim: np.ndarray | None = None) -> None:
+                 nbr: np.ndarray | None = None, sim: np.ndarray | None = None, plan: CellPlan | None = None,
+                 cells: np.ndarray | None = None, cell_settings: tuple[int, int] = (0, 0)) -> None:
         self.k = k
         self.model_id = model_id
         self.ids: list[str] = list(ids or [])
@@ -91,12 +92,18 @@ class KnnLists:
         n = len(self.ids)
         self.nbr = nbr if nbr is not None else np.full((n, k), -1, dtype=np.int32)     # -1 = empty slot
         self.sim = sim if sim is not None else np.full((n, k), -np.inf, dtype=np.float32)
+        self.plan = plan                      # None: no cells yet, the next pass fits them
+        self.cells = cells if cells is not None else np.zeros((n, 0), dtype=np.int32)
+        self.cell_settings = cell_settings    # (cells_per_entity, cell_size) the plan was fitted with
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
+        plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
         np.savez(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
                  hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
-                 nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id))
+                 nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
+                 centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count), cells=self.cells,
+                 cell_settings=np.array(self.cell_settings, dtype=np.int64), has_plan=np.bool_(self.plan is not None))
         store.atomic_write_bytes(path, buf.getvalue())
 
     @classmethod
@@ -110,12 +117,20 @@ class KnnLists:
                 ids = raw.split("\n") if raw else []
                 hashes = z["hashes"].tobytes().decode().split("\n") if ids else []
                 nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing or torn: recomputed
+                plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
+                        if z["has_plan"] else None)
+                cells = z["cells"].astype(np.int32)
+                per, size = (int(x) for x in z["cell_settings"])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
             return cls(k, model_id)
-        if nbr.shape != (len(ids), k) or sim.shape != nbr.shape or len(hashes) != len(ids) \
-                or (nbr >= len(ids)).any() or (nbr < -1).any():
-            return cls(k, model_id)   # damaged: recomputed from the index
-        return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32))
+        n = len(ids)
+        if nbr.shape != (n, k) or sim.shape != nbr.shape or len(hashes) != n \
+                or (nbr >= n).any() or (nbr < -1).any() or plan is None \
+                or plan.mean.shape != plan.centroids.shape[1:] or cells.shape != (n, min(per, plan.cells)) \
+                or (cells < 0).any() or (cells >= plan.cells).any():
+            return cls(k, model_id)   # damaged: recomputed
+        return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32), plan,
+                   cells, (per, size))
 
 
 def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +150,13 @@ def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
 
 def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Offers (target <- src at sim) grouped per target, its k best kept: (targets, src (t, k), sim (t, k))."""
+    """Offers (target <- src at sim) grouped per target, its k best distinct sources kept: (targets, src (t, k),
+    sim (t, k)). A source is offered once per cell it shares with the target: repeats must not take slots."""
+    order = np.lexsort((src, target))
+    target, src, sim = target[order], src[order], sim[order]
+    first = np.ones(len(target), dtype=bool)
+    first[1:] = (target[1:] != target[:-1]) | (src[1:] != src[:-1])
+    target, src, sim = target[first], src[first], sim[first]
     order = np.lexsort((src, -sim, target))
     target, src, sim = target[order], src[order], sim[order]
     uniq, start = np.unique(target, return_index=True)
@@ -149,18 +170,33 @@ def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
     return uniq, out_src, out_sim
 
 
-def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, index: VectorIndex,
-               k: int, reporter: Reporter, ef: int | None = None) -> tuple[KnnLists, int]:
-    """New neighbour lists for the current entities (rows of `ids`/`matrix`); returns them and how many
-    entities were queried: the new or changed ones, and those that lost a neighbour."""
+def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
+               reporter: Reporter, per_entity: int, cell_size: int) -> tuple[KnnLists, int]:
+    """New neighbour lists for the current entities (rows of `ids`/`matrix`, unit vectors); returns them and
+    how many entities were queried: the new or changed ones, and those that lost a neighbour; all of them when
+    the cells are (re)fitted, which happens when there are none yet, when the settings changed, and each time
+    the entity count doubles, so the centroids follow the corpus at a geometric cost."""
     n = len(ids)
     out = KnnLists(k, prev.model_id, ids, hashes)
     if n == 0:
         return out, 0
+    plan, settings = prev.plan, (per_entity, cell_size)
+    refit = (plan is None or prev.cell_settings != settings or plan.centroids.shape[1] not in (0, matrix.shape[1])
+             or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
+             or (plan.cells > 1 and n >= 2 * plan.fit_count))
     prev_row = {i: p for p, i in enumerate(prev.ids)}
     old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    same = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    same = np.array([not refit and o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)],
+                    dtype=bool)
     kept = np.nonzero(same)[0]
+    with reporter.task("synonyms: cells", total=n - len(kept)) as task:
+        if refit:
+            plan = fit_cells(matrix, per_entity, cell_size)
+        out.plan, out.cell_settings = plan, settings
+        out.cells = np.empty((n, min(per_entity, plan.cells)), dtype=np.int32)
+        if len(kept):
+            out.cells[kept] = prev.cells[old[kept]]
+        out.cells[~same] = nearest_cells(matrix[~same], plan, per_entity, on_rows=task.advance)
     fwd = np.full(len(prev.ids) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
     fwd[old[kept]] = kept
     if len(kept):
@@ -173,47 +209,19 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         lost = np.zeros(0, dtype=bool)
     query = ~same
     query[kept[lost]] = True
-    qrows = np.nonzero(query)[0]
-    # index rows -> rows of `ids` (sync made the index hold exactly these ids, maybe in another order)
-    to_row = np.empty(len(index), dtype=np.int64)
-    to_row[[index.position(i) for i in ids]] = np.arange(n)
-    # Each queried entity is asked for OFFER_WIDTH * k + 1 candidates. On a projected index (vectors.py) the
-    # candidates are re-scored on the full vectors before the best k are kept. On an incremental run, a queried
-    # entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own top k
-    # need not show (x may be 12th for q), so q is offered to every kept entity among its candidates.
-    wide = OFFER_WIDTH * k + 1
-    offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    # A queried entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own
+    # top k need not show (x may be 12th for q), so the join offers q to the kept entities of its cells.
+    with reporter.task("synonyms: nearest entities", total=int(query.sum()) * out.cells.shape[1]) as task:
+        found = join(matrix, out.cells, plan.cells, query, k, on_cell=task.advance)
     batch = 50_000
-    with reporter.task("synonyms: nearest entities", total=len(qrows)) as task:
-        for s in range(0, len(qrows), batch):
-            part = qrows[s:s + batch]
-            got, sims = index.search_rows(matrix[part], wide, ef=max(ef or 0, wide))
-            got = np.where(got >= 0, to_row[np.maximum(got, 0)], -1)
-            if index.projected:
-                sims = np.where(got >= 0, rescore(matrix, part, got), -np.inf)
-            sims = np.where(got == part[:, None], -np.inf, sims)           # never its own neighbour
-            out.nbr[part], out.sim[part] = best_k(got, sims, k)
-            if len(kept):
-                to_kept = (got >= 0) & np.isfinite(sims) & ~query[np.maximum(got, 0)]
-                offers.append((got[to_kept], np.broadcast_to(part[:, None], got.shape)[to_kept], sims[to_kept]))
-            task.advance(len(part))
-    if offers:
-        targets, osrc, osim = _group_offers(*(np.concatenate(x) for x in zip(*offers)), k)
-        if len(targets):
-            out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
-                                                        np.concatenate([out.sim[targets], osim], axis=1), k)
-    return out, len(qrows)
-
-
-def rescore(matrix: np.ndarray, rows: np.ndarray, cand: np.ndarray, block: int = 2048) -> np.ndarray:
-    """Exact cosine of matrix[rows[i]] with matrix[cand[i, j]] (unit vectors), a block of rows at a time so the
-    gathered candidates stay within ~100 MB."""
-    out = np.empty(cand.shape, dtype=np.float32)
-    safe = np.maximum(cand, 0)
-    for s in range(0, len(rows), block):
-        q = matrix[rows[s:s + block]]
-        out[s:s + block] = np.matmul(matrix[safe[s:s + block]], q[:, :, None])[:, :, 0]
-    return out
+    for s in range(0, len(found.rows), batch):
+        rows = found.rows[s:s + batch]
+        out.nbr[rows], out.sim[rows] = best_k(found.nbr[s:s + batch], found.sim[s:s + batch], k)
+    if len(found.offer_to):
+        targets, osrc, osim = _group_offers(found.offer_to, found.offer_from, found.offer_sim, k)
+        out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
+                                                    np.concatenate([out.sim[targets], osim], axis=1), k)
+    return out, len(found.rows)
 
 
 def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
@@ -337,25 +345,21 @@ def _load(path: Path, cls: type) -> list:
     return [from_dict(cls, r) for r in store.read_jsonl(path)]
 
 
-def index_settings(settings: Settings, name: str) -> VectorSettings:
-    """[vectors] for the query indices; the entity-name index, built only for the k-NN pass, takes its graph
-    parameters from [synonyms]."""
-    if name != NAMES_INDEX:
-        return settings.vectors
-    s = settings.synonyms
-    return replace(settings.vectors, m=s.m, ef_construction=s.ef_construction, ef_search=s.ef_search,
-                   pca_variance=s.pca_variance)
-
-
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str, ids: list[str],
-                texts: list[str], reporter: Reporter) -> tuple[VectorIndex, np.ndarray, dict]:
+                texts: list[str], reporter: Reporter) -> tuple[VectorIndex, dict]:
     matrix = emb.encode(texts, reporter=reporter)
     dim = int(matrix.shape[1]) if len(texts) else 0
-    idx = VectorIndex.load_or_create(project.vectors_dir, name, index_settings(settings, name), emb.model_id,
-                                     dim)
+    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id, dim)
     counts = idx.sync(ids, [text_hash(t) for t in texts], matrix)
     idx.save(project.vectors_dir)
-    return idx, matrix, counts
+    return idx, counts
+
+
+def _drop_name_graph(vectors_dir: Path) -> None:
+    """Earlier versions kept an HNSW graph of the name vectors; the cells replaced it, so its files go."""
+    hnsw, id_map = VectorIndex.paths(vectors_dir, NAMES)
+    for path in (hnsw, id_map, VectorIndex.matrix_path(vectors_dir, NAMES), vectors_dir / f"{NAMES}.pca.npy"):
+        path.unlink(missing_ok=True)
 
 
 def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> dict:
@@ -384,14 +388,13 @@ def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> 
 
 
 def check_settings(settings: Settings) -> None:
-    """Out-of-range [synonyms] values stop the run before anything is written (hnswlib would crash or hang)."""
+    """Out-of-range [synonyms] values stop the run before anything is embedded or written."""
     s = settings.synonyms
-    for key, ok, rule in (("top_k", s.top_k >= 1, "at least 1"), ("m", s.m >= 2, "at least 2"),
-                          ("ef_construction", s.ef_construction >= 1, "at least 1"),
-                          ("ef_search", s.ef_search >= 1, "at least 1"),
+    for key, ok, rule in (("top_k", s.top_k >= 1, "at least 1"),
                           ("threshold", -1.0 <= s.threshold <= 1.0, "between -1 and 1"),
                           ("min_name_chars", s.min_name_chars >= 0, "at least 0"),
-                          ("pca_variance", 0.0 < s.pca_variance <= 1.0, "above 0 and at most 1")):
+                          ("cells_per_entity", s.cells_per_entity >= 1, "at least 1"),
+                          ("cell_size", s.cell_size >= 2, "at least 2")):
         if not ok:
             raise UsageError(f"setting synonyms.{key}: {getattr(s, key)!r} must be {rule}")
 
@@ -421,37 +424,33 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         "relations": ([r.id for r in relations], [relation_text(r, names) for r in relations]),
         "facts": ([f.id for f in facts], [fact_text(f) for f in facts]),
     }
-    specs[NAMES_INDEX] = ([e.id for e in entities_list], [e.name for e in entities_list])
     counts: dict[str, Any] = {}
     digests: dict[str, Any] = {"model_id": emb.model_id}
-    ent_index = ent_matrix = None
     added = 0
-    for name in (*INDEX_NAMES, NAMES_INDEX):
+    for name in INDEX_NAMES:
         ids, texts = specs[name]
-        idx, matrix, c = _sync_index(project, settings, emb, name, ids, texts, reporter)
+        idx, c = _sync_index(project, settings, emb, name, ids, texts, reporter)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]
         digests[name] = fingerprint(idx.ids, idx.hashes)
-        if name == NAMES_INDEX:
-            ent_index, ent_matrix = idx, matrix
-        del matrix
     counts["vectors_added"] = added
-    counts["embedded_now"] = emb.stats["embedded"]
-    counts["cached"] = emb.stats["cached"]
     counts.update(_sync_bm25(project, chunk_texts, reporter))
     counts.update(idf)
 
     # -- synonym edges --
     s = settings.synonyms
-    ent_ids, ent_hashes = specs[NAMES_INDEX][0], [text_hash(t) for t in specs[NAMES_INDEX][1]]
+    ent_ids, name_texts = [e.id for e in entities_list], [e.name for e in entities_list]
+    ent_hashes = [text_hash(t) for t in name_texts]
+    name_matrix = emb.encode(name_texts, reporter=reporter)
+    counts["embedded_now"] = emb.stats["embedded"]
+    counts["cached"] = emb.stats["cached"]
+    digests[NAMES] = fingerprint(ent_ids, ent_hashes)
     knn_path = project.vectors_dir / KNN_FILE
     prev = KnnLists.load(knn_path, s.top_k, emb.model_id)
-    if ent_index is not None and len(ent_ids):
-        knn, queried = update_knn(prev, ent_ids, ent_hashes, ent_matrix, ent_index, s.top_k, reporter,
-                                  ef=s.ef_search)
-    else:
-        knn, queried = KnnLists(s.top_k, emb.model_id), 0
+    knn, queried = update_knn(prev, ent_ids, ent_hashes, name_matrix, s.top_k, reporter, s.cells_per_entity,
+                              s.cell_size)
     knn.save(knn_path)
+    _drop_name_graph(project.vectors_dir)
     counts["entities_queried"] = queried
     auto = candidate_pairs(knn, linkable(entities, s.min_name_chars), s.threshold)
 
@@ -462,8 +461,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             a, b = r["a"], r["b"]
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
-            if sim is None and ent_matrix is not None:   # a pair the reviewer added by hand: its real cosine
-                sim = round(float(ent_matrix[row_of[a]] @ ent_matrix[row_of[b]]), 6)
+            if sim is None:   # a pair the reviewer added by hand: its real cosine
+                sim = round(float(name_matrix[row_of[a]] @ name_matrix[row_of[b]]), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)
         counts["accepted_rows"] = len(accepted)

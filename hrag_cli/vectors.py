@@ -8,7 +8,6 @@ API (the query stage codes against this):
     idx.dim, len(idx), idx.ids (list[str], id order)
     ids, sims = idx.search(queries, k, ef=None)   # queries float32 (nq, dim) or (dim,); ids: list[list[str]] (nq lists,
                                          # each <= k, best first); sims: float32 (nq, k) cosine, -inf padded
-    rows, sims = idx.search_rows(queries, k, ef=None)   # the same as rows of idx.ids (int64, -1 padded)
     idx.vectors()           # float32 (len, dim): every live vector in idx.ids order (exact dense scoring)
     idx.position(id) -> int | None       # row of an id in idx.ids / idx.vectors()
 
@@ -25,12 +24,6 @@ Why it is shaped this way:
   deleted slots exceed a quarter of the index, or the embedder/dimension/M/ef_construction changed, `sync`
   rebuilds from scratch, since search quality of HNSW drifts with many tombstones.
 - Below `exact_below` live items search is a plain matrix product: exact, and faster than HNSW at that size.
-- With `pca_variance` < 1 (the entity-name index of the synonym pass), an index of at least `exact_below` items
-  holds PCA projections of its vectors keeping that share of the variance (`<name>.pca.npy`, refitted by a
-  rebuild each time the index doubles). Graph build and search cost scale with the dimension, so this makes
-  both several times cheaper; similarities are then approximate (`projected`), and the caller re-scores its
-  candidates on the full vectors. Where the variance is spread over most dimensions (fit_projection finds it
-  takes more than 3/4 of them), the index stays unprojected.
 - Saving goes through a temp file in the same folder and os.replace for both files; the ids file is written
   last and names the hnsw file's checksum-free size, so a crash between the two renames is detected at load
   (size mismatch) and reported as "rebuild with hrag synonyms" instead of returning wrong ids.
@@ -46,13 +39,10 @@ import numpy as np
 from . import store
 from .config import VectorSettings
 from .errors import HragError
-from .project import fingerprint
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
 FORMAT = 1
 _REBUILD_DELETED_FRACTION = 0.25
-_PCA_SAMPLE = 100_000              # rows the principal directions are fitted on
-_PCA_MAX_SHARE = 0.75              # a projection keeping more of the dimensions than this is not worth it
 
 
 # Indices whose whole matrix is saved beside the graph as <name>.npy: ppr and naive score every chunk densely,
@@ -73,31 +63,6 @@ def _as_matrix(x: np.ndarray, dim: int) -> np.ndarray:
     if m.ndim != 2 or m.shape[1] != dim:
         raise ValueError(f"expected vectors of dimension {dim}, got shape {m.shape}")
     return np.ascontiguousarray(m)
-
-
-def fit_projection(matrix: np.ndarray, variance: float) -> np.ndarray | None:
-    """(dim, d) float32 principal directions keeping `variance` of the spread of the rows, or None when that
-    takes more than _PCA_MAX_SHARE of the dimensions (high intrinsic dimension: little would be saved)."""
-    n, dim = matrix.shape
-    if not 0.0 < variance < 1.0 or n < 2:
-        return None
-    rows = np.sort(np.random.default_rng(0).choice(n, _PCA_SAMPLE, replace=False)) if n > _PCA_SAMPLE else np.arange(n)
-    total_sum = np.zeros(dim)
-    scatter = np.zeros((dim, dim))
-    for s in range(0, len(rows), 10_000):   # in blocks: a float64 copy of 100k x 2048 would be 1.6 GB
-        x = np.asarray(matrix[rows[s:s + 10_000]], dtype=np.float64)
-        total_sum += x.sum(axis=0)
-        scatter += x.T @ x
-    mean = total_sum / len(rows)
-    w, v = np.linalg.eigh(scatter - len(rows) * np.outer(mean, mean))
-    w, v = w[::-1], v[:, ::-1]
-    total = float(w.sum())
-    if total <= 0.0:
-        return None
-    d = int(np.searchsorted(np.cumsum(w) / total, variance)) + 1
-    if d > _PCA_MAX_SHARE * dim:
-        return None
-    return np.ascontiguousarray(v[:, :d], dtype=np.float32)
 
 
 def exact_topk(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,9 +94,6 @@ class VectorIndex:
         self.hashes: list[str] = []       # text hash per live id
         self.m = settings.m
         self.ef_construction = settings.ef_construction
-        self.pca_variance = settings.pca_variance
-        self._proj: np.ndarray | None = None   # (dim, d) when the graph holds PCA projections
-        self._pca_fit_count = 0               # live items when the projection was last fitted (0: never)
         self._pos: dict[str, int] = {}
         self._free: int = 0               # deleted slots awaiting reuse
         self._next_label = 0
@@ -165,35 +127,8 @@ class VectorIndex:
                      _as_matrix(matrix, idx.dim) if len(ids) else np.zeros((0, idx.dim), np.float32))
         return idx
 
-    @property
-    def projected(self) -> bool:
-        """True when search runs on PCA projections: its similarities are then approximate and a caller that
-        needs exact ones re-scores the candidates on the full vectors (synonyms.update_knn does)."""
-        return self._proj is not None
-
-    def _project(self, m: np.ndarray) -> np.ndarray:
-        """Vectors as the graph holds them: unchanged, or projected and re-normalised."""
-        if self._proj is None:
-            return m
-        p = m @ self._proj
-        p /= np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
-        return np.ascontiguousarray(p, dtype=np.float32)
-
-    def _pca_due(self, n: int) -> bool:
-        """Refit the projection (a rebuild) once the index reaches exact_below items, then whenever it has
-        doubled since the last fit, so the directions follow what the corpus has become."""
-        s = self.settings
-        if not 0.0 < s.pca_variance < 1.0 or n < s.exact_below:
-            return False
-        return n >= (2 * self._pca_fit_count if self._pca_fit_count else s.exact_below)
-
-    @property
-    def _graph_dim(self) -> int:
-        """Dimension of the vectors the hnsw graph holds."""
-        return self._proj.shape[1] if self._proj is not None else self.dim
-
     def _new_hnsw(self, capacity: int):
-        index = _hnswlib().Index(space="cosine", dim=self._graph_dim)
+        index = _hnswlib().Index(space="cosine", dim=self.dim)
         index.init_index(max_elements=max(capacity, 16), M=self.m, ef_construction=self.ef_construction,
                          random_seed=100, allow_replace_deleted=True)
         index.set_ef(max(self.settings.ef_search, 16))
@@ -201,11 +136,7 @@ class VectorIndex:
 
     def _rebuild(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> None:
         s = self.settings
-        self.m, self.ef_construction, self.pca_variance = s.m, s.ef_construction, s.pca_variance
-        self._proj, self._pca_fit_count = None, 0
-        if self._pca_due(len(ids)):
-            self._proj, self._pca_fit_count = fit_projection(matrix, s.pca_variance), len(ids)
-        matrix = self._project(matrix)
+        self.m, self.ef_construction = s.m, s.ef_construction
         self._index = self._new_hnsw(len(ids)) if ids else None
         if ids:
             self._index.add_items(matrix, np.arange(len(ids), dtype=np.int64))
@@ -231,8 +162,7 @@ class VectorIndex:
         if len(want) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
         s = self.settings
-        if (self._index is None or self.m != s.m or self.ef_construction != s.ef_construction
-                or self.pca_variance != s.pca_variance or self._pca_due(n)):
+        if self._index is None or self.m != s.m or self.ef_construction != s.ef_construction:
             self._rebuild(list(ids), list(hashes), matrix)
             return {"added": n, "removed": 0, "kept": 0, "rebuilt": 1}
         gone = [p for p, i in enumerate(self.ids) if want.get(i) is None or hashes[want[i]] != self.hashes[p]]
@@ -251,7 +181,7 @@ class VectorIndex:
         self.labels = [lab for lab, k in zip(self.labels, keep_mask) if k]
         self.hashes = [h for h, k in zip(self.hashes, keep_mask) if k]
         if new:
-            add = self._project(matrix[new])
+            add = matrix[new]
             labels = np.arange(self._next_label, self._next_label + len(new), dtype=np.int64)
             self._next_label += len(new)
             reuse = min(self._free, len(new))
@@ -267,8 +197,7 @@ class VectorIndex:
         self._pos = {i: p for p, i in enumerate(self.ids)}
         # the caller's matrix already holds every live vector: reorder it for small sets (exact search),
         # and let big ones be read back from hnswlib only if someone asks for vectors()
-        self._matrix = (self._project(matrix[[want[i] for i in self.ids]]) if self._keeps_matrix(len(self.ids))
-                        else None)
+        self._matrix = matrix[[want[i] for i in self.ids]] if self._keeps_matrix(len(self.ids)) else None
         self._lut = None
         return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 0}
 
@@ -293,20 +222,19 @@ class VectorIndex:
 
     def vectors(self) -> np.ndarray:
         """All live vectors as searched, row i = self.ids[i] (unit length: hnswlib cosine stores normalised
-        vectors; PCA projections when `projected`)."""
+        vectors)."""
         return self._live_matrix()
 
     def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
         """Top-k ids by cosine per query, best first; exact below settings.exact_below live items.
         `ef` overrides settings.ef_search for this call."""
-        rows, sims = self.search_rows(queries, k, ef)
+        rows, sims = self._search_rows(queries, k, ef)
         ids_out = [[self.ids[int(p)] for p in r[r >= 0]] for r in rows]
         return ids_out, sims
 
-    def search_rows(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """As search, but rows of self.ids (int64 (nq, k), -1 padded) instead of id strings: the synonym pass
-        asks for 10M neighbours at 1M entities, and strings for each would cost seconds and a gigabyte."""
-        q = self._project(_as_matrix(queries, self.dim))
+    def _search_rows(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """As search, but rows of self.ids (int64 (nq, k), -1 padded)."""
+        q = _as_matrix(queries, self.dim)
         n = len(self.ids)
         k = max(int(k), 0)
         rows_out = np.full((len(q), k), -1, dtype=np.int64)
@@ -353,10 +281,6 @@ class VectorIndex:
     def matrix_path(vectors_dir: Path, name: str) -> Path:
         return Path(vectors_dir) / f"{name}.npy"
 
-    @staticmethod
-    def projection_path(vectors_dir: Path, name: str) -> Path:
-        return Path(vectors_dir) / f"{name}.pca.npy"
-
     def save(self, vectors_dir: Path) -> None:
         """hnsw file (and for MATRIX_SAVED indices the .npy matrix) first, each temp + rename, then the id map
         that vouches for them (atomic)."""
@@ -372,21 +296,12 @@ class VectorIndex:
             with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
                 np.save(fh, np.ascontiguousarray(self._live_matrix(), dtype=np.float32), allow_pickle=False)
             matrix_rows = len(self.ids)
-        pca_digest = ""
-        if self._proj is not None:
-            with store.atomic_writer(self.projection_path(vectors_dir, self.name)) as fh:
-                np.save(fh, self._proj, allow_pickle=False)
-            pca_digest = fingerprint(self._proj)
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
-                            "hnsw_bytes": size, "matrix_rows": matrix_rows, "pca_variance": self.pca_variance,
-                            "pca_fit_count": self._pca_fit_count, "pca_digest": pca_digest}}
+                            "hnsw_bytes": size, "matrix_rows": matrix_rows}}
         rows = ({"id": i, "label": lab, "h": h} for i, lab, h in zip(self.ids, self.labels, self.hashes))
         store.write_jsonl(ids_path, _chain([header], rows))
-        if self._proj is None:   # a projection left from an earlier build that no id map vouches for now
-            self.projection_path(vectors_dir, self.name).unlink(missing_ok=True)
-
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
         """The saved index, or None when it was never built. A damaged pair raises HragError."""
@@ -401,9 +316,6 @@ class VectorIndex:
         try:   # a hand-edited or damaged id map: missing keys or wrong types
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
-            idx.pca_variance = float(meta.get("pca_variance", 1.0))
-            idx._pca_fit_count = int(meta.get("pca_fit_count", 0))
-            pca_digest = str(meta.get("pca_digest", ""))
             for r in rows:
                 idx.ids.append(r["id"])
                 idx.labels.append(int(r["label"]))
@@ -416,20 +328,10 @@ class VectorIndex:
         idx._pos = {i: p for p, i in enumerate(idx.ids)}
         idx._free = int(meta.get("free", 0))
         idx._next_label = int(meta.get("next_label", len(idx.ids)))
-        if pca_digest:   # the projection the graph was built on, vouched for by its digest
-            try:
-                proj = np.load(cls.projection_path(vectors_dir, name), allow_pickle=False)
-            except (OSError, ValueError):
-                proj = None
-            if (proj is None or proj.dtype != np.float32 or proj.ndim != 2 or proj.shape[0] != idx.dim
-                    or fingerprint(proj) != pca_digest):
-                raise HragError(f"{cls.projection_path(vectors_dir, name)} does not match its id map; "
-                                "run 'hrag synonyms' to rebuild it")
-            idx._proj = proj
         if meta.get("hnsw_bytes"):
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
-            index = _hnswlib().Index(space="cosine", dim=idx._graph_dim)
+            index = _hnswlib().Index(space="cosine", dim=idx.dim)
             try:
                 index.load_index(str(hnsw_path), allow_replace_deleted=True)
             except (RuntimeError, OSError, ValueError) as exc:   # right size, wrong bytes

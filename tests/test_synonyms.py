@@ -136,8 +136,13 @@ def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_ind
     stub.set_embed(embed_fn)
     p = make_project(tmp_path, list(NAMES))
     s = settings_for(stub)
+    p.vectors_dir.mkdir(parents=True, exist_ok=True)
+    old_graph = [p.vectors_dir / f"entity_names{x}" for x in (".hnsw", ".ids.jsonl", ".pca.npy")]
+    for f in old_graph:                                     # the name graph of earlier versions
+        f.write_bytes(b"old")
     first = run(p, s)
     assert first.counts["entities_queried"] == len(NAMES)
+    assert not any(f.exists() for f in old_graph)
     requests = stub.count("/embeddings")
     again = run(p, s)
     assert again.counts["embedded_now"] == 0 and again.counts["entities_queried"] == 0
@@ -221,8 +226,8 @@ def test_bad_review_file_changes_nothing(tmp_path: Path, stub, body: str, messag
         run(p, s, accept_path=bad, review_path=tmp_path / "r.tsv")
 
 
-@pytest.mark.parametrize("key,value", [("pca_variance", 0.0), ("pca_variance", 1.5), ("top_k", 0), ("m", 1),
-                                       ("ef_search", 0), ("threshold", 2.0)])
+@pytest.mark.parametrize("key,value", [("cells_per_entity", 0), ("cell_size", 1), ("top_k", 0),
+                                       ("min_name_chars", -1), ("threshold", 2.0)])
 def test_out_of_range_settings_stop_before_anything_is_written(tmp_path: Path, stub, key: str, value) -> None:
     stub.set_embed(embed_fn)
     p = make_project(tmp_path, list(NAMES))
