@@ -58,7 +58,7 @@ def fit_cells(matrix: np.ndarray, per_vector: int, cell_size: int, seed: int = 0
     """Spherical k-means on a sample of the centred rows (deterministic for a given matrix); an emptied centroid
     is re-seeded on a random sample row so no cell is wasted."""
     n, dim = matrix.shape
-    c = cell_count(n, per_vector, cell_size)
+    c = min(cell_count(n, per_vector, cell_size), n)      # cells smaller than per_vector ask for more than n
     rng = np.random.default_rng(seed)
     x = matrix[np.sort(rng.choice(n, size=min(n, max(sample, 2 * c)), replace=False))]
     mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)

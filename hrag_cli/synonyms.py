@@ -181,7 +181,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     if n == 0:
         return out, 0
     plan, settings = prev.plan, (per_entity, cell_size)
-    refit = (plan is None or prev.cell_settings != settings or plan.centroids.shape[1] not in (0, matrix.shape[1])
+    refit = (plan is None or prev.cell_settings != settings or plan.centroids.shape[1] != matrix.shape[1]
              or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     prev_row = {i: p for p, i in enumerate(prev.ids)}

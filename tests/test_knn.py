@@ -137,6 +137,8 @@ def test_nearest_cells_and_fit() -> None:
     want = np.argsort(-(centred @ plan.centroids.T), axis=1)[:, :4]
     assert (np.sort(got, axis=1) == np.sort(want, axis=1)).all()
     assert (nearest_cells(m, plan, 1)[:, 0] == want[:, 0]).all()
+    tiny = fit_cells(m[:50], 10, 2)                     # cells smaller than cells per vector: one per row at most
+    assert tiny.cells == 50 and nearest_cells(m[:50], tiny, 10).shape == (50, 10)
     single = fit_cells(m[:100], 4, 200)
     assert single.cells == 1 and nearest_cells(m[:5], single, 4).tolist() == [[0]] * 5
 
