@@ -88,6 +88,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--dup", type=float, default=0.2)
     ap.add_argument("--sample", type=int, default=4000)
+    ap.add_argument("--add", type=int, default=1000, help="then a later run with this many new entities (0: none)")
     ap.add_argument("--data", choices=("uniform", "lowrank", "spectrum"), default="uniform")
     ap.add_argument("--cells-per-entity", type=int, default=None, help="override settings.synonyms.cells_per_entity")
     ap.add_argument("--cell-size", type=int, default=None, help="override settings.synonyms.cell_size")
@@ -129,9 +130,41 @@ def main() -> None:
           f"CPU {cpu:.0f} s over all threads, load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
           flush=True)
 
-    # recall against exact brute force on a sample
-    rng = np.random.default_rng(args.seed + 1)
-    sample = rng.choice(args.n, size=min(args.sample, args.n), replace=False)
+    check = against_brute_force(m, knn, pairs, ids, np.random.default_rng(args.seed + 1).choice(
+        args.n, size=min(args.sample, args.n), replace=False), k, thr)
+    print(f"synonym recall {check['kept']:7.4f}   ({check['kept_n']} exact top-{k} neighbours >= {thr} in a sample "
+          f"of {check['sample']}: the neighbours the pass keeps; target >= 0.98)")
+    print(f"  just above  {check['edge']:8.4f}   ({check['edge_n']} of them at {thr}-{thr + 0.05:.2f})")
+    print(f"pair recall   {check['pairs']:8.4f}   (those as SYNONYM pairs, either side's list)")
+    print(f"recall@{k}     {check['all']:8.4f}   (all {k} neighbours vs exact brute force)")
+    print(f"eps-recall@{k} {check['eps']:8.4f}   (a neighbour counts when within {EPSILON} cosine of the true "
+          f"{k}th, as ann-benchmarks counts)")
+
+    if args.add:   # a later run: the same entities plus new ones, a fifth of them copies (cosine 0.8-0.98)
+        extra = make_vectors(args.add, args.dim, 0.0, args.seed + 2, args.data)
+        rng = np.random.default_rng(args.seed + 3)
+        copies = rng.choice(args.add, size=args.add // 5, replace=False)
+        src = rng.integers(0, args.n, size=len(copies))
+        extra[copies] = m[src] + rng.uniform(0.2, 0.75, size=(len(copies), 1)).astype(np.float32) * extra[copies]
+        extra[copies] /= np.linalg.norm(extra[copies], axis=1, keepdims=True)
+        m2 = np.vstack([m, extra])
+        del m
+        ids2 = ids + [f"n{i}" for i in range(args.add)]
+        hashes2 = hashes + [f"n{i}" for i in range(args.add)]
+        t0 = time.perf_counter()
+        knn2, queried = update_knn(knn, ids2, hashes2, m2, k, quiet, syn.cells_per_entity, syn.cell_size)
+        pairs2 = candidate_pairs(knn2, set(ids2), thr)
+        t_inc = time.perf_counter() - t0
+        added = against_brute_force(m2, knn2, pairs2, ids2, np.arange(args.n, args.n + args.add), k, thr)
+        print(f"later run     {t_inc:8.1f} s   (+{args.add} entities: {queried} joined, the rest kept their lists; "
+              f"their kept neighbours found {added['kept']:.4f} of {added['kept_n']}, as pairs {added['pairs']:.4f})")
+    print(f"peak RSS      {peak_gb():8.2f} GB   (with the brute-force check; the pass itself: {pass_peak:.2f} GB)")
+
+
+def against_brute_force(m: np.ndarray, knn: KnnLists, pairs: dict, ids: list[str], sample: np.ndarray, k: int,
+                        thr: float) -> dict:
+    """Recall of the lists of the `sample` rows against their exact top-k: all k, ann-benchmarks style, the
+    neighbours at or above the threshold (the kept ones), those just above it, and the kept ones as pairs."""
     hit = eps_hit = tot = 0
     syn_hit = syn_tot = pair_hit = 0
     edge_hit = edge_tot = 0      # the hardest of them: just above the threshold
@@ -147,7 +180,6 @@ def main() -> None:
             kth = sims[r, top[r]].min()
             eps_hit += int((knn.sim[row][: len(got)] >= kth - EPSILON).sum())
             tot += k
-            # the synonym neighbours: exact top-k at or above the threshold
             for j in top[r]:
                 if sims[r, j] >= thr:
                     syn_tot += 1
@@ -157,15 +189,9 @@ def main() -> None:
                         edge_hit += int(j in got)
                     a, b = sorted((ids[row], ids[j]))
                     pair_hit += (a, b) in pairs
-    print(f"synonym recall {syn_hit / max(syn_tot, 1):7.4f}   ({syn_tot} exact top-{k} neighbours >= {thr} in the "
-          f"sample: the neighbours the pass keeps; target >= 0.98)")
-    print(f"  just above  {edge_hit / max(edge_tot, 1):8.4f}   ({edge_tot} of them at {thr}-{thr + 0.05:.2f})")
-    print(f"pair recall   {pair_hit / max(syn_tot, 1):8.4f}   (those as SYNONYM pairs, either side's list)")
-    print(f"recall@{k}     {hit / tot:8.4f}   (all {k} neighbours, sample of {len(sample)} vs exact brute force)")
-    print(f"eps-recall@{k} {eps_hit / tot:8.4f}   (a neighbour counts when within {EPSILON} cosine of the true "
-          f"{k}th, as ann-benchmarks counts)")
-    print(f"peak RSS      {peak_gb():8.2f} GB   (with the brute-force check; the pass itself: {pass_peak:.2f} GB)")
-
+    return {"sample": len(sample), "all": hit / tot, "eps": eps_hit / tot, "kept": syn_hit / max(syn_tot, 1),
+            "kept_n": syn_tot, "edge": edge_hit / max(edge_tot, 1), "edge_n": edge_tot,
+            "pairs": pair_hit / max(syn_tot, 1)}
 
 if __name__ == "__main__":
     main()

@@ -133,10 +133,12 @@ class Joined:
     offer_sim: np.ndarray     # ... at this cosine
 
 
-def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int,
+def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int, floor: np.ndarray,
          on_cell: Callable[[int], None] | None = None) -> Joined:
     """Compare each queried row (`query`, a bool mask) with every row sharing one of its cells. An unqueried
-    member of a cell is offered the k best queried rows of that cell. `on_cell(done_rows)` reports progress."""
+    member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
+    so far: a later run adds a few entities to cells of thousands, and most members need none of them).
+    `on_cell(done_rows)` reports progress."""
     n = len(matrix)
     qrows = np.nonzero(query)[0]
     slots = cells.shape[1]
@@ -186,7 +188,8 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
             if len(src) > k:     # several row blocks: the k best over all of them
                 pick = np.argpartition(cos, -k, axis=0)[-k:]
                 src, cos = np.take_along_axis(src, pick, 0), np.take_along_axis(cos, pick, 0)
-            offers.append((np.broadcast_to(kept, src.shape).ravel(), src.ravel(), cos.ravel()))
+            better = cos > floor[kept]
+            offers.append((np.broadcast_to(kept, src.shape)[better], src[better], cos[better]))
         if on_cell is not None:
             on_cell(len(q))
     if offers:

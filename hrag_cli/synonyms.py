@@ -212,7 +212,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     # A queried entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own
     # top k need not show (x may be 12th for q), so the join offers q to the kept entities of its cells.
     with reporter.task("synonyms: nearest entities", total=int(query.sum()) * out.cells.shape[1]) as task:
-        found = join(matrix, out.cells, plan.cells, query, k, on_cell=task.advance)
+        found = join(matrix, out.cells, plan.cells, query, k, out.sim[:, k - 1], on_cell=task.advance)
     batch = 50_000
     for s in range(0, len(found.rows), batch):
         rows = found.rows[s:s + batch]
