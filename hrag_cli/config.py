@@ -87,7 +87,7 @@ class SynonymSettings:
     min_name_chars: int = 3
     # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
     # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
-    # exact. bench/synonyms_scale.py: 1M uniform random unit vectors (dim 384) in 4.6 min, 0.996 of the
+    # exact. bench/synonyms_scale.py: 1M uniform random unit vectors (dim 384) in 4.4 min, 0.996 of the
     # neighbours at or above the threshold found. More cells per entity: higher recall, cost grows linearly.
     cells_per_entity: int = 10
     cell_size: int = 1250
