@@ -1,6 +1,7 @@
-"""The synonym pass's neighbour lists (synonyms.KnnLists / update_knn / candidate_pairs, cells.py) on random vectors with
-planted near-copies: a full pass matches brute force, an incremental pass after deletions, edits and additions
-gives what a pass from scratch gives, and the saved lists survive a round trip (and damage)."""
+"""The synonym pass's neighbour lists (synonyms.KnnLists / update_knn / candidate_pairs, cells.py) on random
+vectors with planted near-copies: a full pass matches brute force, an incremental pass after deletions, edits
+and additions gives what a full join on the same cells gives, and the saved lists survive a round trip (and
+damage)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_full_pass_matches_brute_force(cells: tuple[int, int]) -> None:
     assert knn.plan.cells == (1 if cells == EXACT else 30) and knn.cells.shape == (400, min(cells[0], knn.plan.cells))
     truth = exact_lists(m, K)
     found = sum(len(truth[r] & set(knn.nbr[r].tolist())) for r in range(400))
-    assert found / (400 * K) >= (1.0 if cells == EXACT else 0.5)      # weak neighbours of 24-dim noise: approximate
+    assert found / (400 * K) >= (1.0 if cells == EXACT else 0.8)      # weak neighbours of 24-dim noise: approximate
     assert (knn.nbr != np.arange(400)[:, None]).all()                 # never its own neighbour
     assert (np.diff(knn.sim, axis=1) <= 1e-6).all()                   # best first
     rows = np.repeat(np.arange(400), K)
