@@ -152,13 +152,11 @@ def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Offers (target <- src at sim) grouped per target, its k best distinct sources kept: (targets, src (t, k),
     sim (t, k)). A source is offered once per cell it shares with the target: repeats must not take slots."""
-    order = np.lexsort((src, target))
+    order = np.lexsort((src, -sim, target))            # a repeated offer has the same cosine: it lands adjacent
     target, src, sim = target[order], src[order], sim[order]
     first = np.ones(len(target), dtype=bool)
     first[1:] = (target[1:] != target[:-1]) | (src[1:] != src[:-1])
     target, src, sim = target[first], src[first], sim[first]
-    order = np.lexsort((src, -sim, target))
-    target, src, sim = target[order], src[order], sim[order]
     uniq, start = np.unique(target, return_index=True)
     slot = np.arange(len(target)) - np.repeat(start, np.diff(np.append(start, len(target))))
     keep = slot < k

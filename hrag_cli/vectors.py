@@ -135,8 +135,7 @@ class VectorIndex:
         return index
 
     def _rebuild(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> None:
-        s = self.settings
-        self.m, self.ef_construction = s.m, s.ef_construction
+        self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
         self._index = self._new_hnsw(len(ids)) if ids else None
         if ids:
             self._index.add_items(matrix, np.arange(len(ids), dtype=np.int64))
@@ -161,8 +160,7 @@ class VectorIndex:
         want = {i: p for p, i in enumerate(ids)}
         if len(want) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
-        s = self.settings
-        if self._index is None or self.m != s.m or self.ef_construction != s.ef_construction:
+        if self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction:
             self._rebuild(list(ids), list(hashes), matrix)
             return {"added": n, "removed": 0, "kept": 0, "rebuilt": 1}
         gone = [p for p, i in enumerate(self.ids) if want.get(i) is None or hashes[want[i]] != self.hashes[p]]
@@ -221,38 +219,29 @@ class VectorIndex:
         return self._matrix
 
     def vectors(self) -> np.ndarray:
-        """All live vectors as searched, row i = self.ids[i] (unit length: hnswlib cosine stores normalised
-        vectors)."""
+        """All live vectors, row i = self.ids[i] (unit length: hnswlib cosine stores normalised vectors)."""
         return self._live_matrix()
 
     def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
         """Top-k ids by cosine per query, best first; exact below settings.exact_below live items.
         `ef` overrides settings.ef_search for this call."""
-        rows, sims = self._search_rows(queries, k, ef)
-        ids_out = [[self.ids[int(p)] for p in r[r >= 0]] for r in rows]
-        return ids_out, sims
-
-    def _search_rows(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """As search, but rows of self.ids (int64 (nq, k), -1 padded)."""
         q = _as_matrix(queries, self.dim)
         n = len(self.ids)
-        k = max(int(k), 0)
-        rows_out = np.full((len(q), k), -1, dtype=np.int64)
-        sims_out = np.full((len(q), k), -np.inf, dtype=np.float32)
-        if n == 0 or k == 0:
-            return rows_out, sims_out
+        k = int(k)
+        sims_out = np.full((len(q), max(k, 0)), -np.inf, dtype=np.float32)
+        if n == 0 or k <= 0:
+            return [[] for _ in range(len(q))], sims_out
         kk = min(k, n)
         if n < self.settings.exact_below:
             rows, sims = exact_topk(self._live_matrix(), q, kk)
         else:
             rows, sims = self._hnsw_search(q, kk, ef or self.settings.ef_search)
-        valid = rows >= 0
-        if not valid.all():   # a tombstone's label maps to -1: push those to the end of their row
-            order = np.argsort(~valid, axis=1, kind="stable")
-            rows, sims, valid = (np.take_along_axis(a, order, axis=1) for a in (rows, sims, valid))
-        rows_out[:, :kk] = np.where(valid, rows, -1)
-        sims_out[:, :kk] = np.where(valid, sims, -np.inf)
-        return rows_out, sims_out
+        ids_out: list[list[str]] = []
+        for r in range(len(q)):
+            valid = rows[r] >= 0
+            ids_out.append([self.ids[int(p)] for p in rows[r][valid]])
+            sims_out[r, : int(valid.sum())] = sims[r][valid]
+        return ids_out, sims_out
 
     def _hnsw_search(self, q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
         self._index.set_ef(max(ef, k))
@@ -302,6 +291,7 @@ class VectorIndex:
                             "hnsw_bytes": size, "matrix_rows": matrix_rows}}
         rows = ({"id": i, "label": lab, "h": h} for i, lab, h in zip(self.ids, self.labels, self.hashes))
         store.write_jsonl(ids_path, _chain([header], rows))
+
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
         """The saved index, or None when it was never built. A damaged pair raises HragError."""
