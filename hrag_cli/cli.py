@@ -6,6 +6,7 @@ the code that calls a model.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from .errors import EXIT_USAGE, HragError
+from .errors import EXIT_USAGE, HragError, UsageError
 
 app = typer.Typer(
     name="hrag",
@@ -44,11 +45,12 @@ def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -
     from .project import Project, resolve_root
 
     proj = Project(resolve_root(project))
-    if create:
-        proj.init()
-    else:
+    if not create:
         proj.require()
-    return proj, proj.settings(overrides)
+    settings = proj.settings(overrides)   # every setting checked before anything is created or written
+    if create and proj.root.exists() and not proj.root.is_dir():
+        raise UsageError(f"project path {proj.root} exists and is not a directory")
+    return proj, settings
 
 
 def _reporter(quiet: bool, json_output: bool = False) -> Any:
@@ -70,13 +72,15 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     # values hold user text (paths, --select, names): print them as written, never as rich markup
-    table = Table(title=escape(title), show_header=False, box=None)
+    from .redact import printable
+
+    table = Table(title=escape(printable(title)), show_header=False, box=None)
     for key, value in summary.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, float):
             value = f"{value:.4f}"
-        table.add_row(escape(str(key)), escape(str(value)))
+        table.add_row(escape(printable(str(key))), escape(printable(str(value))))
     Console().print(table)
 
 
@@ -119,10 +123,20 @@ def index(
         "extract.entity_types": entity_types, "extract.language": language,
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }
+    if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
+        raise UsageError(f"--max-cost: {max_cost} must be a number of USD, 0 or more")
+    if stop_after not in (None, "chunk", "extract", "resolve"):
+        raise UsageError("--stop-after takes chunk, extract or resolve")
     proj, settings = _open(project, overrides, create=True)
     from .extract.stage import check_settings
 
     check_settings(settings)  # a bad --extractor fails before any stage writes
+    if (settings.embed.model or "builtin").strip() != "builtin" and stop_after is None:
+        from .embed import get_embedder
+
+        get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
+    if not dry_run:           # a dry run reads the project as it is and creates nothing
+        proj.init()
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
                            reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
     result = run_index(proj, settings, _reporter(quiet, json_output), options)
@@ -188,12 +202,13 @@ def synonyms(
 
 
 @app.command()
-def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
-    """Each stage (fresh/stale/missing), counts, failed chunks, and LLM tokens and cost so far."""
+def status(project: ProjectOpt = None, json_output: JsonOpt = False,
+           verify: Annotated[bool, typer.Option("--verify", help="Hash every artifact whole (slower) instead of sampling it.")] = False) -> None:
+    """Each stage (fresh/stale/missing/damaged), counts, failed chunks, and LLM tokens and cost so far."""
     from .pipeline import project_status
 
     proj, settings = _open(project, {}, create=False)
-    info = project_status(proj, settings)
+    info = project_status(proj, settings, verify=verify)
     if json_output:
         _print_json(info)
         return
@@ -201,14 +216,16 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from .redact import printable
+
     console = Console()
-    table = Table(title=escape(f"hrag project {proj.root}"))
+    table = Table(title=escape(printable(f"hrag project {proj.root}")))
     for col in ("stage", "state", "finished", "counts"):
         table.add_column(col)
     for name, st in info["stages"].items():
         counts = ", ".join(f"{k}={v}" for k, v in st.get("counts", {}).items())
-        color = {"fresh": "green", "stale": "yellow", "missing": "red"}.get(st["state"], "white")
-        table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), escape(counts))
+        color = {"fresh": "green", "stale": "yellow", "missing": "red", "damaged": "red"}.get(st["state"], "white")
+        table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), escape(printable(counts)))
     console.print(table)
     for key, value in info.items():
         if key == "stages":
@@ -220,7 +237,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
             console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
                           highlight=False)
             for line in lines[:20]:
-                console.print(f"  {line}", highlight=False, markup=False)
+                console.print(printable(f"  {line}"), highlight=False, markup=False)
             if len(lines) > 20:
                 console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
             continue
@@ -228,7 +245,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False) -> None:
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list):
             value = ", ".join(map(str, value[:20])) + (f" … (+{len(value) - 20})" if len(value) > 20 else "")
-        console.print(f"{key}: {value}", markup=False)
+        console.print(printable(f"{key}: {value}"), markup=False)
 
 
 @app.command()
@@ -302,6 +319,13 @@ def export(
         _print_summary(f"hrag export --format {fmt}", summary)
 
 
+def _one_line(exc: BaseException | str) -> str:
+    """An error as one printable line with anything key-like masked (provider text can echo headers)."""
+    from .redact import printable, scrub
+
+    return printable(scrub(str(exc)), keep_newlines=False)
+
+
 def main() -> None:
     """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
     from .offline import setup
@@ -314,7 +338,7 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except HragError as exc:
-        print(f"hrag: error: {exc}", file=sys.stderr)
+        print(f"hrag: error: {_one_line(exc)}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("hrag: interrupted; everything finished so far is saved, run the same command to resume",
@@ -330,14 +354,15 @@ def main() -> None:
             print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
             sys.exit(EXIT_USAGE)
         if "UsageError" in kinds:
-            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)  # type: ignore[attr-defined]
+            print(f"hrag: error: {_one_line(exc.format_message())}", file=sys.stderr)  # type: ignore[attr-defined]
             sys.exit(EXIT_USAGE)
         if "ClickException" in kinds:
-            print(f"hrag: error: {exc.format_message()}", file=sys.stderr)  # type: ignore[attr-defined]
+            print(f"hrag: error: {_one_line(exc.format_message())}", file=sys.stderr)  # type: ignore[attr-defined]
             sys.exit(getattr(exc, "exit_code", 1))
         if os.environ.get("HRAG_DEBUG"):
             raise
-        print(f"hrag: error: {type(exc).__name__}: {exc} (set HRAG_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(f"hrag: error: {type(exc).__name__}: {_one_line(exc)} (set HRAG_DEBUG=1 for the traceback)",
+              file=sys.stderr)
         sys.exit(1)
 
 

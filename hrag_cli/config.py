@@ -132,6 +132,45 @@ class Settings:
         return asdict(self)
 
 
+# Allowed range of every numeric setting, both ends inclusive (None: open). Checked after all layers are applied,
+# before any command writes anything: out-of-range values used to crash late (hnswlib m = 0 segfaults), silently
+# disable a limit (NaN) or exhaust memory after rewriting vectors/ (a top_k of 1e8).
+_BIG = 1 << 31
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "chunk.tokens": (1, 1_000_000), "chunk.overlap": (0, 999_999),
+    "llm.temperature": (0, 2), "llm.max_tokens": (1, 10_000_000), "llm.timeout": (0.001, 86_400),
+    "llm.concurrency": (1, 1024), "llm.max_retries": (0, 100), "llm.backoff_base": (0, 3600),
+    "llm.backoff_max": (0, 86_400), "llm.context_tokens": (1, 100_000_000),
+    "extract.max_gleanings": (0, 100), "extract.glean_min_tokens": (0, _BIG),
+    "resolve.summary_min_fragments": (0, _BIG), "resolve.summary_max_input_tokens": (1, 100_000_000),
+    "resolve.summary_target_tokens": (1, 10_000_000),
+    "embed.batch_size": (1, 1_000_000), "embed.concurrency": (1, 1024), "embed.idf_refresh_growth": (0, 1_000_000),
+    "vectors.m": (2, 512), "vectors.ef_construction": (1, 1_000_000), "vectors.ef_search": (1, 1_000_000),
+    "vectors.exact_below": (0, _BIG),
+    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.min_name_chars": (0, 10_000),
+    "synonyms.cells_per_entity": (1, 100_000), "synonyms.cell_size": (2, _BIG),
+    "query.top_k": (1, 100_000), "query.fact_top_k": (0, 100_000), "query.passage_node_weight": (0, 1_000_000),
+    "query.damping": (0, 0.999), "query.entity_top_k": (0, 1_000_000), "query.relation_top_k": (0, 1_000_000),
+    "query.entity_tokens": (0, 100_000_000), "query.relation_tokens": (0, 100_000_000),
+    "query.context_tokens": (1, 100_000_000), "query.lexical_weight": (0, 1), "query.rrf_k": (0, 1_000_000),
+    "query.entity_seed_weight": (0, 1_000_000),
+}
+
+
+def check_ranges(settings: Settings) -> None:
+    """Every numeric setting finite and inside RANGES; a usage error naming the setting and its range."""
+    for key, (lo, hi) in RANGES.items():
+        section, _, name = key.partition(".")
+        value = getattr(getattr(settings, section), name)
+        ok = value == value and value not in (float("inf"), float("-inf"))   # NaN and infinities never pass
+        ok = ok and (lo is None or value >= lo) and (hi is None or value <= hi)
+        if not ok:
+            raise UsageError(f"setting {key}: {value!r} is out of range; use a value from {lo} to {hi}")
+    if settings.chunk.overlap >= settings.chunk.tokens:
+        raise UsageError(f"setting chunk.overlap: {settings.chunk.overlap} must be smaller than chunk.tokens "
+                         f"({settings.chunk.tokens})")
+
+
 # Environment variables that override a setting (below flags, above hrag.toml).
 ENV_VARS: dict[str, str] = {
     "HRAG_LLM_MODEL": "llm.model",
@@ -206,6 +245,7 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     for key, value in (overrides or {}).items():
         if value is not None:
             apply(settings, key, value)
+    check_ranges(settings)
     return settings
 
 

@@ -106,16 +106,30 @@ def selected(rel_path: str, settings: DocumentSettings) -> bool:
 # ------------------------------------------------------------------------------------------------ scan
 
 
-def _walk(root: Path, skip: set[Path]) -> list[Path]:
-    """Files under root, sorted, skipping hidden files and folders (.git, .hrag, ...) and `skip` folders."""
+def _real(path: Path) -> Path | None:
+    """The resolved path, or None for a symlink loop or a link that cannot be followed."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return None
+
+
+def _walk(root: Path, skip: set[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Files under root, sorted, skipping hidden files and folders (.git, .hrag, ...) and `skip` folders; and
+    the folders that could not be read, with the reason (reported as skipped, never silently lost)."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    unreadable: list[tuple[Path, str]] = []
+
+    def failed(exc: OSError) -> None:
+        unreadable.append((Path(exc.filename or root), exc.strerror or str(exc)))
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=failed):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and (here / d).resolve() not in skip)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and _real(here / d) not in skip)
         for name in filenames:
             if not name.startswith("."):
                 found.append(here / name)
-    return sorted(found)
+    return sorted(found), unreadable
 
 
 def _decode(data: bytes) -> str | None:
@@ -227,8 +241,12 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
             files, base = [root], root.parent
             explicit = True
         else:
-            files, base = _walk(root, skip), root
+            (files, unreadable), base = _walk(root, skip), root
             explicit = False
+            for folder, reason in unreadable:
+                inner = folder.relative_to(base).as_posix() if folder.is_relative_to(base) else str(folder)
+                _skip(result, reporter, f"{prefixes[root]}/{inner}" if prefix_roots else inner,
+                      f"unreadable folder ({reason})")
         for f in files:
             inner = f.relative_to(base).as_posix()
             rel = f"{prefixes[root]}/{inner}" if prefix_roots else inner
@@ -241,7 +259,10 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
                 continue
             if not explicit and not selected(inner, settings):
                 continue
-            real = f.resolve()
+            real = _real(f)
+            if real is None:
+                _skip(result, reporter, rel, "symlink loop or broken link")
+                continue
             if rel in seen_paths or seen_files.get(real, root) != root:   # a file inside a root also given
                 continue
             seen_paths.add(rel)

@@ -89,7 +89,10 @@ class EmbeddingCache:
         return [self.meta_path, self.keys_path, self.vec_path]
 
     def _open(self) -> None:
-        meta = store.read_json(self.meta_path, default=None)
+        try:
+            meta = store.read_json(self.meta_path, default=None)
+        except (ValueError, OSError):   # a damaged cache header: start the cache afresh, never fail a query
+            meta = None
         if not isinstance(meta, dict) or meta.get("model_id") != self.model_id or not meta.get("dim"):
             return
         self.dim = int(meta["dim"])

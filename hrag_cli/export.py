@@ -213,6 +213,7 @@ def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
 def load_export_graph(project: Project) -> ExportGraph:
     if not project.graph_path.exists():
         raise UsageError(f"project {project.root} has no graph yet (run 'hrag index DOCS' first)")
+    project.require_intact()
     from .graph import load_graph
 
     g, _ = load_graph(project)

@@ -51,7 +51,8 @@ def load_documents(project: Project) -> list[Document]:
 
 
 def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path],
-              write: bool = True) -> ChunkOutcome:
+              write: bool = True, reuse: bool = False) -> ChunkOutcome:
+    """`reuse`: the pipeline vouches that the previous chunks were made with these settings and are intact."""
     from .documents import scan
 
     if settings.chunk.tokens < 1:
@@ -62,10 +63,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     old_by_doc: dict[str, list[Chunk]] = defaultdict(list)
     for ch in old_chunks:
         old_by_doc[ch.doc_id].append(ch)
-    from .pipeline import expected_fingerprint
-
-    prev = project.stage("chunk")
-    same_chunking = bool(prev) and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
+    same_chunking = reuse
 
     c = settings.chunk
     chunks: list[Chunk] = []

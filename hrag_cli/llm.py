@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from . import store
 from .config import LLMSettings
 from .errors import BudgetExceeded, HragError, UsageError
+from .redact import scrub
 from .progress import Reporter
 from .project import Project, fingerprint
 
@@ -153,7 +154,7 @@ def describe_error(exc: BaseException) -> str:
     name = type(exc).__name__
     if isinstance(exc, asyncio.TimeoutError) or name in ("Timeout", "APITimeoutError"):
         return "timed out"
-    raw = str(getattr(exc, "message", "") or exc).replace("\n", " ").strip()
+    raw = scrub(str(getattr(exc, "message", "") or exc)).replace("\n", " ").strip()   # stored and printed
     detail = raw.rsplit("Exception - ", 1)[-1].strip() if "Exception - " in raw else raw
     if detail.lower().startswith("connection error"):
         return "connection failed"  # litellm reports a refused/reset connection as a 500 "Connection error."

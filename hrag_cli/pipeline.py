@@ -69,6 +69,8 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
         from .synonyms import run_synonyms as fn
     else:
         raise ValueError(stage)
+    if not kwargs.get("review_path"):
+        project.invalidate_stage(stage)   # the record stops vouching before any output is touched
     outcome = fn(project, settings, reporter, **kwargs)
     if outcome.counts.get("review_only"):
         return outcome   # `synonyms --review` wrote a TSV and changed nothing in graph/: the stage stays as it was
@@ -80,6 +82,11 @@ def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, 
                       summary: dict, force: bool = False) -> None:
     for stage in stages:
         fp = expected_fingerprint(project, settings, stage)
+        damaged = [p for p in project.check(stages=(stage,))]
+        if damaged:
+            reporter.warn(f"{damaged[0]}; rebuilding the {stage} stage from its inputs")
+            project.remove_outputs(stage)
+            force = True
         if not force and project.stage_state(stage, fp) == "fresh":
             summary[stage] = "fresh"
             continue
@@ -104,6 +111,16 @@ def _previous_import(project: Project, settings: Settings, reporter: Reporter) -
     return Path(recorded)
 
 
+def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
+    """Unchanged documents may keep their previous chunks only when chunking settings are the same and
+    docs.jsonl / chunks.jsonl are intact."""
+    damaged = project.check(stages=("chunk",))
+    if damaged and reporter is not None:
+        reporter.warn(f"{damaged[0]}; chunking every document again")
+    prev = project.stage("chunk")
+    return not damaged and prev is not None and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
+
+
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
     from .extract.stage import run_extract
@@ -112,22 +129,25 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
     if options.stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
-    with project.lock():
-        roots = list(options.docs)
-        if not roots:
-            prev = project.stage("chunk")
-            recorded = (prev.counts.get("roots") if prev else None) or []
-            if not recorded:
-                raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
-            roots = [Path(r) for r in recorded]
-        chunk_fp = expected_fingerprint(project, settings, "chunk")
-        chunked = run_chunk(project, settings, reporter, roots, write=not options.dry_run)
-        summary["chunk"] = chunked.counts
-        if options.dry_run:
-            from .extract.stage import estimate
+    roots = list(options.docs)
+    if not roots:
+        prev = project.stage("chunk")
+        recorded = (prev.counts.get("roots") if prev else None) or []
+        if not recorded:
+            raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
+        roots = [Path(r) for r in recorded]
+    if options.dry_run:   # reads the project, writes nothing, needs no lock
+        from .extract.stage import estimate
 
-            summary["estimate"] = estimate(project, settings, chunked)
-            return IndexResult(summary, EXIT_OK)
+        chunked = run_chunk(project, settings, reporter, roots, write=False, reuse=_chunks_reusable(project, settings))
+        summary["chunk"] = chunked.counts
+        summary["estimate"] = estimate(project, settings, chunked)
+        return IndexResult(summary, EXIT_OK)
+    with project.lock(), project.generation():
+        chunk_fp = expected_fingerprint(project, settings, "chunk")
+        reuse = _chunks_reusable(project, settings, reporter)
+        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)
+        summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
@@ -159,7 +179,7 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
     if project.stage("extract") is None:
         raise UsageError(f"nothing to {stage} yet: run 'hrag index DOCS' first")
     summary: dict[str, Any] = {}
-    with project.lock():
+    with project.lock(), project.generation():
         outcome = _run_stage(project, settings, reporter, stage, **kwargs)
         summary[stage] = outcome.counts
         after = STAGE_ORDER[STAGE_ORDER.index(stage) + 1:]
@@ -168,17 +188,26 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
     return summary
 
 
-def project_status(project: Project, settings: Settings) -> dict:
-    """Stage states, their counts, failures and LLM spend; read-only."""
+def project_status(project: Project, settings: Settings, verify: bool = False) -> dict:
+    """Stage states (fresh / stale / missing / damaged), counts, failures and LLM spend; read-only. `verify`
+    hashes every artifact whole instead of sampling it."""
     from .extract.stage import extraction_status
     from .llm import spend_summary
 
     info: dict[str, Any] = {"stages": {}}
+    problems = project.check(full=verify)
     for stage in STAGE_ORDER:
         rec = project.stage(stage)
         state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        mine = [str(p) for p in problems if p.stage == stage]
+        if mine and state != "missing":
+            state = "damaged"
         info["stages"][stage] = {"state": state, "finished_at": rec.finished_at if rec else "",
                                  "counts": rec.counts if rec else {}}
+        if mine:
+            info["stages"][stage]["damaged"] = mine
+    if problems:
+        info["damaged"] = [f"{p}: 'hrag index' rebuilds the {p.stage} stage" for p in problems]
     info.update(extraction_status(project, settings))
     info["llm"] = spend_summary(project)
     from .embed import embed_status

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from .redact import printable
+
 
 def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
@@ -68,19 +70,22 @@ class Reporter:
     def info(self, msg: str) -> None:
         if self.mode == "quiet":
             return
+        msg = printable(msg, keep_newlines=False)   # file names and document text are data, never escapes
         if self.mode == "rich":
             from rich.console import Console
 
-            Console(file=self.stream, highlight=False).print(msg)
+            Console(file=self.stream, highlight=False).print(msg, markup=False)
         else:
             print(f"{_stamp()} {msg}", file=self.stream, flush=True)
 
     def warn(self, msg: str) -> None:
         """Warnings are shown even with --quiet: a skipped file is something a cron log must keep."""
+        msg = printable(msg, keep_newlines=False)
         if self.mode == "rich":
             from rich.console import Console
+            from rich.markup import escape
 
-            Console(file=self.stream, highlight=False).print(f"[yellow]warning:[/yellow] {msg}")
+            Console(file=self.stream, highlight=False).print(f"[yellow]warning:[/yellow] {escape(msg)}")
         else:
             print(f"{_stamp()} warning: {msg}", file=self.stream, flush=True)
 

@@ -1,10 +1,22 @@
-"""The project directory: where every artifact lives, the manifest of stage fingerprints, and the lock."""
+"""The project directory: where every artifact lives, the manifest of stage fingerprints, and the lock.
+
+Generations: a stage's outputs (docs.jsonl, chunks.jsonl, graph/, vectors/ and the manifest that vouches for
+them) live in gens/<n>/, and the symlink `current` names the complete one. A writer copies the current
+generation by hard links into a new one, rewrites files there (always whole, through store's atomic helpers,
+never in place: a file is shared with the older generation until it is replaced), and switches `current` in one
+rename at the end. A reader resolves `current` once, so it opens one complete generation, never half of two,
+while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
+
+The manifest records, per stage, the size and hashes of every file the stage wrote; `check()` compares them
+with the disk, so a damaged or deleted file is named, refused by readers and rebuilt by `hrag index`.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +28,61 @@ import orjson
 
 from . import store
 from .config import Settings, default_toml, load_settings
-from .errors import ProjectLocked, UsageError
+from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
 STAGES = ("chunk", "extract", "resolve", "synonyms")
+# what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
+# stages belongs to the first (graph.pkl: resolve builds it, synonyms adds edges), which rebuilds it
+STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "chunk": ("docs.jsonl", "chunks.jsonl"),
+    "extract": (),
+    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/graph.pkl"),
+    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
+}
+GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
+NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
+_SAMPLE = 1 << 16
+
+
+def quick_sum(path: Path, size: int) -> str:
+    """Hash of the size, the first and last 64 KiB and eight blocks between: reads ~200 KiB whatever the
+    size, and catches a cut, emptied, zeroed or swapped file (a reader runs it on every open)."""
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as fh:
+        if size <= 4 * _SAMPLE:
+            h.update(fh.read())
+        else:
+            for pos in [0, *(size * i // 9 for i in range(1, 9)), size - _SAMPLE]:
+                fh.seek(pos)
+                h.update(fh.read(_SAMPLE if pos in (0, size - _SAMPLE) else 4096))
+    return h.hexdigest()
+
+
+def full_sum(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+
+
+def owner(rel: str) -> str:
+    """The stage that rebuilds artifact `rel` (relative to a generation)."""
+    for stage in STAGES:
+        for out in STAGE_OUTPUTS[stage]:
+            if rel == out or rel.startswith(out + "/"):
+                return stage
+    return ""
+
+
+@dataclass
+class Problem:
+    """One artifact that does not match the manifest."""
+
+    path: str      # relative to the generation, e.g. graph/entities.jsonl
+    reason: str
+    stage: str     # the stage whose rerun rebuilds it
+
+    def __str__(self) -> str:
+        return f"{self.path} is {self.reason}"
 
 
 def fingerprint(*parts: Any) -> str:
@@ -55,34 +118,133 @@ class Project:
         self.root = Path(root)
         r = self.root
         self.toml_path = r / "hrag.toml"
-        self.manifest_path = r / "manifest.json"
         self.lock_path = r / "lock"
-        self.docs_path = r / "docs.jsonl"
-        self.chunks_path = r / "chunks.jsonl"
         self.cache_dir = r / "cache"
         self.llm_cache_path = self.cache_dir / "llm.jsonl"
         self.extractions_path = self.cache_dir / "extractions.jsonl"
         self.summaries_path = self.cache_dir / "summaries.jsonl"
         self.embeddings_dir = self.cache_dir / "embeddings"
-        self.graph_dir = r / "graph"
+        self.gens_dir = r / "gens"
+        self.current_link = r / "current"
+        self._lock_fh: Any = None
+        self._pin_fh: Any = None
+        self._writing: Path | None = None   # the generation a writer is filling
+        self._set_gen(self._current_gen())
+
+    # -- generations ------------------------------------------------------------------------------------
+    def _current_gen(self) -> Path:
+        """The generation `current` names, read once (a project from before generations: the root)."""
+        try:
+            target = os.readlink(self.current_link)
+        except (FileNotFoundError, OSError):
+            return self.root
+        gen = self.root / target
+        self._pin(gen)
+        return gen
+
+    def _pin(self, gen: Path) -> None:
+        """A shared flock on the generation this object reads, so a writer never deletes it underneath."""
+        try:
+            fh = open(gen / ".pin", "a")
+        except OSError:
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+        self._unpin()
+        self._pin_fh = fh
+
+    def _unpin(self) -> None:
+        if self._pin_fh is not None:
+            self._pin_fh.close()
+            self._pin_fh = None
+
+    def __del__(self) -> None:
+        self._unpin()
+
+    def _set_gen(self, gen: Path) -> None:
+        self.gen_dir = gen
+        self.manifest_path = gen / "manifest.json"
+        self.docs_path = gen / "docs.jsonl"
+        self.chunks_path = gen / "chunks.jsonl"
+        self.graph_dir = gen / "graph"
         self.entities_path = self.graph_dir / "entities.jsonl"
         self.relations_path = self.graph_dir / "relations.jsonl"
         self.facts_path = self.graph_dir / "facts.jsonl"
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
-        self.vectors_dir = r / "vectors"
-        self._lock_fh: Any = None
+        self.vectors_dir = gen / "vectors"
+
+    def _gen_numbers(self) -> list[int]:
+        try:
+            return sorted(int(p.name) for p in self.gens_dir.iterdir() if p.name.isdigit())
+        except FileNotFoundError:
+            return []
+
+    @contextmanager
+    def generation(self) -> Iterator[None]:
+        """Inside the writer lock: fill a new generation (hard-linked from the current one) and make it
+        current when the block ends normally. On an error or a kill the old generation stays current; the
+        caches in cache/ keep whatever work was paid for."""
+        assert self.holds_lock, "generation() needs the writer lock"
+        src = self.gen_dir
+        nums = self._gen_numbers()
+        new = self.gens_dir / str((nums[-1] + 1) if nums else 1)
+        new.mkdir(parents=True)
+        for name in GEN_ENTRIES:
+            _link_tree(src / name, new / name)
+        for d in ("graph", "vectors"):
+            (new / d).mkdir(exist_ok=True)
+        self._unpin()
+        self._writing = new
+        self._set_gen(new)
+        try:
+            yield
+        except BaseException:
+            self._writing = None
+            self._set_gen(src)
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        self._writing = None
+        self._switch(new)
+
+    def _switch(self, new: Path) -> None:
+        """Point `current` at `new` in one rename, give the root its symlinks, drop unpinned old generations."""
+        prev = self._current_gen() if self.current_link.is_symlink() else None
+        self._unpin()
+        tmp = self.root / f".current.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(new, self.root), tmp)
+        os.replace(tmp, self.current_link)
+        for name in GEN_ENTRIES:    # a project from before generations: its own files move into gens/
+            link = self.root / name
+            if link.is_symlink():
+                continue
+            if link.is_dir():
+                shutil.rmtree(link)
+            else:
+                link.unlink(missing_ok=True)
+            os.symlink(os.path.join("current", name), link)
+        keep = {new.name, prev.name if prev is not None else ""}
+        for n in self._gen_numbers():
+            if str(n) not in keep:
+                _remove_unpinned(self.gens_dir / str(n))
+        self._set_gen(self._current_gen())
 
     # -- life cycle -----------------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.manifest_path.exists() or self.toml_path.exists()
 
     def init(self) -> None:
-        """Create the folders and a commented hrag.toml on first use; never touches existing files."""
+        """Create the folders, an empty first generation and a commented hrag.toml on first use; never touches
+        existing files."""
         if self.root.exists() and not self.root.is_dir():
             raise UsageError(f"project path {self.root} exists and is not a directory")
-        for d in (self.root, self.cache_dir, self.embeddings_dir, self.graph_dir, self.vectors_dir):
+        for d in (self.root, self.cache_dir, self.embeddings_dir):
             d.mkdir(parents=True, exist_ok=True)
+        if not self.current_link.is_symlink() and not (self.root / "manifest.json").exists():
+            first = self.gens_dir / "0"
+            for d in ("graph", "vectors"):
+                (first / d).mkdir(parents=True, exist_ok=True)
+            self._switch(first)
         if not self.toml_path.exists():
             store.atomic_write_text(self.toml_path, default_toml())
 
@@ -102,7 +264,8 @@ class Project:
             data = False    # not JSON at all: damaged like a manifest of the wrong shape
         if data is None:
             return {"version": 1, "stages": {}}
-        if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+        if (not isinstance(data, dict) or not isinstance(data.get("stages"), dict)
+                or not all(isinstance(v, dict) for v in data["stages"].values())):
             raise UsageError(f"{self.manifest_path} is damaged; remove it to rebuild every stage")
         return data
 
@@ -114,15 +277,94 @@ class Project:
                            rec.get("finished_at", ""), rec.get("counts", {}))
 
     def record_stage(self, name: str, fp: str, output_digest: str, counts: dict | None = None) -> None:
-        """Mark a stage done; later stages compare their stored input digest against `output_digest`."""
+        """Mark a stage done; later stages compare their stored input digest against `output_digest`. The
+        record lists every file the stage wrote with its size and hashes (see `check`)."""
         data = self.manifest()
+        old = (data["stages"].get(name) or {}).get("artifacts", {})
         data["stages"][name] = {
             "fingerprint": fp,
             "output_digest": output_digest,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "counts": counts or {},
+            "artifacts": self._artifacts(name, old),
         }
         store.write_json(self.manifest_path, data)
+
+    def invalidate_stage(self, name: str) -> None:
+        """Before a stage touches its outputs: its record stops vouching for them (stale, counts kept), so a
+        kill part-way can never leave new files under the old fingerprint."""
+        data = self.manifest()
+        rec = data["stages"].get(name)
+        if rec is not None and rec.get("fingerprint"):
+            rec["fingerprint"] = ""
+            store.write_json(self.manifest_path, data)
+
+    def _files(self, name: str) -> Iterator[str]:
+        for out in STAGE_OUTPUTS.get(name, ()):
+            path = self.gen_dir / out
+            if path.is_dir():
+                for p in sorted(path.rglob("*")):
+                    if p.is_file() and not p.name.startswith(".") and p.name not in NOT_ARTIFACTS:
+                        yield str(p.relative_to(self.gen_dir))
+            elif path.is_file():
+                yield out
+
+    def _artifacts(self, name: str, old: dict) -> dict:
+        out = {}
+        for rel in self._files(name):
+            st = (self.gen_dir / rel).stat()
+            prev = old.get(rel) or {}
+            quick = quick_sum(self.gen_dir / rel, st.st_size)
+            same = (prev.get("size"), prev.get("mtime_ns"), prev.get("quick")) == (st.st_size, st.st_mtime_ns, quick)
+            out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "quick": quick,
+                        "full": prev["full"] if same and prev.get("full") else full_sum(self.gen_dir / rel)}
+        return out
+
+    def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[Problem]:
+        """Every recorded artifact of `stages` against the disk: size and quick hash (reads ~200 KiB a file),
+        or the whole-file hash with `full`. A file two stages wrote is checked against the later record."""
+        recorded: dict[str, dict] = {}
+        for name, rec in self.manifest()["stages"].items():
+            for rel, meta in (rec.get("artifacts") or {}).items():
+                if owner(rel) in stages and isinstance(meta, dict):
+                    if rel not in recorded or STAGES.index(name) > recorded[rel]["_by"]:
+                        recorded[rel] = {**meta, "_by": STAGES.index(name) if name in STAGES else -1}
+        problems = []
+        for rel, meta in sorted(recorded.items()):
+            reason = self._check_one(self.gen_dir / rel, meta, full)
+            if reason:
+                problems.append(Problem(rel, reason, owner(rel)))
+        return problems
+
+    @staticmethod
+    def _check_one(path: Path, meta: dict, full: bool) -> str:
+        try:
+            size = path.stat().st_size
+            if size != meta.get("size"):
+                return f"damaged ({size} bytes, {meta.get('size')} expected)"
+            if quick_sum(path, size) != meta.get("quick"):
+                return "damaged (its contents changed)"
+            if full and meta.get("full") and full_sum(path) != meta["full"]:
+                return "damaged (its full hash differs)"
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+        return ""
+
+    def require_intact(self, stages: tuple[str, ...] = STAGES) -> None:
+        """For readers: refuse to answer from a damaged index (exit 1, the file and the fix)."""
+        problems = self.check(stages=stages)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise HragError(f"{problems[0]}{more}: run 'hrag index -p {self.root}' to rebuild it")
+
+    def remove_outputs(self, stage: str) -> None:
+        """Before rebuilding a damaged stage from its inputs: its files go, so incremental stages (the vector
+        indices) start clean instead of extending a damaged file."""
+        for rel in list(self._files(stage)):
+            if owner(rel) == stage:
+                (self.gen_dir / rel).unlink(missing_ok=True)
 
     def forget_stage(self, name: str) -> None:
         data = self.manifest()
@@ -170,6 +412,35 @@ class Project:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
                 fh.close()
                 self._lock_fh = None
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link copy (cheap at any size; safe because every artifact is replaced by rename, never edited)."""
+    if src.is_dir():
+        dst.mkdir(parents=True, exist_ok=True)
+        for p in src.iterdir():
+            if not p.name.startswith("."):
+                _link_tree(p, dst / p.name)
+    elif src.is_file():
+        try:
+            os.link(src, dst)
+        except OSError:   # a file system without hard links
+            shutil.copy2(src, dst)
+
+
+def _remove_unpinned(gen: Path) -> None:
+    """Delete an old generation unless a reader still holds its pin."""
+    try:
+        fh = open(gen / ".pin", "a")
+    except OSError:
+        shutil.rmtree(gen, ignore_errors=True)
+        return
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        shutil.rmtree(gen, ignore_errors=True)
 
 
 @dataclass

@@ -331,7 +331,7 @@ class VectorIndex:
         if int(meta.get("matrix_rows", -1)) == len(idx.ids) and len(idx.ids):
             try:   # memory-mapped: a query touches only the pages it scores
                 m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError):
+            except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
                 m = None
             if m is not None and m.shape == (len(idx.ids), idx.dim) and m.dtype == np.float32:
                 idx._matrix = m

@@ -198,13 +198,14 @@ def test_chunk_stage_replaces_changed_and_drops_deleted(tmp_path: Path) -> None:
     assert len(set(ids)) == 3                       # identical text in two documents: distinct ids
     a_chunk = next(c for c in first.chunks if c.doc_id == text_hash("a.txt"))
     assert a_chunk.chunk_id == text_hash(a_chunk.text)
-    from hrag_cli.pipeline import expected_fingerprint
+    from hrag_cli.pipeline import _chunks_reusable, expected_fingerprint
 
     proj.record_stage("chunk", expected_fingerprint(proj, settings, "chunk"), first.output_digest, first.counts)
 
     write(docs, "b.txt", "Beta was rewritten entirely.")
     (docs / "dup.txt").unlink()
-    second = run_chunk(proj, settings, reporter()[0], [docs])
+    assert _chunks_reusable(proj, settings)
+    second = run_chunk(proj, settings, reporter()[0], [docs], reuse=True)
     assert second.counts["new_chunks"] == 1 and second.counts["removed_chunks"] == 2
     assert second.counts["reused_docs"] == 1            # a.txt unchanged: its chunks reused
     stored = list(store.read_jsonl(proj.chunks_path))

@@ -230,7 +230,9 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     proc.stderr.close()
     done_before = {r["chunk_id"] for r in store.read_jsonl(ex_path)}
     assert len(done_before) >= 3
-    chunks = list(store.read_jsonl(proj / "chunks.jsonl"))
+    # the killed run's chunks are in the generation it was filling (never made current)
+    gen = max((p for p in (proj / "gens").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    chunks = list(store.read_jsonl(gen / "chunks.jsonl"))
     assert len(done_before) < len(chunks), "the run finished before it was killed; make the stub slower"
     text_of = {c["chunk_id"]: c["text"] for c in chunks}
     written = {text_of[c] for c in done_before}

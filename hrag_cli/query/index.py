@@ -35,6 +35,7 @@ class QueryIndex:
     def require_built(self) -> None:
         if self.project.stage("synonyms") is None:
             raise UsageError(f"the index in {self.project.root} is not built yet: run 'hrag index DOCS' first")
+        self.project.require_intact()
 
     # -- text records ----------------------------------------------------------------------------------------
     @cached_property

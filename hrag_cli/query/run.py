@@ -134,7 +134,13 @@ def print_table(r: Retrieval, extra: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    # document text, paths, names and the query are data: "[/b]" or "[citation needed]" must print as written
+    # document text, paths, names and the query are data: "[/b]" or "[citation needed]" must print as written,
+    # and a control character (an escape sequence that retitles or clears the terminal) as a visible escape
+    from ..redact import printable
+
+    def escape(text: str, _markup=escape) -> str:
+        return _markup(printable(text))
+
     console = Console()
     table = Table(title=escape(f"{r.mode}: {r.query}"), title_justify="left")
     table.add_column("#", justify="right")
@@ -150,12 +156,12 @@ def print_table(r: Retrieval, extra: dict) -> None:
     if r.facts:
         console.print("[bold]facts[/bold]:", highlight=False)
         for f in r.facts:
-            console.print(f"  ({f['subject']}, {f['predicate']}, {f['object']})  {f['score']:.3f}", highlight=False,
+            console.print(printable(f"  ({f['subject']}, {f['predicate']}, {f['object']})  {f['score']:.3f}"), highlight=False,
                           markup=False)
     if r.relations:
         console.print("[bold]relations[/bold]:", highlight=False)
         for x in r.relations[:10]:
-            console.print(f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}", highlight=False, markup=False)
+            console.print(printable(f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}"), highlight=False, markup=False)
     if r.keywords:
         console.print("[bold]keywords[/bold]: " + escape(f"high={r.keywords.get('high')} low={r.keywords.get('low')}"),
                       highlight=False, markup=True)
@@ -163,9 +169,9 @@ def print_table(r: Retrieval, extra: dict) -> None:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if "answer" in extra:
         console.print("\n[bold]answer[/bold]")
-        console.print(extra["answer"], markup=False, highlight=False)
+        console.print(printable(extra["answer"]), markup=False, highlight=False)
         for c in extra["citations"]:
-            console.print(f"  [{c['n']}] {c['path']}", markup=False, highlight=False)
+            console.print(printable(f"  [{c['n']}] {c['path']}"), markup=False, highlight=False)
 
 
 def run_query_command(project: Project, settings: Settings, *, text: str | None, file: Path | None,
@@ -185,7 +191,10 @@ def run_query_command(project: Project, settings: Settings, *, text: str | None,
         if json_output:
             sys.stdout.write(store.dumps(_as_json(r, extra)).decode("utf-8") + "\n")
         elif want_context and not want_answer:
-            sys.stdout.write(extra["context"] + "\n")
+            from ..redact import printable
+
+            context = extra["context"]
+            sys.stdout.write((printable(context) if sys.stdout.isatty() else context) + "\n")
         else:
             print_table(r, extra)
     finally:

@@ -1,0 +1,221 @@
+"""A project that knows when its files are wrong, and readers that see one consistent version.
+
+The sample corpus is indexed once per module; every damage case works on a copy. Commands run through the real
+CLI entry point in-process (tests/damage.py), the kill tests as real subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.damage import DAMAGES, QUERIES, answers, build, cli, project_files, run_case
+from tests.stub_server import CHAT, EMBED, default_chat, default_embed
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "sample_corpus"
+HRAG = str(Path(sys.executable).with_name("hrag"))
+FAST = QUERIES[:2]   # ppr and mix between them open every artifact a query reads
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+    root = tmp_path_factory.mktemp("integrity") / "built"
+    return root, build(root, CORPUS, FAST)
+
+
+def _copy(built: Path, dst: Path) -> Path:
+    shutil.copytree(built, dst, symlinks=True)
+    return dst
+
+
+# -- the damage matrix ---------------------------------------------------------------------------------------
+# The issue's checks first, then every other file with one damage each (rotating through the four kinds), so
+# every file and every kind of damage is covered in seconds; bench/damage_matrix.py prints the full product.
+USER_CHECKS = [("graph/entities.jsonl", "truncate"), ("graph/facts.jsonl", "truncate"),
+               ("vectors/chunks.npy", "truncate"), ("graph/graph.pkl", "delete"),
+               ("graph/entities.jsonl", "empty"), ("vectors/facts.ids.jsonl", "delete"),
+               ("vectors/chunks.npy", "zero"), ("vectors/chunks.npy", "empty"), ("vectors/bm25", "truncate")]
+OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/relations.jsonl", "graph/synonyms.jsonl", "vectors/entities.hnsw",
+          "vectors/relations.ids.jsonl", "vectors/idf.npz", "vectors/entity_names.knn.npz",
+          "cache/extractions.jsonl", "cache/embeddings/*.f32"]
+
+
+def test_damage_matrix(built, tmp_path: Path) -> None:
+    root, baseline = built
+    files = project_files(root)
+    assert "graph/entities.jsonl" in files and "vectors/chunks.npy" in files
+    others = [next(f for f in files if Path(f).match(pat)) for pat in OTHERS]
+    cases = list(USER_CHECKS) + [(f, DAMAGES[i % 4]) for i, f in enumerate(others)]
+    failures = []
+    for rel, how in cases:
+        r = run_case(root, tmp_path, rel, how, baseline, FAST)
+        # never a different answer with exit 0; a refusal is exit 1 and one line naming the file and the fix
+        if r["query"] == "WRONG" or r["query"].startswith("crash") or r["query"] not in ("same", "refuse1"):
+            failures.append((rel, how, r))
+        elif r["query"] == "refuse1" and ("hrag index" not in r["query_err"] or Path(rel).name not in r["query_err"]):
+            failures.append((rel, how, r))
+        # a plain `hrag index -p P` restores the undamaged answers
+        if r["index"] != "restored":
+            failures.append((rel, how, r))
+        # status names what an artifact check can see: every file a stage wrote
+        if r["query"] == "refuse1" and r["status"] != "flags":
+            failures.append((rel, how, r))
+    assert not failures, failures
+
+
+def test_status_names_the_damaged_file_and_verify_hashes_whole_files(built, tmp_path: Path) -> None:
+    root = _copy(built[0], tmp_path / "p")
+    code, out, _ = cli("status", "-p", str(root), "--json")
+    assert code == 0 and "damaged" not in orjson.loads(out)
+    # a byte flipped in the middle of a big file escapes the sampled check but not --verify
+    target = root / "vectors" / "chunks.npy"
+    data = bytearray(target.read_bytes())
+    if len(data) > 300_000:
+        data[len(data) // 2 + 12345] ^= 0xFF
+    else:
+        data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    code, out, _ = cli("status", "-p", str(root), "--json", "--verify")
+    info = orjson.loads(out)
+    assert code == 0 and info["stages"]["synonyms"]["state"] == "damaged"
+    assert any("vectors/chunks.npy" in line and "hrag index" in line for line in info["damaged"])
+
+
+def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path: Path) -> None:
+    root = _copy(built[0], tmp_path / "p")
+    data = orjson.loads((root / "manifest.json").read_bytes())
+    data["stages"]["resolve"] = "oops"
+    (root / "manifest.json").write_bytes(orjson.dumps(data))
+    for args in (("status",), ("query", "flood")):
+        code, _, err = cli(*args, "-p", str(root))
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "manifest.json is damaged" in err, err
+
+
+def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: Path) -> None:
+    root, baseline = built
+    root = _copy(root, tmp_path / "p")
+    for meta in (root / "cache" / "embeddings").glob("*.json"):
+        meta.write_bytes(b"{not json")
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == baseline, err
+
+
+# -- commits and consistent readers --------------------------------------------------------------------------
+def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: Path) -> None:
+    """A query opened before a rebuild reads one complete generation (never half of the new one), and a
+    rebuild never tells it "not built yet"; the generation it pinned outlives two commits."""
+    from hrag_cli.project import Project
+    from hrag_cli.query.index import QueryIndex
+
+    root = _copy(built[0], tmp_path / "p")
+    reader = Project(root)
+    before = reader.entities_path.read_bytes()
+    ix = QueryIndex(reader, reader.settings())
+    ix.require_built()
+    for threshold in ("0.6", "0.9"):   # two commits, each rewriting synonyms.jsonl and graph.pkl
+        code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
+        assert code == 0, err
+    assert Project(root).gen_dir != reader.gen_dir
+    ix.require_built()                              # still intact and still built: its files are untouched
+    assert reader.entities_path.read_bytes() == before
+    assert len(ix.graph.vs) > 0 and ix.chunks
+
+
+def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> None:
+    """Fault injection: the process dies right after `module.name` wrote its file (the worst point: one output
+    new, the others old)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    real = getattr(mod, name)
+
+    def dying(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mod, name, dying)
+
+
+@pytest.mark.parametrize("stage, args, module, name", [
+    ("resolve", ("--summary-min-fragments", "1"), "hrag_cli.resolve", "write_outputs"),
+    ("synonyms", ("--threshold", "0.5"), "hrag_cli.store", "write_jsonl"),
+])
+def test_interrupted_settings_change_never_mixes(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 stage: str, args: tuple, module: str, name: str) -> None:
+    root, baseline = built
+    root = _copy(root, tmp_path / "p")
+    before = {rel: (root / rel).read_bytes() for rel in project_files(root) if not rel.startswith("cache/")}
+    with monkeypatch.context() as m:
+        _interrupt_after(m, module, name)
+        code, _, _ = cli(stage, "-p", str(root), *args, "-q")
+    assert code == 130
+    after = {rel: (root / rel).read_bytes() for rel in project_files(root) if not rel.startswith("cache/")}
+    assert after == before            # the interrupted run's outputs never became current
+    code, _, err = cli("index", "-p", str(root), "-q")
+    assert code == 0, err
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == baseline, err
+
+
+def _wait(pred, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _kill_mid(args: list[str], stub, route: str) -> None:
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy"}
+    proc = subprocess.Popen([HRAG, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait(lambda: stub.count(route) >= 2), "the stage never reached the model"
+        assert proc.poll() is None, "the stage finished before it was killed; make the stub slower"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+
+
+def _slow(fn):
+    def reply(body: dict):
+        time.sleep(0.3)
+        return fn(body)
+    return reply
+
+
+def test_kill_9_during_resolve_with_a_changed_setting(built, stub, tmp_path: Path) -> None:
+    root, baseline = built
+    root = _copy(root, tmp_path / "p")
+    clean = (root / "graph" / "entities.jsonl").read_bytes()
+    stub.set_chat(_slow(default_chat))
+    _kill_mid(["resolve", "-p", str(root), "--summary-min-fragments", "1", "--llm-model", "openai/stub",
+               "--llm-api-base", stub.url, "-q"], stub, CHAT)
+    code, _, err = cli("index", "-p", str(root), "-q")
+    assert code == 0, err
+    assert (root / "graph" / "entities.jsonl").read_bytes() == clean
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == baseline, err
+
+
+def test_kill_9_during_synonyms_with_a_changed_setting(built, stub, tmp_path: Path) -> None:
+    root, baseline = built
+    root = _copy(root, tmp_path / "p")
+    clean = {n: (root / "graph" / n).read_bytes() for n in ("synonyms.jsonl", "graph.pkl")}
+    stub.set_embed(_slow(default_embed))
+    _kill_mid(["synonyms", "-p", str(root), "--threshold", "0.6", "--embed-model", "openai/stub-embed",
+               "--embed-api-base", stub.url, "-q"], stub, EMBED)
+    code, _, err = cli("index", "-p", str(root), "-q")
+    assert code == 0, err
+    assert {n: (root / "graph" / n).read_bytes() for n in clean} == clean
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == baseline, err
