@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from . import store
-from .export import EDGE_TYPES, Edge, ExportGraph, property_types
+from .export_model import EDGE_TYPES, Edge, ExportGraph, property_types
 
 ARRAY_DELIMITER = ";"
 CYPHER_BATCH_ROWS = 500

@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import VectorSettings
 from .errors import HragError, UsageError
-from .export import ExportGraph, Node, clean_value
+from .export_model import ExportGraph, Node, clean_value
 from .export_formats import batch_rows, cypher_literal
 from .progress import Reporter
 from .project import Project

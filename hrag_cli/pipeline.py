@@ -3,10 +3,15 @@
 A stage's fingerprint = hash(upstream stages' output digests, the settings that shape its output). The
 manifest stores the fingerprint a stage was built with; when the fingerprint computed now differs, the stage
 is stale and rebuilds. Stage modules are imported lazily so one command loads only what it runs.
+
+Commits: a run fills a new generation (Project.generation) and makes it current only when it ends, so a
+killed run never leaves a mix; inside it, a stage's record is invalidated before its outputs are touched, and
+a stage whose recorded artifacts fail their check is rebuilt from its inputs.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,29 @@ from .errors import EXIT_BUDGET, EXIT_OK, BudgetExceeded, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
 
-STAGE_ORDER = ("chunk", "extract", "resolve", "synonyms")
+
+@dataclass(frozen=True)
+class Stage:
+    """The one contract between the pipeline and a stage: its module has `settings_fingerprint(settings) -> str`
+    and a run function (project, settings, reporter, ...) -> StageOutcome; the files it writes are declared in
+    project.STAGE_OUTPUTS. The pipeline calls these; no stage module imports the pipeline."""
+
+    name: str
+    module: str
+    run: str
+    upstream: tuple[str, ...]   # stages whose output digests enter this stage's fingerprint
+
+    def load(self, attr: str) -> Any:
+        return getattr(importlib.import_module(f"hrag_cli.{self.module}"), attr)
+
+
+STAGES = {s.name: s for s in (
+    Stage("chunk", "ingest", "run_chunk", ()),
+    Stage("extract", "extract.stage", "run_extract", ("chunk",)),
+    Stage("resolve", "resolve", "run_resolve", ("extract", "chunk")),   # the graph holds chunk vertices too
+    Stage("synonyms", "synonyms", "run_synonyms", ("resolve", "chunk")),
+)}
+STAGE_ORDER = tuple(STAGES)
 
 
 @dataclass
@@ -36,39 +63,18 @@ class IndexResult:
     exit_code: int
 
 
-def _settings_fp(stage: str, settings: Settings) -> str:
-    if stage == "chunk":
-        from .ingest import settings_fingerprint
-    elif stage == "extract":
-        from .extract.stage import settings_fingerprint
-    elif stage == "resolve":
-        from .resolve import settings_fingerprint
-    else:
-        from .synonyms import settings_fingerprint
-    return settings_fingerprint(settings)
-
-
 def expected_fingerprint(project: Project, settings: Settings, stage: str, extra: Any = None) -> str:
     """What `stage`'s fingerprint would be if built now from the current upstream outputs."""
     stages = project.manifest()["stages"]
-    upstream = {
-        "chunk": (),
-        "extract": ("chunk",),
-        "resolve": ("extract", "chunk"),   # the graph holds document and chunk vertices too
-        "synonyms": ("resolve", "chunk"),
-    }[stage]
-    digests = [stages.get(s, {}).get("output_digest", "") for s in upstream]
-    return fingerprint(stage, digests, _settings_fp(stage, settings), extra)
+    spec = STAGES[stage]
+    digests = [stages.get(s, {}).get("output_digest", "") for s in spec.upstream]
+    return fingerprint(stage, digests, spec.load("settings_fingerprint")(settings), extra)
 
 
 def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: str, **kwargs: Any) -> StageOutcome:
     fp = expected_fingerprint(project, settings, stage)
-    if stage == "resolve":
-        from .resolve import run_resolve as fn
-    elif stage == "synonyms":
-        from .synonyms import run_synonyms as fn
-    else:
-        raise ValueError(stage)
+    spec = STAGES[stage]
+    fn = spec.load(spec.run)
     if not kwargs.get("review_path"):
         project.invalidate_stage(stage)   # the record stops vouching before any output is touched
     outcome = fn(project, settings, reporter, **kwargs)
@@ -123,14 +129,13 @@ def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | 
 
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
-    from .extract.stage import run_extract
-    from .ingest import run_chunk
+    run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
 
     if options.stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
     roots = list(options.docs)
-    if not roots:
+    if not roots:   # a damaged manifest fails here, saying to give DOCS
         prev = project.stage("chunk")
         recorded = (prev.counts.get("roots") if prev else None) or []
         if not recorded:
@@ -144,6 +149,8 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         summary["estimate"] = estimate(project, settings, chunked)
         return IndexResult(summary, EXIT_OK)
     with project.lock(), project.generation():
+        if project.drop_damaged_manifest():
+            reporter.warn("manifest.json was damaged; rebuilding every stage from DOCS and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
         chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)

@@ -266,7 +266,8 @@ class Project:
             return {"version": 1, "stages": {}}
         if (not isinstance(data, dict) or not isinstance(data.get("stages"), dict)
                 or not all(isinstance(v, dict) for v in data["stages"].values())):
-            raise UsageError(f"{self.manifest_path} is damaged; remove it to rebuild every stage")
+            raise HragError(f"{self.manifest_path} is damaged: run 'hrag index DOCS -p {self.root}' to rebuild "
+                             "every stage (the caches keep extractions and embeddings)")
         return data
 
     def stage(self, name: str) -> StageRecord | None:
@@ -289,6 +290,17 @@ class Project:
             "artifacts": self._artifacts(name, old),
         }
         store.write_json(self.manifest_path, data)
+
+    def drop_damaged_manifest(self) -> bool:
+        """Inside a new generation only: a manifest that cannot be read is removed, so every stage rebuilds
+        from its inputs and the caches. True when it was damaged."""
+        assert self._writing is not None, "only a writer's new generation may lose its manifest"
+        try:
+            self.manifest()
+            return False
+        except HragError:
+            self.manifest_path.unlink()
+            return True
 
     def invalidate_stage(self, name: str) -> None:
         """Before a stage touches its outputs: its record stops vouching for them (stale, counts kept), so a

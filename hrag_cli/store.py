@@ -7,6 +7,7 @@ through a temp file in the same folder and os.replace, so a reader never sees ha
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -49,12 +50,26 @@ def atomic_path(path: Path) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes files private; artifacts are ordinary files
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        _raise_named(exc, path)
         raise
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO}
+
+
+def _raise_named(exc: BaseException, path: Path) -> None:
+    """A full disk (or quota, or read-only file system) while writing becomes one line naming the file; the
+    previous version of the file is untouched."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+        from .errors import HragError
+
+        raise HragError(f"cannot write {path}: {exc.strerror or exc}; the previous version is kept, free some "
+                        "space and run the command again") from None
 
 
 @contextmanager
@@ -197,11 +212,15 @@ class JsonlAppender:
         self._fsync = fsync
 
     def append(self, record: Any) -> None:
-        self._fh.write(self._lead + orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
-        self._lead = b""
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(self._lead + orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+            self._lead = b""
+            self._fh.flush()
+            if self._fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:   # a torn tail is cut by the next writer; the message names the file
+            _raise_named(exc, self.path)
+            raise
 
     def close(self) -> None:
         if not self._fh.closed:

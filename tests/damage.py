@@ -78,11 +78,12 @@ def project_files(root: Path) -> list[str]:
     return sorted(out)
 
 
-def run_case(built: Path, work: Path, rel: str, how: str, baseline: list, queries: tuple = QUERIES) -> dict:
+def run_case(built: Path, work: Path, rel: str, how: str, baseline: list, queries: tuple = QUERIES,
+             docs: tuple[str, ...] = ()) -> dict:
     """Copy the built project, damage one file, then status / query / index / query."""
     root = work / f"{rel.replace('/', '_')}-{how}"
     shutil.copytree(built, root, symlinks=True)
-    target = root / rel
+    target = (root / rel).resolve()   # the file itself, not the root's symlink into the current generation
     if not target.exists():
         return {}
     damage(target, how)
@@ -94,8 +95,12 @@ def run_case(built: Path, work: Path, rel: str, how: str, baseline: list, querie
     else:
         query = f"refuse{q_code}" if len(q_err.strip().splitlines()) == 1 else f"crash{q_code}"
     i_code, _, i_err = cli("index", "-p", str(root), "-q")
+    how_restored = "restored"
+    if i_code == 2 and "hrag index DOCS" in i_err and docs:   # the message asks for DOCS: give them, as a user would
+        i_code, _, i_err = cli("index", *docs, "-p", str(root), "-q")
+        how_restored = "restored-with-DOCS"
     a_code, again, a_err = answers(root, queries)
-    index = "restored" if (i_code == 0 and a_code == 0 and again == baseline) else f"NOT(i{i_code},q{a_code})"
+    index = how_restored if (i_code == 0 and a_code == 0 and again == baseline) else f"NOT(i{i_code},q{a_code})"
     return {"status": status, "query": query, "index": index, "query_err": q_err.strip(),
             "index_err": (i_err or a_err).strip()}
 
@@ -110,11 +115,11 @@ def build(root: Path, corpus: Path, queries: tuple = QUERIES) -> list:
 
 
 def matrix(built: Path, work: Path, baseline: list, files: list[str] | None = None,
-           progress: Callable[[str], None] | None = None) -> dict[tuple[str, str], dict]:
+           progress: Callable[[str], None] | None = None, docs: tuple[str, ...] = ()) -> dict[tuple[str, str], dict]:
     out = {}
     for rel in files or project_files(built):
         for how in DAMAGES:
-            out[(rel, how)] = run_case(built, work, rel, how, baseline)
+            out[(rel, how)] = run_case(built, work, rel, how, baseline, docs=docs)
             if progress:
                 progress(f"{rel} {how} {out[(rel, how)]}")
     return out

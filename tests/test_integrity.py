@@ -97,7 +97,11 @@ def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path:
     (root / "manifest.json").write_bytes(orjson.dumps(data))
     for args in (("status",), ("query", "flood")):
         code, _, err = cli(*args, "-p", str(root))
-        assert code == 2 and len(err.strip().splitlines()) == 1 and "manifest.json is damaged" in err, err
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "manifest.json is damaged" in err, err
+    code, _, err = cli("index", str(CORPUS), "-p", str(root), "-q")   # the fix the message gives
+    assert code == 0, err
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == built[1], err
 
 
 def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: Path) -> None:
@@ -219,3 +223,47 @@ def test_kill_9_during_synonyms_with_a_changed_setting(built, stub, tmp_path: Pa
     assert {n: (root / "graph" / n).read_bytes() for n in clean} == clean
     code, got, err = answers(root, FAST)
     assert code == 0 and got == baseline, err
+
+
+# -- the README's exit-code table, one test per row -----------------------------------------------------------
+def test_exit_0_done(built) -> None:
+    code, _, err = cli("status", "-p", str(built[0]))
+    assert code == 0 and err == ""
+
+
+def test_exit_1_failed_a_damaged_index_is_refused(built, tmp_path: Path) -> None:
+    root = _copy(built[0], tmp_path / "p")
+    (root / "graph" / "graph.pkl").unlink()
+    code, out, err = cli("query", "flood", "-p", str(root))
+    assert code == 1 and out == "" and err.strip().splitlines() == [
+        f"hrag: error: graph/graph.pkl is missing: run 'hrag index -p {root}' to rebuild it"]
+
+
+def test_exit_2_usage_changes_nothing(built, tmp_path: Path) -> None:
+    root = _copy(built[0], tmp_path / "p")
+    before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
+    code, _, err = cli("index", "-p", str(root), "--top-k", "3")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    code, _, err = cli("index", "-p", str(root), "--chunk-overlap", "-1")
+    assert code == 2 and "chunk.overlap" in err
+    assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+
+
+def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"{i}.txt").write_text(f"Person {i} founded the Company {i} in the town of Place {i}.")
+    code, _, err = cli("index", str(docs), "-p", str(tmp_path / "p"), "--llm-model", "openai/gpt-4o-mini",
+                       "--llm-api-base", stub.url, "--max-cost", "1e-9", "--concurrency", "1", "-q")
+    assert code == 3 and "run again to continue" in err
+
+
+def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _copy(built[0], tmp_path / "p")
+    current = os.readlink(root / "current")
+    _interrupt_after(monkeypatch, "hrag_cli.resolve", "write_outputs")
+    code, _, err = cli("resolve", "-p", str(root), "-q")
+    assert code == 130
+    assert os.readlink(root / "current") == current

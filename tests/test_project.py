@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hrag_cli.config import Settings, default_toml, load_settings
-from hrag_cli.errors import ProjectLocked, UsageError
+from hrag_cli.errors import HragError, ProjectLocked, UsageError
 from hrag_cli.project import Project, fingerprint, resolve_root
 
 
@@ -72,10 +72,10 @@ def test_damaged_manifest_is_a_clear_error(tmp_path: Path) -> None:
     proj = Project(tmp_path)
     proj.init()
     proj.manifest_path.write_text("[1, 2]")
-    with pytest.raises(UsageError, match="damaged"):
+    with pytest.raises(HragError, match="damaged"):   # exit 1: a damaged project, not a usage mistake
         proj.manifest()
     proj.manifest_path.write_text('{"stages": {"chunk"')      # not JSON at all (hand edit, disk trouble)
-    with pytest.raises(UsageError, match="damaged"):
+    with pytest.raises(HragError, match="damaged"):
         proj.manifest()
 
 
