@@ -120,11 +120,14 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
     from hrag_cli.project import Project
     from hrag_cli.query.index import QueryIndex
 
+    from hrag_cli.export import load_export_graph
+
     root = _copy(built[0], tmp_path / "p")
     reader = Project(root)
     before = reader.entities_path.read_bytes()
     ix = QueryIndex(reader, reader.settings())
     ix.require_built()
+    exported = load_export_graph(reader).counts()
     for threshold in ("0.6", "0.9"):   # two commits, each rewriting synonyms.jsonl and graph.pkl
         code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
         assert code == 0, err
@@ -132,6 +135,7 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
     ix.require_built()                              # still intact and still built: its files are untouched
     assert reader.entities_path.read_bytes() == before
     assert len(ix.graph.vs) > 0 and ix.chunks
+    assert load_export_graph(reader).counts() == exported      # export too: the same version, whole
 
 
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> None:

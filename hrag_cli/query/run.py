@@ -156,12 +156,13 @@ def print_table(r: Retrieval, extra: dict) -> None:
     if r.facts:
         console.print("[bold]facts[/bold]:", highlight=False)
         for f in r.facts:
-            console.print(printable(f"  ({f['subject']}, {f['predicate']}, {f['object']})  {f['score']:.3f}"), highlight=False,
-                          markup=False)
+            line = f"  ({f['subject']}, {f['predicate']}, {f['object']})  {f['score']:.3f}"
+            console.print(printable(line), highlight=False, markup=False)
     if r.relations:
         console.print("[bold]relations[/bold]:", highlight=False)
         for x in r.relations[:10]:
-            console.print(printable(f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}"), highlight=False, markup=False)
+            line = f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}"
+            console.print(printable(line), highlight=False, markup=False)
     if r.keywords:
         console.print("[bold]keywords[/bold]: " + escape(f"high={r.keywords.get('high')} low={r.keywords.get('low')}"),
                       highlight=False, markup=True)
