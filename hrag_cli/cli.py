@@ -333,6 +333,8 @@ def main() -> None:
     setup()
     try:
         rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it
+        if rc == 130:                    # typer's Exit(130) for Ctrl-C
+            raise KeyboardInterrupt
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except typer.Exit as exc:
@@ -348,6 +350,11 @@ def main() -> None:
         # typer vendors its own copy of click, so match its exception classes by name, not identity
         kinds = {cls.__name__ for cls in type(exc).__mro__}
         if "Abort" in kinds:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, EOFError):   # click turns any EOFError into Abort: a truncated file, not Ctrl-C
+                print(f"hrag: error: a file ended early ({_one_line(cause) or 'EOFError'}); "
+                      "'hrag status' names damaged files", file=sys.stderr)
+                sys.exit(1)
             print("hrag: aborted", file=sys.stderr)
             sys.exit(130)
         if "NoArgsIsHelpError" in kinds:  # bare `hrag`: the help, not an error line

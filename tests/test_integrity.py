@@ -269,5 +269,5 @@ def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path
     current = os.readlink(root / "current")
     _interrupt_after(monkeypatch, "hrag_cli.resolve", "write_outputs")
     code, _, err = cli("resolve", "-p", str(root), "-q")
-    assert code == 130
+    assert code == 130 and "interrupted" in err and "run the same command to resume" in err
     assert os.readlink(root / "current") == current
