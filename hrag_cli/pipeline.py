@@ -168,6 +168,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         except BudgetExceeded as exc:
             summary["extract"] = {"stopped": str(exc)}
             reporter.warn(str(exc))     # the message already says that a re-run continues
+            project.discard_generation()   # readers keep the last complete version; cache/ keeps what was paid
             return IndexResult(summary, EXIT_BUDGET)
         summary["extract"] = extracted.counts
         if extracted.counts.get("pending", 0) == 0:

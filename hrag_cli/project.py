@@ -144,6 +144,7 @@ class Project:
         self._lock_fh: Any = None
         self._pin_fh: Any = None
         self._writing: Path | None = None   # the generation a writer is filling
+        self._discard = False
         self._set_gen(self._current_gen())
 
     # -- generations ------------------------------------------------------------------------------------
@@ -210,6 +211,7 @@ class Project:
             (new / d).mkdir(exist_ok=True)
         self._unpin()
         self._writing = new
+        self._discard = False
         self._set_gen(new)
         try:
             yield
@@ -219,7 +221,15 @@ class Project:
             shutil.rmtree(new, ignore_errors=True)
             raise
         self._writing = None
-        self._switch(new)
+        if self._discard:
+            self._set_gen(self._current_gen())
+            shutil.rmtree(new, ignore_errors=True)
+        else:
+            self._switch(new)
+
+    def discard_generation(self) -> None:
+        """The run stopped short (a budget stop): keep the previous version current; the caches keep the work."""
+        self._discard = True
 
     def _switch(self, new: Path) -> None:
         """Point `current` at `new` in one rename, give the root its symlinks, drop unpinned old generations."""

@@ -183,20 +183,23 @@ def _wait(pred, timeout: float = 60.0) -> bool:
     return False
 
 
-def _kill_mid(args: list[str], stub, route: str) -> None:
+def _kill_mid(args: list[str], stub, route: str, meanwhile=None) -> None:
+    """Run `hrag ARGS`, call `meanwhile()` while it is mid-stage, then kill -9 it."""
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy"}
     proc = subprocess.Popen([HRAG, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert _wait(lambda: stub.count(route) >= 2), "the stage never reached the model"
+        if meanwhile is not None:
+            meanwhile()
         assert proc.poll() is None, "the stage finished before it was killed; make the stub slower"
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
 
 
-def _slow(fn):
+def _slow(fn, delay: float = 0.3):
     def reply(body: dict):
-        time.sleep(0.3)
+        time.sleep(delay)
         return fn(body)
     return reply
 
@@ -219,9 +222,14 @@ def test_kill_9_during_synonyms_with_a_changed_setting(built, stub, tmp_path: Pa
     root, baseline = built
     root = _copy(root, tmp_path / "p")
     clean = {n: (root / "graph" / n).read_bytes() for n in ("synonyms.jsonl", "graph.pkl")}
-    stub.set_embed(_slow(default_embed))
+    stub.set_embed(_slow(default_embed, 2.0))   # slow enough that the queries below finish mid-stage
+
+    def query_during_the_rebuild() -> None:   # the complete version, never "not built yet" or half of two
+        code, got, err = answers(root, FAST)
+        assert code == 0 and got == baseline, err
+
     _kill_mid(["synonyms", "-p", str(root), "--threshold", "0.6", "--embed-model", "openai/stub-embed",
-               "--embed-api-base", stub.url, "-q"], stub, EMBED)
+               "--embed-api-base", stub.url, "-q"], stub, EMBED, query_during_the_rebuild)
     code, _, err = cli("index", "-p", str(root), "-q")
     assert code == 0, err
     assert {n: (root / "graph" / n).read_bytes() for n in clean} == clean
@@ -258,9 +266,16 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
     docs.mkdir()
     for i in range(3):
         (docs / f"{i}.txt").write_text(f"Person {i} founded the Company {i} in the town of Place {i}.")
-    code, _, err = cli("index", str(docs), "-p", str(tmp_path / "p"), "--llm-model", "openai/gpt-4o-mini",
-                       "--llm-api-base", stub.url, "--max-cost", "1e-9", "--concurrency", "1", "-q")
+    args = ["index", str(docs), "-p", str(tmp_path / "p"), "--llm-model", "openai/gpt-4o-mini", "--llm-api-base",
+            stub.url, "--concurrency", "1", "--max-gleanings", "0", "-q"]
+    code, _, err = cli(*args, "--max-cost", "1e-9")
     assert code == 3 and "run again to continue" in err
+    code, _, err = cli("query", "Company 1", "-p", str(tmp_path / "p"))
+    assert code == 2 and "not built yet" in err            # no complete version yet: nothing half-built is served
+    paid = stub.count(CHAT)
+    code, _, err = cli(*args)                               # the same command, no limit: continues
+    assert code == 0, err
+    assert stub.count(CHAT) == paid + 2                     # the chunk extracted before the stop is not asked again
 
 
 def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path,
