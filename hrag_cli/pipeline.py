@@ -76,7 +76,8 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
     spec = STAGES[stage]
     fn = spec.load(spec.run)
     if not kwargs.get("review_path"):
-        project.invalidate_stage(stage)   # the record stops vouching before any output is touched
+        _clear_damage(project, reporter, stage)   # an incremental stage must not extend a damaged file
+        project.invalidate_stage(stage)           # the record stops vouching before any output is touched
     outcome = fn(project, settings, reporter, **kwargs)
     if outcome.counts.get("review_only"):
         return outcome   # `synonyms --review` wrote a TSV and changed nothing in graph/: the stage stays as it was
@@ -84,14 +85,21 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
     return outcome
 
 
+def _clear_damage(project: Project, reporter: Reporter, stage: str) -> bool:
+    """A stage whose recorded files fail their check loses them (so it rebuilds them from its inputs instead of
+    extending them); True when it had any."""
+    damaged = project.check(stages=(stage,))
+    if damaged:
+        reporter.warn(f"{damaged[0]}; rebuilding the {stage} stage from its inputs")
+        project.remove_outputs(stage)
+    return bool(damaged)
+
+
 def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, stages: tuple[str, ...],
                       summary: dict, force: bool = False) -> None:
     for stage in stages:
         fp = expected_fingerprint(project, settings, stage)
-        damaged = [p for p in project.check(stages=(stage,))]
-        if damaged:
-            reporter.warn(f"{damaged[0]}; rebuilding the {stage} stage from its inputs")
-            project.remove_outputs(stage)
+        if _clear_damage(project, reporter, stage):
             force = True
         if not force and project.stage_state(stage, fp) == "fresh":
             summary[stage] = "fresh"

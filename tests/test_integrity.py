@@ -286,3 +286,15 @@ def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path
     code, _, err = cli("resolve", "-p", str(root), "-q")
     assert code == 130 and "interrupted" in err and "run the same command to resume" in err
     assert os.readlink(root / "current") == current
+
+
+def test_rerunning_a_stage_never_records_a_damaged_file_as_good(built, tmp_path: Path) -> None:
+    """`hrag synonyms` is incremental: with a zeroed chunks.npy it used to keep the zeros and record them."""
+    root, baseline = built
+    root = _copy(root, tmp_path / "p")
+    target = (root / "vectors" / "chunks.npy").resolve()
+    target.write_bytes(b"\0" * target.stat().st_size)
+    code, _, err = cli("synonyms", "-p", str(root), "-q")
+    assert code == 0 and "vectors/chunks.npy is damaged" in err, err
+    code, got, err = answers(root, FAST)
+    assert code == 0 and got == baseline, err
