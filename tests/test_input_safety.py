@@ -140,3 +140,16 @@ def test_disk_full_is_one_line_naming_the_file(tmp_path: Path) -> None:
     appender = store.JsonlAppender(path)
     with pytest.raises(HragError, match=r"cannot write .*extractions\.jsonl: No space left on device"):
         appender.append({"chunk_id": "a" * 5000})
+
+
+def test_every_numeric_setting_has_a_range() -> None:
+    """A new numeric setting must say its range (config.RANGES), or a bad value reaches the stages unchecked."""
+    from dataclasses import fields
+
+    from hrag_cli.config import RANGES, Settings
+
+    s = Settings()
+    numeric = {f"{sec.name}.{f.name}" for sec in fields(s) for f in fields(getattr(s, sec.name))
+               if type(getattr(getattr(s, sec.name), f.name)) in (int, float)}
+    assert numeric - set(RANGES) == set()
+    assert set(RANGES) - numeric == set()
