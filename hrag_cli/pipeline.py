@@ -164,6 +164,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
+        del chunked   # every chunk's text: later stages read chunks.jsonl themselves, keep none of it alive
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
 

@@ -340,14 +340,15 @@ def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     assert "max-cost" in stopped.stderr and stopped.stderr.count("again to continue") == 1
     saved = extraction_lines(proj)
     assert 1 <= len(saved)
-    n_chunks = sum(1 for _ in store.read_jsonl(proj / "chunks.jsonl"))
-    assert len(saved) < n_chunks
     assert Project(proj).stage("extract") is None
+    assert not (proj / "chunks.jsonl").exists()   # the stopped run's version never became current
     first_requests = stub.count(CHAT)
 
     resumed = index(docs, proj, stub, *common, model=model)
     assert resumed.returncode == 0, resumed.stderr
     s = summary(resumed)
+    n_chunks = s["chunk"]["chunks"]
+    assert len(saved) < n_chunks
     assert s["extract"]["pending"] == 0 and s["extract"]["cached"] == len(saved)
     assert stub.count(CHAT) == first_requests + (n_chunks - len(saved))
     assert s["extract"]["cost"] > 0
