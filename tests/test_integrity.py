@@ -298,3 +298,22 @@ def test_rerunning_a_stage_never_records_a_damaged_file_as_good(built, tmp_path:
     assert code == 0 and "vectors/chunks.npy is damaged" in err, err
     code, got, err = answers(root, FAST)
     assert code == 0 and got == baseline, err
+
+
+def test_a_project_from_before_generations_reads_and_moves_into_one(built, tmp_path: Path) -> None:
+    root, baseline = built
+    old = tmp_path / "old"
+    shutil.copytree(root, old, symlinks=True)
+    gen = (old / os.readlink(old / "current")).resolve()
+    for name in ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors"):   # the old layout
+        (old / name).unlink()
+        shutil.move(str(gen / name), str(old / name))
+    shutil.rmtree(old / "gens")
+    (old / "current").unlink()
+    code, got, err = answers(old, FAST)
+    assert code == 0 and got == baseline, err
+    code, _, err = cli("index", "-p", str(old), "-q")
+    assert code == 0, err
+    assert (old / "current").is_symlink() and (old / "graph").is_symlink()
+    code, got, err = answers(old, FAST)
+    assert code == 0 and got == baseline, err
