@@ -7,8 +7,9 @@ never in place: a file is shared with the older generation until it is replaced)
 rename at the end. A reader resolves `current` once, so it opens one complete generation, never half of two,
 while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
 
-The manifest records, per stage, the size and hashes of every file the stage wrote; `check()` compares them
-with the disk, so a damaged or deleted file is named, refused by readers and rebuilt by `hrag index`.
+The manifest records, per stage, the size and hashes of every file the stage wrote (artifacts.py); `check()`
+compares them with the disk, so a damaged or deleted file is named, refused by readers and rebuilt by
+`hrag index`.
 """
 
 from __future__ import annotations
@@ -26,78 +27,13 @@ from typing import Any
 
 import orjson
 
-from . import store
+from . import artifacts, store
+from .artifacts import STAGES
 from .config import Settings, default_toml, load_settings
 from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
-STAGES = ("chunk", "extract", "resolve", "synonyms")
-# what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
-# stages belongs to the first (graph.pkl: resolve builds it, synonyms adds edges), which rebuilds it
-STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "chunk": ("docs.jsonl", "chunks.jsonl"),
-    "extract": (),
-    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/graph.pkl"),
-    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
-}
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
-NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
-_SAMPLE = 1 << 16
-
-
-def quick_sum(path: Path, size: int) -> str:
-    """Hash of the size, the first and last 64 KiB and eight blocks between: reads ~200 KiB whatever the
-    size, and catches a cut, emptied, zeroed or swapped file (a reader runs it on every open)."""
-    h = hashlib.blake2b(str(size).encode(), digest_size=16)
-    with open(path, "rb") as fh:
-        if size <= 4 * _SAMPLE:
-            h.update(fh.read())
-        else:
-            for pos in [0, *(size * i // 9 for i in range(1, 9)), size - _SAMPLE]:
-                fh.seek(pos)
-                h.update(fh.read(_SAMPLE if pos in (0, size - _SAMPLE) else 4096))
-    return h.hexdigest()
-
-
-FULL_HASH_MAX = 256 << 20   # bigger files: `--verify` hashes 4 KiB of every MiB (a run must not pay seconds
-                            # re-reading gigabytes of vectors it just wrote; measured 1.7 s per 300 MB here)
-
-
-def full_sum(path: Path, size: int | None = None) -> str:
-    """Whole-file hash for files up to FULL_HASH_MAX, else a dense sample (4 KiB of every MiB, all of the
-    last MiB): what `hrag status --verify` compares and the commit records."""
-    size = path.stat().st_size if size is None else size
-    with open(path, "rb") as fh:
-        if size <= FULL_HASH_MAX:
-            return hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
-        h = hashlib.blake2b(f"dense:{size}".encode(), digest_size=16)
-        for pos in range(0, size - (1 << 20), 1 << 20):
-            fh.seek(pos)
-            h.update(fh.read(4096))
-        fh.seek(max(0, size - (1 << 20)))
-        h.update(fh.read())
-        return h.hexdigest()
-
-
-def owner(rel: str) -> str:
-    """The stage that rebuilds artifact `rel` (relative to a generation)."""
-    for stage in STAGES:
-        for out in STAGE_OUTPUTS[stage]:
-            if rel == out or rel.startswith(out + "/"):
-                return stage
-    return ""
-
-
-@dataclass
-class Problem:
-    """One artifact that does not match the manifest."""
-
-    path: str      # relative to the generation, e.g. graph/entities.jsonl
-    reason: str
-    stage: str     # the stage whose rerun rebuilds it
-
-    def __str__(self) -> str:
-        return f"{self.path} is {self.reason}"
 
 
 def fingerprint(*parts: Any) -> str:
@@ -312,7 +248,7 @@ class Project:
             "output_digest": output_digest,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "counts": counts or {},
-            "artifacts": self._artifacts(name, old),
+            "artifacts": artifacts.record(self.gen_dir, name, old),
         }
         store.write_json(self.manifest_path, data)
 
@@ -336,58 +272,21 @@ class Project:
             rec["fingerprint"] = ""
             store.write_json(self.manifest_path, data)
 
-    def _files(self, name: str) -> Iterator[str]:
-        for out in STAGE_OUTPUTS.get(name, ()):
-            path = self.gen_dir / out
-            if path.is_dir():
-                for p in sorted(path.rglob("*")):
-                    if p.is_file() and not p.name.startswith(".") and p.name not in NOT_ARTIFACTS:
-                        yield str(p.relative_to(self.gen_dir))
-            elif path.is_file():
-                yield out
-
-    def _artifacts(self, name: str, old: dict) -> dict:
-        out = {}
-        for rel in self._files(name):
-            st = (self.gen_dir / rel).stat()
-            prev = old.get(rel) or {}
-            quick = quick_sum(self.gen_dir / rel, st.st_size)
-            same = (prev.get("size"), prev.get("mtime_ns"), prev.get("quick")) == (st.st_size, st.st_mtime_ns, quick)
-            full = prev["full"] if same and prev.get("full") else full_sum(self.gen_dir / rel, st.st_size)
-            out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "quick": quick, "full": full}
-        return out
-
-    def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[Problem]:
+    def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[artifacts.Problem]:
         """Every recorded artifact of `stages` against the disk: size and quick hash (reads ~200 KiB a file),
         or the whole-file hash with `full`. A file two stages wrote is checked against the later record."""
         recorded: dict[str, dict] = {}
         for name, rec in self.manifest()["stages"].items():
             for rel, meta in (rec.get("artifacts") or {}).items():
-                if owner(rel) in stages and isinstance(meta, dict):
+                if artifacts.owner(rel) in stages and isinstance(meta, dict):
                     if rel not in recorded or STAGES.index(name) > recorded[rel]["_by"]:
                         recorded[rel] = {**meta, "_by": STAGES.index(name) if name in STAGES else -1}
         problems = []
         for rel, meta in sorted(recorded.items()):
-            reason = self._check_one(self.gen_dir / rel, meta, full)
+            reason = artifacts.check_one(self.gen_dir / rel, meta, full)
             if reason:
-                problems.append(Problem(rel, reason, owner(rel)))
+                problems.append(artifacts.Problem(rel, reason, artifacts.owner(rel)))
         return problems
-
-    @staticmethod
-    def _check_one(path: Path, meta: dict, full: bool) -> str:
-        try:
-            size = path.stat().st_size
-            if size != meta.get("size"):
-                return f"damaged ({size} bytes, {meta.get('size')} expected)"
-            if quick_sum(path, size) != meta.get("quick"):
-                return "damaged (its contents changed)"
-            if full and meta.get("full") and full_sum(path, size) != meta["full"]:
-                return "damaged (its full hash differs)"
-        except FileNotFoundError:
-            return "missing"
-        except OSError as exc:
-            return f"unreadable ({exc.strerror or exc})"
-        return ""
 
     def require_intact(self, stages: tuple[str, ...] = STAGES) -> None:
         """For readers: refuse to answer from a damaged index (exit 1, the file and the fix)."""
@@ -399,8 +298,8 @@ class Project:
     def remove_outputs(self, stage: str) -> None:
         """Before rebuilding a damaged stage from its inputs: its files go, so incremental stages (the vector
         indices) start clean instead of extending a damaged file."""
-        for rel in list(self._files(stage)):
-            if owner(rel) == stage:
+        for rel in list(artifacts.files(self.gen_dir, stage)):
+            if artifacts.owner(rel) == stage:
                 (self.gen_dir / rel).unlink(missing_ok=True)
 
     def forget_stage(self, name: str) -> None:

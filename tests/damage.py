@@ -96,7 +96,7 @@ def run_case(built: Path, work: Path, rel: str, how: str, baseline: list, querie
         query = f"refuse{q_code}" if len(q_err.strip().splitlines()) == 1 else f"crash{q_code}"
     i_code, _, i_err = cli("index", "-p", str(root), "-q")
     how_restored = "restored"
-    if i_code == 2 and "hrag index DOCS" in i_err and docs:   # the message asks for DOCS: give them, as a user would
+    if i_code != 0 and "hrag index DOCS" in i_err and docs:   # the message asks for DOCS: give them, as a user would
         i_code, _, i_err = cli("index", *docs, "-p", str(root), "-q")
         how_restored = "restored-with-DOCS"
     a_code, again, a_err = answers(root, queries)

@@ -1,0 +1,123 @@
+"""What each stage wrote and whether it is still intact: per file a size, a quick hash of sampled blocks (read
+on every open by readers) and a whole-file hash (`hrag status --verify`), recorded in the manifest at commit.
+
+Generic over a stage's list of files and folders, so a new or renamed file under vectors/ is covered without
+a change here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+STAGES = ("chunk", "extract", "resolve", "synonyms")
+# what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
+# stages belongs to the first (graph.pkl: resolve builds it, synonyms adds edges), which rebuilds it
+STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "chunk": ("docs.jsonl", "chunks.jsonl"),
+    "extract": (),
+    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/graph.pkl"),
+    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
+}
+NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
+_SAMPLE = 1 << 16
+
+
+def quick_sum(path: Path, size: int) -> str:
+    """Hash of the size, the first and last 64 KiB and eight blocks between: reads ~200 KiB whatever the
+    size, and catches a cut, emptied, zeroed or swapped file (a reader runs it on every open)."""
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as fh:
+        if size <= 4 * _SAMPLE:
+            h.update(fh.read())
+        else:
+            for pos in [0, *(size * i // 9 for i in range(1, 9)), size - _SAMPLE]:
+                fh.seek(pos)
+                h.update(fh.read(_SAMPLE if pos in (0, size - _SAMPLE) else 4096))
+    return h.hexdigest()
+
+
+FULL_HASH_MAX = 256 << 20   # bigger files: `--verify` hashes 4 KiB of every MiB (a run must not pay seconds
+                            # re-reading gigabytes of vectors it just wrote; measured 1.7 s per 300 MB here)
+
+
+def full_sum(path: Path, size: int | None = None) -> str:
+    """Whole-file hash for files up to FULL_HASH_MAX, else a dense sample (4 KiB of every MiB, all of the
+    last MiB): what `hrag status --verify` compares and the commit records."""
+    size = path.stat().st_size if size is None else size
+    with open(path, "rb") as fh:
+        if size <= FULL_HASH_MAX:
+            return hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+        h = hashlib.blake2b(f"dense:{size}".encode(), digest_size=16)
+        for pos in range(0, size - (1 << 20), 1 << 20):
+            fh.seek(pos)
+            h.update(fh.read(4096))
+        fh.seek(max(0, size - (1 << 20)))
+        h.update(fh.read())
+        return h.hexdigest()
+
+
+def owner(rel: str) -> str:
+    """The stage that rebuilds artifact `rel` (relative to a generation)."""
+    for stage in STAGES:
+        for out in STAGE_OUTPUTS[stage]:
+            if rel == out or rel.startswith(out + "/"):
+                return stage
+    return ""
+
+
+@dataclass
+class Problem:
+    """One artifact that does not match the manifest."""
+
+    path: str      # relative to the generation, e.g. graph/entities.jsonl
+    reason: str
+    stage: str     # the stage whose rerun rebuilds it
+
+    def __str__(self) -> str:
+        return f"{self.path} is {self.reason}"
+
+
+def files(gen_dir: Path, stage: str) -> Iterator[str]:
+    """The files `stage` wrote, relative to its generation (dot files and user decisions left out)."""
+    for out in STAGE_OUTPUTS.get(stage, ()):
+        path = gen_dir / out
+        if path.is_dir():
+            for p in sorted(path.rglob("*")):
+                if p.is_file() and not p.name.startswith(".") and p.name not in NOT_ARTIFACTS:
+                    yield str(p.relative_to(gen_dir))
+        elif path.is_file():
+            yield out
+
+
+def record(gen_dir: Path, stage: str, old: dict) -> dict:
+    """rel path -> size, mtime, quick and full hash of every file `stage` wrote; a file unchanged since `old`
+    (same size, mtime and quick hash) keeps its full hash instead of being read whole again."""
+    out = {}
+    for rel in files(gen_dir, stage):
+        st = (gen_dir / rel).stat()
+        prev = old.get(rel) or {}
+        quick = quick_sum(gen_dir / rel, st.st_size)
+        same = (prev.get("size"), prev.get("mtime_ns"), prev.get("quick")) == (st.st_size, st.st_mtime_ns, quick)
+        full = prev["full"] if same and prev.get("full") else full_sum(gen_dir / rel, st.st_size)
+        out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "quick": quick, "full": full}
+    return out
+
+
+def check_one(path: Path, meta: dict, full: bool) -> str:
+    """Why `path` no longer matches its record ("" when it does)."""
+    try:
+        size = path.stat().st_size
+        if size != meta.get("size"):
+            return f"damaged ({size} bytes, {meta.get('size')} expected)"
+        if quick_sum(path, size) != meta.get("quick"):
+            return "damaged (its contents changed)"
+        if full and meta.get("full") and full_sum(path, size) != meta["full"]:
+            return "damaged (its full hash differs)"
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    return ""
