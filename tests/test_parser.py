@@ -46,7 +46,7 @@ def test_our_format_clean() -> None:
         ]
     )
     res = parse_extraction(text)
-    assert res.complete and res.dropped == 0
+    assert res.complete and res.dropped == {}
     assert res.entities == [
         ExtractedEntity("Ada Lovelace", "person", "Mathematician who wrote about the Analytical Engine."),
         ExtractedEntity("Analytical Engine", "artifact", "A proposed mechanical computer."),
@@ -73,7 +73,7 @@ def test_lightrag_format_clean() -> None:
         ]
     )
     res = parse_extraction(text)
-    assert res.complete and res.dropped == 0
+    assert res.complete and res.dropped == {}
     assert ents(res) == [("Tesla", "organization"), ("Elon Musk", "person")]
     assert res.relations == [
         ExtractedRelation("Elon Musk", "Tesla", "leadership", ["leadership", "management"], "Musk runs Tesla.", 1.0)
@@ -88,7 +88,7 @@ def test_lightrag_legacy_tuples() -> None:
         '("content_keywords"<|>"science, teamwork")<|COMPLETE|>'
     )
     res = parse_extraction(text)
-    assert res.complete and res.dropped == 0
+    assert res.complete and res.dropped == {}
     assert ents(res) == [("ALEX", "person"), ("TAYLOR", "person")]
     assert res.relations == [
         ExtractedRelation("ALEX", "TAYLOR", "hierarchy", ["hierarchy", "teamwork"], "Alex reports to Taylor.", 7.0)
@@ -100,7 +100,7 @@ def test_prompt_example_round_trips() -> None:
     system = build_extraction_messages("x", DEFAULT_ENTITY_TYPES)[0]["content"]
     example = system.split("Output:\n", 1)[1]
     res = parse_extraction(example)
-    assert res.complete and res.dropped == 0
+    assert res.complete and res.dropped == {}
     assert len(res.entities) == 7 and len(res.relations) == 6
     assert all(r.strength >= 5 for r in res.relations)
     assert {e.type for e in res.entities} <= set(DEFAULT_ENTITY_TYPES)
@@ -111,84 +111,84 @@ def test_prompt_example_round_trips() -> None:
 E = list[tuple[str, str]]
 R = list[tuple[str, str, str, float]]
 
-CASES: list[tuple[str, str, E, R, int]] = [
+CASES: list[tuple[str, str, E, R, dict[str, int]]] = [
     # id, model output, expected (name, type), expected (src, tgt, predicate, strength), dropped
-    ("legacy_delim", f"entity<|>A<|>person<|>d\nrelation<|>A<|>B<|>met<|>k<|>d<|>5", [("A", "person")], [("A", "B", "met", 5.0)], 0),
-    ("double_bar", "entity<||>A<||>person<||>d", [("A", "person")], [], 0),
-    ("missing_close_bar", "entity<|#>A<|#>place<|#>d", [("A", "place")], [], 0),
-    ("missing_open_bar", "entity<#|>A<#|>place<#|>d", [("A", "place")], [], 0),
-    ("bare_bars", "entity|#|A|#|person|#|d", [("A", "person")], [], 0),
-    ("double_hash", "entity<|##|>A<|##|>person<|##|>d", [("A", "person")], [], 0),
-    ("spaced_delim", "entity < | # | > A < | # | > person < | # | > d", [("A", "person")], [], 0),
-    ("fullwidth_bars", "entity<｜#｜>A<｜#｜>person<｜#｜>d\n<｜COMPLETE｜>", [("A", "person")], [], 0),
-    ("trailing_open_delim", f"entity{D}A{D}person{D}d<|#|\nentity{D}B{D}person{D}e<|#|", [("A", "person"), ("B", "person")], [], 0),
+    ("legacy_delim", f"entity<|>A<|>person<|>d\nrelation<|>A<|>B<|>met<|>k<|>d<|>5", [("A", "person")], [("A", "B", "met", 5.0)], {}),
+    ("double_bar", "entity<||>A<||>person<||>d", [("A", "person")], [], {}),
+    ("missing_close_bar", "entity<|#>A<|#>place<|#>d", [("A", "place")], [], {}),
+    ("missing_open_bar", "entity<#|>A<#|>place<#|>d", [("A", "place")], [], {}),
+    ("bare_bars", "entity|#|A|#|person|#|d", [("A", "person")], [], {}),
+    ("double_hash", "entity<|##|>A<|##|>person<|##|>d", [("A", "person")], [], {}),
+    ("spaced_delim", "entity < | # | > A < | # | > person < | # | > d", [("A", "person")], [], {}),
+    ("fullwidth_bars", "entity<｜#｜>A<｜#｜>person<｜#｜>d\n<｜COMPLETE｜>", [("A", "person")], [], {}),
+    ("trailing_open_delim", f"entity{D}A{D}person{D}d<|#|\nentity{D}B{D}person{D}e<|#|", [("A", "person"), ("B", "person")], [], {}),
     ("hash_record_sep", f"entity{D}A{D}person{D}d##entity{D}B{D}org{D}e##relation{D}A{D}B{D}works at{D}job{D}x{D}6##",
-     [("A", "person"), ("B", "org")], [("A", "B", "works at", 6.0)], 0),
+     [("A", "person"), ("B", "org")], [("A", "B", "works at", 6.0)], {}),
     ("rows_in_parens_and_quotes", f'("entity"{D}"A"{D}"person"{D}"desc")\n("relation"{D}"A"{D}"B"{D}"knows"{D}"k"{D}"d"{D}"4")',
-     [("A", "person")], [("A", "B", "knows", 4.0)], 0),
-    ("row_wrapped_in_quotes", f'"entity{D}A{D}person{D}desc"', [("A", "person")], [], 0),
+     [("A", "person")], [("A", "B", "knows", 4.0)], {}),
+    ("row_wrapped_in_quotes", f'"entity{D}A{D}person{D}desc"', [("A", "person")], [], {}),
     ("glued_rows", f"entity{D}A{D}person{D}first desc entity{D}B{D}place{D}second desc relation{D}A{D}B{D}visited{D}travel{D}went{D}3",
-     [("A", "person"), ("B", "place")], [("A", "B", "visited", 3.0)], 0),
-    ("glued_rows_with_delim", f"entity{D}A{D}person{D}d{D}entity{D}B{D}person{D}e", [("A", "person"), ("B", "person")], [], 0),
-    ("type_called_entity_not_split", f"entity{D}Acme{D}entity{D}A legal entity.", [("Acme", "entity")], [], 0),
-    ("code_fence", f"```\nentity{D}A{D}person{D}d\n```", [("A", "person")], [], 0),
-    ("code_fence_lang", f"```text\nentity{D}A{D}person{D}d\n<|COMPLETE|>\n```", [("A", "person")], [], 0),
-    ("no_completion_marker", f"entity{D}A{D}person{D}d\nrelation{D}A{D}B{D}owns{D}k{D}d{D}2", [("A", "person")], [("A", "B", "owns", 2.0)], 0),
+     [("A", "person"), ("B", "place")], [("A", "B", "visited", 3.0)], {}),
+    ("glued_rows_with_delim", f"entity{D}A{D}person{D}d{D}entity{D}B{D}person{D}e", [("A", "person"), ("B", "person")], [], {}),
+    ("type_called_entity_not_split", f"entity{D}Acme{D}entity{D}A legal entity.", [("Acme", "entity")], [], {}),
+    ("code_fence", f"```\nentity{D}A{D}person{D}d\n```", [("A", "person")], [], {}),
+    ("code_fence_lang", f"```text\nentity{D}A{D}person{D}d\n<|COMPLETE|>\n```", [("A", "person")], [], {}),
+    ("no_completion_marker", f"entity{D}A{D}person{D}d\nrelation{D}A{D}B{D}owns{D}k{D}d{D}2", [("A", "person")], [("A", "B", "owns", 2.0)], {}),
     ("keyword_variants", f"Entity{D}A{D}person{D}d\nENTITY{D}B{D}person{D}d\nrelationship{D}A{D}B{D}likes{D}k{D}d{D}5\nrel{D}B{D}A{D}ignores{D}k{D}d{D}5",
-     [("A", "person"), ("B", "person")], [("A", "B", "likes", 5.0), ("B", "A", "ignores", 5.0)], 0),
+     [("A", "person"), ("B", "person")], [("A", "B", "likes", 5.0), ("B", "A", "ignores", 5.0)], {}),
     ("bullets_and_numbers", f"- entity{D}A{D}person{D}d\n1. entity{D}B{D}person{D}d\n2) relation{D}A{D}B{D}met{D}k{D}d{D}8\n* entity{D}C{D}place{D}d",
-     [("A", "person"), ("B", "person"), ("C", "place")], [("A", "B", "met", 8.0)], 0),
+     [("A", "person"), ("B", "person"), ("C", "place")], [("A", "B", "met", 8.0)], {}),
     ("headers_and_prose_ignored", f"Here are the entities:\n## Entities\n\nentity{D}A{D}person{D}d\n\n### Relationships\nrelation{D}A{D}B{D}met{D}k{D}d{D}8\nI hope this helps!",
-     [("A", "person")], [("A", "B", "met", 8.0)], 0),
-    ("entity_extra_fields", f"entity{D}A{D}person{D}first part{D}second part", [("A", "person")], [], 0),
-    ("relation_extra_fields_numeric_last", f"relation{D}A{D}B{D}founded{D}k{D}part one{D}part two{D}9", [], [("A", "B", "founded", 9.0)], 0),
-    ("entity_no_description", f"entity{D}A{D}person", [("A", "person")], [], 0),
-    ("entity_name_only", f"entity{D}A", [("A", "unknown")], [], 0),
-    ("relation_src_tgt_only", f"relation{D}A{D}B", [], [("A", "B", "related to", 1.0)], 0),
-    ("relation_predicate_and_strength_only", f"relation{D}A{D}B{D}married{D}7", [], [("A", "B", "married", 7.0)], 0),
-    ("entity_no_name", f"entity{D}{D}person{D}d\nentity{D}\nentity{D}  \"\" {D}person", [], [], 3),
-    ("relation_missing_target", f"relation{D}A\nrelation{D}{D}B{D}x{D}k{D}d{D}5", [], [], 2),
-    ("self_loop", f"relation{D}Acme Corp{D}acme  corp{D}is{D}k{D}d{D}5\nrelation{D}A{D}B{D}is{D}k{D}d{D}5", [], [("A", "B", "is", 5.0)], 1),
-    ("strength_not_number", f"relation{D}A{D}B{D}met{D}k{D}d{D}high", [], [("A", "B", "met", 1.0)], 0),
-    ("strength_clamped_high", f"relation{D}A{D}B{D}met{D}k{D}d{D}42", [], [("A", "B", "met", 10.0)], 0),
-    ("strength_clamped_low", f"relation{D}A{D}B{D}met{D}k{D}d{D}-3", [], [("A", "B", "met", 0.0)], 0),
-    ("strength_out_of_ten", f"relation{D}A{D}B{D}met{D}k{D}d{D}8/10", [], [("A", "B", "met", 8.0)], 0),
+     [("A", "person")], [("A", "B", "met", 8.0)], {}),
+    ("entity_extra_fields", f"entity{D}A{D}person{D}first part{D}second part", [("A", "person")], [], {}),
+    ("relation_extra_fields_numeric_last", f"relation{D}A{D}B{D}founded{D}k{D}part one{D}part two{D}9", [], [("A", "B", "founded", 9.0)], {}),
+    ("entity_no_description", f"entity{D}A{D}person", [("A", "person")], [], {}),
+    ("entity_name_only", f"entity{D}A", [], [], {"name_only": 1}),
+    ("relation_src_tgt_only", f"relation{D}A{D}B", [], [("A", "B", "related to", 1.0)], {}),
+    ("relation_predicate_and_strength_only", f"relation{D}A{D}B{D}married{D}7", [], [("A", "B", "married", 7.0)], {}),
+    ("entity_no_name", f"entity{D}{D}person{D}d\nentity{D}\nentity{D}  \"\" {D}person", [], [], {"no_name": 3}),
+    ("relation_missing_target", f"relation{D}A\nrelation{D}{D}B{D}x{D}k{D}d{D}5", [], [], {"missing_endpoint": 2}),
+    ("self_loop", f"relation{D}Acme Corp{D}acme  corp{D}is{D}k{D}d{D}5\nrelation{D}A{D}B{D}is{D}k{D}d{D}5", [], [("A", "B", "is", 5.0)], {"self_relation": 1}),
+    ("strength_not_number", f"relation{D}A{D}B{D}met{D}k{D}d{D}high", [], [("A", "B", "met", 1.0)], {}),
+    ("strength_clamped_high", f"relation{D}A{D}B{D}met{D}k{D}d{D}42", [], [("A", "B", "met", 10.0)], {}),
+    ("strength_clamped_low", f"relation{D}A{D}B{D}met{D}k{D}d{D}-3", [], [("A", "B", "met", 0.0)], {}),
+    ("strength_out_of_ten", f"relation{D}A{D}B{D}met{D}k{D}d{D}8/10", [], [("A", "B", "met", 8.0)], {}),
     ("type_normalised", f"entity{D}A{D}Research Institute{D}d\nentity{D}B{D}{D}d\nentity{D}C{D}**PERSON**{D}d",
-     [("A", "research_institute"), ("B", "unknown"), ("C", "person")], [], 0),
+     [("A", "research_institute"), ("B", "unknown"), ("C", "person")], [], {}),
     ("names_cleaned", f'entity{D}"**Marie  Curie**"{D}person{D}d\nentity{D}[Paris]{D}place{D}d\nentity{D}_Radium_{D}concept{D}d\n'
      f"relation{D}'Marie Curie'{D}(Paris){D}lived in{D}k{D}d{D}6",
-     [("Marie Curie", "person"), ("Paris", "place"), ("Radium", "concept")], [("Marie Curie", "Paris", "lived in", 6.0)], 0),
-    ("name_parenthetical_kept", f"entity{D}Mercury (planet){D}location{D}d", [("Mercury (planet)", "location")], [], 0),
+     [("Marie Curie", "person"), ("Paris", "place"), ("Radium", "concept")], [("Marie Curie", "Paris", "lived in", 6.0)], {}),
+    ("name_parenthetical_kept", f"entity{D}Mercury (planet){D}location{D}d", [("Mercury (planet)", "location")], [], {}),
     ("duplicate_entity_longer_desc_wins", f"entity{D}Acme{D}organization{D}short\nentity{D}ACME{D}organization{D}a much longer description",
-     [("Acme", "organization")], [], 0),
-    ("duplicate_relation", f"relation{D}A{D}B{D}founded{D}k{D}d{D}5\nrelation{D}a{D}b{D}Founded{D}k2{D}longer d{D}8", [], [("A", "B", "founded", 8.0)], 0),
-    ("complete_marker_variants", f"entity{D}A{D}person{D}d\n<COMPLETE>", [("A", "person")], [], 0),
-    ("complete_marker_bars_lower", f"entity{D}A{D}person{D}d\n|complete|", [("A", "person")], [], 0),
-    ("content_keywords_ignored", f"content_keywords{D}a, b, c\nentity{D}A{D}person{D}d", [("A", "person")], [], 0),
+     [("Acme", "organization")], [], {}),
+    ("duplicate_relation", f"relation{D}A{D}B{D}founded{D}k{D}d{D}5\nrelation{D}a{D}b{D}Founded{D}k2{D}longer d{D}8", [], [("A", "B", "founded", 8.0)], {}),
+    ("complete_marker_variants", f"entity{D}A{D}person{D}d\n<COMPLETE>", [("A", "person")], [], {}),
+    ("complete_marker_bars_lower", f"entity{D}A{D}person{D}d\n|complete|", [("A", "person")], [], {}),
+    ("content_keywords_ignored", f"content_keywords{D}a, b, c\nentity{D}A{D}person{D}d", [("A", "person")], [], {}),
     ("template_echo_ignored", f"entity{D}NAME{D}TYPE{D}DESCRIPTION\nrelation{D}SOURCE{D}TARGET{D}PREDICATE{D}K{D}D{D}S\nentity{D}A{D}person{D}d",
-     [("A", "person")], [], 0),
+     [("A", "person")], [], {}),
     ("legacy_no_sep_newlines", '("entity"<|>"A"<|>"ORG"<|>"d")\n("relationship"<|>"A"<|>"B"<|>"A supplies B with parts."<|>"supply, trade"<|>6)',
-     [("A", "org")], [("A", "B", "supply", 6.0)], 0),
-    ("lightrag_keywords_desc_swapped", f"relation{D}A{D}B{D}A sold its shares to B in a long deal.{D}finance, sale", [], [("A", "B", "finance", 1.0)], 0),
-    ("semicolon_keywords", f"relation{D}A{D}B{D}acquired{D}merger; finance;  merger ;{D}d{D}7", [], [("A", "B", "acquired", 7.0)], 0),
-    ("prefix_prose_before_row", f"Output: entity{D}A{D}person{D}d", [("A", "person")], [], 0),
-    ("bold_keyword", f"**entity**{D}A{D}person{D}d", [("A", "person")], [], 0),
-    ("inline_fence", f"```entity{D}A{D}person{D}d```", [("A", "person")], [], 0),
-    ("ours_without_strength", f"relation{D}A{D}B{D}founded{D}k{D}d", [], [("A", "B", "founded", 1.0)], 0),
-    ("relation_sentence_only", f"relation{D}A{D}B{D}A and B worked together for many years.", [], [("A", "B", "related to", 1.0)], 0),
-    ("entity_type_slot_sentence", f"entity{D}A{D}a small company based in Lyon", [("A", "unknown")], [], 0),
-    ("strength_labelled_float", f"relation{D}A{D}B{D}met{D}k{D}d{D}strength: 7.5", [], [("A", "B", "met", 7.5)], 0),
-    ("numeric_target_short_row", f"relation{D}Acme{D}1990", [], [("Acme", "1990", "related to", 1.0)], 0),
-    ("unknown_row_keyword_ignored", f"node{D}A{D}person{D}d\nedge{D}A{D}B", [], [], 0),
-    ("unicode_names", f"entity{D}東京{D}location{D}日本の首都\nentity{D}Zürich{D}Location{D}d", [("東京", "location"), ("Zürich", "location")], [], 0),
-    ("empty_output", "", [], [], 0),
-    ("only_prose", "I could not find any entities in this text.", [], [], 0),
-    ("crlf_lines", f"entity{D}A{D}person{D}d\r\nentity{D}B{D}person{D}d\r\n<|COMPLETE|>\r\n", [("A", "person"), ("B", "person")], [], 0),
+     [("A", "org")], [("A", "B", "supply", 6.0)], {}),
+    ("lightrag_keywords_desc_swapped", f"relation{D}A{D}B{D}A sold its shares to B in a long deal.{D}finance, sale", [], [("A", "B", "finance", 1.0)], {}),
+    ("semicolon_keywords", f"relation{D}A{D}B{D}acquired{D}merger; finance;  merger ;{D}d{D}7", [], [("A", "B", "acquired", 7.0)], {}),
+    ("prefix_prose_before_row", f"Output: entity{D}A{D}person{D}d", [("A", "person")], [], {}),
+    ("bold_keyword", f"**entity**{D}A{D}person{D}d", [("A", "person")], [], {}),
+    ("inline_fence", f"```entity{D}A{D}person{D}d```", [("A", "person")], [], {}),
+    ("ours_without_strength", f"relation{D}A{D}B{D}founded{D}k{D}d", [], [("A", "B", "founded", 1.0)], {}),
+    ("relation_sentence_only", f"relation{D}A{D}B{D}A and B worked together for many years.", [], [("A", "B", "related to", 1.0)], {}),
+    ("entity_type_slot_sentence", f"entity{D}A{D}a small company based in Lyon", [("A", "unknown")], [], {}),
+    ("strength_labelled_float", f"relation{D}A{D}B{D}met{D}k{D}d{D}strength: 7.5", [], [("A", "B", "met", 7.5)], {}),
+    ("numeric_target_short_row", f"relation{D}Acme{D}1990", [], [("Acme", "1990", "related to", 1.0)], {}),
+    ("unknown_row_keyword_counted", f"node{D}A{D}person{D}d\nedge{D}A{D}B\nnote{D}x", [], [], {"unknown_record": 2}),
+    ("unicode_names", f"entity{D}東京{D}location{D}日本の首都\nentity{D}Zürich{D}Location{D}d", [("東京", "location"), ("Zürich", "location")], [], {}),
+    ("empty_output", "", [], [], {}),
+    ("only_prose", "I could not find any entities in this text.", [], [], {}),
+    ("crlf_lines", f"entity{D}A{D}person{D}d\r\nentity{D}B{D}person{D}d\r\n<|COMPLETE|>\r\n", [("A", "person"), ("B", "person")], [], {}),
 ]
 
 
 @pytest.mark.parametrize("text,exp_ents,exp_rels,exp_dropped", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_malformed(text: str, exp_ents: E, exp_rels: R, exp_dropped: int) -> None:
+def test_malformed(text: str, exp_ents: E, exp_rels: R, exp_dropped: dict[str, int]) -> None:
     res = parse_extraction(text)
     assert ents(res) == exp_ents
     assert rels(res) == exp_rels
@@ -238,7 +238,7 @@ def test_lightrag_swapped_fields_repaired() -> None:
 
 
 def test_non_string_input_does_not_raise() -> None:
-    assert parse_extraction(None) == ParseResult([], [], 0, False)  # type: ignore[arg-type]
+    assert parse_extraction(None) == ParseResult([], [], {}, False)  # type: ignore[arg-type]
     res = parse_extraction(f"entity{D}A{D}person{D}d".encode())  # type: ignore[arg-type]
     assert ents(res) == [("A", "person")]
 
@@ -273,7 +273,7 @@ def test_merge_gleaning() -> None:
         ("Bob", "Acme", "runs", 6.0),
     ]
     assert merged.relations[0].description == "Acme was founded by Bob in the desert."
-    assert merged.dropped == 1
+    assert merged.dropped == {"no_name": 1}
     assert merged.complete is False  # the gleaning answer had no marker
     # inputs untouched
     assert (list(base.entities), [e.description for e in base.entities], [r.description for r in base.relations]) == before

@@ -11,7 +11,7 @@ from typing import Any
 from ..config import ExtractSettings
 from ..errors import BudgetExceeded
 from ..records import Chunk, ExtractionRecord
-from .parser import ParseResult, merge_gleaning, parse_extraction
+from .parser import PARSER_VERSION, ParseResult, merge_gleaning, parse_extraction
 from .prompts import build_extraction_messages, build_gleaning_message
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
@@ -28,14 +28,15 @@ def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int,
     """An ok record, or a failed one when nothing usable came back for a chunk that has content. A clean
     "nothing here" answer (only the completion marker, no unusable rows) is ok, not failed."""
     empty = not result.entities and not result.relations
-    clean_nothing = result.complete and result.dropped == 0 and not error
+    clean_nothing = result.complete and not result.dropped and not error
     failed = bool(error) or (empty and is_nontrivial(chunk.text) and not clean_nothing)
     if failed and not error:
-        error = f"no usable rows in the answer ({result.dropped} dropped)"
+        error = f"no usable rows in the answer ({result.n_dropped} dropped)"
     return ExtractionRecord(chunk_id=chunk.chunk_id, extractor=extractor, entities=result.entities,
                             relations=result.relations, gleaning_rounds=rounds,
-                            status="failed" if failed else "ok", dropped_rows=result.dropped,
-                            llm_keys=list(keys), error=error)
+                            status="failed" if failed else "ok", dropped_rows=result.n_dropped,
+                            llm_keys=list(keys), error=error, dropped=dict(result.dropped),
+                            retyped=result.retyped, parser=PARSER_VERSION)
 
 
 def glean_rounds_for(chunk: Chunk, settings: ExtractSettings) -> int:
