@@ -213,6 +213,8 @@ def _keyword_like(s: str) -> bool:
 
 def _normalise(text: str) -> tuple[str, bool]:
     text = text.translate(_CHAR_MAP).replace("\r\n", "\n").replace("\r", "\n")
+    if _SEP in text:
+        text = text.replace(_SEP, " ")   # our internal delimiter must not come from the model
     complete = False
     if "omplete" in text or "OMPLETE" in text:
         text, n = _COMPLETE_RE.subn("\n", text)
@@ -242,20 +244,23 @@ def _tail_keyword(part: str) -> tuple[str, str] | None:
     return part[: len(part) - len(tail) + m.start()], m.group(0)
 
 
+# Candidates for _tail_keyword; the lookahead lets the engine skip other characters fast (an IGNORECASE
+# alternation alone is slow to scan).
+_KW_SEP_RE = re.compile(r"(?=[ercERC])" + _KW + r"[\"'*`\])]*+[ \t]*+" + _SEP, re.IGNORECASE)
+_MAX_FIELDS = 16     # a row's fields past this are its description's tail (a looping model's `<|>` runs)
 _BOUNDARY_END = (")", "]", "#", ".", "!", "?", "\"", "'", "`", "*", ";", ",")
 
 
-def _starts_row(cur: list[str] | None, head: str, remaining: int) -> bool:
+def _starts_row(first: str, cur_len: int, head: str, remaining: int) -> bool:
     """May a keyword found at the end of a field start a new row here, instead of ending the field?
 
-    Only once the current row is complete enough that the field before it can be its last (an entity needs
-    a name and a type, a relation both endpoints and one more field), and only when fields follow for the
-    new row: "business relationship<|#|>..." in a relation's third field is a value, not a new row.
+    Only once the current row (first field `first`, `cur_len` fields) is complete enough that the field
+    before the keyword can be its last (an entity needs a name and a type, a relation both endpoints and one
+    more field), and only when fields follow for the new row: "business relationship<|#|>..." in a
+    relation's third field is a value, not a new row.
     """
-    if cur is None:
-        return True
-    need = 4 if _record_kind(cur[0]) == "relation" else 3
-    if len(cur) < need:
+    need = 4 if _record_kind(first) == "relation" else 3
+    if cur_len < need:
         return False
     h = head.rstrip()
     if not h or h.endswith(_BOUNDARY_END):
@@ -265,32 +270,50 @@ def _starts_row(cur: list[str] | None, head: str, remaining: int) -> bool:
 
 def _rows_of_line(line: str) -> list[list[str]]:
     """Split one line into rows of fields, separating rows glued together on one line. Fields before the
-    first record keyword form a leading row (a type-keyword row, a header, or an unknown record)."""
+    first record keyword form a leading row (a type-keyword row, a header, or an unknown record).
+
+    Only parts that end in a record keyword (found by one regex pass) are looked at one by one; the fields
+    between them are sliced, so a line of a hundred thousand delimiters costs a split and a few slices.
+    """
     parts = line.split(_SEP)
-    rows: list[list[str]] = []
-    cur: list[str] | None = None
     last = len(parts) - 1
-    for i, part in enumerate(parts[:-1]):
-        hit = _tail_keyword(part)
-        if hit is not None and _starts_row(cur, hit[0], last - i):
-            head, kw = hit
-            if cur is not None:
-                if head.strip():
-                    cur.append(head)
-                rows.append(cur)
-            cur = [kw]      # text before a line's first keyword is prose ("Output: entity<|#|>...")
-        elif cur is not None:
-            cur.append(part)
-        else:
-            cur = [_LEAD_MARK_RE.sub("", part, count=1) if i == 0 else part]
-    if cur is not None:
-        cur.append(parts[-1])
-        rows.append(cur)
+    rows: list[list[str]] = []
+    start = -1                # part index of the current row's keyword; -1: the leading row
+    first = ""                # the current row's first field
+    pos = idx = 0
+    for m in _KW_SEP_RE.finditer(line):
+        idx += line.count(_SEP, pos, m.start())   # the part the keyword ends
+        pos = m.start()
+        hit = _tail_keyword(parts[idx])
+        if hit is None:
+            continue
+        head, kw = hit
+        if idx > 0:
+            if start < 0:
+                first = first or _LEAD_MARK_RE.sub("", parts[0], count=1)
+                if not _starts_row(first, idx, head, last - idx):
+                    continue
+                rows.append([first, *parts[1:idx]])
+            else:
+                if not _starts_row(first, idx - start, head, last - idx):
+                    continue
+                rows.append([first, *parts[start + 1:idx]])
+            if head.strip():
+                rows[-1].append(head)
+        # idx == 0: text before the line's first keyword is prose ("Output: entity<|#|>...")
+        start, first = idx, kw
+    if start < 0:
+        rows.append([_LEAD_MARK_RE.sub("", parts[0], count=1), *parts[1:]])
+    else:
+        rows.append([first, *parts[start + 1:]])
     return [_tidy_row(r) for r in rows]
 
 
 def _tidy_row(fields: list[str]) -> list[str]:
     """Strip row wrappers: `(...)`, trailing `##`/`,`, debris around quoted fields, trailing empty fields."""
+    if len(fields) > _MAX_FIELDS:
+        tail = " ".join(" ".join(fields[_MAX_FIELDS - 1:]).split())
+        fields = [*fields[: _MAX_FIELDS - 1], tail]
     first = fields[0].strip()
     opener = first.lstrip("\"'*`")[:1]
     last = fields[-1].strip()
