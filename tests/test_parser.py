@@ -200,6 +200,267 @@ def test_table_is_large_enough() -> None:
     assert len({c[0] for c in CASES}) == len(CASES)
 
 
+# --------------------------------------------------------------------------------------------- issue 15 defects
+# Each defect class from the issue, with its examples and variants of our own; exact records out:
+# (name, type, description) and (src, tgt, predicate, keywords, description, strength), plus drops by reason.
+
+FullE = list[tuple[str, str, str]]
+FullR = list[tuple[str, str, str, list[str], str, float]]
+
+DEFECTS: list[tuple[str, str, FullE, FullR, dict[str, int]]] = [
+    # 1 keyword at the end of a field
+    ("kw_in_field_issue_v2", f"relation{D}Norwell{D}Tarsis Labs{D}business relationship{D}Norwell is a research entity inside Tarsis Labs.",
+     [],
+     [('Norwell', 'Tarsis Labs', 'business relationship', ['business relationship'], 'Norwell is a research entity inside Tarsis Labs.', 1.0)],
+     {}),
+    ("kw_in_field_issue_v1", '("relationship"<|>"Acme"<|>"Acme Holdings"<|>"Acme is a subsidiary entity"<|>"ownership"<|>8)##',
+     [],
+     [('Acme', 'Acme Holdings', 'ownership', ['ownership'], 'Acme is a subsidiary entity', 8.0)],
+     {}),
+    ("kw_in_field_entities", f"relation{D}Orla Fenn{D}Vext Council{D}advisory, member entities{D}Orla Fenn advises the Vext Council.{D}6",
+     [],
+     [('Orla Fenn', 'Vext Council', 'advisory', ['advisory', 'member entities'], 'Orla Fenn advises the Vext Council.', 6.0)],
+     {}),
+    ("kw_in_field_rel", f"entity{D}Brook Rel{D}person{D}Engineer.\nrelation{D}Brook Rel{D}Lumen Yard{D}works at{D}employment, work rel{D}Brook works at Lumen Yard.{D}7",
+     [('Brook Rel', 'person', 'Engineer.')],
+     [('Brook Rel', 'Lumen Yard', 'works at', ['employment', 'work rel'], 'Brook works at Lumen Yard.', 7.0)],
+     {}),
+    ("kw_in_field_relations", '("relationship"<|>"Kaya"<|>"Dorn Press"<|>"Kaya handles public relations"<|>"media"<|>5)##',
+     [],
+     [('Kaya', 'Dorn Press', 'media', ['media'], 'Kaya handles public relations', 5.0)],
+     {}),
+    # 2 bare |>
+    ("bare_close_issue", '("entity"<|>"SEO"|>"category"|>"A practice.")##',
+     [('SEO', 'category', 'A practice.')],
+     [],
+     {}),
+    ("bare_close_relation", '("relationship"<|>"Mira"|>"Osk Lab"|>"Mira runs Osk Lab."|>"leadership"|>9)##',
+     [],
+     [('Mira', 'Osk Lab', 'leadership', ['leadership'], 'Mira runs Osk Lab.', 9.0)],
+     {}),
+    ("bare_close_v2", f"entity|>Tallow Inn|>location|>An inn by the river.",
+     [('Tallow Inn', 'location', 'An inn by the river.')],
+     [],
+     {}),
+    ("bare_close_code_pipe_kept", f"entity{D}Elixir{D}concept{D}Chains calls as x |> f |> g.",
+     [('Elixir', 'concept', 'Chains calls as x |> f |> g.')],
+     [],
+     {}),
+    # 3 v2 delimiter mutations
+    ("mut_bracket_issue", f"relation<[#|>A Co{D}B Co{D}supply{D}A Co supplies B Co.",
+     [],
+     [('A Co', 'B Co', 'supply', ['supply'], 'A Co supplies B Co.', 1.0)],
+     {}),
+    ("mut_star_issue", f"entity{D}EV{D}artifact<|*|>An electric vehicle.",
+     [('EV', 'artifact', 'An electric vehicle.')],
+     [],
+     {}),
+    ("mut_brace", f"entity<{{#|>Harl Pike{D}person<|#]>A ferry captain.",
+     [('Harl Pike', 'person', 'A ferry captain.')],
+     [],
+     {}),
+    ("mut_star_v1", '("entity"<|*|>"Nessa Vale"<|*|>"person"<|*|>"A painter.")##',
+     [('Nessa Vale', 'person', 'A painter.')],
+     [],
+     {}),
+    ("mut_unreadable_counted", "relation<~~>A<~~>B<~~>k<~~>d\nentity<{@}>C<{@}>person<{@}>d",
+     [],
+     [],
+     {'unreadable_row': 2}),
+    # 4 ## inside the closing paren
+    ("hash_in_paren_issue", '("entity"<|>"Brightly"<|>"organization"<|>"Sells lamps."##)',
+     [('Brightly', 'organization', 'Sells lamps.')],
+     [],
+     {}),
+    ("hash_in_paren_unquoted", "(entity<|>Brightly<|>organization<|>Sells lamps.##)",
+     [('Brightly', 'organization', 'Sells lamps.')],
+     [],
+     {}),
+    ("hash_in_paren_relation", '("relationship"<|>"Brightly"<|>"Lumo"<|>"Brightly buys glass from Lumo."<|>"supply"<|>6##)',
+     [],
+     [('Brightly', 'Lumo', 'supply', ['supply'], 'Brightly buys glass from Lumo.', 6.0)],
+     {}),
+    ("hash_paren_spaced", '("entity"<|>"Gale Hart"<|>"person"<|>"A sailor." ## )',
+     [('Gale Hart', 'person', 'A sailor.')],
+     [],
+     {}),
+    # 5 names keep punctuation
+    ("names_issue", f"entity{D}(*){D}artifact{D}An album.\nentity{D}(1){D}artifact{D}A song.\nentity{D}Only My Heart Talkin'{D}artifact{D}A song.\nentity{D}6'11\"{D}quantity{D}A height.\nentity{D}*NSYNC{D}organization{D}A band.",
+     [('(*)', 'artifact', 'An album.'), ('(1)', 'artifact', 'A song.'), ("Only My Heart Talkin'", 'artifact', 'A song.'), ('6\'11"', 'quantity', 'A height.'), ('*NSYNC', 'organization', 'A band.')],
+     [],
+     {}),
+    ("names_quoted_keep_inner", f"entity{D}\"Rock 'n' Roll\"{D}concept{D}A genre.\nentity{D}'Allo 'Allo!{D}artifact{D}A sitcom.\nentity{D}**C++**{D}concept{D}A language.",
+     [("Rock 'n' Roll", 'concept', 'A genre.'), ("'Allo 'Allo!", 'artifact', 'A sitcom.'), ('C++', 'concept', 'A language.')],
+     [],
+     {}),
+    ("names_relation_punct", f"entity{D}(*){D}artifact{D}An album.\nentity{D}*NSYNC{D}organization{D}A band.\nrelation{D}*NSYNC{D}(*){D}recorded{D}music{D}*NSYNC recorded (*).{D}8",
+     [('(*)', 'artifact', 'An album.'), ('*NSYNC', 'organization', 'A band.')],
+     [('*NSYNC', '(*)', 'recorded', ['music'], '*NSYNC recorded (*).', 8.0)],
+     {}),
+    ("names_wrapping_still_removed", f"entity{D}[Oslo]{D}location{D}A city.\nentity{D}\"Talkin'\"{D}artifact{D}A song.\nentity{D}`Kade`{D}person{D}A man.",
+     [('Oslo', 'location', 'A city.'), ("Talkin'", 'artifact', 'A song.'), ('Kade', 'person', 'A man.')],
+     [],
+     {}),
+    # 6 type-keyword rows
+    ("type_kw_issue_v2", f"event{D}Spring Fair{D}online event{D}A fair held online.",
+     [('Spring Fair', 'event', 'A fair held online.')],
+     [],
+     {}),
+    ("type_kw_issue_v1", '("event"<|>"Free Return Week"<|>"event"<|>"A week of free returns.")##',
+     [('Free Return Week', 'event', 'A week of free returns.')],
+     [],
+     {}),
+    ("type_kw_person", f"person{D}Ilse Mohr{D}person{D}A chemist.\nlocation{D}Tarn{D}A lake town in the hills.",
+     [('Ilse Mohr', 'person', 'A chemist.'), ('Tarn', 'location', 'A lake town in the hills.')],
+     [],
+     {}),
+    ("type_kw_bullet", f"1. organization{D}Vell Corp{D}company{D}A maker of valves.",
+     [('Vell Corp', 'organization', 'A maker of valves.')],
+     [],
+     {}),
+    ("type_kw_custom_type_unknown_counted", f"gadget{D}Zed Phone{D}gadget{D}A phone.",
+     [],
+     [],
+     {'unknown_record': 1}),
+    # 7 template header
+    ("header_issue", f"entity{D}EntityName{D}EntityType{D}Description\nentity{D}Ona{D}person{D}A pilot.",
+     [('Ona', 'person', 'A pilot.')],
+     [],
+     {}),
+    ("header_no_kw", f"entity_name{D}entity_type{D}entity_description\nrelation{D}source_entity{D}target_entity{D}relationship_keywords{D}relationship_description",
+     [],
+     [],
+     {}),
+    ("header_placeholders", f"entity{D}<entity_name>{D}<entity_type>{D}<description>\nentity{D}Target{D}organization{D}A retailer.",
+     [('Target', 'organization', 'A retailer.')],
+     [],
+     {}),
+    # 8 debris around fields
+    ("debris_issue", '("relationship"<|>"Help Desk"<|>"Refund Portal"<|>"Lets users ask for refunds.")<|>"platform"<|>9)##',
+     [],
+     [('Help Desk', 'Refund Portal', 'platform', ['platform'], 'Lets users ask for refunds.', 9.0)],
+     {}),
+    ("debris_pipe", f'entity{D}Rowan{D}person{D}"A baker."|',
+     [('Rowan', 'person', 'A baker.')],
+     [],
+     {}),
+    ("debris_lt", f'entity{D}Rowan{D}person{D}"A baker."<',
+     [('Rowan', 'person', 'A baker.')],
+     [],
+     {}),
+    ("debris_hash_field_sep", '("entity"<|>"Quill"<|>"organization"##"A publisher.")',
+     [('Quill', 'organization', 'A publisher.')],
+     [],
+     {}),
+    ("debris_hash_field_sep_single", "('entity'<|>'Quill'<|>'organization' ## 'A publisher.')",
+     [('Quill', 'organization', 'A publisher.')],
+     [],
+     {}),
+    ("debris_unquoted_trailing", f'entity{D}Rowan{D}person{D}A baker."|',
+     [('Rowan', 'person', 'A baker.')],
+     [],
+     {}),
+    # 9 (linear time: separate test) -- 10 long names
+    ("long_name_entity", f"entity{D}{'QUJD' * 100}{D}artifact{D}A blob.\nentity{D}Ok{D}person{D}Fine.",
+     [('Ok', 'person', 'Fine.')],
+     [],
+     {'name_too_long': 1}),
+    ("long_name_v1_base64", '("entity"<|>"' + "QUJD" * 70 + '=="<|>"artifact"<|>"A blob.")##',
+     [],
+     [],
+     {'name_too_long': 1}),
+    ("long_name_relation", f"relation{D}Ok{D}{'x' * 300}{D}has{D}k{D}d{D}5",
+     [],
+     [],
+     {'name_too_long': 1}),
+    ("long_name_at_limit_kept", f"entity{D}{'a' * 256}{D}artifact{D}Long but allowed.",
+     [("a" * 256, 'artifact', 'Long but allowed.')],
+     [],
+     {}),
+    # 11 short nano-graphrag descriptions
+    ("nano_issue", '("relationship"<|>"Harry"<|>"Hedwig"<|>"Harry owns Hedwig"<|>8)##',
+     [],
+     [('Harry', 'Hedwig', 'owns', [], 'Harry owns Hedwig', 8.0)],
+     {}),
+    ("nano_other_order", '("relationship"<|>"Rona"<|>"Kell Bank"<|>"Rona banks with Kell Bank"<|>4)##',
+     [],
+     [('Rona', 'Kell Bank', 'banks with', [], 'Rona banks with Kell Bank', 4.0)],
+     {}),
+    ("nano_no_predicate", '("relationship"<|>"Ivo"<|>"Tess"<|>"Tess and Ivo are twins"<|>9)##',
+     [],
+     [('Ivo', 'Tess', 'related to', [], 'Tess and Ivo are twins', 9.0)],
+     {}),
+    ("nano_short_predicate_kept", f"relation{D}Ivo{D}Tess{D}sibling of{D}9",
+     [],
+     [('Ivo', 'Tess', 'sibling of', [], '', 9.0)],
+     {}),
+    # 12 keywords/description swap guess
+    ("swap_issue_not_swapped", f"relation{D}CESE{D}North Works{D}Similar requirements to the tender{D}Relevant project demonstration",
+     [],
+     [('CESE', 'North Works', 'Similar requirements to the tender', ['Similar requirements to the tender'], 'Relevant project demonstration', 1.0)],
+     {}),
+    ("swap_two_phrases_not_swapped", f"relation{D}Ada{D}Bel{D}Joint research programme{D}Shared lab space",
+     [],
+     [('Ada', 'Bel', 'Joint research programme', ['Joint research programme'], 'Shared lab space', 1.0)],
+     {}),
+    ("swap_sentence_first_swapped", f"relation{D}Ada{D}Bel{D}Ada and Bel share a lab.{D}research, space",
+     [],
+     [('Ada', 'Bel', 'research', ['research', 'space'], 'Ada and Bel share a lab.', 1.0)],
+     {}),
+    ("swap_v1_sentence_second", '("relationship"<|>"Ada"<|>"Bel"<|>"research, space"<|>"Ada and Bel share a lab."<|>6)',
+     [],
+     [('Ada', 'Bel', 'research', ['research', 'space'], 'Ada and Bel share a lab.', 6.0)],
+     {}),
+    # name-only rows
+    ("name_only_issue", f"Entity{D}2023\nentity{D}Nara\nentity{D}\"Kol\"{D}{D}",
+     [],
+     [],
+     {'name_only': 3}),
+    ("name_with_type_kept", f"entity{D}Nara{D}location",
+     [('Nara', 'location', '')],
+     [],
+     {}),
+
+]
+
+
+@pytest.mark.parametrize("text,exp_ents,exp_rels,exp_dropped", [c[1:] for c in DEFECTS], ids=[c[0] for c in DEFECTS])
+def test_defect(text: str, exp_ents: FullE, exp_rels: FullR, exp_dropped: dict[str, int]) -> None:
+    res = parse_extraction(text)
+    assert [(e.name, e.type, e.description) for e in res.entities] == exp_ents
+    assert [(r.src, r.tgt, r.predicate, r.keywords, r.description, r.strength) for r in res.relations] == exp_rels
+    assert res.dropped == exp_dropped
+
+
+def test_defect_table_covers_every_class() -> None:
+    assert len({c[0] for c in DEFECTS}) == len(DEFECTS)
+    for prefix in ("kw_in_field", "bare_close", "mut_", "hash_", "names_", "type_kw", "header", "debris", "long_name",
+                   "nano", "swap", "name_"):
+        assert sum(c[0].startswith(prefix) for c in DEFECTS) >= 3, prefix
+
+
+def test_configured_type_as_row_keyword() -> None:
+    """A row keyed by a configured type is an entity of that type; the same row is unknown without it."""
+    text = f"gadget{D}Zed Phone{D}device{D}A phone.\ngadget{D}Zed Watch{D}gadget{D}A watch."
+    res = parse_extraction(text, ["person", "gadget"])
+    assert [(e.name, e.type) for e in res.entities] == [("Zed Phone", "gadget"), ("Zed Watch", "gadget")]
+    assert parse_extraction(text).dropped == {"unknown_record": 2}
+
+
+def test_duplicate_rows_prefer_the_unshifted_type() -> None:
+    """'Longest description wins' must not pick a row whose fields moved (type slot holding a name/sentence)."""
+    text = (f"entity{D}Acme{D}organization{D}A firm.\n"
+            f"entity{D}Acme{D}Acme Anvil Works of the Desert{D}organization{D}A firm making anvils in the desert.\n"
+            f"entity{D}Bo{D}An inventor who sold many rockets to the coyote over the years\n"
+            f"entity{D}Bo{D}person{D}An inventor.")
+    res = parse_extraction(text)
+    assert [(e.name, e.type, e.description) for e in res.entities] == [
+        ("Acme", "organization", "A firm."), ("Bo", "person", "An inventor.")]
+    glean = merge_gleaning(parse_extraction(f"entity{D}Acme{D}organization{D}A firm."),
+                           parse_extraction(f"entity{D}ACME{D}a firm with a long story{D}A firm with a long story."))
+    assert [(e.name, e.type, e.description) for e in glean.entities] == [("Acme", "organization", "A firm.")]
+
+
 def test_completion_flags() -> None:
     body = f"entity{D}A{D}person{D}d\n"
     for marker in ("<|COMPLETE|>", "<COMPLETE>", "|COMPLETE|", "<|complete|>", "<| Complete |>", "<｜COMPLETE｜>"):

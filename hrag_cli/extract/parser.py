@@ -251,13 +251,15 @@ _MAX_FIELDS = 16     # a row's fields past this are its description's tail (a lo
 _BOUNDARY_END = (")", "]", "#", ".", "!", "?", "\"", "'", "`", "*", ";", ",")
 
 
-def _starts_row(first: str, cur_len: int, head: str, remaining: int) -> bool:
+def _starts_row(first: str, cur_len: int, head: str, kw: str, nxt: str, remaining: int) -> bool:
     """May a keyword found at the end of a field start a new row here, instead of ending the field?
 
     Only once the current row (first field `first`, `cur_len` fields) is complete enough that the field
     before the keyword can be its last (an entity needs a name and a type, a relation both endpoints and one
     more field), and only when fields follow for the new row: "business relationship<|#|>..." in a
-    relation's third field is a value, not a new row.
+    relation's third field is a value, not a new row. A keyword glued to the text before it with no
+    boundary must also be followed by something name-like: "work rel<|#|>Brook works at Lumen Yard." is
+    a keyword field ending in an abbreviation.
     """
     need = 4 if _record_kind(first) == "relation" else 3
     if cur_len < need:
@@ -265,7 +267,9 @@ def _starts_row(first: str, cur_len: int, head: str, remaining: int) -> bool:
     h = head.rstrip()
     if not h or h.endswith(_BOUNDARY_END):
         return remaining >= 1
-    return remaining >= 2   # "first desc entity<|#|>B<|#|>place" glued without a boundary
+    # "first desc entity<|#|>B<|#|>place" glued without a boundary
+    return (remaining >= 2 and kw.strip().lower() != "rel" and not _sentence_like(_clean_text(nxt))
+            and _parse_strength(nxt) is None)
 
 
 def _rows_of_line(line: str) -> list[list[str]]:
@@ -291,11 +295,11 @@ def _rows_of_line(line: str) -> list[list[str]]:
         if idx > 0:
             if start < 0:
                 first = first or _LEAD_MARK_RE.sub("", parts[0], count=1)
-                if not _starts_row(first, idx, head, last - idx):
+                if not _starts_row(first, idx, head, kw, parts[idx + 1], last - idx):
                     continue
                 rows.append([first, *parts[1:idx]])
             else:
-                if not _starts_row(first, idx - start, head, last - idx):
+                if not _starts_row(first, idx - start, head, kw, parts[idx + 1], last - idx):
                     continue
                 rows.append([first, *parts[start + 1:idx]])
             if head.strip():
@@ -436,6 +440,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
     elif len(rest) == 2:
         # src, tgt, X, Y: LightRAG (keywords, description) or legacy tuple (description, keywords, strength).
         kw_field, desc_field = (rest[1], rest[0]) if strength is not None else (rest[0], rest[1])
+        kw_field, desc_field = _clean_text(kw_field), _clean_text(desc_field)
         if _sentence_like(kw_field) and _keyword_like(desc_field):
             kw_field, desc_field = desc_field, kw_field   # the two were written the other way round
         keywords = _clean_keywords(kw_field)
@@ -515,10 +520,13 @@ def _parse(text: str, types: frozenset[str]) -> ParseResult:
         if not line:
             continue
         if _SEP not in line:
-            if _unreadable(line):
+            if not _unreadable(line):
+                continue  # prose, headers, code fences, bullets-only lines: not records
+            line = _BARE_CLOSE_RE.sub(_SEP, line)     # `entity|>A|>person|>...`: every `<` lost
+            if _SEP not in line:
                 drop(UNREADABLE_ROW)
-            continue  # prose, headers, code fences, bullets-only lines: not records
-        if "|>" in line:
+                continue
+        elif "|>" in line:
             line = _BARE_CLOSE_RE.sub(_SEP, line)
         if line.endswith("```"):
             line = line.rstrip("`").rstrip()
