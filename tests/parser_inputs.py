@@ -28,9 +28,10 @@ PREFIXES = ["", "entity<|#|>", "entity<|#|>A<|#|>t<|#|>d ", "relation<|#|>A<|#|>
 SUFFIXES = ["", "x", "<|#|>", "|", ">", "\n<|COMPLETE|>", "entity<|#|>B<|#|>t<|#|>d", "/10"]
 
 
-def random_output(rng: random.Random, size: int) -> str:
+def random_output(rng: random.Random, size: int, scale: int = 1) -> str:
     """About `size` characters: rows, loose fragments, and long runs (up to a quarter of `size`) of one
-    fragment, as a looping model writes them."""
+    fragment, as a looping model writes them. `scale` repeats every piece and lengthens every run that many
+    times: the same seed gives the same output `scale` times longer, for comparing sizes."""
     out: list[str] = []
     n = 0
     while n < size:
@@ -42,9 +43,9 @@ def random_output(rng: random.Random, size: int) -> str:
         else:
             frag = rng.choice(FRAGMENTS[:20])
             piece = frag * max(1, rng.randrange(size // 4 + 1) // len(frag))
-        out.append(piece)
+        out.append(piece * scale)
         n += len(piece)
-    return "".join(out)[:size]
+    return "".join(out)
 
 
 def adversarial_outputs(size: int) -> Iterator[tuple[str, str]]:
