@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from hrag_cli.extract.checks import check_extraction
 from hrag_cli.extract.parser import ParseResult, merge_gleaning, parse_extraction
 from hrag_cli.extract.prompts import (
     COMPLETION_MARKER,
@@ -19,6 +20,7 @@ from hrag_cli.extract.prompts import (
     build_gleaning_message,
     build_keywords_messages,
     build_summary_messages,
+    worked_example,
 )
 from hrag_cli.records import ExtractedEntity, ExtractedRelation
 
@@ -671,3 +673,77 @@ def test_prompts_shape() -> None:
     assert "high_level_keywords" in k[0]["content"] and "Who founded Acme?" in k[-1]["content"]
     a = build_answer_messages("q?", "[1] passage")
     assert "[1] passage" in a[-1]["content"]
+
+
+# --------------------------------------------------------------------------------------------- structural checks
+
+CHUNK = ("The Harrowgate Institute was founded by its first director, Marisol Venkat, in 1931. "
+         "It later opened a station on Kestrel Island with the Brenner Trust.")
+
+
+def checked(text: str, types: list[str] | None = None) -> ParseResult:
+    types = types or DEFAULT_ENTITY_TYPES
+    return check_extraction(parse_extraction(text, types), CHUNK, types)
+
+
+def test_check_shifted_relation_dropped_not_an_edge_to_a_predicate() -> None:
+    res = checked(f"entity{D}Harrowgate Institute{D}organization{D}A research institute.\n"
+                  f"entity{D}Marisol Venkat{D}person{D}Its first director.\n"
+                  f"relation{D}Harrowgate Institute{D}was founded by{D}founding director, Marisol Venkat{D}"
+                  f"Marisol Venkat founded it.{D}9\n"
+                  f"relation{D}Marisol Venkat{D}located in{D}place{D}She worked there.{D}5\n"
+                  f"relation{D}Marisol Venkat{D}Harrowgate Institute{D}founded{D}founding{D}She founded it.{D}9")
+    assert [(r.src, r.tgt, r.predicate) for r in res.relations] == [
+        ("Marisol Venkat", "Harrowgate Institute", "founded")]
+    assert res.dropped == {"shifted_fields": 2}
+
+
+def test_check_endpoints_must_be_listed_or_in_the_chunk() -> None:
+    """Unlisted endpoints stay only when the chunk names them (as whole words); others are dropped."""
+    targets = [("Kestrel Island", "has a station on"), ("Brenner", "partner of"), ("Orrin Vale", "funded by"),
+               ("Trust", "works with"), ("Brenner Tru", "works with")]
+    res = checked(f"entity{D}Harrowgate Institute{D}organization{D}An institute.\n"
+                  + "\n".join(f"relation{D}Harrowgate Institute{D}{t}{D}{p}{D}k{D}d{D}6" for t, p in targets))
+    assert [(r.tgt, r.predicate) for r in res.relations] == [
+        ("Kestrel Island", "has a station on"), ("Brenner", "partner of"), ("Trust", "works with")]
+    assert res.dropped == {"unlisted_endpoint": 2}
+
+
+def test_check_types_outside_the_list_become_other() -> None:
+    res = checked(f"entity{D}Harrowgate Institute{D}Research Institute{D}An institute.\n"
+                  f"entity{D}Marisol Venkat{D}persons{D}A director.\n"
+                  f"entity{D}Brenner Trust{D}organisation{D}A trust.\n"
+                  f"entity{D}Kestrel Island{D}location{D}An island.\n"
+                  f"entity{D}1931{D}{D}A year.")
+    assert [(e.name, e.type) for e in res.entities] == [
+        ("Harrowgate Institute", "other"), ("Marisol Venkat", "person"), ("Brenner Trust", "organization"),
+        ("Kestrel Island", "location"), ("1931", "unknown")]
+    assert res.retyped == 1 and res.dropped == {}
+    custom = checked(f"entity{D}Harrowgate Institute{D}institute{D}An institute.", ["institute"])
+    assert [(e.name, e.type) for e in custom.entities] == [("Harrowgate Institute", "institute")]
+
+
+def test_check_prompt_example_copies_dropped() -> None:
+    """Names from the prompt's worked example that the chunk does not contain were copied, with their rows."""
+    passage, _ = worked_example()
+    assert "Marta Vidal" in passage and "Braga" in passage
+    res = checked(f"entity{D}Marta Vidal{D}person{D}An engineer.\n"
+                  f"entity{D}Braga{D}location{D}A town.\n"
+                  f"entity{D}Marisol Venkat{D}person{D}A director.\n"
+                  f"entity{D}1931{D}date{D}A year.\n"
+                  f"relation{D}Marta Vidal{D}Marisol Venkat{D}met{D}k{D}d{D}3\n"
+                  f"relation{D}Marisol Venkat{D}1931{D}founded in{D}k{D}d{D}8")
+    assert [e.name for e in res.entities] == ["Marisol Venkat", "1931"]
+    assert [(r.src, r.tgt) for r in res.relations] == [("Marisol Venkat", "1931")]
+    assert res.dropped == {"prompt_example": 3}
+    # a chunk that does mention an example name keeps it
+    own = check_extraction(parse_extraction(f"entity{D}Braga{D}location{D}A town."), "We drove to Braga.",
+                           DEFAULT_ENTITY_TYPES)
+    assert [e.name for e in own.entities] == ["Braga"] and own.dropped == {}
+
+
+def test_check_keeps_parser_counts_and_inputs() -> None:
+    parsed = parse_extraction(f"entity{D}{D}person{D}d\nentity{D}Marisol Venkat{D}person{D}A director.")
+    res = check_extraction(parsed, CHUNK, DEFAULT_ENTITY_TYPES)
+    assert res.dropped == {"no_name": 1} and parsed.dropped == {"no_name": 1}
+    assert res.entities == parsed.entities and res.entities is not parsed.entities
