@@ -120,13 +120,18 @@ def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
 # ------------------------------------------------------------------------------------------- the stage
 
 
+def _int(value: Any) -> int:
+    """A count from a record, 0 when a damaged or hand-edited record holds something else."""
+    return int(value) if isinstance(value, (int, float)) and value == value else 0
+
+
 def record_dropped(rec: dict) -> dict[str, int]:
     """A record's dropped rows per reason; a record written before reasons were kept has only a total."""
     dropped = rec.get("dropped")
     if isinstance(dropped, dict) and dropped:
-        return {str(k): int(v) for k, v in dropped.items() if isinstance(v, (int, float)) and v}
-    n = rec.get("dropped_rows")
-    return {"reason_not_recorded": int(n)} if isinstance(n, (int, float)) and n else {}
+        return {str(k): _int(v) for k, v in dropped.items() if _int(v)}
+    n = _int(rec.get("dropped_rows"))
+    return {"reason_not_recorded": n} if n else {}
 
 
 def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str) -> tuple[dict, str]:
@@ -139,7 +144,7 @@ def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
             continue
         digest_items.append((ch.chunk_id, _record_digest(rec)))
         dropped += sum(record_dropped(rec).values())
-        retyped += int(rec.get("retyped") or 0)
+        retyped += _int(rec.get("retyped"))
         if rec.get("status", "ok") != "ok":
             failed += 1
         else:
@@ -423,7 +428,7 @@ def extraction_status(project: Project, settings: Settings) -> dict:
         if reasons:
             dropped.append({**where, "dropped": reasons})
             add_counts(totals, reasons)
-        if rec.get("llm_keys") and int(rec.get("parser") or 0) < PARSER_VERSION:
+        if rec.get("llm_keys") and _int(rec.get("parser")) < PARSER_VERSION:
             older += 1
     info = {"extraction": {"extractor": extractor, "chunks": len(chunks),
                            "extracted": len(chunks) - counts["pending"], **counts},
