@@ -345,7 +345,8 @@ def _tidy_row(fields: list[str]) -> list[str]:
 
 
 def _letters(s: str) -> str:
-    return "".join(c for c in s.lower() if c.isalpha() or c.isdigit())
+    """Letters and digits of a short field, lowercased (template field names); "" for a long field."""
+    return "" if len(s) > 64 else "".join(c for c in s.lower() if c.isalnum())
 
 
 def _record_kind(first: str, types: frozenset[str] = frozenset()) -> str:
