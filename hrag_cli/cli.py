@@ -241,6 +241,16 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             if len(lines) > 20:
                 console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
             continue
+        if key == "dropped_chunks":
+            from .extract.stage import iter_dropped
+
+            lines = list(iter_dropped(info))
+            console.print(f"chunks with dropped rows: {len(lines)}", highlight=False)
+            for line in lines[:20]:
+                console.print(f"  {line}", highlight=False, markup=False)
+            if len(lines) > 20:
+                console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
+            continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list):

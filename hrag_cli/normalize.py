@@ -3,6 +3,9 @@
 The normalised name IS the entity id (DESIGN.md §2), so it must be stable across runs and Unicode-safe:
 NFKC folds full-width and compatibility forms, casefold handles ß/ς and friends, and only *surrounding*
 quotes and punctuation are removed, so "東京", "Zürich", "Łódź", "C++" and "Foo (band)" survive intact.
+A name made only of punctuation ("(*)", "!!!": real album and band names) is kept whole rather than
+stripped to nothing. `strip_quotes` is the one place that decides which edge quotes are wrapping and which
+belong to the name (Talkin', 6'11"); the extraction parser and the OpenIE importer use it too.
 """
 
 from __future__ import annotations
@@ -42,17 +45,44 @@ def _strip_edges(s: str) -> str:
 
 @lru_cache(maxsize=1_000_000)
 def normalize_name(name: str) -> str:
-    """NFKC, case-fold, collapse whitespace, strip surrounding quotes/punctuation. "" means "not a name"."""
+    """NFKC, case-fold, collapse whitespace, strip surrounding quotes/punctuation. "" means "not a name"
+    (only an empty or blank one: a name of punctuation alone stays itself)."""
     s = unicodedata.normalize("NFKC", name).casefold()
     s = _WS_RE.sub(" ", s).strip()
-    return _strip_edges(s)
+    return _strip_edges(s) or s
 
 
-_QUOTES = "\"'`“”‘’«»„‚‹›「」『』"
+QUOTES = "\"'`“”‘’«»„‚‹›「」『』"
+_PAIR_QUOTES = {"“": "”", "‘": "’", "«": "»", "„": "“", "‚": "‘", "‹": "›", "「": "」", "『": "』"}
+_APOSTROPHES = "'’‘`"          # a lone one at an edge is part of the name: Talkin', 'Allo, '70s
+_DOUBLE_AFTER_DIGIT = "\"”″"   # 6'11": inches after a number
+
+
+def strip_quotes(s: str) -> str:
+    """Remove quotes wrapping `s` (a matched pair with no inner quote of that kind), and a lone double
+    quote at either end that has no partner; keep apostrophes and an inch mark after a digit."""
+    s = s.strip()
+    for _ in range(4):
+        if not s or (s[0] not in QUOTES and s[-1] not in QUOTES):
+            break
+        first, last = s[0], s[-1]
+        if len(s) >= 2 and first in QUOTES and (first == last or _PAIR_QUOTES.get(first) == last):
+            inner = s[1:-1]
+            if first not in inner and last not in inner:   # '"A" and "B"' is not one quoted string
+                s = inner.strip()
+                continue
+        if first in QUOTES and first not in _APOSTROPHES and s.count(first) % 2 == 1:
+            s = s[1:].strip()
+            continue
+        if last in QUOTES and last not in _APOSTROPHES and s.count(last) % 2 == 1 \
+                and not (last in _DOUBLE_AFTER_DIGIT and len(s) > 1 and s[-2].isdigit()):
+            s = s[:-1].strip()
+            continue
+        break
+    return s
 
 
 def clean_surface(name: str) -> str:
-    """A surface form as shown to people: NFKC, single spaces, surrounding quotes removed, case and inner
-    punctuation kept ("U.S." stays "U.S.")."""
-    s = _WS_RE.sub(" ", unicodedata.normalize("NFKC", name)).strip()
-    return s.strip(_QUOTES + " ")
+    """A surface form as shown to people: NFKC, single spaces, wrapping quotes removed, case and inner
+    punctuation kept ("U.S." stays "U.S.", "Talkin'" keeps its apostrophe)."""
+    return strip_quotes(_WS_RE.sub(" ", unicodedata.normalize("NFKC", name)).strip())

@@ -73,9 +73,12 @@ class ExtractionRecord:
     relations: list[ExtractedRelation]
     gleaning_rounds: int = 0
     status: str = "ok"                   # "ok" or "failed" (nothing usable could be parsed)
-    dropped_rows: int = 0
+    dropped_rows: int = 0                # total of `dropped` (older records have only this)
     llm_keys: list[str] = field(default_factory=list)   # cache/llm.jsonl keys, for --reparse
     error: str = ""
+    dropped: dict[str, int] = field(default_factory=dict)   # reason -> rows left out, e.g. {"self_relation": 1}
+    retyped: int = 0                     # entities whose type was outside the configured list, now "other"
+    parser: int = 0                      # PARSER_VERSION that read the answers (0: before versions existed)
 
     def to_json(self) -> dict:
         return asdict(self)

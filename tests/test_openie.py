@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hrag_cli.errors import UsageError
-from hrag_cli.extract.openie import import_openie, openie_extractor_id
+from hrag_cli.extract.openie import import_openie, openie_extractor_id, parse_openie_messages
 from hrag_cli.records import Chunk
 
 
@@ -75,3 +75,41 @@ def test_bad_files_are_usage_errors(tmp_path: Path, content: str) -> None:
         import_openie(None, [], path, None)
     with pytest.raises(UsageError, match="does not exist"):
         import_openie(None, [], tmp_path / "missing.json", None)
+
+
+# HippoRAG 2's raw per-passage answers, as models write them
+NER_FENCED = '```json\n{"named_entities": ["*NSYNC", "Only My Heart Talkin\'", "(*)", "", 7, "' + "Q" * 300 + '"]}\n```'
+TRIPLES_PROSE = ('Here are the triples:\n{"triples": [["*NSYNC", "recorded", "(*)"], ["*NSYNC", "sang"], '
+                 '["*NSYNC", "is", "*nsync"], ["6\'11\\"", "is the height of", "Odo Baker"]]}')
+TRIPLES_CUT = '{"triples": [["Corvane Works", "founded by", "Edric Solano"], ["Edric Solano", "born in", "Gull'
+
+
+def test_raw_messages_entry_point() -> None:
+    res = parse_openie_messages(NER_FENCED, TRIPLES_PROSE)
+    assert [(e.name, e.type) for e in res.entities] == [
+        ("*NSYNC", "unknown"), ("Only My Heart Talkin'", "unknown"), ("(*)", "unknown"), ("6'11\"", "unknown"),
+        ("Odo Baker", "unknown")]
+    assert [(r.src, r.predicate, r.tgt) for r in res.relations] == [
+        ("*NSYNC", "recorded", "(*)"), ("6'11\"", "is the height of", "Odo Baker")]
+    assert res.dropped == {"no_name": 2, "name_too_long": 1, "malformed_triple": 1, "self_relation": 1}
+    assert res.complete
+
+
+def test_raw_messages_cut_off_or_unfenced() -> None:
+    cut = parse_openie_messages(TRIPLES_CUT)
+    assert [(r.src, r.predicate, r.tgt) for r in cut.relations] == [("Corvane Works", "founded by", "Edric Solano")]
+    assert cut.dropped == {"truncated": 1} and not cut.complete
+    ner_cut = parse_openie_messages('{"named_entities": ["Gullhaven", "Kestrel Isl')
+    assert [e.name for e in ner_cut.entities] == ["Gullhaven"]
+    plain = parse_openie_messages('{"named_entities": ["Gullhaven"], "triples": [["Gullhaven", "is on", "Kestrel"]]}')
+    assert [e.name for e in plain.entities] == ["Gullhaven", "Kestrel"] and plain.complete
+    assert parse_openie_messages("no json at all", "").entities == []
+
+
+def test_import_keeps_punctuation_and_counts_per_record(tmp_path: Path) -> None:
+    docs = [{"passage": "*NSYNC released (*) in 2001.", "extracted_entities": ["*NSYNC", "(*)", "Z" * 300],
+             "extracted_triples": [["*NSYNC", "released", "(*)"]]}]
+    path = _write(tmp_path, docs)
+    records, counts = import_openie(None, [Chunk("c1", "d1", 0, 9, "*NSYNC released (*) in 2001.")], path, None)
+    assert [e.name for e in records[0].entities] == ["*NSYNC", "(*)"]
+    assert records[0].dropped == {"name_too_long": 1} and counts["long_names"] == 1

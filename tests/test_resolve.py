@@ -51,7 +51,7 @@ def by_id(items):
     ("Zürich", "zürich"), ("  ZÜRICH  ", "zürich"), ("東京", "東京"), ("Łódź", "łódź"), ("\"Łódź\"", "łódź"),
     ("«Paris»", "paris"), ("ＡＢＣ Corp", "abc corp"), ("Straße", "strasse"), ("New\n  York", "new york"),
     ("C++", "c++"), ("Foo (band)", "foo (band)"), ("(Foo)", "foo"), ("U.S.", "u.s"), ("-40 °C", "-40 °c"),
-    ("!!!", ""), ("", ""),
+    ("!!!", "!!!"), ("(*)", "(*)"), ("*NSYNC", "nsync"), ("", ""), ("  ", ""),
 ])
 def test_normalize_name(raw: str, expected: str) -> None:
     assert normalize_name(raw) == expected

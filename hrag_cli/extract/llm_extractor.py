@@ -11,7 +11,8 @@ from typing import Any
 from ..config import ExtractSettings
 from ..errors import BudgetExceeded
 from ..records import Chunk, ExtractionRecord
-from .parser import ParseResult, merge_gleaning, parse_extraction
+from .checks import check_extraction
+from .parser import PARSER_VERSION, ParseResult, merge_gleaning, parse_extraction
 from .prompts import build_extraction_messages, build_gleaning_message
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
@@ -28,14 +29,15 @@ def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int,
     """An ok record, or a failed one when nothing usable came back for a chunk that has content. A clean
     "nothing here" answer (only the completion marker, no unusable rows) is ok, not failed."""
     empty = not result.entities and not result.relations
-    clean_nothing = result.complete and result.dropped == 0 and not error
+    clean_nothing = result.complete and not result.dropped and not error
     failed = bool(error) or (empty and is_nontrivial(chunk.text) and not clean_nothing)
     if failed and not error:
-        error = f"no usable rows in the answer ({result.dropped} dropped)"
+        error = f"no usable rows in the answer ({result.n_dropped} dropped)"
     return ExtractionRecord(chunk_id=chunk.chunk_id, extractor=extractor, entities=result.entities,
                             relations=result.relations, gleaning_rounds=rounds,
-                            status="failed" if failed else "ok", dropped_rows=result.dropped,
-                            llm_keys=list(keys), error=error)
+                            status="failed" if failed else "ok", dropped_rows=result.n_dropped,
+                            llm_keys=list(keys), error=error, dropped=dict(result.dropped),
+                            retyped=result.retyped, parser=PARSER_VERSION)
 
 
 def glean_rounds_for(chunk: Chunk, settings: ExtractSettings) -> int:
@@ -70,7 +72,7 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             raise     # a bad key or model would fail every chunk: stop the run, leave the chunks pending
         return build_record(chunk, extractor, ParseResult(), 0, keys, error=str(exc))
     keys.append(first.key)
-    result = parse_extraction(first.text)
+    result = parse_extraction(first.text, settings.entity_types)
     rounds = 0
     history = [*messages, {"role": "assistant", "content": first.text}]
     for _ in range(glean_rounds_for(chunk, settings)):
@@ -83,18 +85,18 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             # the first answer stands; losing a gleaning round is not worth failing the chunk
             break
         keys.append(more.key)
-        extra = parse_extraction(more.text)
-        result = merge_gleaning(result, extra)
+        extra = parse_extraction(more.text, settings.entity_types)
+        result = merge_gleaning(result, extra, settings.entity_types)
         rounds += 1
         if not extra.entities and not extra.relations:
             break
         history.append({"role": "assistant", "content": more.text})
-    return build_record(chunk, extractor, result, rounds, keys)
+    return build_record(chunk, extractor, check_extraction(result, chunk.text, settings.entity_types), rounds, keys)
 
 
-def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord) -> ExtractionRecord | None:
-    """Rebuild a record from its cached answers with the current parser; None when an answer is missing
-    from the cache (or the record never had any), since re-parsing must not call the network."""
+def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types: list[str]) -> ExtractionRecord | None:
+    """Rebuild a record from its cached answers with the current parser and checks; None when an answer is
+    missing from the cache (or the record never had any), since re-parsing must not call the network."""
     if not old.llm_keys:
         return None
     texts: list[str] = []
@@ -103,7 +105,8 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord) -> Extractio
         if rec is None or not isinstance(rec.get("response"), str):
             return None
         texts.append(rec["response"])
-    result = parse_extraction(texts[0])
+    result = parse_extraction(texts[0], entity_types)
     for text in texts[1:]:
-        result = merge_gleaning(result, parse_extraction(text))
-    return build_record(chunk, old.extractor, result, len(texts) - 1, old.llm_keys)
+        result = merge_gleaning(result, parse_extraction(text, entity_types), entity_types)
+    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types), len(texts) - 1,
+                        old.llm_keys)

@@ -1,102 +1,143 @@
 """Turn raw LLM extraction output into entity/relation records, repairing what models typically get wrong.
 
 The parser is deliberately forgiving and never raises: a chunk whose output is half-broken should still
-contribute the rows that survive. It reads our `<|#|>` format, LightRAG's current format and LightRAG's
-legacy tuple format. Rows that start with a record keyword but cannot be used are counted in `dropped`;
-prose, headers and blank lines are ignored silently.
+contribute the rows that survive. It reads our `<|#|>` format, LightRAG's current format, LightRAG's legacy
+tuple format (`("entity"<|>...)##`) and nano-graphrag's tuples, with their known damage: mutated delimiters
+(`<|>`, `<[#|>`, `<|*|>`, a bare `|>`), rows glued on one line, `##` separators and debris around fields,
+rows whose record keyword is an entity type. Every row the model meant but that cannot be used is counted
+in `dropped` under a reason; prose, headers, template echoes and blank lines are not rows.
+
+Every step is a single pass or a regex that cannot backtrack (possessive quantifiers), so the time is
+linear in the output's length whatever it contains (bench/parse_speed.py prints the worst case).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from hrag_cli.normalize import QUOTES, strip_quotes
 from hrag_cli.records import ExtractedEntity, ExtractedRelation
+
+# Bump when a change makes the same answer parse differently; `hrag index --reparse` applies it.
+PARSER_VERSION = 2
 
 DEFAULT_PREDICATE = "related to"
 UNKNOWN_TYPE = "unknown"
+MAX_NAME_CHARS = 256        # longer "names" are blobs (base64, whole sentences), not entities
+
+# Reasons a row is dropped (the keys of ParseResult.dropped and of an extraction record's `dropped`).
+NO_NAME = "no_name"                      # entity row with an empty name
+NAME_ONLY = "name_only"                  # entity row with neither a type nor a description
+NAME_TOO_LONG = "name_too_long"          # a name over MAX_NAME_CHARS
+MISSING_ENDPOINT = "missing_endpoint"    # relation row without a source or a target
+SELF_RELATION = "self_relation"          # relation of an entity to itself
+UNKNOWN_RECORD = "unknown_record"        # a delimited row whose first field is no record keyword or type
+UNREADABLE_ROW = "unreadable_row"        # a record keyword followed by a delimiter we cannot read
 
 _SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
 # Full-width / look-alike characters models emit in delimiters.
-_CHAR_MAP = str.maketrans({"｜": "|", "＜": "<", "＞": ">", "＃": "#", "〈": "<", "〉": ">", "‹": "<", "›": ">"})
+_LOOKALIKES = {"｜": "|", "＜": "<", "＞": ">", "＃": "#", "〈": "<", "〉": ">", "‹": "<", "›": ">"}
 
 _COMPLETE_RE = re.compile(
-    r"(?:<[ \t]*\|?|\||\[)[ \t]*complete[ \t]*(?:\|[ \t]*>?|>|\])",
+    r"(?:<[ \t]*+\|?+|\||\[)[ \t]*+complete[ \t]*+(?:\|[ \t]*+>?+|>|\])",
     re.IGNORECASE,
 )
-# Damaged delimiters: <|#|>, <|>, <||>, <|#>, <#|>, <|##|>, < | # | >, <|#| (no '>'), |#|, |#|>, #|>.
-# The (?<!#) / (?<![...]) guards make each regex start only at the beginning of a run, keeping them linear.
-_DELIM_RE = re.compile(r"<[ \t]*[|#][ \t|#]*>?|\|[ \t]*#+[ \t]*\|>?|(?<!#)#+[ \t]*\|[ \t]*>")
+# Damaged delimiters: <|>, <||>, <|#>, <#|>, <|##|>, < | # | >, <|#| (no '>'), <[#|>, <|*|>, |#|, |#|>, #|>.
+# Every quantifier is possessive, so a long run of blanks or bars after a '<' is read once, never re-tried;
+# every alternative starts with a literal character (lookbehinds come after it) so the engine scans fast.
+_DELIM_RE = re.compile(
+    r"<(?=[ \t\[{]*+[|#])[ \t|#\[\]{}]*+(?:\*++[ \t]*+\|[ \t]*+)?+>?+"
+    r"|\|[ \t]*+#++[ \t]*+\|>?+"
+    r"|#(?<![#<|]#)#*+[ \t]*+\|[ \t]*+>"
+)
+# A bare `|>` (its `<` lost) on a line that already has delimiters; ` |> ` between blanks is code (a pipe).
+_BARE_CLOSE_RE = re.compile(r"\|>(?:(?<![ \t]\|>)|(?![ \t]))")
+# `##` between two quoted fields is a field separator: "A"##"B".
+_QUOTED_HASH_RE = re.compile(r"([\"'])[ \t]*+##++[ \t]*+(?=[\"'])")
 
 _KW = r"(?:entities|entity|relationships|relationship|relations|relation|rel|content_keywords|content_keyword)"
 # `##` record separators (legacy LightRAG) when followed by another record.
-_HASH_SEP_RE = re.compile(r"(?<!#)##+[ \t]*(?=[(\"'\[ \t]*" + _KW + r"\b)", re.IGNORECASE)
+_HASH_SEP_RE = re.compile(r"#(?<!##)#++[ \t]*+(?=[(\"'\[ \t]*+" + _KW + r"\b)", re.IGNORECASE)
 # A record keyword (maybe quoted/bracketed) at the end of the text before a delimiter.
-_TAIL_KW_RE = re.compile(r"(?<![\w(\[\"'*`])[(\[\"'*`]*" + _KW + r"[\"'*`\])]*[ \t]*$", re.IGNORECASE)
+_TAIL_KW_RE = re.compile(r"(?<![\w(\[\"'*`])([(\[\"'*`]*+)" + _KW + r"([\"'*`\])]*+)[ \t]*+$", re.IGNORECASE)
 _KW_TRAIL = "\"'*`])\t "
 _KW_ENDINGS = ("entity", "entities", "relationship", "relationships", "relation", "relations", "rel",
                "content_keywords", "content_keyword")
 _KEYWORD_SPLIT_RE = re.compile(r"[,;，；、]")
 _NUM_RE = re.compile(
-    r"^\s*(?:strength\s*[:=]?\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:/\s*10(?:\.0*)?)?\s*$", re.IGNORECASE
+    r"\s*+(?:strength\s*+[:=]?+\s*+)?+([-+]?+(?:\d++(?:\.\d*+)?+|\.\d++))\s*+(?:/\s*+10(?:\.0*+)?+)?+\s*+",
+    re.IGNORECASE,
 )
 _TYPE_BAD_RE = re.compile(r"[^\w]+")
+_LEAD_MARK_RE = re.compile(r"[-*•>#\s]*+(?:\d{1,3}[.)]\s*+)?+")   # bullets / numbering before a row
 
-_QUOTES = "\"'`“”‘’«»„"
-_PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">", "“": "”", "‘": "’", "«": "»", "„": "“"}
+_PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_FIELD_DEBRIS = ")]}|<>#,; \t"      # left after a closing quote: `")`, `"|`, `"<`, `"##)`
+_FIELD_LEAD = "([{|<>#, \t"         # left before an opening quote: `("entity"`, `|"SEO"`
 
 _ENTITY_KEYS = {"entity", "entities"}
 _RELATION_KEYS = {"relation", "relations", "relationship", "relationships", "rel"}
 _IGNORED_KEYS = {"content_keywords", "content_keyword"}
+
+# Template header fields (the format line echoed): compared with letters only, lowercased.
+_HEADER_FIRST = {"name", "entityname", "entity", "source", "src", "sourceentity", "sourcename", "sourceentityname",
+                 "head", "subject", "entity1"}
+_HEADER_SECOND = {"type", "entitytype", "target", "tgt", "targetentity", "targetname", "targetentityname", "tail",
+                  "object", "entity2", "relation", "predicate"}
+_HEADER_THIRD = {"description", "desc", "entitydescription", "predicate", "relation", "relationship", "keywords",
+                 "relationshipkeywords", "type", "entitytype", "relationdescription", "relationshipdescription"}
 
 
 @dataclass
 class ParseResult:
     entities: list[ExtractedEntity] = field(default_factory=list)
     relations: list[ExtractedRelation] = field(default_factory=list)
-    dropped: int = 0          # rows that started with a record keyword but could not be used
+    dropped: dict[str, int] = field(default_factory=dict)   # reason -> rows the model meant but we left out
     complete: bool = False    # the completion marker was seen
+    retyped: int = 0          # entities whose type was outside the configured list (set by checks.py)
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+
+def add_counts(into: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """Add per-reason counts into `into` (returned, for chaining)."""
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+    return into
 
 
 # ----------------------------------------------------------------------------------------------- cleaning
 
 
-def _strip_quotes(s: str) -> str:
-    """Remove surrounding matched quotes, or a lone unbalanced quote at either end."""
-    s = s.strip()
-    if not s or (s[0] not in _QUOTES and s[-1] not in _QUOTES):
-        return s
-    for _ in range(4):
-        if len(s) >= 2 and s[0] in _QUOTES and (s[0] == s[-1] or _PAIRS.get(s[0]) == s[-1]):
-            inner = s[1:-1]
-            if s[0] not in inner and s[-1] not in inner:  # '"A" and "B"' is not one quoted string
-                s = inner.strip()
-                continue
-        if s and s[0] in _QUOTES and s.count(s[0]) % 2 == 1:
-            s = s[1:].strip()
-            continue
-        if s and s[-1] in _QUOTES and s.count(s[-1]) % 2 == 1:
-            s = s[:-1].strip()
-            continue
-        break
-    return s
+def _has_letter(s: str) -> bool:
+    return any(c.isalpha() for c in s)
 
 
 def clean_name(s: str) -> str:
-    """Normalise an entity name: no surrounding quotes/brackets/markdown emphasis, single spaces."""
+    """Normalise an entity name: no wrapping quotes/brackets/markdown emphasis, single spaces. Punctuation
+    that is part of a name stays: (*), (1), Talkin', 6'11", *NSYNC, C++."""
     s = " ".join(s.split())
     if s and s[0].isalnum() and s[-1].isalnum():
         return s  # fast path: nothing to strip
     for _ in range(6):
         before = s
-        s = _strip_quotes(s)
+        s = strip_quotes(s)
         if len(s) >= 2 and _PAIRS.get(s[0]) == s[-1]:
-            s = s[1:-1].strip()
-        s = s.strip("*").strip()
-        if len(s) >= 2 and s[0] == "_" and s[-1] == "_":
-            s = s.strip("_").strip()
+            inner = s[1:-1]
+            if _has_letter(inner) and s[0] not in inner and s[-1] not in inner:   # (Paris) yes; (1), (*) no
+                s = inner.strip()
+        for mark in ("*", "_"):
+            if len(s) >= 2 and s[0] == mark and s[-1] == mark:   # **bold**, _italic_; a lone *NSYNC stays
+                n = min(len(s) - len(s.lstrip(mark)), len(s) - len(s.rstrip(mark)))
+                inner = s[n:-n].strip()
+                if any(c.isalnum() for c in inner):
+                    s = inner
         if s == before:
             break
     return s
@@ -106,11 +147,26 @@ def _name_key(s: str) -> str:
     return s.casefold()
 
 
+def _unwrap_field(s: str) -> str:
+    """Drop debris around a quoted field: `"desc")`, `"desc"|`, `"desc"<`, `"desc"##)`, `("entity"`."""
+    t = s.strip()
+    if not t:
+        return t
+    core = t.rstrip(_FIELD_DEBRIS)
+    if len(core) != len(t) and core[-1:] in QUOTES:
+        t = core
+    core = t.lstrip(_FIELD_LEAD)
+    if len(core) != len(t) and core[:1] in QUOTES:
+        t = core
+    return t
+
+
 def _clean_text(s: str) -> str:
-    return _strip_quotes(" ".join(s.split()))
+    return strip_quotes(" ".join(s.split()))
 
 
-def _clean_type(s: str) -> str:
+def clean_type(s: str) -> str:
+    """A type as stored: lowercase, words joined by `_` ("Research Institute" -> research_institute)."""
     t = clean_name(s).lower()
     t = _TYPE_BAD_RE.sub("_", t).strip("_")
     t = re.sub(r"_+", "_", t)
@@ -130,7 +186,7 @@ def _clean_keywords(s: str) -> list[str]:
 
 
 def _parse_strength(s: str) -> float | None:
-    m = _NUM_RE.match(_strip_quotes(s))
+    m = _NUM_RE.fullmatch(strip_quotes(s))
     if not m:
         return None
     try:
@@ -142,17 +198,27 @@ def _parse_strength(s: str) -> float | None:
     return min(10.0, max(0.0, v))
 
 
-def _looks_like_keywords(s: str) -> bool:
+def _sentence_like(s: str) -> bool:
+    s = s.rstrip()
+    return s.endswith((".", "!", "?", "。")) or len(s.split()) >= 8
+
+
+def _keyword_like(s: str) -> bool:
     """Keyword fields are short comma-separated phrases; descriptions are sentences."""
     parts = [p for p in _KEYWORD_SPLIT_RE.split(s) if p.strip()]
-    return bool(parts) and all(len(p.split()) <= 4 for p in parts) and not s.rstrip().endswith(".")
+    return bool(parts) and all(len(p.split()) <= 4 for p in parts) and not _sentence_like(s)
 
 
 # ----------------------------------------------------------------------------------------------- splitting
 
 
 def _normalise(text: str) -> tuple[str, bool]:
-    text = text.translate(_CHAR_MAP).replace("\r\n", "\n").replace("\r", "\n")
+    for odd, plain in _LOOKALIKES.items():   # str.replace per character present: translate() is 10x slower
+        if odd in text:
+            text = text.replace(odd, plain)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if _SEP in text:
+        text = text.replace(_SEP, " ")   # our internal delimiter must not come from the model
     complete = False
     if "omplete" in text or "OMPLETE" in text:
         text, n = _COMPLETE_RE.subn("\n", text)
@@ -162,96 +228,202 @@ def _normalise(text: str) -> tuple[str, bool]:
         text = _DELIM_RE.sub(_SEP, text)
     if "##" in text:
         text = _HASH_SEP_RE.sub("\n", text)
+        text = _QUOTED_HASH_RE.sub("\\1" + _SEP, text)
     return text, complete
 
 
 def _tail_keyword(part: str) -> tuple[str, str] | None:
-    """If `part` ends with a record keyword (it is followed by a delimiter), return (text before it, keyword)."""
+    """If `part` ends with a record keyword (it is followed by a delimiter), return (text before it, keyword).
+    A keyword with a closing quote but no opening one ends a quoted field ("... subsidiary entity"), so it
+    is not a row start."""
     tail = part[-48:]
     if not tail.rstrip(_KW_TRAIL).lower().endswith(_KW_ENDINGS):
         return None
     m = _TAIL_KW_RE.search(tail)
     if m is None:
         return None
+    opening, closing = m.group(1), m.group(2)
+    if any(q in closing for q in "\"'`") and not any(q in opening for q in "\"'`"):
+        return None
     return part[: len(part) - len(tail) + m.start()], m.group(0)
 
 
-def _rows_of_line(line: str) -> list[list[str]]:
-    """Split one line into rows of fields, separating rows glued together on one line.
+# Candidates for _tail_keyword; the lookahead lets the engine skip other characters fast (an IGNORECASE
+# alternation alone is slow to scan).
+_KW_SEP_RE = re.compile(r"(?<!\w)(?=[ercERC])" + _KW + r"[\"'*`\])]*+[ \t]*+" + _SEP, re.IGNORECASE)
+_MAX_FIELDS = 16     # a row's fields past this are its description's tail (a looping model's `<|>` runs)
+_BOUNDARY_END = (")", "]", "#", ".", "!", "?", "\"", "'", "`", "*", ";", ",")
 
-    A row starts at a record keyword followed by a delimiter. Text before the first one is prose or a broken
-    fragment and is ignored. A keyword later on starts a new row only once the current row has at least three
-    delimiters (a complete entity); before that it is probably a field value, e.g. an entity of type "entity".
+
+def _starts_row(first: str, cur_len: int, head: str, kw: str, nxt: str, remaining: int) -> bool:
+    """May a keyword found at the end of a field start a new row here, instead of ending the field?
+
+    Only once the current row (first field `first`, `cur_len` fields) is complete enough that the field
+    before the keyword can be its last (an entity needs a name and a type, a relation both endpoints and one
+    more field), and only when fields follow for the new row: "business relationship<|#|>..." in a
+    relation's third field is a value, not a new row. A keyword glued to the text before it with no
+    boundary must also be followed by something name-like: "work rel<|#|>Brook works at Lumen Yard." is
+    a keyword field ending in an abbreviation.
+    """
+    need = 4 if _record_kind(first) == "relation" else 3
+    if cur_len < need:
+        return False
+    h = head.rstrip()
+    if not h or h.endswith(_BOUNDARY_END):
+        return remaining >= 1
+    # "first desc entity<|#|>B<|#|>place" glued without a boundary
+    return (remaining >= 2 and kw.strip().lower() != "rel" and not _sentence_like(_clean_text(nxt))
+            and _parse_strength(nxt) is None)
+
+
+def _rows_of_line(line: str) -> list[list[str]]:
+    """Split one line into rows of fields, separating rows glued together on one line. Fields before the
+    first record keyword form a leading row (a type-keyword row, a header, or an unknown record).
+
+    Only parts that end in a record keyword (found by one regex pass) are looked at one by one; the fields
+    between them are sliced, so a line of a hundred thousand delimiters costs a split and a few slices.
     """
     parts = line.split(_SEP)
+    last = len(parts) - 1
     rows: list[list[str]] = []
-    cur: list[str] | None = None
-    for part in parts[:-1]:
-        hit = _tail_keyword(part)
-        if hit is not None and (cur is None or len(cur) >= 3):
-            head, kw = hit
-            if cur is not None:
-                if head.strip():
-                    cur.append(head)
-                rows.append(cur)
-            cur = [kw]
-        elif cur is not None:
-            cur.append(part)
-    if cur is not None:
-        cur.append(parts[-1])
-        rows.append(cur)
+    start = -1                # part index of the current row's keyword; -1: the leading row
+    first = ""                # the current row's first field
+    pos = idx = 0
+    for m in _KW_SEP_RE.finditer(line):
+        idx += line.count(_SEP, pos, m.start())   # the part the keyword ends
+        pos = m.start()
+        hit = _tail_keyword(parts[idx])
+        if hit is None:
+            continue
+        head, kw = hit
+        if idx > 0:
+            if start < 0:
+                first = first or _LEAD_MARK_RE.sub("", parts[0], count=1)
+                if not _starts_row(first, idx, head, kw, parts[idx + 1], last - idx):
+                    continue
+                rows.append([first, *parts[1:idx]])
+            else:
+                if not _starts_row(first, idx - start, head, kw, parts[idx + 1], last - idx):
+                    continue
+                rows.append([first, *parts[start + 1:idx]])
+            if head.strip():
+                rows[-1].append(head)
+        # idx == 0: text before the line's first keyword is prose ("Output: entity<|#|>...")
+        start, first = idx, kw
+    if start < 0:
+        rows.append([_LEAD_MARK_RE.sub("", parts[0], count=1), *parts[1:]])
+    else:
+        rows.append([first, *parts[start + 1:]])
     return [_tidy_row(r) for r in rows]
 
 
 def _tidy_row(fields: list[str]) -> list[str]:
-    """Strip row wrappers: `(...)`, a trailing `##`/`,`, and trailing empty fields."""
-    fields = [f.strip() for f in fields]
-    last = fields[-1]
-    if last.endswith("##"):  # legacy record separator left at the end of a row
-        last = last.rstrip("#").rstrip()
-    last = last.rstrip(",;").rstrip()
-    opener = fields[0].lstrip("\"'*`")[:1]
-    if opener in ("(", "[") and last.endswith(")" if opener == "(" else "]"):
-        last = last[:-1].rstrip()
-    fields[-1] = last
-    while len(fields) > 1 and not _strip_quotes(fields[-1]):
+    """Strip row wrappers: `(...)`, trailing `##`/`,`, debris around quoted fields, trailing empty fields."""
+    if len(fields) > _MAX_FIELDS:
+        tail = " ".join(" ".join(fields[_MAX_FIELDS - 1:]).split())
+        fields = [*fields[: _MAX_FIELDS - 1], tail]
+    first = fields[0].strip()
+    opener = first.lstrip("\"'*`")[:1]
+    last = fields[-1].strip()
+    for _ in range(3):   # `desc")##`, `desc"##)`, `desc)##,`: peel in any order
+        before = last
+        last = last.rstrip(",;").rstrip()
+        if last.endswith("##"):
+            last = last.rstrip("#").rstrip()
+        if opener == "(" and last.endswith(")") and last.count(")") > last.count("("):
+            last = last[:-1].rstrip()
+        elif opener == "[" and last.endswith("]") and last.count("]") > last.count("["):
+            last = last[:-1].rstrip()
+        if last.endswith("```"):
+            last = last.rstrip("`").rstrip()
+        if last == before:
+            break
+    fields = [_unwrap_field(f) for f in (*fields[:-1], last)]
+    while len(fields) > 1 and not strip_quotes(fields[-1]):
         fields.pop()
     return fields
 
 
-def _record_kind(first: str) -> str:
-    k = first.strip().strip(_QUOTES + "()[]*` \t").lower()
+def _letters(s: str) -> str:
+    """Letters and digits of a short field, lowercased (template field names); "" for a long field."""
+    return "" if len(s) > 64 else "".join(c for c in s.lower() if c.isalnum())
+
+
+def _record_kind(first: str, types: frozenset[str] = frozenset()) -> str:
+    k = first.strip().strip(QUOTES + "()[]*`<>{} \t").lower()
     if k in _ENTITY_KEYS:
         return "entity"
     if k in _RELATION_KEYS:
         return "relation"
     if k in _IGNORED_KEYS:
         return "ignore"
+    if k and clean_type(k) in types:
+        return "typed"      # `event<|#|>Spring Fair<|#|>...`: an entity row with its type as the keyword
     return ""
+
+
+def _is_header(fields: list[str], kind: str) -> bool:
+    """The format line echoed from a prompt (`entity<|#|>EntityName<|#|>EntityType<|#|>Description`, or
+    without its keyword): field names where values belong. An entity named Target of type organization
+    is data: the field after the two names must be a field name too, when there is one."""
+    start = 1 if kind else 0
+    if len(fields) < start + 2:
+        return False
+    return (_letters(fields[start]) in _HEADER_FIRST and _letters(fields[start + 1]) in _HEADER_SECOND
+            and (len(fields) == start + 2 or _letters(fields[start + 2]) in _HEADER_THIRD))
 
 
 # ----------------------------------------------------------------------------------------------- rows
 
 
-def _entity_row(fields: list[str]) -> ExtractedEntity | None:
+def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> ExtractedEntity | str:
+    """An entity, or the reason the row is dropped. `kw_type` is the type a type-keyword row named."""
     name = clean_name(fields[0]) if fields else ""
     if not name:
-        return None
+        return NO_NAME
+    if len(name) > MAX_NAME_CHARS:
+        return NAME_TOO_LONG
     type_raw = fields[1] if len(fields) > 1 else ""
     desc_parts = [_clean_text(f) for f in fields[2:]]
     desc = "; ".join(p for p in desc_parts if p)
     if not desc and len(_clean_text(type_raw).split()) > 3:
         # Type slot holds a sentence: the model skipped the type.
         desc, type_raw = _clean_text(type_raw), ""
-    return ExtractedEntity(name=name, type=_clean_type(type_raw), description=desc)
+    typ = clean_type(type_raw)
+    if kw_type and (typ == UNKNOWN_TYPE or typ not in types):
+        typ = kw_type           # `event<|#|>Spring Fair<|#|>online event<|#|>...` is an event
+    if typ == UNKNOWN_TYPE and not desc:
+        return NAME_ONLY        # `Entity<|#|>2023`: nothing was said about it
+    return ExtractedEntity(name=name, type=typ, description=desc)
 
 
-def _relation_row(fields: list[str]) -> ExtractedRelation | None:
+def _mentions(text: str, name: str) -> bool:
+    """`name` occurs in `text` as whole words, ignoring case."""
+    return re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text.casefold()) is not None
+
+
+def _predicate_from(desc: str, src: str, tgt: str) -> str:
+    """'Harry owns Hedwig' -> 'owns': a short sentence naming both ends carries its own predicate."""
+    d = desc.rstrip(".").strip()
+    low, s, t = d.casefold(), src.casefold(), tgt.casefold()
+    if low.startswith(s) and low.endswith(t) and len(d) > len(s) + len(t):
+        middle = d[len(s): len(d) - len(t)].strip()
+        if middle and len(middle.split()) <= 5:
+            return middle
+    return ""
+
+
+def _relation_row(fields: list[str]) -> ExtractedRelation | str:
+    """A relation, or the reason the row is dropped."""
     if len(fields) < 2:
-        return None
+        return MISSING_ENDPOINT
     src, tgt = clean_name(fields[0]), clean_name(fields[1])
-    if not src or not tgt or _name_key(src) == _name_key(tgt):
-        return None
+    if not src or not tgt:
+        return MISSING_ENDPOINT
+    if len(src) > MAX_NAME_CHARS or len(tgt) > MAX_NAME_CHARS:
+        return NAME_TOO_LONG
+    if _name_key(src) == _name_key(tgt):
+        return SELF_RELATION
     rest = fields[2:]
     strength: float | None = None
     if rest:
@@ -262,17 +434,20 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | None:
             rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
     predicate, keywords, desc = "", [], ""
     if len(rest) == 1:
-        # Either a predicate or a description; short phrases are predicates.
+        # A predicate, or (nano-graphrag: src, tgt, description, strength) a description.
         only = _clean_text(rest[0])
-        if len(only.split()) <= 5 and not only.endswith("."):
+        if len(only.split()) <= 5 and not only.endswith(".") \
+                and not (strength is not None and (_mentions(only, src) or _mentions(only, tgt))):
             predicate = only
         else:
             desc = only
+            predicate = _predicate_from(only, src, tgt)
     elif len(rest) == 2:
         # src, tgt, X, Y: LightRAG (keywords, description) or legacy tuple (description, keywords, strength).
         kw_field, desc_field = (rest[1], rest[0]) if strength is not None else (rest[0], rest[1])
-        if not _looks_like_keywords(kw_field) and _looks_like_keywords(desc_field):
-            kw_field, desc_field = desc_field, kw_field
+        kw_field, desc_field = _clean_text(kw_field), _clean_text(desc_field)
+        if _sentence_like(kw_field) and _keyword_like(desc_field):
+            kw_field, desc_field = desc_field, kw_field   # the two were written the other way round
         keywords = _clean_keywords(kw_field)
         desc = _clean_text(desc_field)
         predicate = keywords[0] if keywords else ""
@@ -292,18 +467,47 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | None:
     )
 
 
+def _type_rank(e: ExtractedEntity, types: frozenset[str]) -> int:
+    """How much to trust a row's type: an allowed type, then any short type, then a shifted/missing one."""
+    if e.type in types:
+        return 2
+    if e.type != UNKNOWN_TYPE and e.type.count("_") <= 2:
+        return 1
+    return 0
+
+
+def merge_entity(old: ExtractedEntity, new: ExtractedEntity, types: frozenset[str]) -> ExtractedEntity:
+    """Two rows of one entity: the row with the more trustworthy type wins, then the longer description;
+    the first row's spelling of the name stays. (Longest description alone would pick a row whose fields
+    were shifted, e.g. a description in the type slot.)"""
+    ro, rn = _type_rank(old, types), _type_rank(new, types)
+    if (rn, len(new.description)) > (ro, len(old.description)):
+        return replace(new, name=old.name)
+    return old
+
+
 # ----------------------------------------------------------------------------------------------- public
 
 
-def parse_extraction(text: str) -> ParseResult:
-    """Parse one LLM extraction answer; never raises, whatever the model wrote."""
+def allowed_types(entity_types: Iterable[str] | None) -> frozenset[str]:
+    """The configured entity types as stored (clean_type); the prompt's defaults when none are given."""
+    if entity_types is None:
+        from .prompts import DEFAULT_ENTITY_TYPES
+
+        entity_types = DEFAULT_ENTITY_TYPES
+    return frozenset(clean_type(t) for t in entity_types if t and t.strip())
+
+
+def parse_extraction(text: str, entity_types: Iterable[str] | None = None) -> ParseResult:
+    """Parse one LLM extraction answer; never raises, whatever the model wrote. `entity_types` (default:
+    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows."""
     try:
-        return _parse(text)
+        return _parse(text, allowed_types(entity_types))
     except Exception:  # pragma: no cover - defensive: a parser bug must not kill a whole indexing run
-        return ParseResult(entities=[], relations=[], dropped=1, complete=False)
+        return ParseResult(dropped={"parser_error": 1})
 
 
-def _parse(text: str) -> ParseResult:
+def _parse(text: str, types: frozenset[str]) -> ParseResult:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
@@ -311,48 +515,48 @@ def _parse(text: str) -> ParseResult:
     norm, complete = _normalise(text)
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str, str], ExtractedRelation] = {}
-    dropped = 0
+    dropped: dict[str, int] = {}
+
+    def drop(reason: str) -> None:
+        dropped[reason] = dropped.get(reason, 0) + 1
+
     for raw_line in norm.split("\n"):
         line = raw_line.strip()
         if not line:
             continue
         if _SEP not in line:
-            continue  # prose, headers, code fences, bullets-only lines: not records
+            if not _unreadable(line):
+                continue  # prose, headers, code fences, bullets-only lines: not records
+            line = _BARE_CLOSE_RE.sub(_SEP, line)     # `entity|>A|>person|>...`: every `<` lost
+            if _SEP not in line:
+                drop(UNREADABLE_ROW)
+                continue
+        elif "|>" in line:
+            line = _BARE_CLOSE_RE.sub(_SEP, line)
         if line.endswith("```"):
             line = line.rstrip("`").rstrip()
         for fields in _rows_of_line(line):
-            kind = _record_kind(fields[0])
-            if kind == "ignore":
+            kind = _record_kind(fields[0], types)
+            if kind == "ignore" or _is_header(fields, kind):
                 continue
-            if _is_template_echo(kind, fields):
-                continue
-            if kind == "entity":
-                ent = _entity_row(fields[1:])
-                if ent is None:
-                    dropped += 1
+            if kind in ("entity", "typed"):
+                ent = _entity_row(fields[1:], clean_type(fields[0]) if kind == "typed" else "", types)
+                if isinstance(ent, str):
+                    drop(ent)
                     continue
                 key = _name_key(ent.name)
                 old = entities.get(key)
-                if old is None:
-                    entities[key] = ent
-                elif len(ent.description) > len(old.description):
-                    typ = ent.type if ent.type != UNKNOWN_TYPE else old.type
-                    entities[key] = replace(ent, name=old.name, type=typ)
-                elif old.type == UNKNOWN_TYPE and ent.type != UNKNOWN_TYPE:
-                    old.type = ent.type
+                entities[key] = ent if old is None else merge_entity(old, ent, types)
             elif kind == "relation":
                 rel = _relation_row(fields[1:])
-                if rel is None:
-                    dropped += 1
+                if isinstance(rel, str):
+                    drop(rel)
                     continue
                 rkey = (_name_key(rel.src), _name_key(rel.tgt), rel.predicate.casefold())
                 prev = relations.get(rkey)
-                if prev is None:
-                    relations[rkey] = rel
-                else:
-                    relations[rkey] = _merge_relation(prev, rel)
-            else:
-                dropped += 1  # matched a record start but the keyword field is unusable (cannot happen often)
+                relations[rkey] = rel if prev is None else _merge_relation(prev, rel)
+            elif len(fields) >= 3:
+                drop(UNKNOWN_RECORD)   # `node<|#|>A<|#|>person<|#|>...`: a row, but of no kind we know
     return ParseResult(
         entities=list(entities.values()),
         relations=list(relations.values()),
@@ -361,15 +565,12 @@ def _parse(text: str) -> ParseResult:
     )
 
 
-_ECHO_NAMES = {"name", "entity_name", "entity name", "source", "src", "source_entity", "source entity"}
-_ECHO_SECOND = {"type", "entity_type", "entity type", "target", "tgt", "target_entity", "target entity"}
+_UNREADABLE_RE = re.compile(r"[(\"'*`\s-]*+" + _KW + r"[\"'*`)]*+[ \t]*+[<|{\[#][^\w\s]", re.IGNORECASE)
 
 
-def _is_template_echo(kind: str, fields: list[str]) -> bool:
-    """The model repeated the format line from the prompt (`entity<|#|>NAME<|#|>TYPE...`): a header, not a row."""
-    if kind not in ("entity", "relation") or len(fields) < 3:
-        return False
-    return clean_name(fields[1]).lower() in _ECHO_NAMES and clean_name(fields[2]).lower() in _ECHO_SECOND
+def _unreadable(line: str) -> bool:
+    """A line that starts like a record (`relation<{#}>A...`) but has no delimiter we can read."""
+    return _UNREADABLE_RE.match(line[:64]) is not None
 
 
 def _merge_relation(old: ExtractedRelation, new: ExtractedRelation) -> ExtractedRelation:
@@ -384,26 +585,22 @@ def _merge_relation(old: ExtractedRelation, new: ExtractedRelation) -> Extracted
     return replace(old, keywords=kws, description=desc, strength=max(old.strength, new.strength))
 
 
-def merge_gleaning(base: ParseResult, extra: ParseResult) -> ParseResult:
+def merge_gleaning(base: ParseResult, extra: ParseResult, entity_types: Iterable[str] | None = None) -> ParseResult:
     """Add a gleaning round's new rows to `base` without mutating either input.
 
-    Entities match by case-insensitive name; relations by unordered endpoint pair plus predicate (a gleaning
-    round often restates a relation in the other direction). A longer description replaces a shorter one.
-    `complete` is true only if both answers ended with the marker; `dropped` is summed.
+    Entities match by case-insensitive name (merged as within one answer: trusted type first, then the
+    longer description); relations by unordered endpoint pair plus predicate (a gleaning round often
+    restates a relation in the other direction), the longer description kept. `complete` is true only if
+    both answers ended with the marker; `dropped` counts are added per reason.
     """
+    types = allowed_types(entity_types)
     entities: dict[str, ExtractedEntity] = {}
     for e in base.entities:
         entities.setdefault(_name_key(e.name), replace(e))
     for e in extra.entities:
         key = _name_key(e.name)
         old = entities.get(key)
-        if old is None:
-            entities[key] = replace(e)
-        else:
-            if len(e.description) > len(old.description):
-                old.description = e.description
-            if old.type == UNKNOWN_TYPE and e.type != UNKNOWN_TYPE:
-                old.type = e.type
+        entities[key] = replace(e) if old is None else merge_entity(old, replace(e), types)
 
     def rkey(r: ExtractedRelation) -> tuple[frozenset[str], str]:
         return frozenset((_name_key(r.src), _name_key(r.tgt))), r.predicate.casefold()
@@ -421,6 +618,7 @@ def merge_gleaning(base: ParseResult, extra: ParseResult) -> ParseResult:
     return ParseResult(
         entities=list(entities.values()),
         relations=list(relations.values()),
-        dropped=base.dropped + extra.dropped,
+        dropped=add_counts(dict(base.dropped), extra.dropped),
         complete=base.complete and extra.complete,
+        retyped=base.retyped + extra.retyped,
     )

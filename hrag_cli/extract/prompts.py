@@ -52,6 +52,12 @@ _EXAMPLE_OUTPUT = "\n".join(
     ]
 )
 
+def worked_example() -> tuple[str, str]:
+    """(passage, output) of the extraction prompt's worked example: what a model may copy instead of
+    reading the chunk (extract/checks.py drops such copies)."""
+    return _EXAMPLE_TEXT, _EXAMPLE_OUTPUT
+
+
 _EXTRACTION_SYSTEM = f"""You build a knowledge graph from text. From the passage the user gives you, list the entities it mentions and the relations it states between them.
 
 ENTITIES

@@ -21,6 +21,7 @@ from ..errors import BudgetExceeded, UsageError
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
 from ..records import Chunk, ExtractionRecord
+from .parser import PARSER_VERSION, add_counts
 from .rules import RULES_FINGERPRINT, extract_rules
 from ..ingest import load_chunks
 
@@ -119,8 +120,22 @@ def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
 # ------------------------------------------------------------------------------------------- the stage
 
 
+def _int(value: Any) -> int:
+    """A count from a record, 0 when a damaged or hand-edited record holds something else."""
+    return int(value) if isinstance(value, (int, float)) and value == value else 0
+
+
+def record_dropped(rec: dict) -> dict[str, int]:
+    """A record's dropped rows per reason; a record written before reasons were kept has only a total."""
+    dropped = rec.get("dropped")
+    if isinstance(dropped, dict) and dropped:
+        return {str(k): _int(v) for k, v in dropped.items() if _int(v)}
+    n = _int(rec.get("dropped_rows"))
+    return {"reason_not_recorded": n} if n else {}
+
+
 def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str) -> tuple[dict, str]:
-    failed = pending = ents = rels = 0
+    failed = pending = ents = rels = dropped = retyped = 0
     digest_items = []
     for ch in chunks:
         rec = latest.get((ch.chunk_id, extractor))
@@ -128,13 +143,16 @@ def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
             pending += 1
             continue
         digest_items.append((ch.chunk_id, _record_digest(rec)))
+        dropped += sum(record_dropped(rec).values())
+        retyped += _int(rec.get("retyped"))
         if rec.get("status", "ok") != "ok":
             failed += 1
         else:
             ents += len(rec.get("entities") or [])
             rels += len(rec.get("relations") or [])
     digest_items.sort()
-    counts = {"failed": failed, "pending": pending, "entity_mentions": ents, "relation_mentions": rels}
+    counts = {"failed": failed, "pending": pending, "entity_mentions": ents, "relation_mentions": rels,
+              "dropped_rows": dropped, "retyped": retyped}
     return counts, fingerprint(extractor, digest_items)
 
 
@@ -184,7 +202,8 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
                 if reparse:
-                    _reparse(project, client, chunks, latest, extractor, reporter, counts)
+                    _reparse(project, client, chunks, latest, extractor, reporter, counts,
+                             settings.extract.entity_types)
                 if todo:
                     asyncio.run(_run_llm(project, client, todo, settings, extractor, latest, reporter, counts,
                                          attempts))
@@ -275,7 +294,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
 
 
 def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tuple[str, str], dict],
-             extractor: str, reporter: Reporter, counts: dict) -> None:
+             extractor: str, reporter: Reporter, counts: dict, entity_types: list[str]) -> None:
     """Re-parse every current chunk's cached answers with today's parser; no network call."""
     from .llm_extractor import reparse_chunk
 
@@ -285,7 +304,7 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
             old = latest.get((ch.chunk_id, extractor))
             if old is None:
                 continue
-            new = reparse_chunk(client, ch, ExtractionRecord.from_json(old))
+            new = reparse_chunk(client, ch, ExtractionRecord.from_json(old), entity_types)
             if new is None:
                 missing += 1
                 continue
@@ -395,14 +414,36 @@ def extraction_status(project: Project, settings: Settings) -> dict:
     counts, _ = _summary_counts(chunks, latest, extractor)
     paths = {r.get("doc_id"): r.get("path") for r in store.read_jsonl(project.docs_path) if isinstance(r, dict)}
     failed: list[dict] = []
+    dropped: list[dict] = []
+    totals: dict[str, int] = {}
+    older = 0
     for ch in chunks:
         rec = latest.get((ch.chunk_id, extractor))
-        if rec is not None and rec.get("status", "ok") != "ok":
-            failed.append({"chunk_id": ch.chunk_id, "path": paths.get(ch.doc_id, ch.doc_id), "order": ch.order,
-                           "error": rec.get("error", "")})
-    return {"extraction": {"extractor": extractor, "chunks": len(chunks),
+        if rec is None:
+            continue
+        where = {"chunk_id": ch.chunk_id, "path": paths.get(ch.doc_id, ch.doc_id), "order": ch.order}
+        if rec.get("status", "ok") != "ok":
+            failed.append({**where, "error": rec.get("error", "")})
+        reasons = record_dropped(rec)
+        if reasons:
+            dropped.append({**where, "dropped": reasons})
+            add_counts(totals, reasons)
+        if rec.get("llm_keys") and _int(rec.get("parser")) < PARSER_VERSION:
+            older += 1
+    info = {"extraction": {"extractor": extractor, "chunks": len(chunks),
                            "extracted": len(chunks) - counts["pending"], **counts},
-            "failed_chunks": failed}
+            "failed_chunks": failed, "dropped_by_reason": totals, "dropped_chunks": dropped}
+    if older:
+        info["reparse"] = (f"{older} chunk(s) were read by an older parser; 'hrag index --reparse' re-reads "
+                           f"their cached answers without calling the model")
+    return info
+
+
+def iter_dropped(status: dict) -> Iterable[str]:
+    """One line per chunk with dropped rows, for the plain `hrag status` output."""
+    for d in status.get("dropped_chunks", []):
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(d["dropped"].items()))
+        yield f"{d['path']} chunk {d['order']} ({d['chunk_id'][:12]}): {reasons}"
 
 
 def iter_failed(status: dict) -> Iterable[str]:

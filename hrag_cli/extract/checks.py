@@ -1,0 +1,109 @@
+"""Structural checks on one chunk's extraction, after every answer for it is parsed and merged: what the
+parser cannot see because it needs the chunk, the configured types or the prompt.
+
+- An entity whose name occurs in the prompt's worked example and not in the chunk was copied from the
+  example: dropped (`prompt_example`).
+- An entity type outside the configured list becomes `other` (counted in `retyped`); plural and British
+  spellings of a configured type ("persons", "organisation") count as that type. A missing type stays
+  `unknown`.
+- A relation endpoint that is not one of the chunk's listed entities is kept only if the name occurs in the
+  chunk text as whole words and does not read like a predicate. "was founded by" as a target means the row
+  lost its target and every field moved left (`shifted_fields`); a name in neither list nor text is
+  `unlisted_endpoint`; an example name is `prompt_example`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+from functools import lru_cache
+
+from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types
+
+OTHER_TYPE = "other"
+PROMPT_EXAMPLE = "prompt_example"
+SHIFTED_FIELDS = "shifted_fields"
+UNLISTED_ENDPOINT = "unlisted_endpoint"
+
+_AUX = {"is", "was", "were", "are", "be", "been", "being", "has", "had", "have", "did", "does", "do", "will",
+        "would", "can", "could", "became", "becomes"}
+_PREP = {"by", "of", "in", "to", "for", "with", "at", "from", "on", "into", "as", "about", "under", "over"}
+
+
+def _fold(s: str) -> str:
+    return " ".join(s.casefold().split())
+
+
+def _mentions(text_folded: str, name: str) -> bool:
+    """`name` occurs in the (folded) text as whole words."""
+    n = _fold(name)
+    return bool(n) and re.search(r"(?<!\w)" + re.escape(n) + r"(?!\w)", text_folded) is not None
+
+
+@lru_cache(maxsize=1)
+def _example_text() -> str:
+    from .prompts import worked_example
+
+    return _fold(worked_example()[0])
+
+
+def _copied(name: str, chunk_folded: str) -> bool:
+    return _mentions(_example_text(), name) and not _mentions(chunk_folded, name)
+
+
+def _predicate_like(name: str) -> bool:
+    """A lowercase verb phrase ("was founded by", "located in") where a name belongs."""
+    if any(c.isupper() or c.isdigit() for c in name):
+        return False
+    words = name.split()
+    if not words:
+        return False
+    return words[0] in _AUX or words[-1] in _PREP or (len(words) == 1 and words[0].endswith("ed"))
+
+
+def configured_type(t: str, types: frozenset[str]) -> str | None:
+    """`t` as one of the configured types, or None."""
+    if t in types:
+        return t
+    for cand in (t[:-1] if t.endswith("s") else "", t.replace("isation", "ization"), t.replace("ise", "ize")):
+        if cand and cand in types:
+            return cand
+    return None
+
+
+def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str]) -> ParseResult:
+    """A new ParseResult with the checks above applied, each dropped row counted per reason."""
+    types = allowed_types(entity_types)
+    text = _fold(chunk_text)
+    dropped: dict[str, int] = {}
+    retyped = result.retyped
+    entities = []
+    for e in result.entities:
+        if _copied(e.name, text):
+            add_counts(dropped, {PROMPT_EXAMPLE: 1})
+            continue
+        t = configured_type(e.type, types)
+        if t is None and e.type != UNKNOWN_TYPE:
+            t, retyped = OTHER_TYPE, retyped + 1
+        entities.append(e if t is None or t == e.type else replace(e, type=t))
+    listed = {_fold(e.name) for e in entities}
+
+    def problem(name: str) -> str:
+        if _fold(name) in listed:
+            return ""
+        if _copied(name, text):
+            return PROMPT_EXAMPLE
+        if _predicate_like(name):
+            return SHIFTED_FIELDS
+        return "" if _mentions(text, name) else UNLISTED_ENDPOINT
+
+    relations = []
+    for r in result.relations:
+        reason = problem(r.src) or problem(r.tgt)
+        if reason:
+            add_counts(dropped, {reason: 1})
+        else:
+            relations.append(r)
+    return ParseResult(entities=entities, relations=relations, dropped=add_counts(dict(result.dropped), dropped),
+                       complete=result.complete, retyped=retyped)
