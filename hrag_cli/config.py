@@ -36,9 +36,12 @@ class LLMSettings:
     model: str = ""                 # litellm model name, e.g. openai/gpt-4o-mini; empty = no LLM
     api_base: str = ""
     temperature: float = 0.0
-    max_tokens: int = 4096
-    timeout: float = 120.0          # seconds per request
-    concurrency: int = 8            # requests in flight
+    max_tokens: int = 4096          # the most any request may ask for (extraction caps it per chunk, see below)
+    # 0 = auto: 120 s and 8 in flight for a remote API; 600 s and 1 at a time for a server on this machine
+    # (loopback api_base, or ollama/ without one), which answers one request at a time and would otherwise keep
+    # computing answers for clients that gave up waiting in its queue
+    timeout: float = 0.0            # seconds per request
+    concurrency: int = 0            # requests in flight
     max_retries: int = 6
     backoff_base: float = 1.0       # seconds; doubled per retry, with jitter
     backoff_max: float = 60.0
@@ -53,6 +56,11 @@ class ExtractSettings:
     language: str = "English"
     max_gleanings: int = 1
     glean_min_tokens: int = 0
+    # max_tokens of an extraction request: answer_tokens_min + answer_tokens_per_token * chunk tokens, at most
+    # [llm] max_tokens. Real answers run about 1.5 tokens per chunk token (issue 13), so this leaves twice that
+    # and stops a model that loops from filling its whole context.
+    answer_tokens_min: int = 512
+    answer_tokens_per_token: float = 3.0
 
 
 @dataclass
@@ -138,10 +146,11 @@ class Settings:
 _BIG = 1 << 31
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "chunk.tokens": (1, 1_000_000), "chunk.overlap": (0, 999_999),
-    "llm.temperature": (0, 2), "llm.max_tokens": (1, 10_000_000), "llm.timeout": (0.001, 86_400),
-    "llm.concurrency": (1, 1024), "llm.max_retries": (0, 100), "llm.backoff_base": (0, 3600),
+    "llm.temperature": (0, 2), "llm.max_tokens": (1, 10_000_000), "llm.timeout": (0, 86_400),
+    "llm.concurrency": (0, 1024), "llm.max_retries": (0, 100), "llm.backoff_base": (0, 3600),
     "llm.backoff_max": (0, 86_400), "llm.context_tokens": (1, 100_000_000),
     "extract.max_gleanings": (0, 100), "extract.glean_min_tokens": (0, _BIG),
+    "extract.answer_tokens_min": (1, _BIG), "extract.answer_tokens_per_token": (0, 1000),
     "resolve.summary_min_fragments": (0, _BIG), "resolve.summary_max_input_tokens": (1, 100_000_000),
     "resolve.summary_target_tokens": (1, 10_000_000),
     "embed.batch_size": (1, 1_000_000), "embed.concurrency": (1, 1024), "embed.idf_refresh_growth": (0, 1_000_000),
@@ -225,9 +234,16 @@ def apply(settings: Settings, key: str, value: Any) -> None:
 
 
 def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = None,
-                  environ: dict[str, str] | None = None) -> Settings:
-    """defaults < hrag.toml < environment < flags (`overrides`, None values ignored)."""
+                  environ: dict[str, str] | None = None, remembered: dict[str, Any] | None = None) -> Settings:
+    """defaults < remembered < hrag.toml < environment < flags (`overrides`, None values ignored).
+
+    `remembered` holds what a project was last built with (extractor, LLM model and API base; see
+    Project.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
+    does not inherit the remembered API base of another model."""
     settings = Settings()
+    for key, value in (remembered or {}).items():
+        apply(settings, key, value)
+    explicit: set[str] = set()
     if toml_path is not None and Path(toml_path).exists():
         try:
             data = tomllib.loads(Path(toml_path).read_text(encoding="utf-8"))
@@ -238,13 +254,21 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
                 raise UsageError(f"{toml_path}: '{section}' must be a [section]")
             for name, value in values.items():
                 apply(settings, f"{section}.{name}", value)
+                explicit.add(f"{section}.{name}")
     env = os.environ if environ is None else environ
     for var, key in ENV_VARS.items():
         if env.get(var):
             apply(settings, key, env[var])
+            explicit.add(key)
     for key, value in (overrides or {}).items():
         if value is not None:
             apply(settings, key, value)
+            explicit.add(key)
+    if remembered and "llm.model" in explicit and settings.llm.model != remembered.get("llm.model"):
+        if "llm.api_base" not in explicit:
+            settings.llm.api_base = LLMSettings.api_base
+        if "extract.extractor" not in explicit:
+            settings.extract.extractor = ExtractSettings.extractor   # auto: a model given means "use it"
     check_ranges(settings)
     return settings
 

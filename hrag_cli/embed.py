@@ -272,14 +272,14 @@ class LiteLLMBackend(_Backend):
         return _run_async(lambda: self._aencode(texts, reporter))
 
     async def _aencode(self, texts: list[str], reporter: Reporter | None) -> np.ndarray:
-        from .llm import import_litellm, with_retries
+        from .llm import REMOTE_TIMEOUT, import_litellm, with_retries
 
         litellm = import_litellm()
         es = self.settings.embed
         size = max(1, es.batch_size)
         batches = [texts[i:i + size] for i in range(0, len(texts), size)]
         sem = asyncio.Semaphore(max(1, es.concurrency))
-        kwargs: dict[str, Any] = {"model": self.model, "timeout": self.settings.llm.timeout}
+        kwargs: dict[str, Any] = {"model": self.model, "timeout": self.settings.llm.timeout or REMOTE_TIMEOUT}
         if es.api_base:
             kwargs["api_base"] = es.api_base
         what = f"embedding model {self.model}" + (f" at {es.api_base}" if es.api_base else "")

@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
+EXIT_PARTIAL = 4     # the run finished, but some chunks failed or lost a gleaning round (--retry-failed)
 
 
 class HragError(Exception):
@@ -22,6 +23,11 @@ class UsageError(HragError):
 
 class ProjectLocked(UsageError):
     """Another writer holds the project lock."""
+
+
+class RunStopped(HragError):
+    """The LLM failed in a way every remaining chunk would meet too (no server, unknown provider, bad key,
+    context too small): the run stopped early, the unfinished chunks stay pending for the same command."""
 
 
 class BudgetExceeded(HragError):

@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import os
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 from http import HTTPStatus
 from typing import Any, TypeVar
 
@@ -97,17 +100,93 @@ def is_retryable(exc: BaseException) -> bool:
     if status == 429 and ("insufficient_quota" in str(getattr(exc, "body", "") or "")
                           or "exceeded your current quota" in str(exc)):
         return False  # OpenAI's "you have no credit" is a 429 that no amount of waiting fixes
+    if _MISSING_KEY in str(exc):
+        return False  # litellm reports a missing API key as a 500; waiting does not add one
     return status in _RETRY_STATUSES or status >= 500
 
 
-_RUN_LEVEL_STATUSES = {401, 403, 404, 429}
+_MISSING_KEY = "Missing credentials"
+_CONTEXT_RE = re.compile(r"context (?:length|window|size)|maximum context|exceeds? (?:the )?(?:model'?s? )?context"
+                         r"|n_ctx|too many tokens|prompt is too long", re.IGNORECASE)
+
+
+# What to do about each kind of failure (FailureCause.kind); every line ends with AGAIN.
+FIXES = {
+    "provider": "prefix the model with its provider, e.g. --llm-model openai/{model} for an OpenAI-compatible "
+                "server at --llm-api-base",
+    "auth": "set the provider's key variable (e.g. OPENAI_API_KEY)",
+    "quota": "add credit or use another key",
+    "model": "check --llm-model and --llm-api-base",
+    "context": "give the server a larger context (llama.cpp --n_ctx 4096 or more, Ollama num_ctx) or lower "
+               "--chunk-tokens",
+    "timeout": "raise [llm] timeout or lower --concurrency (a server on this machine answers one request at "
+               "a time)",
+    "connection": "start the server, or correct --llm-api-base",
+    "server": "check the LLM server's log",
+}
+AGAIN = "then run the same command again"
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    """Why a request failed, in terms of what the user can do about it.
+
+    `run_level`: every other request of the run would fail the same way (no server, unknown provider, bad or
+    missing key, unknown model, no quota), so one occurrence stops the run. The other kinds (context too
+    small, timeouts, server errors) can be one chunk's own problem; the extract stage stops when several
+    chunks in a row fail for the same one."""
+
+    kind: str          # a key of FIXES
+    run_level: bool
+    what: str          # the cause, as the user reads it
+    model: str = ""
+
+    @property
+    def fix(self) -> str:
+        return f"{FIXES[self.kind].format(model=self.model or 'NAME')}, {AGAIN}"
+
+    def explain(self, exc: BaseException) -> str:
+        """The cause with the provider's own words, e.g. 'cannot reach the LLM at URL (connection failed)'."""
+        root = exc.__cause__ if isinstance(exc, LLMError) and exc.__cause__ is not None else exc
+        detail = "LLM Provider NOT provided" if self.kind == "provider" else describe_error(root)
+        return f"{self.what} ({detail})"
+
+
+def failure_cause(exc: BaseException, settings: LLMSettings) -> FailureCause | None:
+    """The cause behind an LLMError (or a raw provider error); None for a request's own problem (a 400 about
+    its content) and for our own bugs."""
+    err = exc.__cause__ if isinstance(exc, LLMError) and exc.__cause__ is not None else exc
+    text = f"{getattr(err, 'message', '')} {err}"
+    status = _status(err)
+    where = settings.api_base or "the provider's default endpoint"
+    if "LLM Provider NOT provided" in text:
+        return FailureCause("provider", True, f"litellm does not know which provider serves '{settings.model}'",
+                            settings.model)
+    if _MISSING_KEY in text:
+        return FailureCause("auth", True, f"no API key for {settings.model} at {where}")
+    if status in (401, 403):
+        return FailureCause("auth", True, f"{where} refused the API key")
+    if status == 429 and not is_retryable(err):
+        return FailureCause("quota", True, "the provider says the account has no quota left")
+    if status == 404:
+        return FailureCause("model", True, f"{where} does not serve the model '{settings.model}'")
+    if _CONTEXT_RE.search(text) or type(err).__name__ == "ContextWindowExceededError":
+        return FailureCause("context", False, "the model's context window is too small for a chunk plus the "
+                            "extraction prompt")
+    if isinstance(err, asyncio.TimeoutError) or type(err).__name__ in ("Timeout", "APITimeoutError"):
+        return FailureCause("timeout", False, f"requests to {where} timed out after {settings.timeout:g} s")
+    if _is_timeout_or_connection(err) or describe_error(err).startswith("connection failed"):
+        return FailureCause("connection", True, f"cannot reach the LLM at {where}")
+    if status is not None and status >= 500:
+        return FailureCause("server", False, f"the LLM at {where} keeps failing")
+    return None
 
 
 def is_run_level(exc: BaseException) -> bool:
-    """A refusal every other request of the run would get too (bad API key, no permission, unknown model, no
-    quota left), as opposed to one request's own problem (a 400 about its content): the run should stop."""
-    cause = exc.__cause__ if isinstance(exc, LLMError) else exc
-    return cause is not None and _status(cause) in _RUN_LEVEL_STATUSES and not is_retryable(cause)
+    """A failure every other request of the run would meet too (no server, unknown provider, bad or missing
+    key, unknown model, no quota left), as opposed to one request's own problem: the run should stop."""
+    cause = failure_cause(exc, LLMSettings())
+    return cause is not None and cause.run_level
 
 
 def _headers(exc: BaseException) -> Any:
@@ -215,6 +294,31 @@ async def with_retries(call: Callable[[], Awaitable[T]], settings: LLMSettings, 
             await asyncio.sleep(delay)
 
 
+# -- settings for the server at hand ---------------------------------------------------------------------------
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "ip6-localhost"}
+REMOTE_TIMEOUT, REMOTE_CONCURRENCY = 120.0, 8
+LOCAL_TIMEOUT, LOCAL_CONCURRENCY = 600.0, 1
+
+
+def is_local(settings: LLMSettings) -> bool:
+    """A server on this machine: a loopback api_base, or Ollama with its default one."""
+    if not settings.api_base:
+        return settings.model.startswith(("ollama/", "ollama_chat/"))
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(settings.api_base if "//" in settings.api_base else "//" + settings.api_base).hostname or "")
+    return host.lower() in _LOOPBACK or host.startswith("127.")
+
+
+def effective_settings(settings: LLMSettings) -> LLMSettings:
+    """`settings` with timeout and concurrency 0 (auto) filled in for this server: a local server computes one
+    answer at a time, so more in flight only queue up and time out while it keeps working for them."""
+    local = is_local(settings)
+    return replace(settings,
+                   timeout=settings.timeout or (LOCAL_TIMEOUT if local else REMOTE_TIMEOUT),
+                   concurrency=settings.concurrency or (LOCAL_CONCURRENCY if local else REMOTE_CONCURRENCY))
+
+
 # -- the client ----------------------------------------------------------------------------------------------
 @dataclass
 class LLMResponse:
@@ -224,6 +328,7 @@ class LLMResponse:
     prompt_tokens: int
     completion_tokens: int
     cost: float
+    finish_reason: str = ""     # "stop", "length" (cut at max_tokens), "" when the provider did not say
 
 
 @dataclass
@@ -252,18 +357,26 @@ class _LoopState:
 
 
 class LLMClient:
-    """Chat completions through litellm with caching, bounded concurrency, retries and a spend limit."""
+    """Chat completions through litellm with caching, bounded concurrency, retries and a spend limit.
+
+    `cache_path` is cache/llm.jsonl (indexing) unless given: queries keep theirs in cache/query_llm.jsonl
+    (query_client), so a query never touches what the index was built from."""
 
     def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
-                 reporter: Reporter | None = None) -> None:
+                 reporter: Reporter | None = None, cache_path: Path | None = None) -> None:
         self.project = project
-        self.settings = settings
+        self.settings = effective_settings(settings)
         self.max_cost = max_cost
         self.reporter = reporter
         self.stats = LLMStats()
         self.enabled = bool(settings.model)
+        self.cache_path = cache_path or project.llm_cache_path
+        if self.enabled and reporter is not None and is_local(settings) and not (settings.timeout
+                                                                                 and settings.concurrency):
+            reporter.info(f"LLM server on this machine: {self.settings.concurrency} request(s) at a time, "
+                          f"{self.settings.timeout:g} s timeout ([llm] concurrency and timeout change this)")
         self._cache: dict[str, dict] = {}
-        for rec in store.read_jsonl(project.llm_cache_path):
+        for rec in store.read_jsonl(self.cache_path):
             if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("response"), str):
                 self._cache[rec["key"]] = rec
         self._appender: store.JsonlAppender | None = None
@@ -285,7 +398,7 @@ class LLMClient:
     def _store(self, record: dict) -> None:
         with self._write_lock:
             if self._appender is None:
-                self._appender = store.JsonlAppender(self.project.llm_cache_path, exclusive=self.project.holds_lock)
+                self._appender = store.JsonlAppender(self.cache_path, exclusive=self.project.holds_lock)
             self._appender.append(record)
             self._cache[record["key"]] = record
 
@@ -364,6 +477,8 @@ class LLMClient:
                                   "max_retries": 0}
         if s.api_base:
             kwargs["api_base"] = s.api_base
+            if s.model.startswith("openai/") and is_local(s) and not os.environ.get("OPENAI_API_KEY"):
+                kwargs["api_key"] = "no-key"   # a server on this machine needs none; the SDK insists on one
 
         async def once() -> Any:
             # a hard stop a little past the request timeout, for providers that do not honour it
@@ -381,13 +496,13 @@ class LLMClient:
             except LLMError:
                 self.stats.failures += 1
                 raise
-        text = _response_text(resp)
+        text, finish = _response_text(resp)
         usage = getattr(resp, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         cost = _cost(litellm, resp, s.model, prompt_tokens, completion_tokens)
         rec = {"key": key, "model": s.model, "messages_hash": fingerprint(messages), "purpose": purpose,
-               "response": text, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+               "response": text, "finish_reason": finish, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
                "cost": cost, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._store(rec)
         self.stats.requests += 1
@@ -423,15 +538,19 @@ def _from_record(rec: dict, *, cached: bool) -> LLMResponse:
     return LLMResponse(text=rec.get("response", ""), key=rec["key"], cached=cached,
                        prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
                        completion_tokens=int(usage.get("completion_tokens", 0) or 0),
-                       cost=0.0 if cached else float(rec.get("cost", 0.0) or 0.0))
+                       cost=0.0 if cached else float(rec.get("cost", 0.0) or 0.0),
+                       finish_reason=str(rec.get("finish_reason") or ""))
 
 
-def _response_text(resp: Any) -> str:
+def _response_text(resp: Any) -> tuple[str, str]:
+    """The answer's text and its finish_reason ("length" means it was cut at max_tokens)."""
     try:
-        content = resp.choices[0].message.content
+        choice = resp.choices[0]
+        content = choice.message.content
     except (AttributeError, IndexError, KeyError, TypeError):
         raise LLMError("LLM response had no choices") from None
-    return content if isinstance(content, str) else ""
+    finish = getattr(choice, "finish_reason", None)
+    return (content if isinstance(content, str) else ""), (str(finish) if finish else "")
 
 
 _unpriced: set[str] = set()
@@ -458,11 +577,17 @@ def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_to
         return 0.0
 
 
-def spend_summary(project: Project) -> dict:
-    """Totals over every response ever stored in cache/llm.jsonl (what the project has cost so far)."""
+def query_client(project: Project, settings: LLMSettings) -> LLMClient:
+    """The client for query-time calls (keywords, answers, filters): its own cache file, so `hrag query`
+    never appends to cache/llm.jsonl."""
+    return LLMClient(project, settings, cache_path=project.query_llm_cache_path)
+
+
+def spend_summary(project: Project, path: Path | None = None) -> dict:
+    """Totals over every response ever stored in cache/llm.jsonl, or `path` (what the project has cost)."""
     n = prompt = completion = 0
     cost = 0.0
-    for rec in store.read_jsonl(project.llm_cache_path):
+    for rec in store.read_jsonl(path or project.llm_cache_path):
         if not isinstance(rec, dict):
             continue
         usage = rec.get("usage") or {}

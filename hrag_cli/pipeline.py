@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
-from .errors import EXIT_BUDGET, EXIT_OK, BudgetExceeded, UsageError
+from .errors import EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
 
@@ -135,6 +135,45 @@ def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | 
     return not damaged and prev is not None and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
 
 
+def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
+    """What a project remembers of a run's settings (Project.remember): never an API key."""
+    from .extract.stage import extractor_kind
+
+    return {"extract.extractor": "auto" if openie else extractor_kind(settings),
+            "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base}
+
+
+def describe_built_with(values: dict) -> str:
+    kind = values.get("extract.extractor", "")
+    if kind != "llm":
+        return {"auto": "imported extractions (--import-openie)"}.get(kind, f"the {kind} extractor")
+    where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
+    return f"the LLM {values.get('llm.model', '')}{where}"
+
+
+def _remember(project: Project, settings: Settings, reporter: Reporter, summary: dict, *, openie: bool) -> None:
+    """Remember this run's extractor, model and API base; a change (only ever explicit, since a plain run
+    reuses what is remembered) is said in one line."""
+    now = built_with(settings, openie=openie)
+    before = project.remembered()
+    summary["built_with"] = describe_built_with(now)
+    if before == now:
+        return
+    if before:
+        reporter.info(f"extracting with {describe_built_with(now)} from now on, as given "
+                      f"(was {describe_built_with(before)})")
+    project.remember(now)
+
+
+def _extract_exit_code(counts: dict) -> int:
+    """Failed or partial chunks: 4 (partial; --retry-failed), or 1 when not one chunk was extracted."""
+    bad = counts.get("failed", 0) + counts.get("partial", 0)
+    if not bad:
+        return EXIT_OK
+    usable = counts.get("chunks", 0) - counts.get("failed", 0) - counts.get("pending", 0)
+    return EXIT_FAILED if usable <= 0 and counts.get("failed", 0) else EXIT_PARTIAL
+
+
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
     run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
@@ -169,6 +208,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
             return IndexResult(summary, EXIT_OK)
 
         import_openie = options.import_openie or _previous_import(project, settings, reporter)
+        _remember(project, settings, reporter, summary, openie=import_openie is not None)
         extract_fp = expected_fingerprint(project, settings, "extract")
         try:
             extracted = run_extract(project, settings, reporter, reparse=options.reparse,
@@ -184,11 +224,12 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
             project.record_stage("extract", extract_fp, extracted.output_digest, extracted.counts)
         else:
             project.forget_stage("extract")
+        code = _extract_exit_code(extracted.counts)   # resolve still merges what was extracted
         if options.stop_after == "extract":
-            return IndexResult(summary, EXIT_OK)
+            return IndexResult(summary, code)
         later = ("resolve",) if options.stop_after == "resolve" else ("resolve", "synonyms")
         _bring_up_to_date(project, settings, reporter, later, summary)
-    return IndexResult(summary, EXIT_OK)
+    return IndexResult(summary, code)
 
 
 def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage: str, **kwargs: Any) -> dict:
@@ -225,8 +266,10 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
             info["stages"][stage]["damaged"] = mine
     if problems:
         info["damaged"] = [f"{p}: 'hrag index' rebuilds the {p.stage} stage" for p in problems]
+    info["built_with"] = describe_built_with(project.remembered()) if project.remembered() else ""
     info.update(extraction_status(project, settings))
     info["llm"] = spend_summary(project)
+    info["query_llm"] = spend_summary(project, project.query_llm_cache_path)
     from .embed import embed_status
 
     info["embed"] = embed_status(project, settings)

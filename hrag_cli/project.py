@@ -72,6 +72,7 @@ class Project:
         self.lock_path = r / "lock"
         self.cache_dir = r / "cache"
         self.llm_cache_path = self.cache_dir / "llm.jsonl"
+        self.query_llm_cache_path = self.cache_dir / "query_llm.jsonl"   # `hrag query`'s own LLM calls
         self.extractions_path = self.cache_dir / "extractions.jsonl"
         self.summaries_path = self.cache_dir / "summaries.jsonl"
         self.embeddings_dir = self.cache_dir / "embeddings"
@@ -215,7 +216,33 @@ class Project:
             raise UsageError(f"no hrag project at {self.root} (run 'hrag index DOCS' first, or pass --project)")
 
     def settings(self, overrides: dict[str, Any] | None = None) -> Settings:
-        return load_settings(self.toml_path, overrides)
+        return load_settings(self.toml_path, overrides, remembered=self.remembered())
+
+    # -- what the project was built with ----------------------------------------------------------------
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base")
+
+    def remembered(self) -> dict[str, Any]:
+        """The extractor, LLM model and API base the project was last built with (never a key): a plain
+        `hrag index -p P` (a cron job) reuses them instead of silently falling back to the defaults."""
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            manifest = self.manifest()
+        except HragError:
+            return {}    # damaged: the writer that rebuilds it says so; settings fall back to hrag.toml
+        data = manifest.get("built_with")
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k in self.REMEMBERED}
+        # a project from before this was remembered: its extract stage names the LLM it was built with
+        extractor = str(manifest["stages"].get("extract", {}).get("counts", {}).get("extractor", ""))
+        if extractor.startswith("llm:"):
+            return {"extract.extractor": "llm", "llm.model": extractor[4:].rsplit(":", 1)[0]}
+        return {}
+
+    def remember(self, values: dict[str, Any]) -> None:
+        data = self.manifest()
+        data["built_with"] = {k: values[k] for k in self.REMEMBERED if k in values}
+        store.write_json(self.manifest_path, data)
 
     # -- manifest -------------------------------------------------------------------------------------
     def manifest(self) -> dict:

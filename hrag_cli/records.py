@@ -72,13 +72,17 @@ class ExtractionRecord:
     entities: list[ExtractedEntity]
     relations: list[ExtractedRelation]
     gleaning_rounds: int = 0
-    status: str = "ok"                   # "ok" or "failed" (nothing usable could be parsed)
+    # "ok"; "failed" (nothing usable: unreadable answer or a refused request); "partial" (usable rows, but a
+    # gleaning round was lost). --retry-failed redoes failed and partial chunks.
+    status: str = "ok"
     dropped_rows: int = 0                # total of `dropped` (older records have only this)
     llm_keys: list[str] = field(default_factory=list)   # cache/llm.jsonl keys, for --reparse
     error: str = ""
-    dropped: dict[str, int] = field(default_factory=dict)   # reason -> rows left out, e.g. {"self_relation": 1}
+    dropped: dict[str, int] = field(default_factory=dict)   # reason -> rows left out, e.g. {"truncated": 1}
     retyped: int = 0                     # entities whose type was outside the configured list, now "other"
     parser: int = 0                      # PARSER_VERSION that read the answers (0: before versions existed)
+    error_kind: str = ""                 # failed/partial: llm.FailureCause kind, "unreadable" or "truncated"
+    attempt: int = 1                     # 1, or n for the (n-1)th --retry-failed of a failed chunk
 
     def to_json(self) -> dict:
         return asdict(self)

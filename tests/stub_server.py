@@ -4,11 +4,16 @@ no network and no API key.
 Tests script it: a default responder per route, plus one-shot `StubReply` objects (429 with Retry-After, 5xx,
 400, slow replies, malformed bodies) served first, in order. It records every request and the highest number
 of requests it saw in flight at once. `python -m tests.stub_server --port N` runs it standalone for bench/.
+
+The failure modes of real servers have helpers: `StubReply(finish_reason="length")` for an answer cut at
+max_tokens, `context_exceeded(n)` for llama.cpp's (and OpenAI's) 400 when a prompt does not fit, and
+`free_port()` for a server that is not running (connection refused).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import base64
 import hashlib
 import json
@@ -17,7 +22,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +45,31 @@ class StubReply:
     raw_body: bytes | None = None
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    finish_reason: str = "stop"     # "length": the answer was cut at max_tokens
+
+
+def context_exceeded(n_ctx: int = 512, requested: int = 1800) -> StubReply:
+    """The 400 an OpenAI-compatible server (llama-cpp-python's words) gives a prompt larger than its context."""
+    return StubReply(400, content=f"This model's maximum context length is {n_ctx} tokens. However, you "
+                                  f"requested {requested} tokens. Please reduce the length of the messages.")
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound and released): requests to it are refused, until a server (a
+    test's own, to show that the same command then finishes) starts on it."""
+    with refused_port() as port:
+        return port
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port held bound but not listening: connecting is refused, and no other process (tests of
+    other worktrees run at the same time) can take the port meanwhile."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 def _tokens(text: str) -> int:
@@ -175,7 +205,7 @@ class StubServer:
             self.in_flight -= 1
 
 
-def _chat_body(body: dict, text: str) -> dict:
+def _chat_body(body: dict, text: str, finish_reason: str = "stop") -> dict:
     prompt = _tokens(_messages_text(body))
     completion = _tokens(text)
     return {
@@ -183,7 +213,7 @@ def _chat_body(body: dict, text: str) -> dict:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "stub-model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
 
@@ -270,8 +300,8 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 elif reply.status != 200:
                     payload = json.dumps(_error_body(reply.status, reply.content)).encode()
                 elif route == CHAT:
-                    payload = json.dumps(_chat_body(body, reply.content if reply.content is not None else "ok")
-                                         ).encode()
+                    payload = json.dumps(_chat_body(body, reply.content if reply.content is not None else "ok",
+                                                    reply.finish_reason)).encode()
                 else:
                     vectors = default_embed(body) if reply.content is None else json.loads(reply.content)
                     payload = json.dumps(_embed_body(body, vectors)).encode()

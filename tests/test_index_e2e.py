@@ -276,7 +276,7 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
     stub.set_chat(lambda body: "I cannot help with that request, sorry.")
     docs, proj = one_doc(tmp_path)
     first = index(docs, proj, stub, "--max-gleanings", "0")
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 1, first.stderr          # not one chunk extracted: a cron job must notice
     assert summary(first)["extract"]["failed"] == 1
     status = run(["status", "-p", str(proj), "--json"])
     assert status.returncode == 0, status.stderr
@@ -291,7 +291,7 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
 
     # a plain re-run does not resend a failed chunk; --retry-failed does
     plain = index(docs, proj, stub, "--max-gleanings", "0")
-    assert plain.returncode == 0 and stub.count(CHAT) == 1
+    assert plain.returncode == 1 and stub.count(CHAT) == 1
     stub.set_chat(fake_extraction)
     retry = index(docs, proj, stub, "--max-gleanings", "0", "--retry-failed")
     assert retry.returncode == 0, retry.stderr
@@ -305,7 +305,7 @@ def test_rejected_request_gives_a_failed_record_not_a_crash(stub, tmp_path: Path
     docs, proj = one_doc(tmp_path)
     (docs / "b.txt").write_text("Tobiah Renn edited the Varrow Papers at the Quillon Society in Brightwater.")
     proc = index(docs, proj, stub, "--max-gleanings", "0", "--concurrency", "1")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 4, proc.stderr                                         # partial
     ex = summary(proc)["extract"]
     assert ex["failed"] == 1 and ex["pending"] == 0 and stub.count(CHAT) == 2      # 4xx: no retry
     failed = [r for r in extraction_lines(proj) if r["status"] == "failed"]

@@ -354,3 +354,39 @@ def test_final_timeout_is_reported_as_timed_out(stub, project):
         with pytest.raises(LLMError, match=r"^LLM request failed after 1 retries: openai/stub-model: timed out$"):
             client.chat(MSG)
     assert stub.count() == 2
+
+
+def test_failure_causes_name_what_to_fix(stub, project, monkeypatch):
+    """Each way a real server fails maps to one cause; run-level ones stop a run at once."""
+    from hrag_cli.llm import failure_cause
+    from tests.stub_server import context_exceeded, refused_port
+
+    def cause_of(s: LLMSettings, reply: StubReply | None = None):
+        if reply is not None:
+            stub.enqueue(CHAT, reply)
+        with LLMClient(project, s) as client:
+            try:
+                answer = client.chat([{"role": "user", "content": f"q {len(stub.requests)} {s.model} {s.api_base}"}])
+            except LLMError as exc:
+                return failure_cause(exc, client.settings)
+        raise AssertionError(f"{s} with {reply} was answered: {answer}")
+
+    quick = dict(max_retries=0)
+    got = {
+        "provider": cause_of(settings(stub, model="local", **quick)),
+        "context": cause_of(settings(stub, **quick), context_exceeded(512)),
+        "server": cause_of(settings(stub, **quick), StubReply(500, content="boom")),
+        "timeout": cause_of(settings(stub, timeout=0.2, **quick), StubReply(content="late", delay=1.0)),
+        "auth": cause_of(settings(stub, **quick), StubReply(401, content="bad key")),
+        "model": cause_of(settings(stub, **quick), StubReply(404, content="no such model")),
+    }
+    with refused_port() as port:
+        got["connection"] = cause_of(settings(stub, api_base=f"http://127.0.0.1:{port}/v1", **quick))
+    assert {k: (c.kind if c else None) for k, c in got.items()} == {k: k for k in got}
+    assert {k for k, c in got.items() if c.run_level} == {"provider", "auth", "model", "connection"}
+    assert "openai/local" in got["provider"].fix and "--n_ctx" in got["context"].fix
+    assert cause_of(settings(stub, **quick), StubReply(400, content="bad message role")) is None
+
+    monkeypatch.delenv("OPENAI_API_KEY")          # a remote API without a key: refused before any request
+    missing = cause_of(LLMSettings(model="openai/m", api_base="http://192.0.2.1/v1", timeout=3, max_retries=0))
+    assert missing.kind == "auth" and missing.run_level and "OPENAI_API_KEY" in missing.fix

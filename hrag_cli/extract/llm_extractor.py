@@ -6,13 +6,13 @@ chunk's cached answers (`hrag index --reparse`), which replays exactly the same 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ExtractSettings
-from ..errors import BudgetExceeded
 from ..records import Chunk, ExtractionRecord
 from .checks import check_extraction
-from .parser import PARSER_VERSION, ParseResult, merge_gleaning, parse_extraction
+from .parser import PARSER_VERSION, ParseResult, add_counts, merge_gleaning, parse_extraction
 from .prompts import build_extraction_messages, build_gleaning_message
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
@@ -24,26 +24,65 @@ def is_nontrivial(text: str) -> bool:
     return len(_WORD_RE.findall(text, 0, 4000)) >= NONTRIVIAL_WORDS
 
 
+@dataclass
+class Answer:
+    """One parsed answer and whether the model was stopped before it finished."""
+
+    result: ParseResult
+    cut: bool = False        # finish_reason "length": stopped at max_tokens, mid-answer
+    truncated: int = 0       # rows dropped because the cut went through them
+
+
+def read_answer(text: str, finish_reason: str = "", entity_types: list[str] | None = None) -> Answer:
+    """Parse one answer. An answer cut at max_tokens ends in a row cut short, which may still parse
+    ('Estuary: "River that meets an unusually'): that last line is dropped and counted as truncated."""
+    cut = finish_reason == "length"
+    truncated = 0
+    if cut and not text.endswith("\n"):
+        text, _, tail = text.rpartition("\n")
+        rest = parse_extraction(tail, entity_types)     # prose cut short is not a row; a record cut short is
+        truncated = 1 if rest.entities or rest.relations or rest.n_dropped else 0
+    return Answer(parse_extraction(text, entity_types), cut, truncated)
+
+
 def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int, keys: list[str],
-                 error: str = "") -> ExtractionRecord:
-    """An ok record, or a failed one when nothing usable came back for a chunk that has content. A clean
-    "nothing here" answer (only the completion marker, no unusable rows) is ok, not failed."""
+                 error: str = "", *, error_kind: str = "", truncated: int = 0, cut: bool = False, lost: str = "",
+                 attempt: int = 1) -> ExtractionRecord:
+    """An ok record; a failed one when nothing usable came back for a chunk that has content; a partial one
+    when the rows are usable but a gleaning round was lost (`lost` says why). A clean "nothing here" answer
+    (only the completion marker, no unusable rows) is ok, not failed."""
+    per_reason = add_counts(dict(result.dropped), {"truncated": truncated} if truncated else {})
+    dropped = sum(per_reason.values())
     empty = not result.entities and not result.relations
-    clean_nothing = result.complete and not result.dropped and not error
+    clean_nothing = result.complete and dropped == 0 and not error
     failed = bool(error) or (empty and is_nontrivial(chunk.text) and not clean_nothing)
+    status = "failed" if failed else ("partial" if lost else "ok")
     if failed and not error:
-        error = f"no usable rows in the answer ({result.n_dropped} dropped)"
+        if cut:
+            error, error_kind = f"no usable rows before the answer was cut at max_tokens ({dropped} dropped)", \
+                "truncated"
+        else:
+            error, error_kind = f"no usable rows in the answer ({dropped} dropped)", "unreadable"
+    elif status == "partial":
+        error = lost
     return ExtractionRecord(chunk_id=chunk.chunk_id, extractor=extractor, entities=result.entities,
-                            relations=result.relations, gleaning_rounds=rounds,
-                            status="failed" if failed else "ok", dropped_rows=result.n_dropped,
-                            llm_keys=list(keys), error=error, dropped=dict(result.dropped),
-                            retyped=result.retyped, parser=PARSER_VERSION)
+                            relations=result.relations, gleaning_rounds=rounds, status=status,
+                            dropped_rows=dropped, llm_keys=list(keys), error=error, dropped=per_reason,
+                            retyped=result.retyped, parser=PARSER_VERSION,
+                            error_kind="" if status == "ok" else (error_kind or "gleaning"), attempt=attempt)
 
 
 def glean_rounds_for(chunk: Chunk, settings: ExtractSettings) -> int:
     if settings.max_gleanings <= 0 or chunk.n_tokens < settings.glean_min_tokens:
         return 0
     return settings.max_gleanings
+
+
+def answer_budget(chunk: Chunk, settings: ExtractSettings, max_tokens: int) -> int:
+    """max_tokens of one extraction request: room for about twice a typical answer, never more than
+    [llm] max_tokens, so a model that loops stops long before it fills its context."""
+    return max(1, min(int(max_tokens), settings.answer_tokens_min
+                      + int(settings.answer_tokens_per_token * chunk.n_tokens)))
 
 
 def retry_note(attempt: int) -> str:
@@ -53,45 +92,64 @@ def retry_note(attempt: int) -> str:
             f"records in the exact line format described, then the completion marker.)\n\n")
 
 
+def _should_glean(answer: Answer) -> bool:
+    """Gleaning asks for what a *finished* answer missed. It does not help an answer with no usable rows (the
+    model did not follow the format), nor one cut short or without the completion marker (the model was still
+    going, or looping: asking for more repeats the problem)."""
+    r = answer.result
+    return bool(r.entities or r.relations) and r.complete and not answer.cut
+
+
 async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, extractor: str,
                         attempt: int = 1) -> ExtractionRecord:
     """Extract one chunk through `client` (an LLMClient). A request that fails for good gives a failed
-    record (retried only by --retry-failed); BudgetExceeded, and a refusal that would hit every request (bad
-    key, unknown model, no quota), propagate, leaving the chunk pending.
+    record (retried only by --retry-failed); BudgetExceeded, and a failure that would hit every request (no
+    server, unknown provider, bad key or model, no quota: llm.FailureCause.run_level), propagate, leaving the
+    chunk pending (its answers so far are in the response cache, so finishing it later costs only the rest).
     `attempt` > 1 marks a retry of a failed chunk."""
-    from ..llm import LLMError, is_run_level
+    from ..llm import LLMError, failure_cause
 
     messages = build_extraction_messages(chunk.text, settings.entity_types, settings.language)
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
+    budget = answer_budget(chunk, settings, client.settings.max_tokens)
     keys: list[str] = []
     try:
-        first = await client.achat(messages, purpose="extract")
+        first = await client.achat(messages, max_tokens=budget, purpose="extract")
     except LLMError as exc:
-        if is_run_level(exc):
-            raise     # a bad key or model would fail every chunk: stop the run, leave the chunks pending
-        return build_record(chunk, extractor, ParseResult(), 0, keys, error=str(exc))
+        cause = failure_cause(exc, client.settings)
+        if cause is not None and cause.run_level:
+            raise
+        return build_record(chunk, extractor, ParseResult(), 0, keys,
+                            error=cause.explain(exc) if cause else str(exc),
+                            error_kind=cause.kind if cause else "rejected", attempt=attempt)
     keys.append(first.key)
-    result = parse_extraction(first.text, settings.entity_types)
+    types = settings.entity_types
+    answer = read_answer(first.text, first.finish_reason, types)
+    result, truncated = answer.result, answer.truncated
     rounds = 0
+    lost = ""
     history = [*messages, {"role": "assistant", "content": first.text}]
-    for _ in range(glean_rounds_for(chunk, settings)):
+    for _ in range(glean_rounds_for(chunk, settings) if _should_glean(answer) else 0):
         history.append(build_gleaning_message())
         try:
-            more = await client.achat(history, purpose="glean")
-        except BudgetExceeded:
-            raise
-        except LLMError:
-            # the first answer stands; losing a gleaning round is not worth failing the chunk
+            more = await client.achat(history, max_tokens=budget, purpose="glean")
+        except LLMError as exc:
+            cause = failure_cause(exc, client.settings)
+            if cause is not None and cause.run_level:
+                raise
+            lost = f"gleaning round {rounds + 1} lost: {cause.explain(exc) if cause else exc}"
             break
         keys.append(more.key)
-        extra = parse_extraction(more.text, settings.entity_types)
-        result = merge_gleaning(result, extra, settings.entity_types)
+        extra = read_answer(more.text, more.finish_reason, types)
+        result = merge_gleaning(result, extra.result, types)
+        truncated += extra.truncated
         rounds += 1
-        if not extra.entities and not extra.relations:
+        if not _should_glean(extra):
             break
         history.append({"role": "assistant", "content": more.text})
-    return build_record(chunk, extractor, check_extraction(result, chunk.text, settings.entity_types), rounds, keys)
+    return build_record(chunk, extractor, check_extraction(result, chunk.text, types), rounds, keys,
+                        truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt)
 
 
 def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types: list[str]) -> ExtractionRecord | None:
@@ -99,14 +157,16 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types
     missing from the cache (or the record never had any), since re-parsing must not call the network."""
     if not old.llm_keys:
         return None
-    texts: list[str] = []
+    answers: list[Answer] = []
     for key in old.llm_keys:
         rec = client.cached(key)
         if rec is None or not isinstance(rec.get("response"), str):
             return None
-        texts.append(rec["response"])
-    result = parse_extraction(texts[0], entity_types)
-    for text in texts[1:]:
-        result = merge_gleaning(result, parse_extraction(text, entity_types), entity_types)
-    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types), len(texts) - 1,
-                        old.llm_keys)
+        answers.append(read_answer(rec["response"], str(rec.get("finish_reason") or ""), entity_types))
+    result, truncated = answers[0].result, answers[0].truncated
+    for extra in answers[1:]:
+        result = merge_gleaning(result, extra.result, entity_types)
+        truncated += extra.truncated
+    lost = old.error if old.status == "partial" else ""
+    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types), len(answers) - 1,
+                        old.llm_keys, truncated=truncated, cut=answers[0].cut, lost=lost, attempt=old.attempt)

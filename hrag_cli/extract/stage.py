@@ -1,9 +1,9 @@
 """The extract stage: one extraction record per current chunk, cached by (chunk text, extractor fingerprint).
 
 cache/extractions.jsonl is append-only and keeps every record ever made; the latest record of a chunk for
-an extractor is the one that counts. A chunk that has a record (ok or failed) for the current extractor is
-never extracted again, except failed ones under --retry-failed, so a plain re-run of an unchanged corpus
-makes no LLM call and a killed run resumes where it stopped. Records are appended the moment a chunk is
+an extractor is the one that counts. A chunk that has a record (ok, partial or failed) for the current
+extractor is never extracted again, except failed and partial ones under --retry-failed, so a plain re-run of
+an unchanged corpus makes no LLM call and a killed run resumes where it stopped. Records are appended the moment a chunk is
 done; a budget stop lets the requests in flight finish and saves them before BudgetExceeded propagates.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import store
 from ..config import Settings
-from ..errors import BudgetExceeded, UsageError
+from ..errors import BudgetExceeded, RunStopped, UsageError
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
 from ..records import Chunk, ExtractionRecord
@@ -26,6 +26,8 @@ from .rules import RULES_FINGERPRINT, extract_rules
 from ..ingest import load_chunks
 
 EXTRACTORS = ("auto", "llm", "rules")
+USABLE = ("ok", "partial")      # record statuses whose rows resolve merges
+STREAK = 3                      # chunks in a row failing for one cause that stop the run (llm.FailureCause)
 
 
 # ------------------------------------------------------------------------------------------- fingerprints
@@ -44,7 +46,7 @@ def extractor_kind(settings: Settings) -> str:
 
 
 def check_settings(settings: Settings) -> None:
-    """Fail fast on extractor settings before any stage writes anything."""
+    """Fail fast on extractor settings before any stage writes anything (numeric ranges: config.RANGES)."""
     extractor_kind(settings)
     e = settings.extract
     if e.max_gleanings < 0:
@@ -62,7 +64,7 @@ def settings_fingerprint(settings: Settings) -> str:
     e = settings.extract
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, [t.strip().lower() for t in e.entity_types],
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
-                         settings.llm.max_tokens)
+                         settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
     return f"llm:{settings.llm.model}:{digest[:16]}"
 
 
@@ -103,7 +105,8 @@ def _current_extractor(project: Project, chunks: list[Chunk], default: str | Non
 
 def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
     """What resolve merges: for every chunk in chunks.jsonl, the latest record of the extractor recorded
-    in the manifest's extract stage, when that record is ok. Chunks without one are simply absent."""
+    in the manifest's extract stage, when that record has usable rows (ok, or partial: a gleaning round was
+    lost). Chunks without one are simply absent."""
     chunks = load_chunks(project)
     extractor = _current_extractor(project, chunks, None)
     if extractor is None:
@@ -112,7 +115,7 @@ def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
     out: dict[str, ExtractionRecord] = {}
     for ch in chunks:
         rec = latest.get((ch.chunk_id, extractor))
-        if rec is not None and rec.get("status", "ok") == "ok":
+        if rec is not None and rec.get("status", "ok") in USABLE:
             out[ch.chunk_id] = ExtractionRecord.from_json(rec)
     return out
 
@@ -135,7 +138,7 @@ def record_dropped(rec: dict) -> dict[str, int]:
 
 
 def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str) -> tuple[dict, str]:
-    failed = pending = ents = rels = dropped = retyped = 0
+    failed = partial = pending = ents = rels = dropped = retyped = truncated = 0
     digest_items = []
     for ch in chunks:
         rec = latest.get((ch.chunk_id, extractor))
@@ -143,16 +146,20 @@ def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
             pending += 1
             continue
         digest_items.append((ch.chunk_id, _record_digest(rec)))
-        dropped += sum(record_dropped(rec).values())
+        reasons = record_dropped(rec)
+        dropped += sum(reasons.values())
+        truncated += reasons.get("truncated", 0)
         retyped += _int(rec.get("retyped"))
-        if rec.get("status", "ok") != "ok":
+        status = rec.get("status", "ok")
+        if status not in USABLE:
             failed += 1
-        else:
-            ents += len(rec.get("entities") or [])
-            rels += len(rec.get("relations") or [])
+            continue
+        partial += status == "partial"
+        ents += len(rec.get("entities") or [])
+        rels += len(rec.get("relations") or [])
     digest_items.sort()
-    counts = {"failed": failed, "pending": pending, "entity_mentions": ents, "relation_mentions": rels,
-              "dropped_rows": dropped, "retyped": retyped}
+    counts = {"failed": failed, "partial": partial, "pending": pending, "entity_mentions": ents,
+              "relation_mentions": rels, "dropped_rows": dropped, "retyped": retyped, "truncated_rows": truncated}
     return counts, fingerprint(extractor, digest_items)
 
 
@@ -185,14 +192,9 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         if rec is None or (retry_failed and rec.get("status", "ok") != "ok"):
             todo.append(ch)
             if rec is not None:
-                attempts[ch.chunk_id] = 0
+                attempts[ch.chunk_id] = _next_attempt(rec)
         else:
             counts["cached"] += 1
-
-    if attempts:
-        for rec in store.read_jsonl(project.extractions_path):
-            if isinstance(rec, dict) and rec.get("chunk_id") in attempts and rec.get("extractor") == extractor:
-                attempts[rec["chunk_id"]] += 1
     budget: BudgetExceeded | None = None
     if kind == "rules":
         _run_rules(project, todo, latest, reporter, counts)
@@ -224,10 +226,35 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
     if budget is not None:
         raise budget
-    if counts["failed"]:
-        reporter.warn(f"{counts['failed']} chunk(s) could not be extracted; 'hrag status' lists them, "
-                      f"'hrag index --retry-failed' tries them again")
+    if counts["failed"] or counts["partial"]:
+        reporter.warn(failure_summary(chunks, latest, extractor, counts))
     return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _next_attempt(rec: dict) -> int:
+    """The attempt number for --retry-failed: a failed chunk is asked anew (a changed request, so not the
+    cached unreadable answer); a partial one repeats its own attempt, whose first answer is in the response
+    cache, so only the lost gleaning round goes to the network."""
+    attempt = int(rec.get("attempt", 1) or 1)
+    return attempt if rec.get("status") == "partial" else attempt + 1
+
+
+def failure_summary(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str,
+                    counts: dict) -> str:
+    """One line for the end of a run with failed or partial chunks: how many, the commonest error, the fix."""
+    errors: Counter[str] = Counter()
+    for ch in chunks:
+        rec = latest.get((ch.chunk_id, extractor))
+        if rec is not None and rec.get("status", "ok") != "ok":
+            errors[str(rec.get("error") or rec.get("status"))[:160]] += 1
+    parts = []
+    if counts["failed"]:
+        parts.append(f"{counts['failed']} of {len(chunks)} chunk(s) could not be extracted")
+    if counts["partial"]:
+        parts.append(f"{counts['partial']} lost a gleaning round")
+    common, n = errors.most_common(1)[0] if errors else ("", 0)
+    return (f"{' and '.join(parts)} (commonest, {n}x: {common}); 'hrag status' lists them, "
+            "'hrag index --retry-failed' tries them again")
 
 
 def _run_rules(project: Project, todo: list[Chunk], latest: dict[tuple[str, str], dict], reporter: Reporter,
@@ -249,25 +276,73 @@ def _stats(client: Any) -> dict:
     return {"llm_calls": st.requests, "tokens": st.prompt_tokens + st.completion_tokens, "cost": float(st.cost)}
 
 
+class _Streak:
+    """Failed records whose cause may be run-wide (context too small, timeouts, server errors), held back
+    until a later chunk shows it is not: `STREAK` in a row for one cause stop the run with those chunks still
+    pending, as a run-level cause (no server, bad key) does at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.kind = ""
+        self.held: list[dict] = []
+
+    @staticmethod
+    def kind_of(rec: dict) -> str:
+        kind = rec.get("error_kind", "") if rec.get("status") == "failed" else ""
+        return kind if kind in STREAK_KINDS else ""
+
+    def add(self, rec: dict) -> list[dict]:
+        """Take a finished chunk's record; return the records to write now (`rec` itself unless held, plus
+        the held ones once a different outcome shows their cause was not run-wide)."""
+        kind = self.kind_of(rec)
+        out = self.release() if kind != self.kind else []
+        if not kind:
+            return [*out, rec]
+        self.kind = kind
+        self.held.append(rec)
+        return out
+
+    def release(self) -> list[dict]:
+        out, self.held, self.kind = self.held, [], ""
+        return out
+
+    @property
+    def full(self) -> bool:
+        return len(self.held) >= self.limit
+
+
+STREAK_KINDS = ("context", "timeout", "server")
+
+
 async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
                    latest: dict[tuple[str, str], dict], reporter: Reporter, counts: dict,
                    attempts: dict[str, int]) -> None:
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
-    each record as soon as its chunk completes."""
+    each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
+    RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
+    from ..llm import AGAIN, FIXES, LLMError, failure_cause
     from .llm_extractor import extract_chunk
 
-    window = max(1, settings.llm.concurrency) * 2
+    window = max(1, client.settings.concurrency) * 2
     queue = iter(todo)
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
+    stop: str = ""
+    streak = _Streak(min(STREAK, len(todo)))
+
+    def save(rec: dict) -> None:
+        out.append(rec)
+        latest[(rec["chunk_id"], extractor)] = rec
+        counts["extracted_now"] += 1
+
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         try:
-            while True:
+            while not stop:
                 while budget is None and len(running) < window:
                     ch = next(queue, None)
                     if ch is None:
                         break
-                    attempt = attempts.get(ch.chunk_id, 0) + 1
+                    attempt = attempts.get(ch.chunk_id, 1)
                     running[asyncio.ensure_future(
                         extract_chunk(client, ch, settings.extract, extractor, attempt))] = ch
                 if not running:
@@ -280,10 +355,26 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                     except BudgetExceeded as exc:
                         budget = budget or exc
                         continue
-                    out.append(rec)
-                    latest[(rec["chunk_id"], extractor)] = rec
-                    counts["extracted_now"] += 1
+                    except LLMError as exc:
+                        cause = failure_cause(exc, client.settings)
+                        if cause is None:
+                            raise
+                        stop = stop or f"{cause.explain(exc)}; {cause.fix}"
+                        continue
                     task.advance(1, **_stats(client))
+                    if stop:              # stopping: what the streak holds stays pending
+                        if not streak.kind_of(rec):
+                            save(rec)
+                        continue
+                    for done_rec in streak.add(rec):
+                        save(done_rec)
+                    if streak.full:
+                        first = streak.held[0]
+                        stop = (f"{len(streak.held)} chunks in a row failed ({first.get('error', '')}); "
+                                f"{FIXES[streak.kind]}, {AGAIN}")
+            if not stop:
+                for held in streak.release():
+                    save(held)
         finally:
             for fut in running:
                 fut.cancel()
@@ -291,6 +382,9 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                 await asyncio.gather(*running, return_exceptions=True)
     if budget is not None:
         raise budget
+    if stop:
+        left = len(todo) - counts["extracted_now"]
+        raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}")
 
 
 def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tuple[str, str], dict],
@@ -355,9 +449,12 @@ def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
         return None
 
 
-# Completion length per prompt token, from typical extraction answers (rows are about as long as the text)
-COMPLETION_RATIO = 0.6
-GLEAN_COMPLETION_RATIO = 0.3
+# Completion tokens per chunk token. Real answers of local models (issue 13: Qwen2.5 0.5B/1.5B, SmolLM2; one
+# gleaning round) came to 2.6x the old estimate of 0.6 + 0.3 = 0.9, i.e. about 2.3 per chunk token in all: a
+# description per entity and per relation makes an answer longer than its passage. Split 1.5 / 0.8 between
+# the first answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
+COMPLETION_RATIO = 1.5
+GLEAN_COMPLETION_RATIO = 0.8
 MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)
 
 
@@ -374,15 +471,15 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     if kind == "rules" or not todo:
         return out
     from ..chunking import count_tokens
-    from .llm_extractor import glean_rounds_for
+    from .llm_extractor import answer_budget, glean_rounds_for
     from .prompts import build_extraction_messages, build_gleaning_message
 
     base = build_extraction_messages("", settings.extract.entity_types, settings.extract.language)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
     glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
-    cap = settings.llm.max_tokens
     requests = prompt = completion = 0
     for ch in todo:
+        cap = answer_budget(ch, settings.extract, settings.llm.max_tokens)
         p = overhead + ch.n_tokens
         c = min(cap, max(64, int(COMPLETION_RATIO * ch.n_tokens)))
         requests += 1
@@ -423,7 +520,7 @@ def extraction_status(project: Project, settings: Settings) -> dict:
             continue
         where = {"chunk_id": ch.chunk_id, "path": paths.get(ch.doc_id, ch.doc_id), "order": ch.order}
         if rec.get("status", "ok") != "ok":
-            failed.append({**where, "error": rec.get("error", "")})
+            failed.append({**where, "status": rec.get("status", "failed"), "error": rec.get("error", "")})
         reasons = record_dropped(rec)
         if reasons:
             dropped.append({**where, "dropped": reasons})
@@ -449,4 +546,5 @@ def iter_dropped(status: dict) -> Iterable[str]:
 def iter_failed(status: dict) -> Iterable[str]:
     """One line per failed chunk, for the plain `hrag status` output."""
     for f in status.get("failed_chunks", []):
-        yield f"{f['path']} chunk {f['order']} ({f['chunk_id'][:12]}): {f['error']}"
+        state = "" if f.get("status", "failed") == "failed" else f" [{f['status']}]"
+        yield f"{f['path']} chunk {f['order']} ({f['chunk_id'][:12]}){state}: {f['error']}"

@@ -58,9 +58,9 @@ def extract_keywords(project: Project, settings: Settings, query: str, *, llm: A
 
     try:
         if llm is None:
-            from ..llm import LLMClient
+            from ..llm import query_client
 
-            llm = LLMClient(project, settings.llm)
+            llm = query_client(project, settings.llm)
         resp = llm.chat(build_keywords_messages(query), max_tokens=256, purpose="keywords")
     except HragError as exc:
         if notes is not None:

@@ -78,9 +78,9 @@ class QuerySession:
     @property
     def llm(self) -> Any:
         if self._llm is None and self.settings.llm.model:
-            from ..llm import LLMClient
+            from ..llm import query_client
 
-            self._llm = LLMClient(self.project, self.settings.llm)
+            self._llm = query_client(self.project, self.settings.llm)
         return self._llm
 
     def run(self, query: str, *, mode: str | None = None, want_context: bool = False,

@@ -1,0 +1,329 @@
+"""An LLM run a cron job can trust (issue 13), through the real CLI and litellm against the stub server.
+
+Each failure mode of a real server: its exit code, one line naming cause and fix, nothing lost (the chunks it
+hit stay pending, finished ones stay saved), and the same command finishing the job once the cause is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from hrag_cli import store
+from hrag_cli.config import LLMSettings
+from hrag_cli.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
+from hrag_cli.project import Project
+from tests.stub_server import StubReply, StubServer, context_exceeded, free_port
+from tests.test_index_e2e import (CHAT, D, _one_line_error, extraction_lines, fake_extraction, index, is_gleaning,
+                                  one_doc, run, summary)
+
+QUICK = "[llm]\nmax_retries = 1\nbackoff_base = 0.01\n"
+
+
+def corpus(tmp_path: Path, n: int = 4, toml: str = QUICK) -> tuple[Path, Path]:
+    """n one-sentence documents (one chunk each) and a project whose hrag.toml retries quickly."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    names = ["Mara Quint", "Tobiah Renn", "Ilse Varga", "Odo Brisk", "Pell Arun", "Nessa Holt"]
+    for i in range(n):
+        (docs / f"d{i}.txt").write_text(f"{names[i]} built the Selby Lighthouse for the Harbour Trust of "
+                                        f"Oldport in 190{i}, with stone from the Calder Quarry.")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "hrag.toml").write_text(toml)
+    return docs, proj
+
+
+def statuses(proj: Path) -> list[str]:
+    return [r["status"] for r in extraction_lines(proj)]
+
+
+# ------------------------------------------------------------------------------------- run-wide failures
+
+
+def test_no_server_stops_at_once_with_one_line_and_the_same_command_finishes(tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    args = ("--llm-model", "openai/m", "--llm-api-base", url, "--max-gleanings", "0")
+    proc = run(["index", str(docs), "-p", str(proj), "--stop-after", "extract", *args], inprocess=True)
+    _one_line_error(proc, 1, "cannot reach the LLM at " + url, "start the server", "4 chunk(s) left")
+    assert extraction_lines(proj) == []                       # nothing recorded as failed: all pending
+
+    with StubServer(port=port) as stub:                       # the server is up: the same command does the job
+        stub.set_chat(fake_extraction)
+        again = run(["index", str(docs), "-p", str(proj), "--stop-after", "extract", "--json", *args],
+                    inprocess=True)
+        assert again.returncode == 0, again.stderr
+        assert summary(again)["extract"]["extracted_now"] == 4 and stub.count(CHAT) == 4
+
+
+def test_model_without_provider_prefix_stops_with_the_fix(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "0", model="local")
+    _one_line_error(proc, 1, "'local'", "openai/")
+    assert stub.count(CHAT) == 0 and extraction_lines(proj) == []
+    fixed = index(docs, proj, stub, "--max-gleanings", "0", model="openai/local")
+    assert fixed.returncode == 0, fixed.stderr
+    assert summary(fixed)["extract"]["pending"] == 0
+
+
+def test_context_too_small_stops_after_a_streak_leaving_chunks_pending(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: context_exceeded(512))
+    docs, proj = corpus(tmp_path, n=5)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    _one_line_error(proc, 1, "3 chunks in a row failed", "maximum context length is 512", "--n_ctx")
+    assert stub.count(CHAT) == 3                              # stopped, not sent for every chunk
+    assert extraction_lines(proj) == []
+    stub.set_chat(fake_extraction)                            # a server with a larger context
+    again = index(docs, proj, stub, "--max-gleanings", "0")
+    assert again.returncode == 0, again.stderr
+    assert summary(again)["extract"]["extracted_now"] == 5
+
+
+def test_one_chunk_too_large_is_its_own_failure_exit_4(stub, tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, n=4)
+    stub.set_chat(lambda body: context_exceeded() if "Ilse" in json.dumps(body) else fake_extraction(body))
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 4, proc.stderr
+    warn = [ln for ln in proc.stderr.splitlines() if "could not be extracted" in ln]
+    assert len(warn) == 1 and "1 of 4" in warn[0] and "--retry-failed" in warn[0]
+    assert sorted(statuses(proj)) == ["failed", "ok", "ok", "ok"]
+    stub.set_chat(fake_extraction)
+    assert index(docs, proj, stub, "--max-gleanings", "0").returncode == 4       # still failed: cron sees it
+    fixed = index(docs, proj, stub, "--max-gleanings", "0", "--retry-failed")
+    assert fixed.returncode == 0 and summary(fixed)["extract"]["failed"] == 0
+
+
+def test_failures_of_different_causes_are_each_recorded_not_lost(stub, tmp_path: Path) -> None:
+    def respond(body: dict):
+        text = json.dumps(body)
+        if "Mara" in text:
+            return context_exceeded()
+        if "Tobiah" in text:
+            return StubReply(500, content="boom")
+        return fake_extraction(body)
+
+    stub.set_chat(respond)
+    docs, proj = corpus(tmp_path, n=4)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 4, proc.stderr
+    assert sorted(statuses(proj)) == ["failed", "failed", "ok", "ok"]
+    kinds = sorted(r.get("error_kind") for r in extraction_lines(proj) if r["status"] == "failed")
+    assert kinds == ["context", "server"]
+
+
+def test_server_failing_mid_run_stops_and_resumes_without_resending(stub, tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, n=6)
+    answered: list[int] = []
+
+    def dies_after_two(body: dict):
+        if len(answered) >= 2:
+            return StubReply(500, content="model crashed")
+        answered.append(1)
+        return fake_extraction(body)
+
+    stub.set_chat(dies_after_two)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    _one_line_error(proc, 1, "3 chunks in a row failed", "500", "server's log", "4 chunk(s) left")
+    assert statuses(proj) == ["ok", "ok"]
+    sent = stub.count(CHAT)
+    stub.set_chat(fake_extraction)
+    again = index(docs, proj, stub, "--max-gleanings", "0")
+    assert again.returncode == 0, again.stderr
+    assert summary(again)["extract"]["cached"] == 2 and stub.count(CHAT) == sent + 4
+
+
+def test_every_request_timing_out_never_exits_0(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: StubReply(content="late", delay=1.0))
+    docs, proj = corpus(tmp_path, n=3, toml=QUICK.replace("max_retries = 1", "max_retries = 0") + "timeout = 0.2\n")
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    _one_line_error(proc, 1, "timed out after 0.2 s", "raise [llm] timeout")
+    assert extraction_lines(proj) == []
+
+
+def test_negative_timeout_is_a_usage_error(stub, tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, toml="[llm]\ntimeout = -5\n")
+    proc = index(docs, proj, stub)
+    _one_line_error(proc, 2, "timeout = -5.0")
+    assert stub.count(CHAT) == 0 and not (proj / "chunks.jsonl").exists()
+
+
+def test_local_openai_server_needs_no_key(stub, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    stub.set_chat(fake_extraction)
+    docs, proj = one_doc(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------------------------- defaults for the server
+
+
+def test_a_server_on_this_machine_gets_one_request_at_a_time_and_a_long_timeout() -> None:
+    local = effective_settings(LLMSettings(model="openai/m", api_base="http://127.0.0.1:8080/v1"))
+    assert (local.concurrency, local.timeout) == (LOCAL_CONCURRENCY, LOCAL_TIMEOUT) == (1, 600.0)
+    assert effective_settings(LLMSettings(model="ollama/qwen2.5")).concurrency == 1
+    remote = effective_settings(LLMSettings(model="openai/gpt-4o-mini"))
+    assert (remote.concurrency, remote.timeout) == (REMOTE_CONCURRENCY, REMOTE_TIMEOUT)
+    given = effective_settings(LLMSettings(model="openai/m", api_base="http://localhost:1/v1", concurrency=4,
+                                           timeout=30))
+    assert (given.concurrency, given.timeout) == (4, 30)
+
+
+def test_max_tokens_is_capped_by_the_chunk_size(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = one_doc(tmp_path)
+    assert index(docs, proj, stub, "--max-gleanings", "0").returncode == 0
+    [chunk] = list(store.read_jsonl(proj / "chunks.jsonl"))
+    assert stub.requests[0][1]["max_tokens"] == 512 + 3 * chunk["n_tokens"]
+
+
+# ------------------------------------------------------------------------------------- truncation, gleaning
+
+
+def test_answer_cut_at_max_tokens_drops_its_last_row_and_is_not_gleaned(stub, tmp_path: Path) -> None:
+    cut = (f"entity{D}Mara Quint{D}person{D}Builder of the Selby Lighthouse.\n"
+           f"entity{D}Selby Lighthouse{D}artifact{D}Lighthouse built in 1902.\n"
+           f"entity{D}Oldport{D}location{D}Harbour town that meets an unusually")
+    stub.set_chat(lambda body: StubReply(content=cut, finish_reason="length"))
+    docs, proj = one_doc(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == 1                              # no gleaning after a cut answer
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "ok" and rec["dropped"] == {"truncated": 1}
+    assert [e["name"] for e in rec["entities"]] == ["Mara Quint", "Selby Lighthouse"]
+    assert summary(proc)["extract"]["truncated_rows"] == 1
+
+
+def test_cut_answer_without_a_complete_row_fails_and_retry_completes_it(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: StubReply(content=f"entity{D}Mara Quint{D}person{D}Buil", finish_reason="length"))
+    docs, proj = one_doc(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 1, proc.stderr
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "failed" and rec["error_kind"] == "truncated" and "max_tokens" in rec["error"]
+    stub.set_chat(fake_extraction)
+    again = index(docs, proj, stub, "--max-gleanings", "0", "--retry-failed")
+    assert again.returncode == 0 and extraction_lines(proj)[-1]["attempt"] == 2
+
+
+def test_no_gleaning_without_usable_rows_or_without_the_completion_marker(stub, tmp_path: Path) -> None:
+    no_marker = f"entity{D}Mara Quint{D}person{D}Builder of the Selby Lighthouse."
+    stub.set_chat(lambda body: no_marker)
+    docs, proj = one_doc(tmp_path)
+    assert index(docs, proj, stub, "--max-gleanings", "2").returncode == 0
+    assert stub.count(CHAT) == 1 and extraction_lines(proj)[-1]["gleaning_rounds"] == 0
+
+    stub.reset()
+    stub.set_chat(lambda body: "Sure! Here are the entities: Mara Quint, Selby.")
+    (tmp_path / "b").mkdir()
+    docs2, proj2 = corpus(tmp_path / "b", n=1)
+    assert index(docs2, proj2, stub, "--max-gleanings", "2").returncode == 1
+    assert stub.count(CHAT) == 1
+
+
+def test_lost_gleaning_round_is_partial_and_retry_failed_sends_only_that_round(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: StubReply(500, content="out of memory") if is_gleaning(body)
+                  else fake_extraction(body))
+    docs, proj = one_doc(tmp_path)
+    (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
+    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    assert proc.returncode == 4, proc.stderr
+    assert "lost a gleaning round" in proc.stderr
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "partial" and "gleaning round 1 lost" in rec["error"] and rec["entities"]
+    assert summary(proc)["extract"]["partial"] == 1
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert [f["status"] for f in status["failed_chunks"]] == ["partial"]
+
+    stub.reset()
+    stub.set_chat(fake_extraction)
+    again = index(docs, proj, stub, "--max-gleanings", "1", "--retry-failed")
+    assert again.returncode == 0, again.stderr
+    assert stub.count(CHAT) == 1 and is_gleaning(stub.requests[0][1])   # the first answer came from cache
+    assert extraction_lines(proj)[-1]["status"] == "ok" and extraction_lines(proj)[-1]["gleaning_rounds"] == 1
+
+
+def test_server_gone_during_gleaning_leaves_the_chunk_pending(stub, tmp_path: Path) -> None:
+    docs, proj = one_doc(tmp_path)
+    (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
+    stub.set_chat(lambda body: StubReply(401, content="key revoked") if is_gleaning(body) else fake_extraction(body))
+    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    _one_line_error(proc, 1, "API key")
+    assert extraction_lines(proj) == []
+    stub.reset()
+    stub.set_chat(fake_extraction)
+    again = index(docs, proj, stub, "--max-gleanings", "1")
+    assert again.returncode == 0 and stub.count(CHAT) == 1      # only the gleaning round was still to do
+
+
+# ------------------------------------------------------------------------------------- remembered settings
+
+
+def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = one_doc(tmp_path)
+    first = index(docs, proj, stub)
+    assert first.returncode == 0, first.stderr
+    llm_extractor = summary(first)["extract"]["extractor"]
+    manifest = json.loads((proj / "manifest.json").read_text())
+    assert manifest["built_with"] == {"extract.extractor": "llm", "llm.model": "openai/stub-model",
+                                      "llm.api_base": stub.url}
+    assert "key" not in json.dumps(manifest).lower()
+
+    plain = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"], inprocess=True)
+    assert plain.returncode == 0, plain.stderr
+    assert summary(plain)["extract"]["extractor"] == llm_extractor and "from now on" not in plain.stderr
+    status = run(["status", "-p", str(proj), "--json"], inprocess=True)
+    info = json.loads(status.stdout)
+    assert info["stages"]["extract"]["state"] == "fresh"
+    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url}"
+
+    switched = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
+                   inprocess=True)
+    assert switched.returncode == 0, switched.stderr
+    assert summary(switched)["extract"]["extractor"] == "rules-v1"
+    assert "extracting with the rules extractor from now on, as given (was the LLM openai/stub-model" in switched.stderr
+    again = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"], inprocess=True)
+    assert summary(again)["extract"]["extractor"] == "rules-v1"
+
+    # a model given anew switches back to the LLM, without inheriting another model's API base
+    from hrag_cli.config import load_settings
+
+    s = load_settings(None, {"llm.model": "openai/other"}, environ={}, remembered=Project(proj).remembered())
+    assert s.extract.extractor == "auto" and s.llm.api_base == ""
+
+
+def test_query_llm_calls_go_to_their_own_cache(stub, tmp_path: Path, sample_project: Path) -> None:
+    proj = tmp_path / "proj"
+    shutil.copytree(sample_project, proj)
+    stub.set_chat(lambda body: "Edric Solano founded it [1].")
+    llm_cache = proj / "cache" / "llm.jsonl"
+    before = llm_cache.read_bytes() if llm_cache.exists() else None
+    proc = run(["query", "Who founded Corvane Works?", "-p", str(proj), "--answer", "--json",
+                "--llm-model", "openai/stub-model", "--llm-api-base", stub.url], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer"].startswith("Edric Solano")
+    assert (llm_cache.read_bytes() if llm_cache.exists() else None) == before
+    [rec] = list(store.read_jsonl(proj / "cache" / "query_llm.jsonl"))
+    assert rec["purpose"] == "answer"
+
+
+def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) -> None:
+    from hrag_cli.chunking import count_tokens
+
+    docs, proj = corpus(tmp_path, n=1)
+    text = " ".join(f"Mara Quint{i} built the Selby Lighthouse{i} for the Harbour Trust of Oldport{i}."
+                    for i in range(25))
+    (docs / "d0.txt").write_text(text)
+    proc = index(docs, proj, stub, "--dry-run")
+    est = summary(proc)["estimate"]
+    n = count_tokens(text)
+    assert est["chunks"] == 1 and est["llm_requests"] == 2           # one request, one gleaning round
+    # about 2.3 completion tokens per chunk token in all (1.5 first answer + 0.8 gleaning), see stage.py
+    assert abs(est["completion_tokens"] - 2.3 * n) <= 2
+    assert stub.count(CHAT) == 0
