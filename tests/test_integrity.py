@@ -261,6 +261,7 @@ def test_exit_2_usage_changes_nothing(built, tmp_path: Path) -> None:
 
 
 def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: "entity<|#|>Company<|#|>organization<|#|>A company in the passage.\n<|COMPLETE|>")
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(3):

@@ -147,7 +147,7 @@ def test_every_request_timing_out_never_exits_0(stub, tmp_path: Path) -> None:
 def test_negative_timeout_is_a_usage_error(stub, tmp_path: Path) -> None:
     docs, proj = corpus(tmp_path, toml="[llm]\ntimeout = -5\n")
     proc = index(docs, proj, stub)
-    _one_line_error(proc, 2, "timeout = -5.0")
+    _one_line_error(proc, 2, "llm.timeout", "-5.0")
     assert stub.count(CHAT) == 0 and not (proj / "chunks.jsonl").exists()
 
 
