@@ -4,8 +4,8 @@ Generations: a stage's outputs (docs.jsonl, chunks.jsonl, graph/, vectors/ and t
 them) live in gens/<n>/, and the symlink `current` names the complete one. A writer copies the current
 generation by hard links into a new one, rewrites files there (always whole, through store's atomic helpers,
 never in place: a file is shared with the older generation until it is replaced), and switches `current` in one
-rename at the end. A reader resolves `current` once, so it opens one complete generation, never half of two,
-while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
+rename at the end, deleting every older generation no reader pins. A reader resolves and pins `current`
+once, so it opens one complete generation, never half of two, while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
 
 The manifest records, per stage, the size and hashes of every file the stage wrote (artifacts.py); `check()`
 compares them with the disk, so a damaged or deleted file is named, refused by readers and rebuilt by
@@ -86,20 +86,31 @@ class Project:
 
     # -- generations ------------------------------------------------------------------------------------
     def _current_gen(self) -> Path:
-        """The generation `current` names, read once (a project from before generations: the root)."""
-        try:
-            target = os.readlink(self.current_link)
-        except (FileNotFoundError, OSError):
-            return self.root
-        gen = self.root / target
-        self._pin(gen)
-        return gen
+        """The generation `current` names, pinned (a project from before generations: the root).
+
+        Pin, then read `current` again: a writer may switch and delete the generation between our readlink
+        and our flock, so a pin only counts once `current` still names what we pinned."""
+        for _ in range(100):
+            try:
+                target = os.readlink(self.current_link)
+            except (FileNotFoundError, OSError):
+                return self.root
+            gen = self.root / target
+            self._pin(gen)
+            try:
+                if os.readlink(self.current_link) == target:
+                    return gen
+            except OSError:
+                return self.root
+        raise HragError(f"project {self.root} switched versions 100 times while opening it; try again")
 
     def _pin(self, gen: Path) -> None:
-        """A shared flock on the generation this object reads, so a writer never deletes it underneath."""
+        """A shared flock on the generation this object reads, so a writer never deletes it underneath (a
+        read-only project gets no pin; nothing can delete its generations then either)."""
         try:
             fh = open(gen / ".pin", "a")
         except OSError:
+            self._unpin()
             return
         fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
         self._unpin()
@@ -170,7 +181,6 @@ class Project:
 
     def _switch(self, new: Path) -> None:
         """Point `current` at `new` in one rename, give the root its symlinks, drop unpinned old generations."""
-        prev = self._current_gen() if self.current_link.is_symlink() else None
         self._unpin()
         tmp = self.root / f".current.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
@@ -185,11 +195,10 @@ class Project:
             else:
                 link.unlink(missing_ok=True)
             os.symlink(os.path.join("current", name), link)
-        keep = {new.name, prev.name if prev is not None else ""}
-        for n in self._gen_numbers():
-            if str(n) not in keep:
-                _remove_unpinned(self.gens_dir / str(n))
         self._set_gen(self._current_gen())
+        for n in self._gen_numbers():   # old versions go now, unless a reader still reads one
+            if str(n) != new.name:
+                _remove_unpinned(self.gens_dir / str(n))
 
     # -- life cycle -----------------------------------------------------------------------------------
     def exists(self) -> bool:

@@ -131,10 +131,54 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
         code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
         assert code == 0, err
     assert Project(root).gen_dir != reader.gen_dir
+    assert len(_gens(root)) == 2                    # the pinned one and the current one, nothing in between
     ix.require_built()                              # still intact and still built: its files are untouched
     assert reader.entities_path.read_bytes() == before
     assert len(ix.graph.vs) > 0 and ix.chunks
     assert load_export_graph(reader).counts() == exported      # export too: the same version, whole
+    del reader, ix
+    code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")
+    assert code == 0 and len(_gens(root)) == 1, err   # unpinned, it goes at the next commit
+
+
+def _gens(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "gens").iterdir())
+
+
+def test_a_rebuild_with_no_readers_leaves_one_generation(built, tmp_path: Path) -> None:
+    """Every rewritten file exists once on disk: the old version goes at the switch when nobody reads it."""
+    root = _copy(built[0], tmp_path / "p")
+    for threshold in ("0.6", "0.9"):
+        code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
+        assert code == 0, err
+        assert _gens(root) == [os.readlink(root / "current").split("/")[-1]]
+
+
+def test_a_reader_whose_generation_is_switched_before_it_pins_retries(built, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race between a reader's readlink and its flock: a writer switches and deletes the generation just
+    read; the reader notices `current` moved and opens the new one, whole."""
+    from hrag_cli import project as project_mod
+
+    root = _copy(built[0], tmp_path / "p")
+    old = _gens(root)
+    real_pin = project_mod.Project._pin
+    raced = []
+
+    def pin_late(self, gen: Path) -> None:
+        if not raced:
+            raced.append(gen)
+            monkeypatch.setattr(project_mod.Project, "_pin", real_pin)
+            code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")   # commits meanwhile
+            assert code == 0, err
+            assert not gen.exists()             # nobody held it: deleted at the switch
+        real_pin(self, gen)
+
+    monkeypatch.setattr(project_mod.Project, "_pin", pin_late)
+    reader = project_mod.Project(root)
+    assert raced and reader.gen_dir.name not in old and reader.gen_dir.exists()
+    assert _gens(root) == [reader.gen_dir.name]
+    reader.require_intact()
 
 
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> None:
