@@ -34,6 +34,9 @@ from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
+# What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
+# generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
+REMEMBERED = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -69,6 +72,7 @@ class Project:
         self.root = Path(root)
         r = self.root
         self.toml_path = r / "hrag.toml"
+        self.remembered_path = r / "project.json"
         self.lock_path = r / "lock"
         self.cache_dir = r / "cache"
         self.llm_cache_path = self.cache_dir / "llm.jsonl"
@@ -196,6 +200,7 @@ class Project:
                 link.unlink(missing_ok=True)
             os.symlink(os.path.join("current", name), link)
         self._set_gen(self._current_gen())
+        self._remember()
         for n in self._gen_numbers():   # old versions go now, unless a reader still reads one
             if str(n) != new.name:
                 _remove_unpinned(self.gens_dir / str(n))
@@ -259,12 +264,16 @@ class Project:
             data = store.read_json(self.manifest_path, default=None)
         except orjson.JSONDecodeError:
             data = False    # not JSON at all: damaged like a manifest of the wrong shape
+        if data is None and self.gen_dir != self.root and self._remembered():
+            raise HragError(f"{self.manifest_path} is missing: run 'hrag index -p {self.root}' to rebuild "
+                            "every stage (the caches keep extractions and embeddings)")
         if data is None:
             return {"version": 1, "stages": {}}
         if (not isinstance(data, dict) or not isinstance(data.get("stages"), dict)
                 or not all(isinstance(v, dict) for v in data["stages"].values())):
-            raise HragError(f"{self.manifest_path} is damaged: run 'hrag index DOCS -p {self.root}' to rebuild "
-                             "every stage (the caches keep extractions and embeddings)")
+            docs = "" if self._remembered().get("chunk", {}).get("roots") else "DOCS "
+            raise HragError(f"{self.manifest_path} is damaged: run 'hrag index {docs}-p {self.root}' to rebuild "
+                            "every stage (the caches keep extractions and embeddings)")
         return data
 
     def stage(self, name: str) -> StageRecord | None:
@@ -288,15 +297,45 @@ class Project:
         }
         store.write_json(self.manifest_path, data)
 
+    def _remember(self) -> None:
+        """At a switch: what a plain run needs of the new current manifest goes to project.json too."""
+        try:
+            stages = self.manifest()["stages"]
+        except HragError:
+            return
+        data = {stage: {k: stages[stage]["counts"][k] for k in keys
+                        if (stages.get(stage) or {}).get("counts", {}).get(k) is not None}
+                for stage, keys in REMEMBERED.items()}
+        data = {k: v for k, v in data.items() if v}
+        if data and data != self._remembered():
+            store.write_json(self.remembered_path, data)
+
+    def _remembered(self) -> dict:
+        try:
+            data = store.read_json(self.remembered_path, default={})
+        except (orjson.JSONDecodeError, OSError):
+            return {}   # damaged: the manifest still has it, and the next stage record rewrites it
+        return data if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()) else {}
+
+    def recorded(self, stage: str, key: str) -> Any:
+        """A setting a plain `hrag index` reuses (REMEMBERED): from the manifest, or from project.json when the
+        manifest is damaged or gone."""
+        try:
+            rec = self.stage(stage)
+        except HragError:
+            rec = None
+        value = rec.counts.get(key) if rec is not None else None
+        return value if value is not None else self._remembered().get(stage, {}).get(key)
+
     def drop_damaged_manifest(self) -> bool:
-        """Inside a new generation only: a manifest that cannot be read is removed, so every stage rebuilds
+        """Inside a new generation only: a manifest that cannot be read is replaced by an empty one, so every stage rebuilds
         from its inputs and the caches. True when it was damaged."""
         assert self._writing is not None, "only a writer's new generation may lose its manifest"
         try:
             self.manifest()
             return False
         except HragError:
-            self.manifest_path.unlink()
+            store.write_json(self.manifest_path, {"version": 1, "stages": {}})
             return True
 
     def invalidate_stage(self, name: str) -> None:

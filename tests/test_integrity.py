@@ -43,7 +43,8 @@ def _copy(built: Path, dst: Path) -> Path:
 USER_CHECKS = [("graph/entities.jsonl", "truncate"), ("graph/facts.jsonl", "truncate"),
                ("vectors/chunks.npy", "truncate"), ("graph/graph.pkl", "delete"),
                ("graph/entities.jsonl", "empty"), ("vectors/facts.ids.jsonl", "delete"),
-               ("vectors/chunks.npy", "zero"), ("vectors/chunks.npy", "empty"), ("vectors/bm25", "truncate")]
+               ("vectors/chunks.npy", "zero"), ("vectors/chunks.npy", "empty"), ("vectors/bm25", "truncate"),
+               ("manifest.json", "truncate"), ("manifest.json", "delete"), ("project.json", "empty")]
 OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entities.hnsw", "vectors/idf.npz",
           "cache/extractions.jsonl"]
 
@@ -66,7 +67,8 @@ def test_damage_matrix(built, tmp_path: Path) -> None:
         if r["index"] != "restored":
             failures.append((rel, how, r))
         # status names what an artifact check can see: every file a stage wrote
-        if r["query"] == "refuse1" and r["status"] != "flags":
+        # (a damaged manifest is itself the one-line error status gives, exit 1, naming the file and the fix)
+        if r["query"] == "refuse1" and r["status"] != ("error" if rel == "manifest.json" else "flags"):
             failures.append((rel, how, r))
     assert not failures, failures
 
