@@ -135,8 +135,6 @@ def index(
         from .embed import get_embedder
 
         get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
-    if not dry_run:           # a dry run reads the project as it is and creates nothing
-        proj.init()
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
                            reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
     result = run_index(proj, settings, _reporter(quiet, json_output), options)

@@ -12,6 +12,7 @@ a stage whose recorded artifacts fail their check is rebuilt from its inputs.
 from __future__ import annotations
 
 import importlib
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,18 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked)
         return IndexResult(summary, EXIT_OK)
+    created = not project.root.exists()
+    try:
+        return _index(project, settings, reporter, options, roots, summary)
+    except UsageError:
+        if created and project.unused():   # bad input found mid-run: leave no project behind, as promised
+            shutil.rmtree(project.root, ignore_errors=True)
+        raise
+
+
+def _index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions, roots: list[Path],
+           summary: dict[str, Any]) -> IndexResult:
+    run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")

@@ -36,7 +36,7 @@ DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
-REMEMBERED = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
+DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -72,7 +72,7 @@ class Project:
         self.root = Path(root)
         r = self.root
         self.toml_path = r / "hrag.toml"
-        self.remembered_path = r / "project.json"
+        self.durable_path = r / "project.json"
         self.lock_path = r / "lock"
         self.cache_dir = r / "cache"
         self.llm_cache_path = self.cache_dir / "llm.jsonl"
@@ -200,7 +200,7 @@ class Project:
                 link.unlink(missing_ok=True)
             os.symlink(os.path.join("current", name), link)
         self._set_gen(self._current_gen())
-        self._remember()
+        self._save_durable()
         for n in self._gen_numbers():   # old versions go now, unless a reader still reads one
             if str(n) != new.name:
                 _remove_unpinned(self.gens_dir / str(n))
@@ -223,6 +223,13 @@ class Project:
             self._switch(first)
         if not self.toml_path.exists():
             store.atomic_write_text(self.toml_path, default_toml())
+
+    def unused(self) -> bool:
+        """Nothing was ever committed or paid for here (no current version beyond the empty first one, an
+        empty cache/): a project a failed first run may remove."""
+        if self._gen_numbers() not in ([], [0]) or (self.root / "manifest.json").is_file():
+            return False
+        return not any(p.is_file() and p.stat().st_size for p in self.cache_dir.rglob("*"))
 
     def require(self) -> None:
         """For read-only commands: a missing project is a usage error, not an empty result."""
@@ -264,14 +271,14 @@ class Project:
             data = store.read_json(self.manifest_path, default=None)
         except orjson.JSONDecodeError:
             data = False    # not JSON at all: damaged like a manifest of the wrong shape
-        if data is None and self.gen_dir != self.root and self._remembered():
+        if data is None and self.gen_dir != self.root and self._durable():
             raise HragError(f"{self.manifest_path} is missing: run 'hrag index -p {self.root}' to rebuild "
                             "every stage (the caches keep extractions and embeddings)")
         if data is None:
             return {"version": 1, "stages": {}}
         if (not isinstance(data, dict) or not isinstance(data.get("stages"), dict)
                 or not all(isinstance(v, dict) for v in data["stages"].values())):
-            docs = "" if self._remembered().get("chunk", {}).get("roots") else "DOCS "
+            docs = "" if self._durable().get("chunk", {}).get("roots") else "DOCS "
             raise HragError(f"{self.manifest_path} is damaged: run 'hrag index {docs}-p {self.root}' to rebuild "
                             "every stage (the caches keep extractions and embeddings)")
         return data
@@ -297,35 +304,38 @@ class Project:
         }
         store.write_json(self.manifest_path, data)
 
-    def _remember(self) -> None:
+    def _save_durable(self) -> None:
         """At a switch: what a plain run needs of the new current manifest goes to project.json too."""
         try:
-            stages = self.manifest()["stages"]
+            manifest = self.manifest()
         except HragError:
             return
+        stages = manifest["stages"]
         data = {stage: {k: stages[stage]["counts"][k] for k in keys
                         if (stages.get(stage) or {}).get("counts", {}).get(k) is not None}
-                for stage, keys in REMEMBERED.items()}
+                for stage, keys in DURABLE.items()}
         data = {k: v for k, v in data.items() if v}
-        if data and data != self._remembered():
-            store.write_json(self.remembered_path, data)
+        if isinstance(manifest.get("built_with"), dict):   # what the run's settings were, where one records them
+            data["built_with"] = manifest["built_with"]
+        if data and data != self._durable():
+            store.write_json(self.durable_path, data)
 
-    def _remembered(self) -> dict:
+    def _durable(self) -> dict:
         try:
-            data = store.read_json(self.remembered_path, default={})
+            data = store.read_json(self.durable_path, default={})
         except (orjson.JSONDecodeError, OSError):
-            return {}   # damaged: the manifest still has it, and the next stage record rewrites it
+            return {}   # damaged: the manifest still has it, and the next commit rewrites it
         return data if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()) else {}
 
     def recorded(self, stage: str, key: str) -> Any:
-        """A setting a plain `hrag index` reuses (REMEMBERED): from the manifest, or from project.json when the
+        """A setting a plain `hrag index` reuses (DURABLE): from the manifest, or from project.json when the
         manifest is damaged or gone."""
         try:
             rec = self.stage(stage)
         except HragError:
             rec = None
         value = rec.counts.get(key) if rec is not None else None
-        return value if value is not None else self._remembered().get(stage, {}).get(key)
+        return value if value is not None else self._durable().get(stage, {}).get(key)
 
     def drop_damaged_manifest(self) -> bool:
         """Inside a new generation only: a manifest that cannot be read is replaced by an empty one, so every stage rebuilds

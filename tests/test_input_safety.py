@@ -54,6 +54,10 @@ def test_usage_errors_and_dry_run_create_no_project(tmp_path: Path) -> None:
         code, _, err = cli("index", str(CORPUS), "-p", str(proj), "--extractor", "rules", *args)
         assert not proj.exists(), args
         assert code == (0 if args == ("--dry-run",) else 2), (args, err)
+    (tmp_path / "empty").mkdir()
+    for docs in (tmp_path / "empty", tmp_path / "nosuch"):   # bad input found once the run has started
+        code, _, err = cli("index", str(docs), "-p", str(tmp_path / "p"), "-q")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "p").exists(), err
 
 
 def test_symlink_loop_is_skipped_not_fatal(tmp_path: Path) -> None:
