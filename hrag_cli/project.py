@@ -245,12 +245,13 @@ class Project:
     def remembered(self) -> dict[str, Any]:
         """The extractor, LLM model and API base the project was last built with (never a key): a plain
         `hrag index -p P` (a cron job) reuses them instead of silently falling back to the defaults."""
-        if not self.manifest_path.exists():
-            return {}
         try:
-            manifest = self.manifest()
+            manifest = self.manifest() if self.manifest_path.exists() else None
         except HragError:
-            return {}    # damaged: the writer that rebuilds it says so; settings fall back to hrag.toml
+            manifest = None
+        if manifest is None:   # damaged or gone: project.json keeps what the last complete run was built with
+            data = self._durable().get("built_with")
+            return {k: v for k, v in data.items() if k in self.REMEMBERED} if isinstance(data, dict) else {}
         data = manifest.get("built_with")
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k in self.REMEMBERED}

@@ -105,6 +105,16 @@ def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path:
     assert code == 0 and got == built[1], err
 
 
+def test_a_damaged_manifest_keeps_what_the_project_was_built_with(built, tmp_path: Path) -> None:
+    from hrag_cli.project import Project
+
+    root = _copy(built[0], tmp_path / "p")
+    before = Project(root).remembered()
+    assert before and orjson.loads((root / "project.json").read_bytes())["built_with"] == before
+    (root / "manifest.json").resolve().write_bytes(b"")
+    assert Project(root).remembered() == before         # a plain `hrag index` rebuilds with the same settings
+
+
 def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: Path) -> None:
     root, baseline = built
     root = _copy(root, tmp_path / "p")
