@@ -110,6 +110,15 @@ class QuerySettings:
     damping: float = 0.5
     entity_top_k: int = 40           # local mode: entities taken from the entity index
     relation_top_k: int = 40         # global mode: relations taken from the relation index
+    chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
+                                     # (vector) or by how many of them carry the chunk (weight), as LightRAG
+    chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
+    rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
+    rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)
+    rerank_top_k: int = 20           # chunks the reranker reorders (at least top_k)
+    rerank_chunk_tokens: int = 480   # longer chunks are split into pieces this long; a chunk scores its best piece
+    response_type: str = ""          # --answer: the form of the reply, e.g. "one paragraph", "a bulleted list"
+    user_prompt: str = ""            # --answer: the user's own instructions for the answer
     entity_tokens: int = 6000
     relation_tokens: int = 8000
     context_tokens: int = 30000
@@ -119,6 +128,9 @@ class QuerySettings:
     lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
     entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
+    walk_weight: float = 0.5         # ppr: share of the walk's ranking against the passage ranking (rrf; 1 = walk only)
+    fact_filter: str = "auto"        # ppr: the LLM keeps the facts that bear on the query (auto: when one is set)
+    seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
 
 
 @dataclass
