@@ -112,6 +112,7 @@ class QuerySettings:
     relation_top_k: int = 40         # global mode: relations taken from the relation index
     chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
                                      # (vector) or by how many of them carry the chunk (weight), as LightRAG
+    chunk_pick_boost: float = 1.0    # vector pick: + this x the share of the chosen entities/relations naming the chunk
     chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
     rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
     rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)

@@ -154,7 +154,13 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())
     kw = {"high": [Q], "low": [Q]}
-    vec = retrieve(ix, Q, _settings(project, chunk_pick="vector", top_k=20), mode="local", keywords=kw)
+    vec = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=0.0, top_k=20), mode="local",
+                   keywords=kw)
+    boosted = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=1.0, top_k=20), mode="local",
+                       keywords=kw)
+    assert {c.chunk_id for c in boosted.chunks} == {c.chunk_id for c in vec.chunks}
+    plain = {c.chunk_id: c.score for c in vec.chunks}
+    assert all(c.score >= plain[c.chunk_id] for c in boosted.chunks)   # the boost only adds
     wt = retrieve(ix, Q, _settings(project, chunk_pick="weight", top_k=20), mode="local", keywords=kw)
     assert {c.chunk_id for c in vec.chunks} == {c.chunk_id for c in wt.chunks}   # same candidates
     # vector: in order of the naive passage score; weight: by how many chosen entities carry the chunk

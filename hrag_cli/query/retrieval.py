@@ -49,6 +49,17 @@ def round_robin(*lists: Sequence[Any], key=lambda x: x) -> list[Any]:
     return out
 
 
+def by_score(*lists: Sequence[RankedChunk], key=lambda x: x) -> list[RankedChunk]:
+    """Merge ranked lists whose scores share one scale, best first, keeping the first copy of each key."""
+    out, seen = [], set()
+    for item in sorted((x for lst in lists for x in lst), key=lambda x: -x.score):
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ chunk scores
 
 
@@ -325,23 +336,33 @@ def pick_by_weight(ix: QueryIndex) -> ChunkPicker:
     return pick
 
 
-def pick_by_vector(ix: QueryIndex, passage: np.ndarray) -> ChunkPicker:
+def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0) -> ChunkPicker:
     """LightRAG's `vector` pick: the chunks the selected entities/relations carry, ranked by their own
-    similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion is on)."""
+    similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion is on),
+    plus `boost` x the share of the selected items that carry the chunk."""
     def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
         row = ix.chunk_row
-        cands = [c for c in dict.fromkeys(cid for ids, _ in sources for cid in ids) if c in row]
-        order = sorted(cands, key=lambda c: -passage[row[c]])
-        return _ranked(ix, order, (passage[row[c]] for c in order), limit)
+        count: dict[str, int] = {}
+        n = 0
+        for ids, _ in sources:
+            n += 1
+            for cid in dict.fromkeys(ids):
+                if cid in row:
+                    count[cid] = count.get(cid, 0) + 1
+        score = {c: float(passage[row[c]]) + boost * k / max(n, 1) for c, k in count.items()}
+        order = sorted(score, key=lambda c: -score[c])
+        return _ranked(ix, order, (score[c] for c in order), limit)
     return pick
 
 
 def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
-                   pick: ChunkPicker) -> None:
-    """Entities like the low-level keywords; their relations ranked by (endpoint degree sum, weight); the
-    chunks that mention those entities."""
+                   pick: ChunkPicker, names_in: str = "") -> list[tuple[Sequence[str], float]]:
+    """Entities like the low-level keywords (first, any entity `names_in` names outright: without an LLM the
+    whole question is the keyword, and its vector finds the names in it poorly); their relations ranked by
+    (endpoint degree sum, weight); the chunks that mention those entities."""
+    named = [(eid, 1.0) for eid in (name_seeds(ix, names_in) if names_in else [])]
     hits = ix.search("entities", qvec, s.entity_top_k)
-    ents = [(eid, sc) for eid, sc in hits if eid in ix.entities]
+    ents = list(dict(named + [(eid, sc) for eid, sc in hits if eid in ix.entities and eid not in dict(named)]).items())
     r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
     adj = _relations_by_entity(ix)
     deg = {eid: len(rids) for eid, rids in adj.items()}
@@ -349,11 +370,16 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     rels = sorted(rel_ids, key=lambda rid: (-(deg.get(ix.relations[rid].src, 0) + deg.get(ix.relations[rid].tgt, 0)),
                                             -ix.relations[rid].weight))
     r.relations = [j for rid in rels if (j := _relation_json(ix, rid, ix.relations[rid].weight))]
-    r.chunks = pick(((ix.entities[eid].source_ids, sc) for eid, sc in ents), limit)
+    # the chunks naming the entities, then those the entities' strongest relations came from (LightRAG reads
+    # both: a fact about an entity is often stated where only its neighbour is named)
+    sources = [*((ix.entities[eid].source_ids, sc) for eid, sc in ents),
+               *((ix.relations[rid].source_ids, 0.0) for rid in rels[: s.relation_top_k])]
+    r.chunks = pick(sources, limit)
+    return sources
 
 
 def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
-                    pick: ChunkPicker) -> None:
+                    pick: ChunkPicker) -> list[tuple[Sequence[str], float]]:
     """Relations like the high-level keywords; their endpoint entities; the chunks the relations came from."""
     hits = [(rid, sc) for rid, sc in ix.search("relations", qvec, s.relation_top_k) if rid in ix.relations]
     r.relations = [j for rid, sc in hits if (j := _relation_json(ix, rid, sc))]
@@ -362,7 +388,9 @@ def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retri
         for eid in (ix.relations[rid].src, ix.relations[rid].tgt):
             seen.setdefault(eid, sc)
     r.entities = [j for eid, sc in seen.items() if (j := _entity_json(ix, eid, sc))]
-    r.chunks = pick(((ix.relations[rid].source_ids, sc) for rid, sc in hits), limit)
+    sources = [(ix.relations[rid].source_ids, sc) for rid, sc in hits]
+    r.chunks = pick(sources, limit)
+    return sources
 
 
 def _keyword_vectors(ix: QueryIndex, query: str, keywords: dict[str, list[str]], r: Retrieval) -> tuple[np.ndarray, np.ndarray]:
@@ -421,26 +449,33 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         r.keywords = keywords
         lv, hv = _keyword_vectors(ix, query, keywords, r)
         if s.chunk_pick == "vector":
-            pick = pick_by_vector(ix, _passage_scores(ix, query, ix.embed_query(query), s, r))
+            pick = pick_by_vector(ix, _passage_scores(ix, query, ix.embed_query(query), s, r), s.chunk_pick_boost)
         else:
             pick = pick_by_weight(ix)
         graph_limit = max(s.chunk_top_k, 1)
+        low_text = ", ".join(keywords.get("low") or []) or query
         if mode == "local":
-            retrieve_local(ix, lv, s, r, graph_limit, pick)
+            retrieve_local(ix, lv, s, r, graph_limit, pick, low_text)
         elif mode == "global":
             retrieve_global(ix, hv, s, r, graph_limit, pick)
         else:
             loc, glo = Retrieval(query, "local"), Retrieval(query, "global")
-            retrieve_local(ix, lv, s, loc, graph_limit, pick)
-            retrieve_global(ix, hv, s, glo, graph_limit, pick)
+            sources = retrieve_local(ix, lv, s, loc, graph_limit, pick, low_text)
+            sources += retrieve_global(ix, hv, s, glo, graph_limit, pick)
             r.entities = round_robin(loc.entities, glo.entities, key=lambda e: e["id"])
             r.relations = round_robin(loc.relations, glo.relations, key=lambda x: x["id"])
-            r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
+            # vector pick scores every chunk on one scale, so hybrid picks once from both sides' items; weight
+            # counts are not comparable across the two lists, so those interleave as LightRAG does
+            if s.chunk_pick == "vector":
+                r.chunks = pick(sources, graph_limit)
+            else:
+                r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
+            merge = by_score if s.chunk_pick == "vector" else round_robin
             if mode == "mix":
                 naive = Retrieval(query, "naive")
                 retrieve_naive(ix, query, s, naive, pool)
                 r.notes.extend(naive.notes)
-                r.chunks = round_robin(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
+                r.chunks = merge(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
     if reranker is not None:
         from .rerank import rerank
 

@@ -13,7 +13,8 @@ query), over the index as it is; nothing is rebuilt.
       "facts": [{"id", "subject", "predicate", "object", "score"}],          # ppr: the facts that seeded it
       "keywords": {"high": [...], "low": [...]},            # LightRAG modes only, else {}
       "notes": ["..."],                                     # e.g. the dense fallback of ppr
-      "timings": {"embed_ms", "bm25_ms", "seed_ms", "ppr_ms", "keywords_ms", "retrieve_ms", "total_ms"},
+      "timings": {"embed_ms", "bm25_ms", "seed_ms", "fact_filter_ms", "ppr_ms", "keywords_ms", "rerank_ms",
+                  "retrieve_ms", "total_ms"},
       "context": "...",                                     # with --context
       "answer": "...", "citations": [{"n": 1, "chunk_id": "...", "path": "..."}]   # with --answer
     }
