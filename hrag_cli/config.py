@@ -129,8 +129,16 @@ class QuerySettings:
     lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
     entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
-    walk_weight: float = 0.5         # ppr: share of the walk's ranking against the passage ranking (rrf; 1 = walk only)
     fact_filter: str = "auto"        # ppr: the LLM keeps the facts that bear on the query (auto: when one is set)
+    # ppr's final ranking: the first `fusion_head` ranks are the best of a reciprocal-rank fusion (1 / (fusion_k +
+    # rank)) of the walk (its share: walk_weight, or rules_walk_weight on a rules-extractor graph) with the passage
+    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on 2Wiki-100 (rules),
+    # checked on MuSiQue-100 (rules, OpenIE): bench/retrieval.py. walk_weight = 1 is the walk alone.
+    walk_weight: float = 0.9
+    rules_walk_weight: float = 0.55
+    fusion_head: int = 2
+    fusion_k: float = 1.0
+    fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
 
 

@@ -56,36 +56,47 @@ def _hrag(*args: str, code: int = 0) -> str:
 
 # -- ppr: rank fusion and seed confidence ---------------------------------------------------------------------
 
-def test_fuse_ranks_blends_the_two_rankings() -> None:
-    walk = np.array([0.9, 0.1, 0.8, 0.0])
-    passage = np.array([0.0, 0.8, 0.85, 0.9])
-    assert fuse_ranks(walk, passage, 1.0, 60) is walk
-    assert fuse_ranks(walk, passage, 0.0, 60) is passage
-    # walk ranks 1,3,2,4; passage ranks 4,3,2,1: chunk 2 is second in both and wins the blend
-    assert int(np.argmax(fuse_ranks(walk, passage, 0.5, 60))) == 2
-    assert int(np.argmax(fuse_ranks(walk, passage, 0.9, 60))) == 0
+def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path) -> None:
+    s = replace(Project(sample_project).settings().query, fusion_head=2, fusion_k=1.0, fusion_lexical=0.5)
+    walk = np.array([0.9, 0.1, 0.8, 0.0, 0.7, 0.6])
+    passage = np.array([0.0, 0.8, 0.85, 0.9, 0.1, 0.2])
+    lexical = np.array([0.0, 5.0, 0.0, 0.0, 0.0, 0.0])
+    assert fuse_ranks(walk, passage, lexical, 1.0, s) is walk
+    order = list(np.argsort(-fuse_ranks(walk, passage, lexical, 0.5, s), kind="stable"))
+    # head: chunk 0 (walk's first) and chunk 1 (BM25's first, passage's third); then the walk's order
+    assert sorted(order[:2]) == [0, 1] and order[2:] == [2, 4, 5, 3]
+    # all on the passage side: the head is the passage ranking's best, the rest still follows the walk
+    order = list(np.argsort(-fuse_ranks(walk, passage, None, 0.0, s), kind="stable"))
+    assert order[:2] == [3, 2] and order[2:] == [0, 4, 5, 1]
     assert rrf_scores(np.array([0.2, 0.9]), 0).tolist() == [0.5, 1.0]
 
 
-def test_walk_share_shrinks_with_weak_seeds(sample_project: Path) -> None:
-    s = Project(sample_project).settings().query
-    s = replace(s, walk_weight=0.6, seed_confidence=0.5)
+def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
+    s = replace(Project(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
+                seed_confidence=0.5)
     seeds = SeedWeights({1: 0.3}, {1: ["f1"]})
-    assert walk_share(s, seeds, [0.5, 0.2]) == pytest.approx(0.6)
-    assert walk_share(s, seeds, [0.25]) == pytest.approx(0.3)
-    assert walk_share(s, seeds, []) == 0.0
+    assert walk_share(s, False, seeds, [0.5, 0.2]) == pytest.approx(0.9)
+    assert walk_share(s, True, seeds, [0.5, 0.2]) == pytest.approx(0.6)
+    assert walk_share(s, True, seeds, [0.25]) == pytest.approx(0.3)
+    assert walk_share(s, True, seeds, []) == 0.0
     named = SeedWeights({1: 0.3}, {1: ["name in query"]})
-    assert walk_share(s, named, [0.1]) == pytest.approx(0.6)    # a name from the query is a strong seed
-    assert walk_share(replace(s, seed_confidence=0.0), seeds, []) == pytest.approx(0.6)
+    assert walk_share(s, True, named, [0.1]) == pytest.approx(0.6)    # a name from the query is a strong seed
+    assert walk_share(replace(s, seed_confidence=0.0), True, seeds, []) == pytest.approx(0.6)
 
 
-def test_walk_weight_zero_is_the_passage_ranking(sample_project: Path) -> None:
+def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())
-    ppr = retrieve(ix, Q, _settings(project, walk_weight=0.0), mode="ppr")
+    assert ix.extractor.startswith("rules")
+    walk_only = retrieve(ix, Q, _settings(project, rules_walk_weight=1.0), mode="ppr")
+    fused = retrieve(ix, Q, _settings(project, rules_walk_weight=0.0, fusion_lexical=0.0), mode="ppr")
     naive = retrieve(ix, Q, _settings(project), mode="naive")
-    assert [c.chunk_id for c in ppr.chunks] == [c.chunk_id for c in naive.chunks]
-    assert ppr.facts and ppr.entities                   # the walk still ran and says what seeded it
+    # no walk share: the first ranks are the passage ranking's, the rest the walk's order without them
+    assert [c.chunk_id for c in fused.chunks[:2]] == [c.chunk_id for c in naive.chunks[:2]]
+    head = {c.chunk_id for c in fused.chunks[:2]}
+    rest = [c.chunk_id for c in walk_only.chunks if c.chunk_id not in head]
+    assert [c.chunk_id for c in fused.chunks[2:]] == rest[:len(fused.chunks) - 2]
+    assert fused.facts and fused.entities                   # the walk still ran and says what seeded it
 
 
 # -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------

@@ -112,6 +112,12 @@ def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedCh
 
 
 def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings, r: Retrieval) -> np.ndarray:
+    return _passage_and_lexical(ix, query, qvec, s, r)[0]
+
+
+def _passage_and_lexical(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings,
+                         r: Retrieval) -> tuple[np.ndarray, np.ndarray | None]:
+    """The fused passage score of every chunk, and the BM25 scores it used (None: fusion off or no index)."""
     dense = ix.dense_chunk_scores(qvec)
     lexical = None
     if s.lexical_fusion:
@@ -120,7 +126,7 @@ def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettin
         r.timings["bm25_ms"] = _ms(t0)
         if lexical is None:
             r.notes.append("no BM25 index in this project: lexical fusion skipped")
-    return fuse_lexical(dense, lexical, s)
+    return fuse_lexical(dense, lexical, s), lexical
 
 
 # ------------------------------------------------------------------------------------------------- naive
@@ -202,35 +208,46 @@ def _fact_entity(ix: QueryIndex, name: str, relation_id: str, end: str) -> str |
     return eid if eid in ix.entities else None
 
 
-def fuse_ranks(walk: np.ndarray, passage: np.ndarray, w: float, rrf_k: float) -> np.ndarray:
-    """The walk's ranking and the passage ranking joined by weighted reciprocal rank: w = 1 is the walk
-    alone, w = 0 the passage scores alone. Ranks, not scores, because PageRank mass and cosine live on
-    different scales that change from query to query."""
-    if w >= 1.0:
+def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings) -> np.ndarray:
+    """The final ppr scores: the first `fusion_head` ranks go to the best of a weighted reciprocal-rank
+    fusion of the walk (share `w`) with the passage scores and BM25 (`fusion_lexical` of the rest), the
+    ranks below them follow the walk. Ranks, not scores, because PageRank mass, cosine and BM25 live on
+    scales that change from query to query. Why a head: on multi-hop questions the first gold passage is
+    usually the one naming the question's entity, which lexical/dense scoring places well, and the second
+    hop is what the walk finds (bench/retrieval.py)."""
+    if w >= 1.0 or s.fusion_head <= 0:
         return walk
-    if w <= 0.0:
-        return passage
-    return w * rrf_scores(walk, rrf_k) + (1.0 - w) * rrf_scores(passage, rrf_k)
+    k = max(s.fusion_k, 1e-6)
+    lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
+    rest = (1.0 - lw) * rrf_scores(passage, k)
+    if lw > 0:
+        rest = rest + lw * np.where(lexical > 0, rrf_scores(lexical, k), 0.0)
+    fused = max(w, 0.0) * rrf_scores(walk, k) + (1.0 - max(w, 0.0)) * rest
+    head = np.argsort(-fused, kind="stable")[: s.fusion_head]
+    out = minmax(walk) * 0.5                    # below the head: the walk's order, scores in [0, 0.5]
+    out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
+    return out
 
 
-def walk_share(s: QuerySettings, seeds: SeedWeights, fact_scores: list[float]) -> float:
-    """How much the walk's ranking counts against the passage ranking for this query: `walk_weight`, scaled
-    down when the seeds are weak (the best fact's cosine under `seed_confidence`, and no entity named in the
-    query), because then the walk starts from entities the question is not about."""
-    w = min(max(s.walk_weight, 0.0), 1.0)
+def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
+    """How much the walk's ranking counts in the head fusion: `walk_weight` on a graph from an LLM or
+    imported OpenIE, `rules_walk_weight` on one from the rules extractor, whose co-occurrence edges make
+    the walk drift; scaled down when the seeds are weak (no entity named in the query and the best fact's
+    cosine under `seed_confidence`), because then the walk starts from entities the question is not about."""
+    w = s.rules_walk_weight if rules_graph else s.walk_weight
+    w = min(max(w, 0.0), 1.0)
     if s.seed_confidence <= 0:
         return w
     named = any("name in query" in src for src in seeds.sources.values())
     best = max(fact_scores, default=0.0)
-    conf = 1.0 if named else min(max(best / s.seed_confidence, 0.0), 1.0)
-    return w * conf
+    return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
 
 
 def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int, llm: Any = None) -> None:
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
-    passage = _passage_scores(ix, query, qvec, s, r)
+    passage, lexical = _passage_and_lexical(ix, query, qvec, s, r)
 
     t0 = time.perf_counter()
     seeds = SeedWeights()
@@ -277,10 +294,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
     walk[ok] = pr[cv[ok]]
-    w = walk_share(s, seeds, [sc for _, sc, _ in facts])
-    if w < min(s.walk_weight, 1.0):
-        r.notes.append(f"weak seeds: the walk's ranking counts {w:.2f}, the passage ranking the rest")
-    r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, w, s.rrf_k), limit)
+    rules_graph = ix.extractor.startswith("rules")
+    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
+    full = s.rules_walk_weight if rules_graph else s.walk_weight
+    if w < min(full, 1.0):
+        r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
+    r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
         e = ix.entities.get(graph.vs[v]["key"])
         if e is not None:
