@@ -184,6 +184,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_tokens": (0, 100_000_000), "query.relation_tokens": (0, 100_000_000),
     "query.context_tokens": (1, 100_000_000), "query.lexical_weight": (0, 1), "query.rrf_k": (0, 1_000_000),
     "query.entity_seed_weight": (0, 1_000_000),
+    "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
+    "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
+    "query.chunk_pick_boost": (0, 1_000_000), "query.chunk_top_k": (1, 100_000),
+    "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
 
