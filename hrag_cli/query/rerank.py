@@ -66,13 +66,13 @@ class CrossEncoderReranker:
 
 
 class ModelReranker:
-    """A litellm rerank model through the project's LLM client (cached in its response cache)."""
+    """A litellm rerank model through the project's query-time LLM client (cached in cache/query_llm.jsonl)."""
 
     def __init__(self, project: Project, settings: Settings, model: str) -> None:
-        from ..llm import LLMClient
+        from ..llm import query_client
 
         llm = replace(settings.llm, model=model, api_base=settings.query.rerank_api_base)
-        self.client = LLMClient(project, llm)
+        self.client = query_client(project, llm)
 
     def scores(self, query: str, texts: list[str]) -> list[float]:
         return self.client.rerank(query, texts)
