@@ -95,7 +95,7 @@ def report(proj: Path, stdout: str) -> dict:
         path = docs.get(chunks.get(cid, {}).get("doc_id"), cid[:12])
         finishes = [answers.get(k, {}).get("finish_reason", "?") for k in rec.get("llm_keys", [])]
         print(f"\n{path}: {rec['status']}, {len(rec['entities'])} entities, {len(rec['relations'])} relations, "
-              f"{rec.get('gleaning_rounds', 0)} gleaning round(s), dropped {rec.get('dropped_rows', 0)} "
+              f"{rec.get('continuations', 0)} continuation(s), {rec.get('gleaning_rounds', 0)} gleaning round(s), dropped {rec.get('dropped_rows', 0)} "
               f"{rec.get('dropped') or ''}, finish {finishes}" + (f", error: {rec['error']}" if rec.get("error") else ""))
         for e in rec["entities"][:12]:
             print(f"  entity   {e['name']} [{e['type']}]: {e['description'][:90]}")

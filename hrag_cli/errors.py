@@ -6,7 +6,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
-EXIT_PARTIAL = 4     # the run finished, but some chunks failed or lost a gleaning round (--retry-failed)
+EXIT_PARTIAL = 4     # the run finished, but some chunks failed or are partial (--retry-failed)
 
 
 class HragError(Exception):

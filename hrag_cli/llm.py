@@ -363,9 +363,12 @@ class LLMClient:
     (query_client), so a query never touches what the index was built from."""
 
     def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
-                 reporter: Reporter | None = None, cache_path: Path | None = None) -> None:
+                 reporter: Reporter | None = None, cache_path: Path | None = None,
+                 connect_timeout: float | None = None) -> None:
         self.project = project
         self.settings = effective_settings(settings)
+        self.connect_timeout = connect_timeout     # seconds to open a connection; None: settings.timeout
+        self.down: LLMError | None = None          # set by a fail-fast client after a run-level failure
         self.max_cost = max_cost
         self.reporter = reporter
         self.stats = LLMStats()
@@ -415,6 +418,15 @@ class LLMClient:
         self.close()
 
     # -- calls ---------------------------------------------------------------------------------------------
+    def request_timeout(self) -> Any:
+        """litellm's timeout: seconds, or an httpx.Timeout with a short connect phase for a fail-fast client
+        (litellm reduces it to its read part for providers that take only seconds)."""
+        if self.connect_timeout is None:
+            return self.settings.timeout
+        import httpx   # a dependency of litellm, there once litellm is
+
+        return httpx.Timeout(self.settings.timeout, connect=min(self.connect_timeout, self.settings.timeout))
+
     def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
         if self._state is None or self._state.loop is not loop:
@@ -473,7 +485,7 @@ class LLMClient:
         litellm = import_litellm()
         s = self.settings
         kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "temperature": s.temperature,
-                                  "max_tokens": max_tokens, "timeout": s.timeout, "num_retries": 0,
+                                  "max_tokens": max_tokens, "timeout": self.request_timeout(), "num_retries": 0,
                                   "max_retries": 0}
         if s.api_base:
             kwargs["api_base"] = s.api_base
@@ -509,11 +521,15 @@ class LLMClient:
 
         async with state.sem:
             self._check_budget()  # the spend may have reached the limit while this request waited for a slot
+            if self.down is not None:
+                raise self.down   # a fail-fast client does not knock on a door that was just shut
             try:
                 return await with_retries(once, self.settings, self.reporter, what=self.settings.model,
                                           on_retry=count_retry)
-            except LLMError:
+            except LLMError as exc:
                 self.stats.failures += 1
+                if self.connect_timeout is not None and is_run_level(exc):
+                    self.down = exc
                 raise
 
     def rerank_key(self, query: str, document: str) -> str:
@@ -637,10 +653,24 @@ def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_to
         return 0.0
 
 
+QUERY_CONNECT_TIMEOUT = 3.0     # seconds: a query must not wait on a server that is not there
+
+
 def query_client(project: Project, settings: LLMSettings) -> LLMClient:
     """The client for query-time calls (keywords, answers, filters): its own cache file, so `hrag query`
-    never appends to cache/llm.jsonl."""
-    return LLMClient(project, settings, cache_path=project.query_llm_cache_path)
+    never appends to cache/llm.jsonl. It fails fast: one attempt (no retries, no backoff), a short connect
+    timeout, and after a failure every other request of the run would meet too (no server, bad key), no
+    further attempts; the caller falls back (keywords: the query text) with one line from failure_note."""
+    return LLMClient(project, replace(settings, max_retries=0), cache_path=project.query_llm_cache_path,
+                     connect_timeout=QUERY_CONNECT_TIMEOUT)
+
+
+def failure_note(exc: BaseException, settings: LLMSettings) -> str:
+    """One line for a query-time LLM failure: the cause in the user's terms and, when known, the fix."""
+    cause = failure_cause(exc, settings)
+    if cause is None:
+        return str(exc)
+    return f"{cause.explain(exc)}; to use the LLM, {FIXES[cause.kind].format(model=cause.model or 'NAME')}"
 
 
 def spend_summary(project: Project, path: Path | None = None) -> dict:

@@ -73,7 +73,8 @@ class ExtractionRecord:
     relations: list[ExtractedRelation]
     gleaning_rounds: int = 0
     # "ok"; "failed" (nothing usable: unreadable answer or a refused request); "partial" (usable rows, but a
-    # gleaning round was lost). --retry-failed redoes failed and partial chunks.
+    # gleaning or continuation round was lost, or the answer was still cut at max_tokens after its
+    # continuation rounds). --retry-failed redoes failed and partial chunks.
     status: str = "ok"
     dropped_rows: int = 0                # total of `dropped` (older records have only this)
     llm_keys: list[str] = field(default_factory=list)   # cache/llm.jsonl keys, for --reparse
@@ -83,6 +84,7 @@ class ExtractionRecord:
     parser: int = 0                      # PARSER_VERSION that read the answers (0: before versions existed)
     error_kind: str = ""                 # failed/partial: llm.FailureCause kind, "unreadable" or "truncated"
     attempt: int = 1                     # 1, or n for the (n-1)th --retry-failed of a failed chunk
+    continuations: int = 0               # rounds that asked for the rest of an answer cut at max_tokens
 
     def to_json(self) -> dict:
         return asdict(self)

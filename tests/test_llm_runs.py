@@ -184,19 +184,82 @@ def test_max_tokens_is_capped_by_the_chunk_size(stub, tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------- truncation, gleaning
 
 
-def test_answer_cut_at_max_tokens_drops_its_last_row_and_is_not_gleaned(stub, tmp_path: Path) -> None:
-    cut = (f"entity{D}Mara Quint{D}person{D}Builder of the Selby Lighthouse.\n"
-           f"entity{D}Selby Lighthouse{D}artifact{D}Lighthouse built in 1902.\n"
-           f"entity{D}Oldport{D}location{D}Harbour town that meets an unusually")
-    stub.set_chat(lambda body: StubReply(content=cut, finish_reason="length"))
+CUT = (f"entity{D}Mara Quint{D}person{D}Builder of the Selby Lighthouse.\n"
+       f"entity{D}Selby Lighthouse{D}artifact{D}Lighthouse built in 1902.\n"
+       f"entity{D}Oldport{D}location{D}Harbour town that meets an unusually")
+REST = (f"entity{D}Oldport{D}location{D}Harbour town of the Harbour Trust.\n"
+        f"relation{D}Mara Quint{D}Selby Lighthouse{D}built{D}construction{D}Mara Quint built it.{D}9\n<|COMPLETE|>")
+
+
+def is_continuation(body: dict) -> bool:
+    return "cut off by the length limit" in body["messages"][-1]["content"]
+
+
+def test_cut_answer_is_continued_in_the_same_conversation(stub, tmp_path: Path) -> None:
+    stub.enqueue(CHAT, StubReply(content=CUT, finish_reason="length"), StubReply(content=REST))
+    stub.set_chat(fake_extraction)          # the gleaning round after the finished continuation: nothing new
+    docs, proj = one_doc(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    assert proc.returncode == 0, proc.stderr
+    first, cont, glean = (body for _, body in stub.requests)
+    assert is_continuation(cont) and cont["messages"][-2] == {"role": "assistant", "content": CUT}
+    assert cont["max_tokens"] == first["max_tokens"]               # the chunk's own budget
+    assert is_gleaning(glean) and not is_continuation(glean)       # the finished answer may be gleaned
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "ok" and rec["continuations"] == 1 and rec["gleaning_rounds"] == 1
+    assert rec["dropped"] == {"truncated": 1}                      # the cut row, asked for again
+    assert [e["name"] for e in rec["entities"]] == ["Mara Quint", "Selby Lighthouse", "Oldport"]
+    assert len(rec["relations"]) == 1 and len(rec["llm_keys"]) == 3
+    assert summary(proc)["extract"]["truncated_rows"] == 1
+
+    # --reparse replays the same three answers and keeps the rounds apart
+    again = index(docs, proj, stub, "--max-gleanings", "1", "--reparse")
+    assert again.returncode == 0 and stub.count(CHAT) == 3
+    assert extraction_lines(proj)[-1]["gleaning_rounds"] == 1 and extraction_lines(proj)[-1]["continuations"] == 1
+
+
+def test_answer_still_cut_is_partial_and_retry_continues_instead_of_resending(stub, tmp_path: Path) -> None:
+    stub.set_chat(lambda body: StubReply(content=CUT, finish_reason="length"))
     docs, proj = one_doc(tmp_path)
     proc = index(docs, proj, stub, "--max-gleanings", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert stub.count(CHAT) == 1                              # no gleaning after a cut answer
+    assert proc.returncode == 4, proc.stderr
+    assert "only partly extracted" in proc.stderr
+    assert stub.count(CHAT) == 3                                   # the answer and 2 continuation rounds
     [rec] = extraction_lines(proj)
-    assert rec["status"] == "ok" and rec["dropped"] == {"truncated": 1}
-    assert [e["name"] for e in rec["entities"]] == ["Mara Quint", "Selby Lighthouse"]
-    assert summary(proc)["extract"]["truncated_rows"] == 1
+    assert rec["status"] == "partial" and rec["error_kind"] == "truncated" and rec["continuations"] == 2
+    assert "still cut at max_tokens after 2 continuation round(s)" in rec["error"]
+    assert rec["entities"] and rec["dropped"] == {"truncated": 3} and rec["gleaning_rounds"] == 0
+    assert summary(proc)["extract"]["partial"] == 1
+
+    stub.reset()
+    stub.set_chat(lambda body: REST if is_continuation(body) else fake_extraction(body))
+    again = index(docs, proj, stub, "--max-gleanings", "2", "--retry-failed")
+    assert again.returncode == 0, again.stderr
+    (_, body), (_, glean) = stub.requests                          # the cached rounds were not sent again
+    assert is_continuation(body) and len(body["messages"]) == 2 + 2 * 3
+    assert is_gleaning(glean) and not is_continuation(glean)       # then the finished answer is gleaned
+    last = extraction_lines(proj)[-1]
+    assert last["status"] == "ok" and last["continuations"] == 3 and last["attempt"] == 1
+    assert last["gleaning_rounds"] == 1
+    assert "Oldport" in [e["name"] for e in last["entities"]]
+
+
+def test_lost_continuation_round_is_partial_and_retry_sends_only_that_round(stub, tmp_path: Path) -> None:
+    docs, proj = one_doc(tmp_path)
+    (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
+    stub.set_chat(lambda body: StubReply(500, content="out of memory") if is_continuation(body)
+                  else StubReply(content=CUT, finish_reason="length"))
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 4, proc.stderr
+    [rec] = extraction_lines(proj)
+    assert rec["status"] == "partial" and rec["error_kind"] == "continuation"
+    assert "continuation round 1 lost" in rec["error"]
+    stub.reset()
+    stub.set_chat(lambda body: REST)
+    again = index(docs, proj, stub, "--max-gleanings", "0", "--retry-failed")
+    assert again.returncode == 0, again.stderr
+    assert stub.count(CHAT) == 1 and is_continuation(stub.requests[0][1])
+    assert extraction_lines(proj)[-1]["status"] == "ok"
 
 
 def test_cut_answer_without_a_complete_row_fails_and_retry_completes_it(stub, tmp_path: Path) -> None:
@@ -204,6 +267,7 @@ def test_cut_answer_without_a_complete_row_fails_and_retry_completes_it(stub, tm
     docs, proj = one_doc(tmp_path)
     proc = index(docs, proj, stub, "--max-gleanings", "0")
     assert proc.returncode == 1, proc.stderr
+    assert stub.count(CHAT) == 3                                   # continued twice, still nothing whole
     [rec] = extraction_lines(proj)
     assert rec["status"] == "failed" and rec["error_kind"] == "truncated" and "max_tokens" in rec["error"]
     stub.set_chat(fake_extraction)
@@ -233,7 +297,7 @@ def test_lost_gleaning_round_is_partial_and_retry_failed_sends_only_that_round(s
     (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
     proc = index(docs, proj, stub, "--max-gleanings", "1")
     assert proc.returncode == 4, proc.stderr
-    assert "lost a gleaning round" in proc.stderr
+    assert "only partly extracted" in proc.stderr
     [rec] = extraction_lines(proj)
     assert rec["status"] == "partial" and "gleaning round 1 lost" in rec["error"] and rec["entities"]
     assert summary(proc)["extract"]["partial"] == 1
@@ -328,3 +392,53 @@ def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) 
     # about 2.3 completion tokens per chunk token in all (1.5 first answer + 0.8 gleaning), see stage.py
     assert abs(est["completion_tokens"] - 2.3 * n) <= 2
     assert stub.count(CHAT) == 0
+
+
+# ------------------------------------------------------------------------------------- query-time calls
+
+
+def test_query_with_the_remembered_model_down_falls_back_at_once(tmp_path: Path, sample_project: Path) -> None:
+    from tests.stub_server import refused_port
+
+    proj = tmp_path / "proj"
+    shutil.copytree(sample_project, proj)
+    (proj / "hrag.toml").write_text("[llm]\nmax_retries = 6\nbackoff_base = 30\n")   # index-time patience
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        Project(proj).remember({"extract.extractor": "llm", "llm.model": "openai/m", "llm.api_base": url})
+        proc = run(["query", "Who founded Corvane Works?", "-p", str(proj), "--mode", "hybrid", "--json"],
+                   inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["keywords"] == {"high": ["Who founded Corvane Works?"], "low": ["Who founded Corvane Works?"]}
+    [note] = [n for n in out["notes"] if "LLM" in n]
+    assert f"cannot reach the LLM at {url}" in note and "start the server" in note and "retr" not in note
+    assert not (proj / "cache" / "query_llm.jsonl").exists()
+
+
+def test_query_time_calls_get_one_attempt_and_none_after_a_run_level_failure(stub, tmp_path: Path,
+                                                                              sample_project: Path) -> None:
+    from hrag_cli.llm import QUERY_CONNECT_TIMEOUT, query_client
+
+    proj = tmp_path / "proj"
+    shutil.copytree(sample_project, proj)
+    (proj / "hrag.toml").write_text("[llm]\nmax_retries = 3\nbackoff_base = 0.01\n")
+    queries = tmp_path / "q.txt"
+    queries.write_text("Who founded Corvane Works?\nWhere is Corvane Works?\n")
+    args = ["-p", str(proj), "--mode", "hybrid", "--llm-model", "openai/m", "--llm-api-base", stub.url]
+
+    stub.set_chat(lambda body: StubReply(503, content="loading model"))     # transient: one attempt per query
+    proc = run(["query", "--file", str(queries), *args], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == 2
+    assert all("keeps failing" in " ".join(json.loads(line)["notes"]) for line in proc.stdout.splitlines())
+
+    stub.reset()
+    stub.set_chat(lambda body: StubReply(401, content="bad key"))            # run-wide: asked once in all
+    proc = run(["query", "--file", str(queries), *args], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == 1
+    assert all("refused the API key" in " ".join(json.loads(line)["notes"]) for line in proc.stdout.splitlines())
+
+    client = query_client(Project(proj), LLMSettings(model="openai/m", api_base=stub.url))
+    assert client.settings.max_retries == 0 and client.request_timeout().connect == QUERY_CONNECT_TIMEOUT

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hrag_cli.extract import llm_extractor
 from hrag_cli.extract.llm_extractor import read_answer
 from tests.stub_server import StubReply
 from tests.test_index_e2e import CHAT, extraction_lines, index, passage_of, summary
@@ -61,7 +62,10 @@ def _runs() -> list[list[dict]]:
     return runs
 
 
-def test_extract_stage_over_the_captured_answers(stub, tmp_path: Path) -> None:
+def test_extract_stage_over_the_captured_answers(stub, tmp_path: Path, monkeypatch) -> None:
+    # The captured run predates continuation rounds (a cut answer now asks for its rest, which the fixture
+    # does not hold): replay it as it ran, with none, so each cut answer leaves its chunk partial.
+    monkeypatch.setattr(llm_extractor, "CONTINUATIONS", 0)
     for n, rows in enumerate(_runs()):
         stub.reset()
         _replay(stub, rows, tmp_path / f"run{n}")
@@ -100,3 +104,5 @@ def _replay(stub, rows: list[dict], tmp_path: Path) -> None:
     for rec in records:
         if rec["status"] == "failed":
             assert rec["error"] and not rec["entities"] and not rec["relations"]
+        if rec["status"] == "partial":
+            assert rec["error_kind"] == "truncated" and rec["continuations"] == 0

@@ -1,6 +1,7 @@
-"""The LLM extractor for one chunk: one extraction request, then up to `max_gleanings` continuation rounds
-that carry the conversation so far, each answer parsed and merged. Also the network-free re-parse of a
-chunk's cached answers (`hrag index --reparse`), which replays exactly the same rounds from cache/llm.jsonl.
+"""The LLM extractor for one chunk: one extraction request, then follow-up rounds that carry the conversation
+so far (a continuation when an answer was cut at max_tokens, up to `max_gleanings` gleaning rounds after a
+finished one), each answer parsed and merged. Also the network-free re-parse of a chunk's cached answers
+(`hrag index --reparse`), which replays exactly the same rounds from cache/llm.jsonl.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def read_answer(text: str, finish_reason: str = "", entity_types: list[str] | No
 
 def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int, keys: list[str],
                  error: str = "", *, error_kind: str = "", truncated: int = 0, cut: bool = False, lost: str = "",
-                 attempt: int = 1) -> ExtractionRecord:
+                 attempt: int = 1, continuations: int = 0) -> ExtractionRecord:
     """An ok record; a failed one when nothing usable came back for a chunk that has content; a partial one
-    when the rows are usable but a gleaning round was lost (`lost` says why). A clean "nothing here" answer
+    when the rows are usable but a round was lost or the answer stayed cut (`lost` says why, `error_kind`
+    which: "gleaning", "continuation" or "truncated"). A clean "nothing here" answer
     (only the completion marker, no unusable rows) is ok, not failed."""
     per_reason = add_counts(dict(result.dropped), {"truncated": truncated} if truncated else {})
     dropped = sum(per_reason.values())
@@ -69,7 +71,8 @@ def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int,
                             relations=result.relations, gleaning_rounds=rounds, status=status,
                             dropped_rows=dropped, llm_keys=list(keys), error=error, dropped=per_reason,
                             retyped=result.retyped, parser=PARSER_VERSION,
-                            error_kind="" if status == "ok" else (error_kind or "gleaning"), attempt=attempt)
+                            error_kind="" if status == "ok" else (error_kind or "gleaning"), attempt=attempt,
+                            continuations=continuations)
 
 
 def glean_rounds_for(chunk: Chunk, settings: ExtractSettings) -> int:
@@ -100,19 +103,32 @@ def _should_glean(answer: Answer) -> bool:
     return bool(r.entities or r.relations) and r.complete and not answer.cut
 
 
+# Continuation rounds per attempt for an answer cut at max_tokens; a chunk still cut after them is "partial",
+# and --retry-failed continues the same conversation for this many more (new requests, never a cached one).
+CONTINUATIONS = 2
+
+
 async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, extractor: str,
-                        attempt: int = 1) -> ExtractionRecord:
+                        attempt: int = 1, continuations: int | None = None) -> ExtractionRecord:
     """Extract one chunk through `client` (an LLMClient). A request that fails for good gives a failed
     record (retried only by --retry-failed); BudgetExceeded, and a failure that would hit every request (no
     server, unknown provider, bad key or model, no quota: llm.FailureCause.run_level), propagate, leaving the
     chunk pending (its answers so far are in the response cache, so finishing it later costs only the rest).
-    `attempt` > 1 marks a retry of a failed chunk."""
+    `attempt` > 1 marks a retry of a failed chunk.
+
+    After the first answer come follow-up rounds in one conversation, each with the chunk's own budget: a
+    continuation round when the last answer was cut at max_tokens (at most `continuations`, default
+    CONTINUATIONS), else a gleaning round when the last answer was finished and gave rows. A lost round, or
+    an answer still cut when the continuations run out, makes the record "partial" (its rows are kept;
+    --retry-failed completes it)."""
     from ..llm import LLMError, failure_cause
+    from .prompts import build_continuation_message
 
     messages = build_extraction_messages(chunk.text, settings.entity_types, settings.language)
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
     budget = answer_budget(chunk, settings, client.settings.max_tokens)
+    continuations = CONTINUATIONS if continuations is None else continuations
     keys: list[str] = []
     try:
         first = await client.achat(messages, max_tokens=budget, purpose="extract")
@@ -125,31 +141,48 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
                             error_kind=cause.kind if cause else "rejected", attempt=attempt)
     keys.append(first.key)
     types = settings.entity_types
-    answer = read_answer(first.text, first.finish_reason, types)
+    answer = last = read_answer(first.text, first.finish_reason, types)
     result, truncated = answer.result, answer.truncated
-    rounds = 0
-    lost = ""
+    gleanings, conts, glean_max = 0, 0, glean_rounds_for(chunk, settings)
+    lost = lost_kind = ""
+    may_glean = _should_glean(answer)
     history = [*messages, {"role": "assistant", "content": first.text}]
-    for _ in range(glean_rounds_for(chunk, settings) if _should_glean(answer) else 0):
-        history.append(build_gleaning_message())
+    while True:
+        if last.cut and conts >= continuations:
+            lost, lost_kind = (f"answer still cut at max_tokens after {conts} continuation round(s)",
+                               "truncated")
+            break
+        if last.cut:
+            turn, purpose = build_continuation_message(), "continue"
+        elif may_glean and gleanings < glean_max:
+            turn, purpose = build_gleaning_message(), "glean"
+        else:
+            break
+        history.append(turn)
+        what = "continuation" if purpose == "continue" else "gleaning"
+        done = conts if purpose == "continue" else gleanings
         try:
-            more = await client.achat(history, max_tokens=budget, purpose="glean")
+            more = await client.achat(history, max_tokens=budget, purpose=purpose)
         except LLMError as exc:
             cause = failure_cause(exc, client.settings)
             if cause is not None and cause.run_level:
                 raise
-            lost = f"gleaning round {rounds + 1} lost: {cause.explain(exc) if cause else exc}"
+            lost, lost_kind = f"{what} round {done + 1} lost: {cause.explain(exc) if cause else exc}", what
             break
         keys.append(more.key)
-        extra = read_answer(more.text, more.finish_reason, types)
-        result = merge_gleaning(result, extra.result, types)
-        truncated += extra.truncated
-        rounds += 1
-        if not _should_glean(extra):
-            break
+        last = read_answer(more.text, more.finish_reason, types)
+        result = merge_gleaning(result, last.result, types)
+        truncated += last.truncated
+        if purpose == "continue":
+            conts += 1
+            may_glean = bool(result.entities or result.relations) and last.result.complete and not last.cut
+        else:
+            gleanings += 1
+            may_glean = _should_glean(last)
         history.append({"role": "assistant", "content": more.text})
-    return build_record(chunk, extractor, check_extraction(result, chunk.text, types), rounds, keys,
-                        truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt)
+    return build_record(chunk, extractor, check_extraction(result, chunk.text, types), gleanings, keys,
+                        error_kind=lost_kind, truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt,
+                        continuations=conts)
 
 
 def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types: list[str]) -> ExtractionRecord | None:
@@ -168,5 +201,7 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types
         result = merge_gleaning(result, extra.result, entity_types)
         truncated += extra.truncated
     lost = old.error if old.status == "partial" else ""
-    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types), len(answers) - 1,
-                        old.llm_keys, truncated=truncated, cut=answers[0].cut, lost=lost, attempt=old.attempt)
+    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types),
+                        len(answers) - 1 - old.continuations, old.llm_keys, truncated=truncated,
+                        cut=answers[0].cut, lost=lost, error_kind=old.error_kind if lost else "",
+                        attempt=old.attempt, continuations=old.continuations)

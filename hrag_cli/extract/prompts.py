@@ -122,6 +122,16 @@ def build_gleaning_message() -> dict:
     return {"role": "user", "content": content}
 
 
+def build_continuation_message() -> dict:
+    """The user turn appended after an answer cut at max_tokens, to get the rest of it (a continuation round)."""
+    content = (
+        "Your answer was cut off by the length limit. Continue it: output the remaining records, starting "
+        "again with the record that was cut off, without repeating the complete records above. Use exactly the "
+        f"same line format and delimiter, and finish with {COMPLETION_MARKER} on its own line."
+    )
+    return {"role": "user", "content": content}
+
+
 def build_summary_messages(
     kind: str, name: str, fragments: list[str], target_tokens: int, language: str
 ) -> list[dict]:

@@ -182,7 +182,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                               "failed": 0, "pending": 0, "llm_requests": 0, "llm_cache_hits": 0, "retries": 0,
                               "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
     todo: list[Chunk] = []
-    attempts: dict[str, int] = {}
+    attempts: dict[str, dict] = {}
     seen: set[str] = set()
     for ch in chunks:
         if ch.chunk_id in seen:
@@ -192,7 +192,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         if rec is None or (retry_failed and rec.get("status", "ok") != "ok"):
             todo.append(ch)
             if rec is not None:
-                attempts[ch.chunk_id] = _next_attempt(rec)
+                attempts[ch.chunk_id] = _retry_args(rec)
         else:
             counts["cached"] += 1
     budget: BudgetExceeded | None = None
@@ -231,12 +231,19 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     return StageOutcome(counts=counts, output_digest=digest)
 
 
-def _next_attempt(rec: dict) -> int:
-    """The attempt number for --retry-failed: a failed chunk is asked anew (a changed request, so not the
-    cached unreadable answer); a partial one repeats its own attempt, whose first answer is in the response
-    cache, so only the lost gleaning round goes to the network."""
-    attempt = int(rec.get("attempt", 1) or 1)
-    return attempt if rec.get("status") == "partial" else attempt + 1
+def _retry_args(rec: dict) -> dict:
+    """extract_chunk's arguments for --retry-failed. A failed chunk is asked anew (attempt + 1: a changed
+    request, so not the cached unreadable answer). A partial one repeats its own attempt, whose answers so far
+    are in the response cache, so only what is missing goes to the network: the lost round, or, for an answer
+    still cut at max_tokens, further continuation rounds (never the identical cut request again)."""
+    from .llm_extractor import CONTINUATIONS
+
+    attempt = _int(rec.get("attempt", 1)) or 1
+    if rec.get("status") != "partial":
+        return {"attempt": attempt + 1}
+    if rec.get("error_kind") == "truncated":
+        return {"attempt": attempt, "continuations": _int(rec.get("continuations")) + CONTINUATIONS}
+    return {"attempt": attempt}
 
 
 def failure_summary(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str,
@@ -251,7 +258,7 @@ def failure_summary(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
     if counts["failed"]:
         parts.append(f"{counts['failed']} of {len(chunks)} chunk(s) could not be extracted")
     if counts["partial"]:
-        parts.append(f"{counts['partial']} lost a gleaning round")
+        parts.append(f"{counts['partial']} only partly extracted (a round lost, or the answer still cut)")
     common, n = errors.most_common(1)[0] if errors else ("", 0)
     return (f"{' and '.join(parts)} (commonest, {n}x: {common}); 'hrag status' lists them, "
             "'hrag index --retry-failed' tries them again")
@@ -316,7 +323,7 @@ STREAK_KINDS = ("context", "timeout", "server")
 
 async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
                    latest: dict[tuple[str, str], dict], reporter: Reporter, counts: dict,
-                   attempts: dict[str, int]) -> None:
+                   attempts: dict[str, dict]) -> None:
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
     RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
@@ -342,9 +349,8 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                     ch = next(queue, None)
                     if ch is None:
                         break
-                    attempt = attempts.get(ch.chunk_id, 1)
                     running[asyncio.ensure_future(
-                        extract_chunk(client, ch, settings.extract, extractor, attempt))] = ch
+                        extract_chunk(client, ch, settings.extract, extractor, **attempts.get(ch.chunk_id, {})))] = ch
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)

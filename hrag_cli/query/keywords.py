@@ -1,6 +1,7 @@
 """LightRAG's query keywords: high-level (themes, for the relation index) and low-level (names, for the entity
-index). With an LLM configured this is one JSON call, cached in cache/llm.jsonl like every other call, so
-asking the same question twice costs nothing; without one the query text serves as both."""
+index). With an LLM configured this is one JSON call, cached in cache/query_llm.jsonl, so asking the same question
+twice costs nothing; without one, or when the call fails (one attempt, llm.query_client), the query text
+serves as both."""
 
 from __future__ import annotations
 
@@ -69,7 +70,9 @@ def extract_keywords(project: Project, settings: Settings, query: str, *, llm: A
         resp = llm.chat(build_keywords_messages(query), max_tokens=256, purpose="keywords")
     except HragError as exc:
         if notes is not None:
-            notes.append(f"keyword extraction failed ({exc}): used the query text")
+            from ..llm import failure_note
+
+            notes.append(f"keywords from the query text, the LLM failed: {failure_note(exc, settings.llm)}")
         return fallback
     parsed = parse_keywords(resp.text)
     if parsed is None:
