@@ -422,7 +422,9 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
     else:
         backend = LiteLLMBackend(settings)
     cache = None
-    if project is not None:
+    if project is not None and not isinstance(backend, BuiltinBackend):
+        # builtin encodes tens of thousands of texts a second, faster than a cache of 2048-wide rows is read,
+        # and the vector indices already keep every embedded item: a cache would only cost disk
         writable = _holds_lock(project) if cache_writes is None else cache_writes
         cache = EmbeddingCache(project.embeddings_dir, backend.model_id, writable)
         if isinstance(backend, LiteLLMBackend) and cache.dim:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import zipfile
 from dataclasses import asdict
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
-from .records import Chunk, Entity, Fact, Relation, from_dict
-from .vectors import INDEX_NAMES, VectorIndex
+from .records import Entity, from_dict
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, VectorIndex
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -54,22 +55,22 @@ ACTIONS = ("link", "merge", "skip")
 
 def settings_fingerprint(settings: Settings) -> str:
     e = settings.embed
-    return fingerprint("synonyms-v1", e.model.strip() or "builtin", e.idf_refresh_growth,
+    return fingerprint("synonyms-v1", VECTOR_FORMAT, e.model.strip() or "builtin", e.idf_refresh_growth,
                        asdict(settings.vectors), asdict(settings.synonyms))
 
 
-# -- texts of the four indices ------------------------------------------------------------------------------
-def entity_text(e: Entity) -> str:
-    return f"{e.name}\n{e.description}"
+# -- texts of the four indices (from the JSONL rows, so millions of them never become dataclasses) -----------
+def entity_text(name: str, description: str) -> str:
+    return f"{name}\n{description}"
 
 
-def relation_text(r: Relation, names: dict[str, str]) -> str:
-    kw = ", ".join(r.keywords)
-    return f"{names.get(r.src, r.src)}\n{names.get(r.tgt, r.tgt)}\n{kw}\n{r.description}"
+def relation_text(r: dict, names: dict[str, str]) -> str:
+    kw = ", ".join(r["keywords"])
+    return f"{names.get(r['src'], r['src'])}\n{names.get(r['tgt'], r['tgt'])}\n{kw}\n{r['description']}"
 
 
-def fact_text(f: Fact) -> str:
-    return f.text
+def fact_text(f: dict) -> str:
+    return f"({f['subject']}, {f['predicate']}, {f['object']})"
 
 
 def name_chars(name: str) -> int:
@@ -343,20 +344,47 @@ def _load(path: Path, cls: type) -> list:
     return [from_dict(cls, r) for r in store.read_jsonl(path)]
 
 
-def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str, ids: list[str],
-                texts: list[str], reporter: Reporter) -> tuple[VectorIndex, dict]:
-    matrix = emb.encode(texts, reporter=reporter)
-    dim = int(matrix.shape[1]) if len(texts) else 0
-    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id, dim)
-    counts = idx.sync(ids, [text_hash(t) for t in texts], matrix)
+_EMBED_BLOCK = 16_384      # texts embedded per block when syncing an index (bounds the float32 in flight)
+
+
+def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
+                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter) -> tuple[VectorIndex, dict]:
+    """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
+    the saved index lacks (a second pass, in blocks), save. `items()` yields (id, text) afresh on each call."""
+    ids: list[str] = []
+    hashes: list[str] = []
+    for item_id, text in items():
+        ids.append(item_id)
+        hashes.append(text_hash(text))
+    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id,
+                                     emb.backend.known_dim() or 0)
+    todo = idx.missing(ids, hashes)
+    wanted = np.zeros(len(ids), dtype=bool)
+    wanted[todo] = True
+
+    def blocks() -> Iterator[np.ndarray]:
+        batch: list[str] = []
+        for p, (_, text) in enumerate(items()):
+            if wanted[p]:
+                batch.append(text)
+                if len(batch) >= _EMBED_BLOCK:
+                    yield emb.encode(batch, reporter=reporter)
+                    batch = []
+        if batch:
+            yield emb.encode(batch, reporter=reporter)
+
+    counts = idx.sync(ids, hashes, blocks(), rows=todo)
     idx.save(project.vectors_dir)
     return idx, counts
 
 
+def _jsonl_items(path: Path, text: Callable[[dict], str]) -> Callable[[], Iterator[tuple[str, str]]]:
+    return lambda: ((r["id"], text(r)) for r in store.read_jsonl(path))
+
+
 def _drop_name_graph(vectors_dir: Path) -> None:
     """Earlier versions kept an HNSW graph of the name vectors; the cells replaced it, so its files go."""
-    hnsw, id_map = VectorIndex.paths(vectors_dir, NAMES)
-    for path in (hnsw, id_map, VectorIndex.matrix_path(vectors_dir, NAMES), vectors_dir / f"{NAMES}.pca.npy"):
+    for path in (*VectorIndex.files(vectors_dir, NAMES), vectors_dir / f"{NAMES}.pca.npy"):
         path.unlink(missing_ok=True)
 
 
@@ -406,31 +434,31 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     entities = {e.id: e for e in entities_list}
     accepted = read_review(accept_path, entities) if accept_path is not None else None
 
-    chunk_rows: list[Chunk] = _load(project.chunks_path, Chunk)
     chunk_texts: dict[str, str] = {}
-    for c in chunk_rows:
-        chunk_texts.setdefault(c.chunk_id, c.text)
-    relations: list[Relation] = _load(project.relations_path, Relation)
-    facts: list[Fact] = _load(project.facts_path, Fact)
+    n_chunk_rows = 0
+    for c in store.read_jsonl(project.chunks_path):
+        chunk_texts.setdefault(c["chunk_id"], c["text"])
+        n_chunk_rows += 1
     names = {e.id: e.name for e in entities_list}
 
-    idf = refresh_idf(project, settings, (c.text for c in chunk_rows), len(chunk_rows), reporter)
+    idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
+                      reporter)
     emb = get_embedder(project, settings, cache_writes=True)
-    specs = {
-        "chunks": (list(chunk_texts), list(chunk_texts.values())),
-        "entities": ([e.id for e in entities_list], [entity_text(e) for e in entities_list]),
-        "relations": ([r.id for r in relations], [relation_text(r, names) for r in relations]),
-        "facts": ([f.id for f in facts], [fact_text(f) for f in facts]),
+    items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
+        "chunks": lambda: chunk_texts.items(),
+        "entities": lambda: ((e.id, entity_text(e.name, e.description)) for e in entities_list),
+        "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
+        "facts": _jsonl_items(project.facts_path, fact_text),
     }
     counts: dict[str, Any] = {}
     digests: dict[str, Any] = {"model_id": emb.model_id}
     added = 0
     for name in INDEX_NAMES:
-        ids, texts = specs[name]
-        idx, c = _sync_index(project, settings, emb, name, ids, texts, reporter)
+        idx, c = _sync_index(project, settings, emb, name, items[name], reporter)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]
         digests[name] = fingerprint(idx.ids, idx.hashes)
+        del idx
     counts["vectors_added"] = added
     counts.update(_sync_bm25(project, chunk_texts, reporter))
     counts.update(idf)

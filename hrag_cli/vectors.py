@@ -1,4 +1,5 @@
-"""hnswlib cosine indices with id maps: the four vector indices of DESIGN.md §5.
+"""The four vector indices of DESIGN.md §5: a float16 matrix per index, searched exactly, plus an HNSW graph
+only for an index of at least `vectors.exact_below` items.
 
 API (the query stage codes against this):
 
@@ -8,25 +9,30 @@ API (the query stage codes against this):
     idx.dim, len(idx), idx.ids (list[str], id order)
     ids, sims = idx.search(queries, k, ef=None)   # queries float32 (nq, dim) or (dim,); ids: list[list[str]] (nq lists,
                                          # each <= k, best first); sims: float32 (nq, k) cosine, -inf padded
-    idx.vectors()           # float32 (len, dim): every live vector in idx.ids order (exact dense scoring)
+    idx.vectors()           # (len, dim) unit rows in idx.ids order, float16 (memory-mapped after load)
+    idx.scores(query)       # float32 (len,): exact cosine of one query with every row
     idx.position(id) -> int | None       # row of an id in idx.ids / idx.vectors()
 
 Writers (the synonyms stage):
 
-    idx = VectorIndex.create("chunks", dim, settings.vectors, model_id)
-    counts = idx.sync(ids, hashes, matrix)   # make the index hold exactly these ids with these vectors
-    idx.save(project.vectors_dir)            # vectors/<name>.hnsw + vectors/<name>.ids.jsonl, both atomic
+    idx = VectorIndex.load_or_create(vectors_dir, "chunks", settings.vectors, model_id, dim)
+    todo = idx.missing(ids, hashes)          # positions whose (id, text hash) the index lacks: embed only those
+    counts = idx.sync(ids, hashes, vectors_of_todo, rows=todo)   # or sync(ids, hashes, full_matrix)
+    idx.save(project.vectors_dir)            # <name>.f16.npy, <name>.hnsw (large only), <name>.ids.jsonl
 
-Why it is shaped this way:
-- Items are keyed by (id, hash of the embedded text), so `sync` adds only new or changed items to the live
-  HNSW graph instead of rebuilding it. Removed or changed items are `mark_deleted` and their slots reused by
-  later additions (`allow_replace_deleted`): a document edit costs a few graph insertions, not a rebuild. When
-  deleted slots exceed a quarter of the index, or the embedder/dimension/M/ef_construction changed, `sync`
-  rebuilds from scratch, since search quality of HNSW drifts with many tombstones.
-- Below `exact_below` live items search is a plain matrix product: exact, and faster than HNSW at that size.
-- Saving goes through a temp file in the same folder and os.replace for both files; the ids file is written
-  last and names the hnsw file's checksum-free size, so a crash between the two renames is detected at load
-  (size mismatch) and reported as "rebuild with hrag synonyms" instead of returning wrong ids.
+Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores):
+- Building HNSW graphs was 64 % of a MuSiQue build (2k-60k items per index), and at those sizes a query's
+  exact matrix product over the float16 rows takes milliseconds. So below `exact_below` items there is no graph
+  at all; above it the graph is built (all cores) because an exact scan of millions of rows per query is not.
+- float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
+  gaps between neighbours that matter. Rows are stored unit-length, so the matrix product is the cosine.
+- The index is its own embedding store: `missing` names the items whose (id, text hash) it does not hold, so a
+  later run embeds only new or changed texts and copies the other rows (no separate cache file needed).
+- The matrix is saved as .npy and memory-mapped at query time: a query process touches only the pages it reads.
+- Saving goes through store.atomic_path for every file; the id map is written last and names the matrix rows and
+  the hnsw file's size, so a crash between renames is detected at load and reported as "rebuild with hrag
+  synonyms" instead of returning wrong ids. An index of an earlier format raises the same error (and the
+  synonyms stage, whose fingerprint includes FORMAT, rebuilds it on the next `hrag index`).
 """
 
 from __future__ import annotations
@@ -41,13 +47,11 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 1
+FORMAT = 2
+DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
-
-
-# Indices whose whole matrix is saved beside the graph as <name>.npy: ppr and naive score every chunk densely,
-# and reading a large matrix back out of hnswlib item by item costs ~0.5 ms a vector.
-MATRIX_SAVED = frozenset({"chunks"})
+_SCAN_ROWS = 1 << 16          # rows converted to float32 per block of an exact scan
+_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _hnswlib():
@@ -65,40 +69,57 @@ def _as_matrix(x: np.ndarray, dim: int) -> np.ndarray:
     return np.ascontiguousarray(m)
 
 
+def _unit(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, 1)
+
+
 def exact_topk(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k of unit vectors: (rows int64 (nq, k), sims float32 (nq, k)), best first."""
+    """Exact cosine top-k of unit vectors: (rows int64 (nq, k), sims float32 (nq, k)), best first. A float16
+    matrix is scanned in blocks converted to float32 (BLAS has no float16 product)."""
     n = matrix.shape[0]
+    nq = len(queries)
     k = min(k, n)
     if k <= 0:
-        return np.zeros((len(queries), 0), dtype=np.int64), np.zeros((len(queries), 0), dtype=np.float32)
-    sims = queries @ matrix.T
-    if k < n:
+        return np.zeros((nq, 0), dtype=np.int64), np.zeros((nq, 0), dtype=np.float32)
+    q = np.asarray(queries, dtype=np.float32)
+    best_rows, best_sims = [], []
+    for s in range(0, n, _SCAN_ROWS):
+        block = np.asarray(matrix[s:s + _SCAN_ROWS], dtype=np.float32)
+        sims = q @ block.T
+        kk = min(k, len(block))
+        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk] if kk < len(block) else \
+            np.broadcast_to(np.arange(len(block)), (nq, len(block))).copy()
+        best_rows.append(part + s)
+        best_sims.append(np.take_along_axis(sims, part, axis=1))
+    rows, sims = np.concatenate(best_rows, axis=1), np.concatenate(best_sims, axis=1)
+    if rows.shape[1] > k:
         part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(n), (len(queries), n)).copy()
-    psims = np.take_along_axis(sims, part, axis=1)
-    order = np.argsort(-psims, axis=1, kind="stable")
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(psims, order, axis=1).astype(np.float32)
+        rows, sims = np.take_along_axis(rows, part, 1), np.take_along_axis(sims, part, 1)
+    order = np.lexsort((rows, -sims), axis=1)
+    return np.take_along_axis(rows, order, axis=1), np.take_along_axis(sims, order, axis=1).astype(np.float32)
 
 
 class VectorIndex:
-    """One named cosine index: hnswlib graph + the id of each label + the text hash each vector came from."""
+    """One named cosine index: unit rows (float16) in id order, the text hash each came from, and for a large
+    index an hnswlib graph whose label of row p is labels[p]."""
 
     def __init__(self, name: str, dim: int, settings: VectorSettings, model_id: str) -> None:
         self.name = name
         self.dim = int(dim)
         self.settings = settings
         self.model_id = model_id
-        self.ids: list[str] = []          # live ids, in label order
-        self.labels: list[int] = []       # hnsw label per live id
-        self.hashes: list[str] = []       # text hash per live id
+        self.ids: list[str] = []          # live ids, in row order
+        self.hashes: list[str] = []       # text hash per row
+        self.labels: np.ndarray = np.zeros(0, dtype=np.int64)   # hnsw label per row (graph only)
         self.m = settings.m
         self.ef_construction = settings.ef_construction
-        self._pos: dict[str, int] = {}
-        self._free: int = 0               # deleted slots awaiting reuse
+        self._pos: dict[str, int] | None = None
+        self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
-        self._matrix: np.ndarray | None = None
+        self._matrix = np.zeros((0, self.dim), dtype=DTYPE)
+        self._f32: np.ndarray | None = None
         self._lut: np.ndarray | None = None
 
     # -- construction -----------------------------------------------------------------------------------
@@ -109,122 +130,163 @@ class VectorIndex:
     @classmethod
     def load_or_create(cls, vectors_dir: Path, name: str, settings: VectorSettings, model_id: str,
                        dim: int) -> "VectorIndex":
-        """The saved index when it was built by this embedder at this dimension, else a fresh empty one."""
+        """The saved index when it was built by this embedder at this dimension (0: not known yet, any), else a
+        fresh empty one."""
         try:
             idx = cls.load(vectors_dir, name, settings)
         except HragError:
             idx = None
-        if idx is None or idx.model_id != model_id or (idx.dim != dim and len(idx)):
+        if idx is None or idx.model_id != model_id or (dim and idx.dim != dim and len(idx)):
             return cls.create(name, dim, settings, model_id)
-        idx.dim = dim
+        if not len(idx) and dim:
+            idx.dim = dim
+            idx._matrix = np.zeros((0, dim), dtype=DTYPE)
         return idx
 
     @classmethod
     def build(cls, name: str, ids: list[str], matrix: np.ndarray, settings: VectorSettings, model_id: str,
               hashes: list[str] | None = None) -> "VectorIndex":
         idx = cls(name, int(np.asarray(matrix).shape[1]) if len(ids) else 0, settings, model_id)
-        idx._rebuild(list(ids), list(hashes) if hashes is not None else [""] * len(ids),
-                     _as_matrix(matrix, idx.dim) if len(ids) else np.zeros((0, idx.dim), np.float32))
+        idx.sync(list(ids), list(hashes) if hashes is not None else [""] * len(ids), matrix)
         return idx
 
-    def _new_hnsw(self, capacity: int):
-        index = _hnswlib().Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=max(capacity, 16), M=self.m, ef_construction=self.ef_construction,
-                         random_seed=100, allow_replace_deleted=True)
-        index.set_ef(max(self.settings.ef_search, 16))
-        return index
+    def _uses_graph(self, n: int) -> bool:
+        return n >= max(1, self.settings.exact_below)
 
-    def _rebuild(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> None:
-        self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
-        self._index = self._new_hnsw(len(ids)) if ids else None
-        if ids:
-            self._index.add_items(matrix, np.arange(len(ids), dtype=np.int64))
-        self.ids, self.hashes = list(ids), list(hashes)
-        self.labels = list(range(len(ids)))
-        self._pos = {i: p for p, i in enumerate(self.ids)}
-        if len(self._pos) != len(self.ids):
-            raise ValueError(f"index {self.name}: duplicate ids")
-        self._free = 0
-        self._next_label = len(ids)
-        self._matrix = matrix.copy() if self._keeps_matrix(len(ids)) else None
-        self._lut = None
+    def missing(self, ids: list[str], hashes: list[str]) -> np.ndarray:
+        """Positions in `ids` whose (id, hash) this index does not hold: the texts to embed before `sync`."""
+        pos, have = self._positions(), self.hashes
+        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes))
+                            if (r := pos.get(i)) is None or have[r] != h), dtype=np.int64)
 
-    def sync(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> dict:
-        """Make the index hold exactly `ids` (vectors `matrix`, row per id); incremental when it can be.
-
-        Returns counts: added, removed, kept, rebuilt (0/1)."""
+    def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None) -> dict:
+        """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
+        `missing` returned) a row per listed position only, the other rows being kept from the index (which
+        must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
+        millions of texts without holding them all. Returns counts: added, removed, kept, rebuilt (0/1: the
+        graph was built from scratch)."""
         n = len(ids)
-        if n and self.dim == 0:
-            self.dim = int(np.asarray(matrix).shape[1])
-        matrix = _as_matrix(matrix, self.dim) if n else np.zeros((0, self.dim), np.float32)
-        want = {i: p for p, i in enumerate(ids)}
-        if len(want) != n:
+        if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
-        if self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction:
-            self._rebuild(list(ids), list(hashes), matrix)
-            return {"added": n, "removed": 0, "kept": 0, "rebuilt": 1}
-        gone = [p for p, i in enumerate(self.ids) if want.get(i) is None or hashes[want[i]] != self.hashes[p]]
-        gone_ids = {self.ids[p] for p in gone}
-        new = [p for p, i in enumerate(ids) if i not in self._pos or i in gone_ids]
-        kept = len(self.ids) - len(gone)
-        if (self._free + len(gone)) > _REBUILD_DELETED_FRACTION * max(n, 1) and gone:
-            self._rebuild(list(ids), list(hashes), matrix)
-            return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 1}
-        for p in gone:
-            self._index.mark_deleted(self.labels[p])
-        self._free += len(gone)
-        keep_mask = np.ones(len(self.ids), dtype=bool)
-        keep_mask[gone] = False
-        self.ids = [i for i, k in zip(self.ids, keep_mask) if k]
-        self.labels = [lab for lab, k in zip(self.labels, keep_mask) if k]
-        self.hashes = [h for h, k in zip(self.hashes, keep_mask) if k]
-        if new:
-            add = matrix[new]
-            labels = np.arange(self._next_label, self._next_label + len(new), dtype=np.int64)
-            self._next_label += len(new)
-            reuse = min(self._free, len(new))
-            needed = self._index.get_current_count() + len(new) - reuse
+        if rows is None:     # a full matrix: only the rows the index lacks are taken from it
+            todo = self.missing(ids, hashes)
+            vectors = np.asarray(vectors)[todo] if n else vectors
+        else:
+            todo = np.asarray(rows, dtype=np.int64)
+        blocks = iter([vectors]) if isinstance(vectors, np.ndarray) or not hasattr(vectors, "__next__") \
+            else vectors
+        first = next(blocks, None) if len(todo) else None
+        if first is not None and self.dim == 0:
+            self.dim = int(np.asarray(first).shape[-1])
+        pos = self._positions()
+        is_new = np.zeros(n, dtype=bool)
+        is_new[todo] = True
+        old_row = np.full(n, -1, dtype=np.int64)
+        for p, i in enumerate(ids):
+            if not is_new[p]:
+                r = pos.get(i)
+                if r is None or self.hashes[r] != hashes[p]:
+                    raise ValueError(f"index {self.name}: no stored vector for {i!r}; pass it in `vectors`")
+                old_row[p] = r
+        kept_rows = old_row[~is_new]
+        gone = np.ones(len(self.ids), dtype=bool)
+        gone[kept_rows] = False
+        n_gone = int(gone.sum())
+
+        matrix = np.empty((n, self.dim), dtype=DTYPE)
+        for s in range(0, n, _SCAN_ROWS):                      # kept rows copied, in blocks (old may be a memmap)
+            sel = np.flatnonzero(~is_new[s:s + _SCAN_ROWS]) + s
+            if len(sel):
+                matrix[sel] = self._matrix[old_row[sel]]
+        done = 0
+        block = first
+        while block is not None:
+            b = _as_matrix(block, self.dim)
+            if done + len(b) > len(todo):
+                raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
+            matrix[todo[done:done + len(b)]] = _unit(b).astype(DTYPE)
+            done += len(b)
+            block = next(blocks, None)
+        if done != len(todo):
+            raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
+
+        rebuilt = 0
+        old_labels = self.labels
+        labels = np.full(n, -1, dtype=np.int64)
+        if not self._uses_graph(n):
+            self._index, self._free, self._next_label = None, 0, 0
+        elif (self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction
+              or (self._free + n_gone) > _REBUILD_DELETED_FRACTION * max(n, 1)):
+            self._build_graph(matrix)
+            labels = np.arange(n, dtype=np.int64)
+            rebuilt = 1
+        else:
+            for lab in old_labels[gone]:
+                self._index.mark_deleted(int(lab))
+            self._free += n_gone
+            labels[~is_new] = old_labels[kept_rows]
+            labels[todo] = np.arange(self._next_label, self._next_label + len(todo), dtype=np.int64)
+            self._next_label += len(todo)
+            reuse = min(self._free, len(todo))
+            needed = self._index.get_current_count() + len(todo) - reuse
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, int(self._index.get_max_elements() * 1.5)))
             # replace_deleted reuses tombstoned slots first, so memory stays bounded by the live count
-            self._index.add_items(add, labels, replace_deleted=True)
+            self._index.add_items(np.asarray(matrix[todo], dtype=np.float32), labels[todo], replace_deleted=True)
             self._free -= reuse
-            self.ids.extend(ids[p] for p in new)
-            self.labels.extend(int(x) for x in labels)
-            self.hashes.extend(hashes[p] for p in new)
-        self._pos = {i: p for p, i in enumerate(self.ids)}
-        # the caller's matrix already holds every live vector: reorder it for small sets (exact search),
-        # and let big ones be read back from hnswlib only if someone asks for vectors()
-        self._matrix = matrix[[want[i] for i in self.ids]] if self._keeps_matrix(len(self.ids)) else None
-        self._lut = None
-        return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 0}
+        self.ids, self.hashes, self.labels = list(ids), list(hashes), labels
+        self._matrix, self._f32, self._lut, self._pos = matrix, None, None, None
+        return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
+
+    def _build_graph(self, matrix: np.ndarray) -> None:
+        n = len(matrix)
+        self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
+        index = _hnswlib().Index(space="cosine", dim=self.dim)
+        index.init_index(max_elements=max(n, 16), M=self.m, ef_construction=self.ef_construction,
+                         random_seed=100, allow_replace_deleted=True)
+        index.set_ef(max(self.settings.ef_search, 16))
+        for s in range(0, n, _SCAN_ROWS):           # float32 copies one block at a time; every core inserts
+            index.add_items(np.asarray(matrix[s:s + _SCAN_ROWS], dtype=np.float32),
+                            np.arange(s, min(n, s + _SCAN_ROWS), dtype=np.int64), num_threads=os.cpu_count() or 1)
+        self._index, self._free, self._next_label = index, 0, n
 
     # -- reading ----------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.ids)
 
+    def _positions(self) -> dict[str, int]:
+        if self._pos is None:
+            self._pos = {i: p for p, i in enumerate(self.ids)}
+        return self._pos
+
     def position(self, item_id: str) -> int | None:
-        return self._pos.get(item_id)
-
-    def _keeps_matrix(self, n: int) -> bool:
-        return n < self.settings.exact_below or self.name in MATRIX_SAVED
-
-    def _live_matrix(self) -> np.ndarray:
-        if self._matrix is None:
-            if not self.ids:
-                self._matrix = np.zeros((0, self.dim), np.float32)
-            else:
-                got = self._index.get_items(np.asarray(self.labels, dtype=np.int64), return_type="numpy")
-                self._matrix = np.ascontiguousarray(got, dtype=np.float32)
-        return self._matrix
+        return self._positions().get(item_id)
 
     def vectors(self) -> np.ndarray:
-        """All live vectors, row i = self.ids[i] (unit length: hnswlib cosine stores normalised vectors)."""
-        return self._live_matrix()
+        """All live vectors (unit rows, float16), row i = self.ids[i]."""
+        return self._matrix
+
+    def _scan_matrix(self) -> np.ndarray:
+        """What an exact scan reads: a float32 copy for a small index (kept for the next query), else the
+        float16 rows, converted block by block."""
+        if self._f32 is None and self._matrix.size <= _F32_CACHE_ELEMENTS:
+            self._f32 = np.asarray(self._matrix, dtype=np.float32)
+        return self._f32 if self._f32 is not None else self._matrix
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """float32 (len,): the cosine of one query with every row, exact (ppr and naive score every chunk)."""
+        q = _as_matrix(query, self.dim)[0]
+        mat = self._scan_matrix()
+        if mat.dtype == np.float32:
+            return mat @ q
+        out = np.empty(len(mat), dtype=np.float32)
+        for s in range(0, len(mat), _SCAN_ROWS):
+            out[s:s + _SCAN_ROWS] = np.asarray(mat[s:s + _SCAN_ROWS], dtype=np.float32) @ q
+        return out
 
     def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
-        """Top-k ids by cosine per query, best first; exact below settings.exact_below live items.
-        `ef` overrides settings.ef_search for this call."""
+        """Top-k ids by cosine per query, best first; exact unless the index has a graph (>= exact_below
+        items). `ef` overrides settings.ef_search for this call."""
         q = _as_matrix(queries, self.dim)
         n = len(self.ids)
         k = int(k)
@@ -232,8 +294,8 @@ class VectorIndex:
         if n == 0 or k <= 0:
             return [[] for _ in range(len(q))], sims_out
         kk = min(k, n)
-        if n < self.settings.exact_below:
-            rows, sims = exact_topk(self._live_matrix(), q, kk)
+        if self._index is None:
+            rows, sims = exact_topk(self._scan_matrix(), q, kk)
         else:
             rows, sims = self._hnsw_search(q, kk, ef or self.settings.ef_search)
         ids_out: list[list[str]] = []
@@ -249,15 +311,16 @@ class VectorIndex:
             labels, dists = self._index.knn_query(q, k=k)
         except RuntimeError:
             # hnswlib refuses when it cannot fill k results (tombstones, tiny ef): answer exactly instead
-            return exact_topk(self._live_matrix(), q, k)
+            return exact_topk(self._scan_matrix(), q, k)
         rows = self._label_rows()[labels.astype(np.int64)]
         return rows, (1.0 - dists).astype(np.float32)
 
     def _label_rows(self) -> np.ndarray:
         """label -> row in self.ids (-1 for tombstones), as an array so 1M results map in one gather."""
         if self._lut is None:
-            lut = np.full(max(self._next_label, max(self.labels, default=-1) + 1), -1, dtype=np.int64)
-            lut[np.asarray(self.labels, dtype=np.int64)] = np.arange(len(self.labels), dtype=np.int64)
+            top = max(self._next_label, int(self.labels.max(initial=-1)) + 1)
+            lut = np.full(top, -1, dtype=np.int64)
+            lut[self.labels] = np.arange(len(self.labels), dtype=np.int64)
             self._lut = lut
         return self._lut
 
@@ -268,11 +331,15 @@ class VectorIndex:
 
     @staticmethod
     def matrix_path(vectors_dir: Path, name: str) -> Path:
-        return Path(vectors_dir) / f"{name}.npy"
+        return Path(vectors_dir) / f"{name}.f16.npy"
+
+    @classmethod
+    def files(cls, vectors_dir: Path, name: str) -> list[Path]:
+        """Every file of one index, including those of format 1 (<name>.npy), for removal."""
+        return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name), Path(vectors_dir) / f"{name}.npy"]
 
     def save(self, vectors_dir: Path) -> None:
-        """hnsw file (and for MATRIX_SAVED indices the .npy matrix) first, each temp + rename, then the id map
-        that vouches for them (atomic)."""
+        """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
         hnsw_path, ids_path = self.paths(vectors_dir, self.name)
         hnsw_path.parent.mkdir(parents=True, exist_ok=True)
         size = 0
@@ -280,21 +347,24 @@ class VectorIndex:
             with store.atomic_path(hnsw_path) as tmp:
                 self._index.save_index(str(tmp))
                 size = os.path.getsize(tmp)
-        matrix_rows = -1
-        if self.name in MATRIX_SAVED:
-            with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
-                np.save(fh, np.ascontiguousarray(self._live_matrix(), dtype=np.float32), allow_pickle=False)
-            matrix_rows = len(self.ids)
+        else:
+            hnsw_path.unlink(missing_ok=True)
+        with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
+            np.save(fh, np.ascontiguousarray(self._matrix, dtype=DTYPE), allow_pickle=False)
+        (Path(vectors_dir) / f"{self.name}.npy").unlink(missing_ok=True)     # format 1's matrix
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
-                            "hnsw_bytes": size, "matrix_rows": matrix_rows}}
-        rows = ({"id": i, "label": lab, "h": h} for i, lab, h in zip(self.ids, self.labels, self.hashes))
+                            "hnsw_bytes": size, "matrix_rows": len(self.ids), "dtype": np.dtype(DTYPE).name}}
+        graph = self._index is not None
+        rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
+                for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
         store.write_jsonl(ids_path, _chain([header], rows))
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
-        """The saved index, or None when it was never built. A damaged pair raises HragError."""
+        """The saved index, or None when it was never built. A damaged set or an earlier format raises
+        HragError naming the fix."""
         hnsw_path, ids_path = cls.paths(vectors_dir, name)
         if not ids_path.exists():
             return None
@@ -303,22 +373,36 @@ class VectorIndex:
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
+        labels: list[int] = []
         try:   # a hand-edited or damaged id map: missing keys or wrong types
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
+            graph = bool(meta.get("hnsw_bytes"))
             for r in rows:
                 idx.ids.append(r["id"])
-                idx.labels.append(int(r["label"]))
                 idx.hashes.append(r.get("h", ""))
+                if graph:
+                    labels.append(int(r["label"]))
             count = int(meta["count"])
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
-        if len(idx.ids) != count:
+        if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
-        idx._pos = {i: p for p, i in enumerate(idx.ids)}
+        idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
-        idx._next_label = int(meta.get("next_label", len(idx.ids)))
-        if meta.get("hnsw_bytes"):
+        idx._next_label = int(meta.get("next_label", 0))
+        if count:
+            try:   # memory-mapped: a query touches only the pages it scores
+                m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError):
+                m = None
+            if m is None or m.shape != (count, idx.dim) or m.dtype != DTYPE:
+                raise HragError(f"{cls.matrix_path(vectors_dir, name)} does not match its id map; "
+                                f"run 'hrag synonyms' to rebuild it")
+            idx._matrix = m
+        else:
+            idx._matrix = np.zeros((0, idx.dim), dtype=DTYPE)
+        if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
             index = _hnswlib().Index(space="cosine", dim=idx.dim)
@@ -328,13 +412,6 @@ class VectorIndex:
                 raise HragError(f"{hnsw_path} is damaged ({exc}); run 'hrag synonyms' to rebuild it") from None
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
-        if int(meta.get("matrix_rows", -1)) == len(idx.ids) and len(idx.ids):
-            try:   # memory-mapped: a query touches only the pages it scores
-                m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
-                m = None
-            if m is not None and m.shape == (len(idx.ids), idx.dim) and m.dtype == np.float32:
-                idx._matrix = m
         return idx
 
 

@@ -123,15 +123,15 @@ class QueryIndex:
         return cache[name]
 
     @cached_property
-    def _chunk_matrix(self) -> tuple[list[str], np.ndarray]:
+    def _chunk_index(self) -> Any:
         idx = self.vector_index("chunks")
         if idx is None:
             raise UsageError(f"no chunk vectors in {self.project.root}: run 'hrag index DOCS' first")
-        return list(idx.ids), np.asarray(idx.vectors(), dtype=np.float32)
+        return idx
 
     @property
     def chunk_ids(self) -> list[str]:
-        return self._chunk_matrix[0]
+        return self._chunk_index.ids
 
     @cached_property
     def chunk_row(self) -> dict[str, int]:
@@ -150,11 +150,13 @@ class QueryIndex:
 
     def dense_chunk_scores(self, qvec: np.ndarray) -> np.ndarray:
         """Cosine of the query with every chunk, aligned with `chunk_ids` (exact: PPR needs every chunk's
-        score, and a matrix-vector product over the chunk vectors is cheaper than a search anyway)."""
-        mat = self._chunk_matrix[1]
-        if mat.size == 0:
+        score, and a matrix-vector product over the chunk vectors is cheaper than a search anyway). The
+        float16 rows are memory-mapped; a small index keeps a float32 copy across queries, a large one is
+        scanned in blocks (bounded query memory)."""
+        idx = self._chunk_index
+        if len(idx) == 0:
             return np.zeros(0, dtype=np.float64)
-        return (mat @ qvec).astype(np.float64)
+        return idx.scores(qvec).astype(np.float64)
 
     def search(self, name: str, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Top-k (id, cosine) of a vector index; an index that was never built counts as empty."""
