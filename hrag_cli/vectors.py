@@ -38,6 +38,7 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -75,29 +76,111 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 
 def exact_topk(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k of unit vectors: (rows int64 (nq, k), sims float32 (nq, k)), best first. A float16
-    matrix is scanned in blocks converted to float32 (BLAS has no float16 product)."""
-    n = matrix.shape[0]
-    nq = len(queries)
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros((nq, 0), dtype=np.int64), np.zeros((nq, 0), dtype=np.float32)
-    q = np.asarray(queries, dtype=np.float32)
-    best_rows, best_sims = [], []
-    for s in range(0, n, _SCAN_ROWS):
-        block = np.asarray(matrix[s:s + _SCAN_ROWS], dtype=np.float32)
-        sims = q @ block.T
-        kk = min(k, len(block))
-        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk] if kk < len(block) else \
-            np.broadcast_to(np.arange(len(block)), (nq, len(block))).copy()
-        best_rows.append(part + s)
-        best_sims.append(np.take_along_axis(sims, part, axis=1))
-    rows, sims = np.concatenate(best_rows, axis=1), np.concatenate(best_sims, axis=1)
+    """Exact cosine top-k of unit vectors in a dense matrix: (rows int64 (nq, k), sims float32), best first."""
+    return exact_search(DenseRows(matrix), queries, k)
+
+
+def _merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best k of per-block candidates (rows, sims), best first (ties: lower row)."""
+    rows, sims = np.concatenate([r for r, _ in parts], axis=1), np.concatenate([x for _, x in parts], axis=1)
     if rows.shape[1] > k:
         part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         rows, sims = np.take_along_axis(rows, part, 1), np.take_along_axis(sims, part, 1)
     order = np.lexsort((rows, -sims), axis=1)
     return np.take_along_axis(rows, order, axis=1), np.take_along_axis(sims, order, axis=1).astype(np.float32)
+
+
+def _block_topk(sims: np.ndarray, offset: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    kk = min(k, sims.shape[1])
+    part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk] if kk < sims.shape[1] else \
+        np.broadcast_to(np.arange(sims.shape[1]), sims.shape).copy()
+    return part + offset, np.take_along_axis(sims, part, axis=1)
+
+
+class DenseRows:
+    """Unit rows as a float16 matrix (memory-mapped after load); a small one keeps a float32 copy for
+    repeated scans, since a float16 -> float32 conversion per query costs more than the product."""
+    kind = "dense"
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        self.matrix = matrix
+        self._f32: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.matrix)
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix[rows], dtype=np.float32)
+
+    def _scan(self) -> np.ndarray:
+        if self._f32 is None and self.matrix.size <= _F32_CACHE_ELEMENTS:
+            self._f32 = np.asarray(self.matrix, dtype=np.float32)
+        return self._f32 if self._f32 is not None else self.matrix
+
+    def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, cosines (nq, rows)) per block of rows."""
+        mat = self._scan()
+        for s in range(0, len(mat), _SCAN_ROWS):
+            yield s, q @ np.asarray(mat[s:s + _SCAN_ROWS], dtype=np.float32).T
+
+
+class SparseRows:
+    """Unit rows in compressed sparse rows (float16 values, uint16 columns). The builtin embedder hashes a
+    text's few words and n-grams into 2048 buckets: a fact or a name fills 20-100 of them, so this is 10-40x
+    smaller than the dense rows, and a scan costs in proportion to the values stored."""
+    kind = "sparse"
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, dim: int) -> None:
+        self.indptr, self.indices, self.data, self.dim = indptr, indices, data, dim
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values per row, columns, values) of `rows`, in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.indptr[rows]
+        lens = self.indptr[rows + 1] - starts
+        pos = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()), dtype=np.int64)
+        return lens, self.indices[pos], self.data[pos]
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        lens, cols, vals = self.take(rows)
+        out = np.zeros((len(lens), self.dim), dtype=np.float32)
+        out[np.repeat(np.arange(len(lens)), lens), cols] = vals
+        return out
+
+    def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        n = len(self)
+        step = max(1, _SCAN_ROWS // 4)
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            p0, p1 = int(self.indptr[s]), int(self.indptr[e])
+            cols = np.asarray(self.indices[p0:p1], dtype=np.intp)
+            vals = np.asarray(self.data[p0:p1], dtype=np.float32)
+            starts = np.asarray(self.indptr[s:e], dtype=np.int64) - p0
+            out = np.zeros((len(q), e - s), dtype=np.float32)
+            if p1 > p0:
+                prod = q[:, cols] * vals
+                live = starts < (np.asarray(self.indptr[s + 1:e + 1]) - p0)      # reduceat needs non-empty rows
+                out[:, live] = np.add.reduceat(prod, starts[live], axis=1)
+            yield s, out
+
+
+def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values per row, columns, float16 values) of a dense float32 block, row by row."""
+    r, c = np.nonzero(b)
+    return (np.bincount(r, minlength=len(b)).astype(np.int64), c.astype(np.uint16),
+            b[r, c].astype(DTYPE))
+
+
+def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-k over a DenseRows or SparseRows: (rows int64 (nq, k), sims float32), best first."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    k = min(k, len(rows_store))
+    if k <= 0:
+        return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float32)
+    return _merge_topk([_block_topk(sims, s, k) for s, sims in rows_store.blocks(q)], k)
 
 
 class VectorIndex:
@@ -118,8 +201,7 @@ class VectorIndex:
         self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
-        self._matrix = np.zeros((0, self.dim), dtype=DTYPE)
-        self._f32: np.ndarray | None = None
+        self._rows: DenseRows | SparseRows = DenseRows(np.zeros((0, self.dim), dtype=DTYPE))
         self._lut: np.ndarray | None = None
 
     # -- construction -----------------------------------------------------------------------------------
@@ -140,7 +222,7 @@ class VectorIndex:
             return cls.create(name, dim, settings, model_id)
         if not len(idx) and dim:
             idx.dim = dim
-            idx._matrix = np.zeros((0, dim), dtype=DTYPE)
+            idx._rows = DenseRows(np.zeros((0, dim), dtype=DTYPE))
         return idx
 
     @classmethod
@@ -193,23 +275,7 @@ class VectorIndex:
         gone[kept_rows] = False
         n_gone = int(gone.sum())
 
-        matrix = np.empty((n, self.dim), dtype=DTYPE)
-        for s in range(0, n, _SCAN_ROWS):                      # kept rows copied, in blocks (old may be a memmap)
-            sel = np.flatnonzero(~is_new[s:s + _SCAN_ROWS]) + s
-            if len(sel):
-                matrix[sel] = self._matrix[old_row[sel]]
-        done = 0
-        block = first
-        while block is not None:
-            b = _as_matrix(block, self.dim)
-            if done + len(b) > len(todo):
-                raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
-            matrix[todo[done:done + len(b)]] = _unit(b).astype(DTYPE)
-            done += len(b)
-            block = next(blocks, None)
-        if done != len(todo):
-            raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
-
+        rows_store = self._store(n, todo, is_new, old_row, first, blocks)
         rebuilt = 0
         old_labels = self.labels
         labels = np.full(n, -1, dtype=np.int64)
@@ -217,7 +283,7 @@ class VectorIndex:
             self._index, self._free, self._next_label = None, 0, 0
         elif (self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction
               or (self._free + n_gone) > _REBUILD_DELETED_FRACTION * max(n, 1)):
-            self._build_graph(matrix)
+            self._build_graph(rows_store)
             labels = np.arange(n, dtype=np.int64)
             rebuilt = 1
         else:
@@ -232,22 +298,71 @@ class VectorIndex:
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, int(self._index.get_max_elements() * 1.5)))
             # replace_deleted reuses tombstoned slots first, so memory stays bounded by the live count
-            self._index.add_items(np.asarray(matrix[todo], dtype=np.float32), labels[todo], replace_deleted=True)
+            for s in range(0, len(todo), _SCAN_ROWS):
+                part = todo[s:s + _SCAN_ROWS]
+                self._index.add_items(rows_store.dense(part), labels[part], replace_deleted=True)
             self._free -= reuse
         self.ids, self.hashes, self.labels = list(ids), list(hashes), labels
-        self._matrix, self._f32, self._lut, self._pos = matrix, None, None, None
+        self._rows, self._lut, self._pos = rows_store, None, None
         return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
 
-    def _build_graph(self, matrix: np.ndarray) -> None:
-        n = len(matrix)
+    def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
+               ) -> DenseRows | SparseRows:
+        """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
+        Sparse when the first incoming block (else the current store) is under a quarter full."""
+        if first is not None:
+            b0 = _as_matrix(first, self.dim)
+            sparse = np.count_nonzero(b0) < 0.25 * b0.size
+        else:
+            b0, sparse = None, self._rows.kind == "sparse"
+        kept = np.flatnonzero(~is_new)
+        done = 0
+        dense_out = None if sparse else np.empty((n, self.dim), dtype=DTYPE)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []   # (positions, lens, cols, vals)
+        for s in range(0, len(kept), _SCAN_ROWS):                  # kept rows, in blocks (old may be a memmap)
+            pos = kept[s:s + _SCAN_ROWS]
+            if sparse and self._rows.kind == "sparse":
+                parts.append((pos, *self._rows.take(old_row[pos])))
+            elif sparse:
+                parts.append((pos, *_sparsify(self._rows.dense(old_row[pos]))))
+            else:
+                dense_out[pos] = self._rows.dense(old_row[pos])
+        block = b0
+        while block is not None:
+            b = _unit(_as_matrix(block, self.dim))
+            if done + len(b) > len(todo):
+                raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
+            pos = todo[done:done + len(b)]
+            if sparse:
+                parts.append((pos, *_sparsify(b)))
+            else:
+                dense_out[pos] = b
+            done += len(b)
+            nxt = next(blocks, None)
+            block = None if nxt is None else nxt
+        if done != len(todo):
+            raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
+        if not sparse:
+            return DenseRows(dense_out)
+        pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
+        lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
+        tmp = SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                         np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
+                         np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        lens, cols, vals = tmp.take(np.argsort(pos, kind="stable"))      # into `ids` order
+        return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, self.dim)
+
+    def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
+        n = len(rows_store)
         self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
         index = _hnswlib().Index(space="cosine", dim=self.dim)
         index.init_index(max_elements=max(n, 16), M=self.m, ef_construction=self.ef_construction,
                          random_seed=100, allow_replace_deleted=True)
         index.set_ef(max(self.settings.ef_search, 16))
-        for s in range(0, n, _SCAN_ROWS):           # float32 copies one block at a time; every core inserts
-            index.add_items(np.asarray(matrix[s:s + _SCAN_ROWS], dtype=np.float32),
-                            np.arange(s, min(n, s + _SCAN_ROWS), dtype=np.int64), num_threads=os.cpu_count() or 1)
+        step = max(1, _SCAN_ROWS // 8)
+        for s in range(0, n, step):                  # float32 copies one block at a time; every core inserts
+            rows = np.arange(s, min(n, s + step), dtype=np.int64)
+            index.add_items(rows_store.dense(rows), rows, num_threads=os.cpu_count() or 1)
         self._index, self._free, self._next_label = index, 0, n
 
     # -- reading ----------------------------------------------------------------------------------------
@@ -263,25 +378,17 @@ class VectorIndex:
         return self._positions().get(item_id)
 
     def vectors(self) -> np.ndarray:
-        """All live vectors (unit rows, float16), row i = self.ids[i]."""
-        return self._matrix
-
-    def _scan_matrix(self) -> np.ndarray:
-        """What an exact scan reads: a float32 copy for a small index (kept for the next query), else the
-        float16 rows, converted block by block."""
-        if self._f32 is None and self._matrix.size <= _F32_CACHE_ELEMENTS:
-            self._f32 = np.asarray(self._matrix, dtype=np.float32)
-        return self._f32 if self._f32 is not None else self._matrix
+        """All live vectors (unit rows, float16), row i = self.ids[i]: memory-mapped when stored dense."""
+        if self._rows.kind == "dense":
+            return self._rows.matrix
+        return self._rows.dense(np.arange(len(self.ids))).astype(DTYPE)
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         """float32 (len,): the cosine of one query with every row, exact (ppr and naive score every chunk)."""
-        q = _as_matrix(query, self.dim)[0]
-        mat = self._scan_matrix()
-        if mat.dtype == np.float32:
-            return mat @ q
-        out = np.empty(len(mat), dtype=np.float32)
-        for s in range(0, len(mat), _SCAN_ROWS):
-            out[s:s + _SCAN_ROWS] = np.asarray(mat[s:s + _SCAN_ROWS], dtype=np.float32) @ q
+        q = _as_matrix(query, self.dim)
+        out = np.empty(len(self.ids), dtype=np.float32)
+        for s, sims in self._rows.blocks(q):
+            out[s:s + sims.shape[1]] = sims[0]
         return out
 
     def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
@@ -295,7 +402,7 @@ class VectorIndex:
             return [[] for _ in range(len(q))], sims_out
         kk = min(k, n)
         if self._index is None:
-            rows, sims = exact_topk(self._scan_matrix(), q, kk)
+            rows, sims = exact_search(self._rows, q, kk)
         else:
             rows, sims = self._hnsw_search(q, kk, ef or self.settings.ef_search)
         ids_out: list[list[str]] = []
@@ -311,7 +418,7 @@ class VectorIndex:
             labels, dists = self._index.knn_query(q, k=k)
         except RuntimeError:
             # hnswlib refuses when it cannot fill k results (tombstones, tiny ef): answer exactly instead
-            return exact_topk(self._scan_matrix(), q, k)
+            return exact_search(self._rows, q, k)
         rows = self._label_rows()[labels.astype(np.int64)]
         return rows, (1.0 - dists).astype(np.float32)
 
@@ -331,12 +438,20 @@ class VectorIndex:
 
     @staticmethod
     def matrix_path(vectors_dir: Path, name: str) -> Path:
+        """The dense float16 rows."""
         return Path(vectors_dir) / f"{name}.f16.npy"
+
+    @staticmethod
+    def sparse_paths(vectors_dir: Path, name: str) -> tuple[Path, Path, Path]:
+        """The sparse rows: row starts, columns, float16 values."""
+        d = Path(vectors_dir)
+        return d / f"{name}.csr-indptr.npy", d / f"{name}.csr-indices.npy", d / f"{name}.csr-data.npy"
 
     @classmethod
     def files(cls, vectors_dir: Path, name: str) -> list[Path]:
-        """Every file of one index, including those of format 1 (<name>.npy), for removal."""
-        return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name), Path(vectors_dir) / f"{name}.npy"]
+        """Every file of one index, including format 1's <name>.npy, for removal."""
+        return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
+                *cls.sparse_paths(vectors_dir, name), Path(vectors_dir) / f"{name}.npy"]
 
     def save(self, vectors_dir: Path) -> None:
         """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
@@ -349,13 +464,21 @@ class VectorIndex:
                 size = os.path.getsize(tmp)
         else:
             hnsw_path.unlink(missing_ok=True)
-        with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
-            np.save(fh, np.ascontiguousarray(self._matrix, dtype=DTYPE), allow_pickle=False)
-        (Path(vectors_dir) / f"{self.name}.npy").unlink(missing_ok=True)     # format 1's matrix
+        rs = self._rows
+        arrays = ([(self.matrix_path(vectors_dir, self.name), rs.matrix)] if rs.kind == "dense" else
+                  list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.indices, rs.data))))
+        for path, arr in arrays:
+            with store.atomic_writer(path) as fh:
+                np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        written = {path for path, _ in arrays}
+        for path in self.files(vectors_dir, self.name)[2:]:       # the other storage's and format 1's files
+            if path not in written:
+                path.unlink(missing_ok=True)
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
-                            "hnsw_bytes": size, "matrix_rows": len(self.ids), "dtype": np.dtype(DTYPE).name}}
+                            "hnsw_bytes": size, "matrix_rows": len(self.ids), "storage": rs.kind,
+                            "values": int(rs.matrix.size if rs.kind == "dense" else len(rs.data))}}
         graph = self._index is not None
         rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
                 for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
@@ -391,17 +514,7 @@ class VectorIndex:
         idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
         idx._next_label = int(meta.get("next_label", 0))
-        if count:
-            try:   # memory-mapped: a query touches only the pages it scores
-                m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError):
-                m = None
-            if m is None or m.shape != (count, idx.dim) or m.dtype != DTYPE:
-                raise HragError(f"{cls.matrix_path(vectors_dir, name)} does not match its id map; "
-                                f"run 'hrag synonyms' to rebuild it")
-            idx._matrix = m
-        else:
-            idx._matrix = np.zeros((0, idx.dim), dtype=DTYPE)
+        idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim)
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
@@ -413,6 +526,29 @@ class VectorIndex:
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
         return idx
+
+
+    @classmethod
+    def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:
+        """The rows, memory-mapped (a query touches only the pages it scores); checked against the id map."""
+        if not count:
+            return DenseRows(np.zeros((0, dim), dtype=DTYPE))
+        sparse = meta.get("storage") == "sparse"
+        paths = cls.sparse_paths(vectors_dir, name) if sparse else (cls.matrix_path(vectors_dir, name),)
+        try:
+            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
+        except (OSError, ValueError):
+            arrays = []
+        values = int(meta.get("values", -1))
+        if sparse and len(arrays) == 3:
+            indptr, indices, data = arrays
+            if (indptr.shape == (count + 1,) and len(indices) == len(data) == values and data.dtype == DTYPE
+                    and int(indptr[-1]) == values):
+                return SparseRows(indptr, indices, data, dim)
+        elif not sparse and len(arrays) == 1 and arrays[0].shape == (count, dim) and arrays[0].dtype == DTYPE:
+            return DenseRows(arrays[0])
+        raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
+                        f"run 'hrag synonyms' to rebuild it")
 
 
 def _chain(*iters):
