@@ -153,11 +153,11 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     (proj / "hrag.toml").write_text('[extract]\nextractor = "rules"\n[embed]\nmodel = "builtin"\n')
     p = ["-p", str(proj), "-q"]
     stages: dict[str, dict] = {}
-    for stop in ("chunk", "extract", "resolve"):
-        stages[stop] = run(["index", str(docs), "--stop-after", stop, *p])
-        stages[stop]["disk_mb"] = round(disk(proj) / 1e6, 1)
-    stages["synonyms"] = run(["index", str(docs), *p])
-    stages["synonyms"]["disk_mb"] = round(disk(proj) / 1e6, 1)
+    for stop in ("chunk", "extract", "resolve", None):
+        name = stop or "synonyms"
+        stages[name] = run(["index", str(docs), *(["--stop-after", stop] if stop else []), *p])
+        stages[name]["disk_mb"] = round(disk(proj) / 1e6, 1)
+        print(f"[{n} passages] {name}: {json.dumps(stages[name])}", file=sys.stderr, flush=True)   # partial runs
     total = {"wall_s": round(sum(s["wall_s"] for s in stages.values()), 2),
              "cpu_s": round(sum(s["cpu_s"] for s in stages.values()), 2),
              "peak_rss_mb": max(s["peak_rss_mb"] for s in stages.values()), "disk_mb": round(disk(proj) / 1e6, 1)}

@@ -1,5 +1,6 @@
-"""The four vector indices of DESIGN.md §5: a float16 matrix per index, searched exactly, plus an HNSW graph
-only for an index of at least `vectors.exact_below` items.
+"""The four vector indices of DESIGN.md §5: float16 unit rows per index (sparse rows when the vectors are mostly
+zeros, as the builtin embedder's are; else a dense matrix), searched exactly, plus an HNSW graph only for a dense
+index of at least `vectors.exact_below` items.
 
 API (the query stage codes against this):
 
@@ -18,14 +19,18 @@ Writers (the synonyms stage):
     idx = VectorIndex.load_or_create(vectors_dir, "chunks", settings.vectors, model_id, dim)
     todo = idx.missing(ids, hashes)          # positions whose (id, text hash) the index lacks: embed only those
     counts = idx.sync(ids, hashes, vectors_of_todo, rows=todo)   # or sync(ids, hashes, full_matrix)
-    idx.save(project.vectors_dir)            # <name>.f16.npy, <name>.hnsw (large only), <name>.ids.jsonl
+    idx.save(project.vectors_dir)            # <name>.f16.npy or <name>.csr-*.npy, <name>.hnsw (large dense only),
+                                             # <name>.ids.jsonl
 
 Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores):
-- Building HNSW graphs was 64 % of a MuSiQue build (2k-60k items per index), and at those sizes a query's
-  exact matrix product over the float16 rows takes milliseconds. So below `exact_below` items there is no graph
-  at all; above it the graph is built (all cores) because an exact scan of millions of rows per query is not.
+- Building HNSW graphs was 78 % of a MuSiQue build (2048-dim vectors, 2k-20k items per index), and at those
+  sizes an exact scan per query takes milliseconds. So below `exact_below` items there is no graph at all; a dense
+  index above it gets one (built on every core) because an exact scan of millions of dense rows is not cheap.
+- The builtin embedder hashes a text's words and n-grams into 2048 buckets and fills 20-500 of them: stored as
+  sparse rows (uint16 column + float16 value) a fact takes ~150 bytes instead of 8 KB, and a scan costs in
+  proportion to the values stored. A sparse index never gets a graph (it would hold every vector dense).
 - float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
-  gaps between neighbours that matter. Rows are stored unit-length, so the matrix product is the cosine.
+  gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
 - The index is its own embedding store: `missing` names the items whose (id, text hash) it does not hold, so a
   later run embeds only new or changed texts and copies the other rows (no separate cache file needed).
 - The matrix is saved as .npy and memory-mapped at query time: a query process touches only the pages it reads.
@@ -279,7 +284,9 @@ class VectorIndex:
         rebuilt = 0
         old_labels = self.labels
         labels = np.full(n, -1, dtype=np.int64)
-        if not self._uses_graph(n):
+        if not self._uses_graph(n) or rows_store.kind == "sparse":
+            # sparse rows are scanned exactly at any size: an HNSW graph would hold every vector dense (8 KB at
+            # 2048 dims), more than the whole sparse index
             self._index, self._free, self._next_label = None, 0, 0
         elif (self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction
               or (self._free + n_gone) > _REBUILD_DELETED_FRACTION * max(n, 1)):
