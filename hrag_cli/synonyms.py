@@ -43,7 +43,7 @@ from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import Entity, from_dict
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, VectorIndex
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -221,6 +221,53 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
                                                     np.concatenate([out.sim[targets], osim], axis=1), k)
     return out, len(found.rows)
+
+
+FOLD_DIM = 256     # columns the neighbour search of sparse (builtin) name vectors runs in
+
+
+def _rows_dense(rows: np.ndarray | SparseRows, which) -> np.ndarray:
+    return rows.dense(np.asarray(which, dtype=np.int64)) if isinstance(rows, SparseRows) else rows[which]
+
+
+def name_vectors(emb: Embedder, names: list[str], reporter: Reporter) -> tuple[np.ndarray | SparseRows,
+                                                                                np.ndarray | None]:
+    """The entity-name vectors, and the matrix the neighbour search runs on (None: the vectors themselves).
+    Sparse vectors (the builtin embedder's: a name fills 10-60 of 2048 hashed buckets) are kept as sparse rows
+    and searched folded to FOLD_DIM columns (bucket b adds into b mod FOLD_DIM, i.e. the same features hashed
+    into fewer buckets): the self-join, which costs in proportion to the width, runs 8x narrower, and `rescore`
+    puts the exact 2048-wide cosines back, so thresholds and edge weights are unchanged."""
+    if not names:
+        return np.zeros((0, emb.backend.known_dim() or 0), np.float32), None
+    first = emb.encode(names[:_EMBED_BLOCK], reporter=reporter)
+    dim = first.shape[1]
+    if dim <= FOLD_DIM or dim % FOLD_DIM or np.count_nonzero(first) >= 0.25 * first.size:
+        rest = [emb.encode(names[i:i + _EMBED_BLOCK], reporter=reporter)
+                for i in range(_EMBED_BLOCK, len(names), _EMBED_BLOCK)]
+        return np.concatenate([first, *rest]) if rest else first, None
+    folded = np.empty((len(names), FOLD_DIM), dtype=np.float32)
+    parts = []
+    for i in range(0, len(names), _EMBED_BLOCK):
+        block = first if i == 0 else emb.encode(names[i:i + _EMBED_BLOCK], reporter=reporter)
+        f = block.reshape(len(block), dim // FOLD_DIM, FOLD_DIM).sum(axis=1)
+        norms = np.linalg.norm(f, axis=1, keepdims=True)
+        folded[i:i + len(block)] = f / np.where(norms > 0, norms, 1)
+        parts.append(sparse_rows(block))
+    return join_sparse(parts, dim), folded
+
+
+def rescore(knn: KnnLists, full: SparseRows, block: int = 1024) -> None:
+    """Replace the lists' cosines by exact ones from the full vectors and re-order each list by them."""
+    n, k = knn.nbr.shape
+    for s in range(0, n, block):
+        nbr = knn.nbr[s:s + block]
+        ok = nbr >= 0
+        a = full.dense(np.arange(s, min(n, s + block)))
+        b = full.dense(np.where(ok, nbr, 0).ravel().astype(np.int64)).reshape(len(nbr), k, -1)
+        sims = np.where(ok, np.einsum("id,ikd->ik", a, b), -np.inf).astype(np.float32)
+        order = np.lexsort((np.where(ok, nbr, np.iinfo(np.int32).max), -sims), axis=1)
+        knn.nbr[s:s + block] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
+        knn.sim[s:s + block] = np.take_along_axis(sims, order, 1)
 
 
 def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
@@ -467,14 +514,17 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     s = settings.synonyms
     ent_ids, name_texts = [e.id for e in entities_list], [e.name for e in entities_list]
     ent_hashes = [text_hash(t) for t in name_texts]
-    name_matrix = emb.encode(name_texts, reporter=reporter)
+    names_full, search_matrix = name_vectors(emb, name_texts, reporter)
     counts["embedded_now"] = emb.stats["embedded"]
     counts["cached"] = emb.stats["cached"]
     digests[NAMES] = fingerprint(ent_ids, ent_hashes)
     knn_path = project.vectors_dir / KNN_FILE
-    prev = KnnLists.load(knn_path, s.top_k, emb.model_id)
-    knn, queried = update_knn(prev, ent_ids, ent_hashes, name_matrix, s.top_k, reporter, s.cells_per_entity,
-                              s.cell_size)
+    knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "")
+    prev = KnnLists.load(knn_path, s.top_k, knn_model)
+    knn, queried = update_knn(prev, ent_ids, ent_hashes, search_matrix if search_matrix is not None else names_full,
+                              s.top_k, reporter, s.cells_per_entity, s.cell_size)
+    if search_matrix is not None:
+        rescore(knn, names_full)
     knn.save(knn_path)
     _drop_name_graph(project.vectors_dir)
     counts["entities_queried"] = queried
@@ -488,7 +538,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
             if sim is None:   # a pair the reviewer added by hand: its real cosine
-                sim = round(float(name_matrix[row_of[a]] @ name_matrix[row_of[b]]), 6)
+                sim = round(float(_rows_dense(names_full, [row_of[a]])[0] @ _rows_dense(names_full, [row_of[b]])[0]), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)
         counts["accepted_rows"] = len(accepted)

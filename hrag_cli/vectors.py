@@ -179,6 +179,21 @@ def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             b[r, c].astype(DTYPE))
 
 
+def sparse_rows(b: np.ndarray) -> SparseRows:
+    """A dense float32 block as sparse rows."""
+    lens, cols, vals = _sparsify(b)
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, b.shape[1])
+
+
+def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
+    """Sparse row blocks one after another."""
+    if not parts:
+        return SparseRows(np.zeros(1, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
+    lens = np.concatenate([np.diff(p.indptr) for p in parts])
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                      np.concatenate([p.indices for p in parts]), np.concatenate([p.data for p in parts]), dim)
+
+
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine top-k over a DenseRows or SparseRows: (rows int64 (nq, k), sims float32), best first."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
