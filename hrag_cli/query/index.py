@@ -8,7 +8,9 @@ the graph.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from functools import cached_property
 from typing import Any
 
@@ -20,6 +22,62 @@ from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
 from ..ingest import load_chunks, load_documents
+
+
+class RowRecords(Mapping):
+    """id -> record of a JSONL file whose line i holds row i of a vector index (the synonyms stage embeds the
+    file's records in file order), read on demand through the line offsets. A line whose id does not match (the
+    file was rewritten after the index) falls back to reading the whole file once."""
+
+    def __init__(self, path: Path, cls: type, index: Callable[[], Any]) -> None:
+        self.path, self.cls, self._index = path, cls, index
+        self._all: dict[str, Any] | None = None
+        self._starts: np.ndarray | None = None
+        self._data: Any = None
+
+    def _whole(self) -> dict[str, Any]:
+        if self._all is None:
+            self._all = {r["id"]: from_dict(self.cls, r) for r in store.read_jsonl(self.path)}
+        return self._all
+
+    def _line(self, row: int) -> bytes | None:
+        if self._starts is None:
+            try:
+                self._data = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
+            except FileNotFoundError:
+                return None
+            ends = np.flatnonzero(np.asarray(self._data) == 10) if len(self._data) else np.zeros(0, np.int64)
+            self._starts = np.concatenate([[0], ends + 1])
+        if row + 1 >= len(self._starts):
+            return None
+        return bytes(self._data[self._starts[row]:self._starts[row + 1]])
+
+    def __getitem__(self, key: str) -> Any:
+        if self._all is None:
+            idx = self._index()
+            row = idx.position(key) if idx is not None else None
+            if row is not None:
+                line = self._line(row)
+                try:
+                    rec = store.loads(line) if line else None
+                except ValueError:
+                    rec = None
+                if isinstance(rec, dict) and rec.get("id") == key:
+                    return from_dict(self.cls, rec)
+        return self._whole()[key]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]   # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
 
 
 @dataclass
@@ -58,8 +116,10 @@ class QueryIndex:
         return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
 
     @cached_property
-    def facts(self) -> dict[str, Fact]:
-        return {f["id"]: from_dict(Fact, f) for f in store.read_jsonl(self.project.facts_path)}
+    def facts(self) -> "RowRecords":
+        """Facts read on demand: ppr needs the few its fact search returned, and parsing every fact of a large
+        project would dominate a cold query."""
+        return RowRecords(self.project.facts_path, Fact, lambda: self.vector_index("facts"))
 
     def doc_path(self, doc_id: str) -> str:
         doc = self.docs.get(doc_id)
