@@ -442,6 +442,8 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
         return {}
     from .embed_builtin import IdfTable, needs_refresh
 
+    for path in project.embeddings_dir.glob("builtin-*"):   # caches earlier versions kept for builtin: never read
+        path.unlink(missing_ok=True)
     table = _load_idf(project)
     refit = needs_refresh(table, n_docs, settings.embed.idf_refresh_growth)
     if refit and n_docs > 0:

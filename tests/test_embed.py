@@ -136,6 +136,9 @@ def test_idf_is_fitted_frozen_and_refreshed(tmp_path: Path) -> None:
         old.append([b"k" * 16], emb.encode(texts[:1]))
         old_files = [f for f in old.files() if f.exists()]
         assert old_files
+        assert refresh_idf(p, s, texts, len(texts))["idf_refit"] is False     # builtin reads no cache: removed
+        assert not any(f.exists() for f in old_files)
+        old.append([b"j" * 16], emb.encode(texts[1:2]))
         # 10 % growth: frozen, same model id; 40 %: refit, new model id, old cache files dropped
         more = texts + [f"extra text {i}" for i in range(5)]
         assert not refresh_idf(p, s, more, len(more))["idf_refit"]
