@@ -345,6 +345,13 @@ class Embedder:
         n = len(texts)
         if n == 0:   # no probe request or model load just to learn the width of nothing
             return np.zeros((0, self.backend.known_dim() or 0), np.float32)
+        if self.cache is None:           # no cache (builtin): each distinct text once, no hashing
+            where: dict[str, int] = {}
+            for t in texts:
+                where.setdefault(t, len(where))
+            distinct = list(where)
+            m = self._compute(distinct, None, reporter)
+            return m if len(distinct) == n else m[np.fromiter(map(where.__getitem__, texts), np.int64, n)]
         keys = [_key(t) for t in texts]
         pos: dict[bytes, int] = {}
         first: list[int] = []            # index in `texts` of each distinct text
@@ -369,7 +376,7 @@ class Embedder:
         self.stats["cached"] += int(hit.sum())
         return out_u[[pos[k] for k in keys]]
 
-    def _compute(self, texts: list[str], keys: list[bytes], reporter: Reporter | None) -> np.ndarray:
+    def _compute(self, texts: list[str], keys: list[bytes] | None, reporter: Reporter | None) -> np.ndarray:
         block = _BLOCK if not isinstance(self.backend, LiteLLMBackend) else max(1, self.backend.settings.embed.batch_size
                                                                               * self.backend.settings.embed.concurrency * 4)
         parts: list[np.ndarray] = []
@@ -377,7 +384,7 @@ class Embedder:
         with rep.task(f"embed {self.model_id}", total=len(texts)) as task:
             for s in range(0, len(texts), block):
                 m = _normalise(self.backend.encode_raw(texts[s:s + block], reporter))
-                if self.cache is not None:
+                if self.cache is not None and keys is not None:
                     self.cache.append(keys[s:s + block], m)
                 parts.append(m)
                 self.stats["embedded"] += len(m)
