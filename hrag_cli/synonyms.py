@@ -391,7 +391,7 @@ def _load(path: Path, cls: type) -> list:
     return [from_dict(cls, r) for r in store.read_jsonl(path)]
 
 
-_EMBED_BLOCK = 16_384      # texts embedded per block when syncing an index (bounds the float32 in flight)
+_EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,

@@ -56,7 +56,13 @@ INDEX_NAMES = ("chunks", "entities", "relations", "facts")
 FORMAT = 2
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
-_SCAN_ROWS = 1 << 16          # rows converted to float32 per block of an exact scan
+_SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
+_BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
+
+
+def _dense_rows(dim: int) -> int:
+    """Rows per dense float32 block of this width."""
+    return max(1, _BLOCK_FLOATS // max(dim, 1))
 _F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
@@ -125,8 +131,9 @@ class DenseRows:
     def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, cosines (nq, rows)) per block of rows."""
         mat = self._scan()
-        for s in range(0, len(mat), _SCAN_ROWS):
-            yield s, q @ np.asarray(mat[s:s + _SCAN_ROWS], dtype=np.float32).T
+        step = len(mat) if mat.dtype == np.float32 else _dense_rows(mat.shape[1])
+        for s in range(0, len(mat), max(step, 1)):
+            yield s, q @ np.asarray(mat[s:s + step], dtype=np.float32).T
 
 
 class SparseRows:
@@ -320,8 +327,8 @@ class VectorIndex:
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, int(self._index.get_max_elements() * 1.5)))
             # replace_deleted reuses tombstoned slots first, so memory stays bounded by the live count
-            for s in range(0, len(todo), _SCAN_ROWS):
-                part = todo[s:s + _SCAN_ROWS]
+            for s in range(0, len(todo), _dense_rows(self.dim)):
+                part = todo[s:s + _dense_rows(self.dim)]
                 self._index.add_items(rows_store.dense(part), labels[part], replace_deleted=True)
             self._free -= reuse
         self.ids, self.hashes, self.labels = list(ids), list(hashes), labels
@@ -341,8 +348,9 @@ class VectorIndex:
         done = 0
         dense_out = None if sparse else np.empty((n, self.dim), dtype=DTYPE)
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []   # (positions, lens, cols, vals)
-        for s in range(0, len(kept), _SCAN_ROWS):                  # kept rows, in blocks (old may be a memmap)
-            pos = kept[s:s + _SCAN_ROWS]
+        step = _SCAN_ROWS if sparse and self._rows.kind == "sparse" else _dense_rows(self.dim)
+        for s in range(0, len(kept), step):                        # kept rows, in blocks (old may be a memmap)
+            pos = kept[s:s + step]
             if sparse and self._rows.kind == "sparse":
                 parts.append((pos, *self._rows.take(old_row[pos])))
             elif sparse:
@@ -381,7 +389,7 @@ class VectorIndex:
         index.init_index(max_elements=max(n, 16), M=self.m, ef_construction=self.ef_construction,
                          random_seed=100, allow_replace_deleted=True)
         index.set_ef(max(self.settings.ef_search, 16))
-        step = max(1, _SCAN_ROWS // 8)
+        step = _dense_rows(self.dim)
         for s in range(0, n, step):                  # float32 copies one block at a time; every core inserts
             rows = np.arange(s, min(n, s + step), dtype=np.int64)
             index.add_items(rows_store.dense(rows), rows, num_threads=os.cpu_count() or 1)
