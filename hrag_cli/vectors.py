@@ -567,7 +567,7 @@ class VectorIndex:
         paths = cls.sparse_paths(vectors_dir, name) if sparse else (cls.matrix_path(vectors_dir, name),)
         try:
             arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
             arrays = []
         values = int(meta.get("values", -1))
         if sparse and len(arrays) == 3:
