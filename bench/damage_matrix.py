@@ -34,10 +34,11 @@ def main() -> None:
         for d in DAMAGES:
             r = res[(f, d)]
             cells.append("n/a" if not r else f"{r['status']}/{r['query']}/{r['index']}")
-            bad += bool(r) and (r["query"] == "WRONG" or not r["index"].startswith("restored"))
+            bad += bool(r) and (r["query"] == "WRONG" or r["index"] != "restored")
         print(f"{f:42} " + " ".join(f"{c:32}" for c in cells))
     print("cell = status/query/index: status clean|flags|error; query same|refuseN|WRONG (exit 0, other "
-          "answers); index restored = a plain 'hrag index -p P' brings back the undamaged answers")
+          "answers); index restored = a plain 'hrag index -p P' brings back the undamaged answers "
+          "(restored-with-DOCS = only 'hrag index DOCS -p P' did: counted as not restored)")
     print(f"cases: {sum(1 for r in res.values() if r)}  wrong-answer or not-restored: {bad}")
 
 

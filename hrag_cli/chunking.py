@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate
@@ -73,20 +74,41 @@ def _last_match_end(pattern: re.Pattern[bytes], data: bytes, lo: int, hi: int) -
 SEGMENT_CHARS = 1 << 22
 
 
+def _segment_end(text: str, start: int, n: int, size: int) -> int:
+    """Where the segment starting at `start` ends: at most `size` on, at a break in its second half."""
+    end = min(start + size, n)
+    if end < n:
+        for sep in ("\n\n", "\n", " "):
+            cut = text.rfind(sep, start + size // 2, end)
+            if cut > start:
+                return cut + len(sep)
+    return end
+
+
 def segments(text: str, size: int = SEGMENT_CHARS) -> list[tuple[int, int]]:
     """(start, end) character ranges covering `text`, each at most `size` long."""
     out, start, n = [], 0, len(text)
     while start < n:
-        end = min(start + size, n)
-        if end < n:
-            for sep in ("\n\n", "\n", " "):
-                cut = text.rfind(sep, start + size // 2, end)
-                if cut > start:
-                    end = cut + len(sep)
-                    break
+        end = _segment_end(text, start, n, size)
         out.append((start, end))
         start = end
     return out
+
+
+def stream_segments(pieces: Iterable[str], size: int = SEGMENT_CHARS) -> Iterator[str]:
+    """The same segments as `segments` over the concatenation of `pieces`, holding at most about two
+    segments of text at once (a huge file read a block at a time)."""
+    buf, it, eof = "", iter(pieces), False
+    while True:
+        while not eof and len(buf) <= size:
+            piece = next(it, None)
+            eof = piece is None
+            buf += piece or ""
+        if not buf:
+            return
+        end = len(buf) if len(buf) <= size else _segment_end(buf, 0, len(buf), size)
+        yield buf[:end]
+        buf = buf[end:]
 
 
 def chunk_text(text: str, tokens: int = 1200, overlap: int = 100,

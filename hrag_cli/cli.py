@@ -41,6 +41,27 @@ EmbedBaseOpt = Annotated[Optional[str], typer.Option(
     "--embed-api-base", help="API base URL for the embedding model ($HRAG_EMBED_API_BASE).", show_default=False)]
 
 
+RerankOpt = Annotated[Optional[str], typer.Option(
+    "--rerank", help="Rerank every mode's chunks: a litellm rerank model, or st:FOLDER for a local cross-encoder.",
+    show_default=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="A query setting for this run, query.NAME=VALUE (repeatable); nothing is rebuilt.",
+    show_default=False)]
+
+
+def _query_sets(items: Optional[list[str]]) -> dict[str, str]:
+    """--set query.NAME=VALUE pairs; only [query] settings, since the others shape the built index."""
+    from .errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.startswith("query.") or len(key) <= len("query."):
+            raise UsageError(f"--set {item!r}: write query.NAME=VALUE (only query settings can change per run)")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -> tuple[Any, Any]:
     from .project import Project, resolve_root
 
@@ -135,8 +156,6 @@ def index(
         from .embed import get_embedder
 
         get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
-    if not dry_run:           # a dry run reads the project as it is and creates nothing
-        proj.init()
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
                            reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
     result = run_index(proj, settings, _reporter(quiet, json_output), options)
@@ -268,21 +287,35 @@ def query(
     context: Annotated[bool, typer.Option("--context", help="Print the token-budgeted context text.")] = False,
     answer: Annotated[bool, typer.Option("--answer", help="Let the LLM answer from the context, citing [n].")] = False,
     no_lexical: Annotated[bool, typer.Option("--no-lexical", help="Turn off BM25 fusion.")] = False,
+    rerank: RerankOpt = None,
+    response_type: Annotated[Optional[str], typer.Option(
+        "--response-type", help="With --answer: the form of the reply, e.g. 'one paragraph', 'a bulleted list'.",
+        show_default=False)] = None,
+    user_prompt: Annotated[Optional[str], typer.Option(
+        "--user-prompt", help="With --answer: your own instructions for the answer.", show_default=False)] = None,
+    history: Annotated[Optional[Path], typer.Option(
+        "--history", help="With --answer: earlier turns, a JSON list or JSONL of {role, content}.",
+        show_default=False)] = None,
     llm_model: LlmModelOpt = None,
     llm_api_base: LlmBaseOpt = None,
     embed_model: EmbedModelOpt = None,
     embed_api_base: EmbedBaseOpt = None,
+    set_: SetOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Retrieve the chunks that answer a question, from the project as it is (nothing is rebuilt)."""
+    from .errors import UsageError
     from .query.run import run_query_command
 
+    if (response_type is not None or user_prompt is not None) and not answer:
+        raise UsageError("--response-type and --user-prompt shape the answer: add --answer")
     overrides = {"query.mode": mode, "query.top_k": top_k, "llm.model": llm_model, "llm.api_base": llm_api_base,
                  "embed.model": embed_model, "embed.api_base": embed_api_base,
-                 "query.lexical_fusion": False if no_lexical else None}
+                 "query.lexical_fusion": False if no_lexical else None, "query.rerank": rerank,
+                 "query.response_type": response_type, "query.user_prompt": user_prompt, **_query_sets(set_)}
     proj, settings = _open(project, overrides, create=False)
     run_query_command(proj, settings, text=text, file=file, want_context=context, want_answer=answer,
-                      json_output=json_output)
+                      json_output=json_output, history=history)
 
 
 @app.command(name="eval")
@@ -293,12 +326,17 @@ def eval_cmd(
     k: Annotated[str, typer.Option("-k", help="Comma-separated cut-offs.")] = "2,5",
     no_lexical: Annotated[bool, typer.Option("--no-lexical", help="Turn off BM25 fusion.")] = False,
     embed_model: EmbedModelOpt = None,
+    rerank: RerankOpt = None,
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    set_: SetOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Recall@k of each retrieval mode against gold passages."""
     from .evaluate import run_eval_command
 
-    overrides = {"embed.model": embed_model, "query.lexical_fusion": False if no_lexical else None}
+    overrides = {"embed.model": embed_model, "query.lexical_fusion": False if no_lexical else None,
+                 "query.rerank": rerank, "llm.model": llm_model, "llm.api_base": llm_api_base, **_query_sets(set_)}
     proj, settings = _open(project, overrides, create=False)
     run_eval_command(proj, settings, qa, modes=modes, ks=k, json_output=json_output)
 

@@ -110,6 +110,16 @@ class QuerySettings:
     damping: float = 0.5
     entity_top_k: int = 40           # local mode: entities taken from the entity index
     relation_top_k: int = 40         # global mode: relations taken from the relation index
+    chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
+                                     # (vector) or by how many of them carry the chunk (weight), as LightRAG
+    chunk_pick_boost: float = 1.0    # vector pick: + this x the share of the chosen entities/relations naming the chunk
+    chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
+    rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
+    rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)
+    rerank_top_k: int = 20           # chunks the reranker reorders (at least top_k)
+    rerank_chunk_tokens: int = 480   # longer chunks are split into pieces this long; a chunk scores its best piece
+    response_type: str = ""          # --answer: the form of the reply, e.g. "one paragraph", "a bulleted list"
+    user_prompt: str = ""            # --answer: the user's own instructions for the answer
     entity_tokens: int = 6000
     relation_tokens: int = 8000
     context_tokens: int = 30000
@@ -119,6 +129,17 @@ class QuerySettings:
     lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
     entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
+    fact_filter: str = "auto"        # ppr: the LLM keeps the facts that bear on the query (auto: when one is set)
+    # ppr's final ranking: the first `fusion_head` ranks are the best of a reciprocal-rank fusion (1 / (fusion_k +
+    # rank)) of the walk (its share: walk_weight, or rules_walk_weight on a rules-extractor graph) with the passage
+    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on 2Wiki-100 (rules),
+    # checked on MuSiQue-100 (rules, OpenIE): bench/retrieval.py. walk_weight = 1 is the walk alone.
+    walk_weight: float = 0.9
+    rules_walk_weight: float = 0.55
+    fusion_head: int = 2
+    fusion_k: float = 1.0
+    fusion_lexical: float = 0.75
+    seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
 
 
 @dataclass
@@ -163,6 +184,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_tokens": (0, 100_000_000), "query.relation_tokens": (0, 100_000_000),
     "query.context_tokens": (1, 100_000_000), "query.lexical_weight": (0, 1), "query.rrf_k": (0, 1_000_000),
     "query.entity_seed_weight": (0, 1_000_000),
+    "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
+    "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
+    "query.chunk_pick_boost": (0, 1_000_000), "query.chunk_top_k": (1, 100_000),
+    "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
 

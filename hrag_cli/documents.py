@@ -9,15 +9,18 @@ warning that names them; only a missing path or a corpus with nothing usable is 
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import orjson
 
+from .chunking import stream_segments
 from .config import DocumentSettings
 from .errors import UsageError
 from .progress import Reporter
@@ -29,10 +32,64 @@ RECORD_SUFFIXES = {".jsonl"}
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES | RECORD_SUFFIXES
 
 
+# Text files bigger than this are never read whole: the scan hashes them a block at a time and the chunk
+# stage reads them again a segment at a time (chunking.stream_segments), so memory stays a few segments.
+BIG_FILE_BYTES = 1 << 24
+BLOCK_BYTES = 1 << 22
+
+
 @dataclass
 class LoadedDocument:
     doc: Document
     text: str
+    source: Path | None = None   # a big text file, read again segment by segment; `text` is then empty
+
+    def segments(self) -> Iterator[str]:
+        """The text in pieces that are each chunked on their own (one piece unless the file is big)."""
+        if self.source is None:
+            yield self.text
+        else:
+            yield from stream_segments(_text_blocks(self.source))
+
+
+class _NotText(Exception):
+    pass
+
+
+def _text_blocks(path: Path) -> Iterator[str]:
+    """The file's text as `_decode` would give it, a block at a time; _NotText when it is binary or not
+    UTF-8 (a "\r" at a block's end waits for the next block, which may start with "\n")."""
+    dec = codecs.getincrementaldecoder("utf-8-sig")()
+    carry = ""
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(BLOCK_BYTES)
+            if b"\x00" in data:
+                raise _NotText("binary file")
+            try:
+                text = carry + dec.decode(data, final=not data)
+            except UnicodeDecodeError:
+                raise _NotText("not UTF-8 text") from None
+            carry = "\r" if data and text.endswith("\r") else ""
+            text = text[:-1] if carry else text
+            if text:
+                yield text.replace("\r\n", "\n").replace("\r", "\n")
+            if not data:
+                return
+
+
+def _big_text_file(path: Path, rel: str) -> LoadedDocument | None:
+    """Hash a big text file a block at a time; None when it holds only white space."""
+    h, size, blank = hashlib.sha256(), 0, True
+    for text in _text_blocks(path):
+        raw = text.encode("utf-8")
+        h.update(raw)
+        size += len(raw)
+        blank = blank and text.isspace()
+    if blank:
+        return None
+    return LoadedDocument(Document(doc_id=text_hash(rel), path=rel, sha256=h.hexdigest(), bytes=size, metadata={}),
+                          "", path)
 
 
 @dataclass
@@ -193,6 +250,17 @@ def _skip(result: ScanResult, reporter: Reporter, where: str, reason: str) -> No
 def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
                result: ScanResult) -> None:
     try:
+        if path.suffix.lower() in TEXT_SUFFIXES and path.stat().st_size > BIG_FILE_BYTES:
+            try:
+                big = _big_text_file(path, rel)
+            except _NotText as exc:
+                _skip(result, reporter, rel, str(exc))
+                return
+            if big is None:
+                _skip(result, reporter, rel, "empty")
+            else:
+                result.documents.append(big)
+            return
         data = path.read_bytes()
     except OSError as exc:
         _skip(result, reporter, rel, f"unreadable ({exc.strerror or exc})")

@@ -78,7 +78,8 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
                 pieces = [(ch.text, ch.n_tokens) for ch in sorted(old_by_doc[doc.doc_id], key=lambda x: x.order)]
                 reused += 1
             else:
-                pieces = [(p.text, p.n_tokens) for p in chunk_text(loaded.text, c.tokens, c.overlap, c.encoding)]
+                pieces = [(p.text, p.n_tokens) for seg in loaded.segments()
+                          for p in chunk_text(seg, c.tokens, c.overlap, c.encoding)]
             seen_here: set[str] = set()
             order = 0
             for text, n_tokens in pieces:

@@ -484,18 +484,7 @@ class LLMClient:
             # a hard stop a little past the request timeout, for providers that do not honour it
             return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=s.timeout + 5.0)
 
-        def count_retry() -> None:
-            self.stats.retries += 1
-
-        # The slot is held through backoff sleeps too: under a 429 storm the whole client slows down instead of
-        # queued requests rushing in to be refused as well.
-        async with state.sem:
-            self._check_budget()  # the spend may have reached the limit while this request waited for a slot
-            try:
-                resp = await with_retries(once, s, self.reporter, what=s.model, on_retry=count_retry)
-            except LLMError:
-                self.stats.failures += 1
-                raise
+        resp = await self._send(once, state)
         text, finish = _response_text(resp)
         usage = getattr(resp, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -511,17 +500,88 @@ class LLMClient:
         self.stats.cost += cost
         return rec
 
+    async def _send(self, once: Callable[[], Awaitable[Any]], state: _LoopState) -> Any:
+        """One request with the shared retry policy, counted in stats. The slot is held through backoff sleeps
+        too: under a 429 storm the whole client slows down instead of queued requests rushing in to be
+        refused as well."""
+        def count_retry() -> None:
+            self.stats.retries += 1
+
+        async with state.sem:
+            self._check_budget()  # the spend may have reached the limit while this request waited for a slot
+            try:
+                return await with_retries(once, self.settings, self.reporter, what=self.settings.model,
+                                          on_retry=count_retry)
+            except LLMError:
+                self.stats.failures += 1
+                raise
+
+    def rerank_key(self, query: str, document: str) -> str:
+        return fingerprint("rerank", self.settings.model, query, document)
+
+    async def arerank(self, query: str, documents: list[str], *, purpose: str = "rerank") -> list[float]:
+        """Relevance of each document to the query from a litellm rerank model (cohere-style /rerank), one
+        score per document in order. Cached per (model, query, document), so only documents never scored for
+        this query are sent, in one request."""
+        if not self.enabled:
+            raise UsageError("no rerank model configured: pass --rerank MODEL")
+        keys = [self.rerank_key(query, d) for d in documents]
+        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in self._cache))
+        if missing:
+            await self._fetch_rerank(query, [documents[i] for i in missing], [keys[i] for i in missing], purpose)
+        else:
+            self.stats.cache_hits += 1
+        return [float(self._cache[k]["response"]) for k in keys]
+
+    async def _fetch_rerank(self, query: str, documents: list[str], keys: list[str], purpose: str) -> None:
+        self._check_budget()
+        litellm = import_litellm()
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": s.model, "query": query, "documents": documents,
+                                  "top_n": len(documents), "timeout": s.timeout, "num_retries": 0}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+
+        async def once() -> Any:
+            return await asyncio.wait_for(litellm.arerank(**kwargs), timeout=s.timeout + 5.0)
+
+        resp = await self._send(once, self._loop_state())
+        scores: dict[int, float] = {}
+        for item in getattr(resp, "results", None) or []:
+            get = item.get if isinstance(item, dict) else (lambda name, _i=item: getattr(_i, name, None))
+            idx, score = get("index"), get("relevance_score")
+            if isinstance(idx, int) and 0 <= idx < len(documents) and isinstance(score, (int, float)):
+                scores[idx] = float(score)
+        if len(scores) != len(documents):
+            self.stats.failures += 1
+            raise LLMError(f"rerank model {s.model} scored {len(scores)} of {len(documents)} documents")
+        hidden = getattr(resp, "_hidden_params", None) or {}
+        cost = float(hidden.get("response_cost") or 0.0) if isinstance(hidden, dict) else 0.0
+        ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for i, key in enumerate(keys):
+            self._store({"key": key, "model": s.model, "purpose": purpose, "response": repr(scores[i]),
+                         "usage": {}, "cost": cost / len(keys), "ts": ts})
+        self.stats.requests += 1
+        self.stats.cost += cost
+
+    def rerank(self, query: str, documents: list[str], **kw: Any) -> list[float]:
+        """Synchronous arerank."""
+        return self._run_sync(lambda: self.arerank(query, documents, **kw))
+
     def chat(self, messages: list[dict], **kw: Any) -> LLMResponse:
         """Synchronous convenience; runs achat in its own event loop (in a thread if one is already running)."""
+        return self._run_sync(lambda: self.achat(messages, **kw))
+
+    def _run_sync(self, make: Callable[[], Awaitable[T]]) -> T:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.achat(messages, **kw))
+            return asyncio.run(make())
         box: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                box["r"] = asyncio.run(self.achat(messages, **kw))
+                box["r"] = asyncio.run(make())
             except BaseException as exc:  # handed back to the caller's thread
                 box["e"] = exc
 

@@ -12,6 +12,7 @@ a stage whose recorded artifacts fail their check is rebuilt from its inputs.
 from __future__ import annotations
 
 import importlib
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,7 @@ def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, 
 def _previous_import(project: Project, settings: Settings, reporter: Reporter) -> Path | None:
     """A project built with --import-openie keeps its imported extractions on a plain `hrag index` (a cron
     job must not silently swap them for the rules extractor); an explicit --extractor switches."""
-    prev = project.stage("extract")
-    recorded = prev.counts.get("openie_file") if prev else None
+    recorded = project.recorded("extract", "openie_file")
     if not recorded or settings.extract.extractor != "auto":
         return None
     if not Path(recorded).is_file():
@@ -182,9 +182,8 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
     roots = list(options.docs)
-    if not roots:   # a damaged manifest fails here, saying to give DOCS
-        prev = project.stage("chunk")
-        recorded = (prev.counts.get("roots") if prev else None) or []
+    if not roots:   # the roots of the last run (a damaged manifest: from project.json)
+        recorded = project.recorded("chunk", "roots") or []
         if not recorded:
             raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
         roots = [Path(r) for r in recorded]
@@ -195,9 +194,21 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked)
         return IndexResult(summary, EXIT_OK)
+    created = not project.root.exists()
+    try:
+        return _index(project, settings, reporter, options, roots, summary)
+    except UsageError:
+        if created and project.unused():   # bad input found mid-run: leave no project behind, as promised
+            shutil.rmtree(project.root, ignore_errors=True)
+        raise
+
+
+def _index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions, roots: list[Path],
+           summary: dict[str, Any]) -> IndexResult:
+    run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
-            reporter.warn("manifest.json was damaged; rebuilding every stage from DOCS and the caches")
+            reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
         chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)

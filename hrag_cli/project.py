@@ -4,8 +4,8 @@ Generations: a stage's outputs (docs.jsonl, chunks.jsonl, graph/, vectors/ and t
 them) live in gens/<n>/, and the symlink `current` names the complete one. A writer copies the current
 generation by hard links into a new one, rewrites files there (always whole, through store's atomic helpers,
 never in place: a file is shared with the older generation until it is replaced), and switches `current` in one
-rename at the end. A reader resolves `current` once, so it opens one complete generation, never half of two,
-while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
+rename at the end, deleting every older generation no reader pins. A reader resolves and pins `current`
+once, so it opens one complete generation, never half of two, while a rebuild runs. The root keeps symlinks (graph, vectors, manifest.json, ...) into `current` for people.
 
 The manifest records, per stage, the size and hashes of every file the stage wrote (artifacts.py); `check()`
 compares them with the disk, so a damaged or deleted file is named, refused by readers and rebuilt by
@@ -34,6 +34,9 @@ from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
+# What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
+# generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
+DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -69,6 +72,7 @@ class Project:
         self.root = Path(root)
         r = self.root
         self.toml_path = r / "hrag.toml"
+        self.durable_path = r / "project.json"
         self.lock_path = r / "lock"
         self.cache_dir = r / "cache"
         self.llm_cache_path = self.cache_dir / "llm.jsonl"
@@ -86,20 +90,31 @@ class Project:
 
     # -- generations ------------------------------------------------------------------------------------
     def _current_gen(self) -> Path:
-        """The generation `current` names, read once (a project from before generations: the root)."""
-        try:
-            target = os.readlink(self.current_link)
-        except (FileNotFoundError, OSError):
-            return self.root
-        gen = self.root / target
-        self._pin(gen)
-        return gen
+        """The generation `current` names, pinned (a project from before generations: the root).
+
+        Pin, then read `current` again: a writer may switch and delete the generation between our readlink
+        and our flock, so a pin only counts once `current` still names what we pinned."""
+        for _ in range(100):
+            try:
+                target = os.readlink(self.current_link)
+            except (FileNotFoundError, OSError):
+                return self.root
+            gen = self.root / target
+            self._pin(gen)
+            try:
+                if os.readlink(self.current_link) == target:
+                    return gen
+            except OSError:
+                return self.root
+        raise HragError(f"project {self.root} switched versions 100 times while opening it; try again")
 
     def _pin(self, gen: Path) -> None:
-        """A shared flock on the generation this object reads, so a writer never deletes it underneath."""
+        """A shared flock on the generation this object reads, so a writer never deletes it underneath (a
+        read-only project gets no pin; nothing can delete its generations then either)."""
         try:
             fh = open(gen / ".pin", "a")
         except OSError:
+            self._unpin()
             return
         fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
         self._unpin()
@@ -170,7 +185,6 @@ class Project:
 
     def _switch(self, new: Path) -> None:
         """Point `current` at `new` in one rename, give the root its symlinks, drop unpinned old generations."""
-        prev = self._current_gen() if self.current_link.is_symlink() else None
         self._unpin()
         tmp = self.root / f".current.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
@@ -185,11 +199,11 @@ class Project:
             else:
                 link.unlink(missing_ok=True)
             os.symlink(os.path.join("current", name), link)
-        keep = {new.name, prev.name if prev is not None else ""}
-        for n in self._gen_numbers():
-            if str(n) not in keep:
-                _remove_unpinned(self.gens_dir / str(n))
         self._set_gen(self._current_gen())
+        self._save_durable()
+        for n in self._gen_numbers():   # old versions go now, unless a reader still reads one
+            if str(n) != new.name:
+                _remove_unpinned(self.gens_dir / str(n))
 
     # -- life cycle -----------------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -210,6 +224,13 @@ class Project:
         if not self.toml_path.exists():
             store.atomic_write_text(self.toml_path, default_toml())
 
+    def unused(self) -> bool:
+        """Nothing was ever committed or paid for here (no current version beyond the empty first one, an
+        empty cache/): a project a failed first run may remove."""
+        if self._gen_numbers() not in ([], [0]) or (self.root / "manifest.json").is_file():
+            return False
+        return not any(p.is_file() and p.stat().st_size for p in self.cache_dir.rglob("*"))
+
     def require(self) -> None:
         """For read-only commands: a missing project is a usage error, not an empty result."""
         if not self.exists():
@@ -224,12 +245,13 @@ class Project:
     def remembered(self) -> dict[str, Any]:
         """The extractor, LLM model and API base the project was last built with (never a key): a plain
         `hrag index -p P` (a cron job) reuses them instead of silently falling back to the defaults."""
-        if not self.manifest_path.exists():
-            return {}
         try:
-            manifest = self.manifest()
+            manifest = self.manifest() if self.manifest_path.exists() else None
         except HragError:
-            return {}    # damaged: the writer that rebuilds it says so; settings fall back to hrag.toml
+            manifest = None
+        if manifest is None:   # damaged or gone: project.json keeps what the last complete run was built with
+            data = self._durable().get("built_with")
+            return {k: v for k, v in data.items() if k in self.REMEMBERED} if isinstance(data, dict) else {}
         data = manifest.get("built_with")
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k in self.REMEMBERED}
@@ -250,12 +272,16 @@ class Project:
             data = store.read_json(self.manifest_path, default=None)
         except orjson.JSONDecodeError:
             data = False    # not JSON at all: damaged like a manifest of the wrong shape
+        if data is None and self.gen_dir != self.root and self._durable():
+            raise HragError(f"{self.manifest_path} is missing: run 'hrag index -p {self.root}' to rebuild "
+                            "every stage (the caches keep extractions and embeddings)")
         if data is None:
             return {"version": 1, "stages": {}}
         if (not isinstance(data, dict) or not isinstance(data.get("stages"), dict)
                 or not all(isinstance(v, dict) for v in data["stages"].values())):
-            raise HragError(f"{self.manifest_path} is damaged: run 'hrag index DOCS -p {self.root}' to rebuild "
-                             "every stage (the caches keep extractions and embeddings)")
+            docs = "" if self._durable().get("chunk", {}).get("roots") else "DOCS "
+            raise HragError(f"{self.manifest_path} is damaged: run 'hrag index {docs}-p {self.root}' to rebuild "
+                            "every stage (the caches keep extractions and embeddings)")
         return data
 
     def stage(self, name: str) -> StageRecord | None:
@@ -279,15 +305,48 @@ class Project:
         }
         store.write_json(self.manifest_path, data)
 
+    def _save_durable(self) -> None:
+        """At a switch: what a plain run needs of the new current manifest goes to project.json too."""
+        try:
+            manifest = self.manifest()
+        except HragError:
+            return
+        stages = manifest["stages"]
+        data = {stage: {k: stages[stage]["counts"][k] for k in keys
+                        if (stages.get(stage) or {}).get("counts", {}).get(k) is not None}
+                for stage, keys in DURABLE.items()}
+        data = {k: v for k, v in data.items() if v}
+        if isinstance(manifest.get("built_with"), dict):   # what the run's settings were, where one records them
+            data["built_with"] = manifest["built_with"]
+        if data and data != self._durable():
+            store.write_json(self.durable_path, data)
+
+    def _durable(self) -> dict:
+        try:
+            data = store.read_json(self.durable_path, default={})
+        except (orjson.JSONDecodeError, OSError):
+            return {}   # damaged: the manifest still has it, and the next commit rewrites it
+        return data if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()) else {}
+
+    def recorded(self, stage: str, key: str) -> Any:
+        """A setting a plain `hrag index` reuses (DURABLE): from the manifest, or from project.json when the
+        manifest is damaged or gone."""
+        try:
+            rec = self.stage(stage)
+        except HragError:
+            rec = None
+        value = rec.counts.get(key) if rec is not None else None
+        return value if value is not None else self._durable().get(stage, {}).get(key)
+
     def drop_damaged_manifest(self) -> bool:
-        """Inside a new generation only: a manifest that cannot be read is removed, so every stage rebuilds
+        """Inside a new generation only: a manifest that cannot be read is replaced by an empty one, so every stage rebuilds
         from its inputs and the caches. True when it was damaged."""
         assert self._writing is not None, "only a writer's new generation may lose its manifest"
         try:
             self.manifest()
             return False
         except HragError:
-            self.manifest_path.unlink()
+            store.write_json(self.manifest_path, {"version": 1, "stages": {}})
             return True
 
     def invalidate_stage(self, name: str) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 CHAT = "/chat/completions"
 EMBED = "/embeddings"
+RERANK = "/rerank"
 EMBED_DIM = 8
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
@@ -99,6 +100,13 @@ def default_chat(body: dict) -> str:
     return "ok"
 
 
+def default_rerank(body: dict) -> list[float]:
+    """Score of each document: the fraction of the query's words it contains (a crude but real relevance)."""
+    words = {w for w in str(body.get("query", "")).lower().split() if w}
+    docs = [d if isinstance(d, str) else str(d.get("text", "")) for d in body.get("documents") or []]
+    return [len(words & set(d.lower().split())) / (len(words) or 1) for d in docs]
+
+
 def default_embed(body: dict) -> list[list[float]]:
     inputs = body.get("input")
     if isinstance(inputs, str):
@@ -116,7 +124,7 @@ def _route(path: str) -> str | None:
     path = path.split("?", 1)[0].rstrip("/")
     if path.startswith("/v1/"):
         path = path[3:]
-    return path if path in (CHAT, EMBED) else None
+    return path if path in (CHAT, EMBED, RERANK) else None
 
 
 class StubServer:
@@ -126,9 +134,10 @@ class StubServer:
         self._lock = threading.Lock()
         self._record = record
         self.requests: list[tuple[str, dict]] = []
-        self._queues: dict[str, deque[StubReply]] = {CHAT: deque(), EMBED: deque()}
+        self._queues: dict[str, deque[StubReply]] = {CHAT: deque(), EMBED: deque(), RERANK: deque()}
         self._chat: Callable[[dict], Any] = default_chat
         self._embed: Callable[[dict], Any] = default_embed
+        self._rerank: Callable[[dict], Any] = default_rerank
         self.in_flight = 0
         self.max_in_flight = 0
         self._httpd = _Server((host, port), _make_handler(self))
@@ -168,6 +177,11 @@ class StubServer:
         with self._lock:
             self._embed = fn
 
+    def set_rerank(self, fn: Callable[[dict], Any]) -> None:
+        """fn(body) -> one relevance score per document, in order."""
+        with self._lock:
+            self._rerank = fn
+
     def enqueue(self, path: str, *replies: StubReply) -> None:
         route = _route(path)
         if route is None:
@@ -183,6 +197,7 @@ class StubServer:
                 q.clear()
             self._chat = default_chat
             self._embed = default_embed
+            self._rerank = default_rerank
             self.max_in_flight = self.in_flight
 
     def count(self, path: str = CHAT) -> int:
@@ -198,7 +213,7 @@ class StubServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             queued = self._queues[route].popleft() if self._queues[route] else None
-            return queued, (self._chat if route == CHAT else self._embed)
+            return queued, {CHAT: self._chat, EMBED: self._embed, RERANK: self._rerank}[route]
 
     def _end(self) -> None:
         with self._lock:
@@ -238,6 +253,17 @@ def _embed_body(body: dict, vectors: list[list[float]]) -> dict:
         "model": body.get("model", "stub-embed"),
         "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
     }
+
+
+def _rerank_body(body: dict, scores: list[float]) -> dict:
+    """Cohere-style: results best first, each with the document's index and relevance_score."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    top_n = body.get("top_n")
+    if isinstance(top_n, int) and top_n > 0:
+        order = order[:top_n]
+    return {"id": "rerank-stub-" + hashlib.sha1(f"{time.time_ns()}".encode()).hexdigest()[:12],
+            "results": [{"index": i, "relevance_score": scores[i]} for i in order],
+            "meta": {"billed_units": {"search_units": 1}}}
 
 
 def _error_body(status: int, message: str | None) -> dict:
@@ -291,8 +317,11 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                         result = StubReply(status=500, content=f"stub responder failed: {exc!r}")
                     reply = result if isinstance(result, StubReply) else None
                     if reply is None:
-                        reply = StubReply(content=result) if route == CHAT else StubReply(raw_body=json.dumps(
-                            _embed_body(body, result)).encode())
+                        if route == CHAT:
+                            reply = StubReply(content=result)
+                        else:
+                            make = _embed_body if route == EMBED else _rerank_body
+                            reply = StubReply(raw_body=json.dumps(make(body, result)).encode())
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.raw_body is not None:
@@ -302,6 +331,9 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 elif route == CHAT:
                     payload = json.dumps(_chat_body(body, reply.content if reply.content is not None else "ok",
                                                     reply.finish_reason)).encode()
+                elif route == RERANK:
+                    scores = default_rerank(body) if reply.content is None else json.loads(reply.content)
+                    payload = json.dumps(_rerank_body(body, scores)).encode()
                 else:
                     vectors = default_embed(body) if reply.content is None else json.loads(reply.content)
                     payload = json.dumps(_embed_body(body, vectors)).encode()

@@ -54,6 +54,10 @@ def test_usage_errors_and_dry_run_create_no_project(tmp_path: Path) -> None:
         code, _, err = cli("index", str(CORPUS), "-p", str(proj), "--extractor", "rules", *args)
         assert not proj.exists(), args
         assert code == (0 if args == ("--dry-run",) else 2), (args, err)
+    (tmp_path / "empty").mkdir()
+    for docs in (tmp_path / "empty", tmp_path / "nosuch"):   # bad input found once the run has started
+        code, _, err = cli("index", str(docs), "-p", str(tmp_path / "p"), "-q")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "p").exists(), err
 
 
 def test_symlink_loop_is_skipped_not_fatal(tmp_path: Path) -> None:
@@ -153,3 +157,34 @@ def test_every_numeric_setting_has_a_range() -> None:
                if type(getattr(getattr(s, sec.name), f.name)) in (int, float)}
     assert numeric - set(RANGES) == set()
     assert set(RANGES) - numeric == set()
+
+
+def test_a_big_text_file_is_streamed_with_the_same_documents_and_chunks(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over BIG_FILE_BYTES is hashed and chunked a block at a time, never read whole; the result is the
+    one a whole read gives (BOM, CRLF split across blocks, multi-byte characters, segment cuts)."""
+    from hrag_cli import chunking, documents
+    from hrag_cli.config import DocumentSettings
+    from hrag_cli.progress import Reporter
+
+    para = "Ünïcode Mara Quint\r\nbuilt the lighthouse.\r\n\r\nOldport — harbour " * 40
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "big.txt").write_bytes(b"\xef\xbb\xbf" + para.encode("utf-8"))
+    (docs / "binary.txt").write_bytes(b"text " * 10 + b"\x00" + b"more" * 10)
+
+    def scan() -> list:
+        res = documents.scan([docs], DocumentSettings(), Reporter("quiet"))
+        return [(d.doc, list(d.segments())) for d in res.documents], res.skipped
+
+    whole, skipped_whole = scan()
+    monkeypatch.setattr(documents, "BIG_FILE_BYTES", 64)
+    for block in (7, 64, 1000):
+        monkeypatch.setattr(documents, "BLOCK_BYTES", block)
+        (doc, segs), = [x for x in scan()[0]]
+        assert doc == whole[0][0] and "".join(segs) == whole[0][1][0]
+        assert scan()[1] == skipped_whole and "binary" in skipped_whole[0]
+    text = whole[0][1][0]
+    for size in (50, 333, 5000):
+        blocks = [text[i:i + 97] for i in range(0, len(text), 97)]
+        assert list(chunking.stream_segments(blocks, size)) == [text[a:b] for a, b in chunking.segments(text, size)]

@@ -43,7 +43,8 @@ def _copy(built: Path, dst: Path) -> Path:
 USER_CHECKS = [("graph/entities.jsonl", "truncate"), ("graph/facts.jsonl", "truncate"),
                ("vectors/chunks.f16.npy", "truncate"), ("graph/graph.pkl", "delete"),
                ("graph/entities.jsonl", "empty"), ("vectors/facts.ids.jsonl", "delete"),
-               ("vectors/chunks.f16.npy", "zero"), ("vectors/chunks.f16.npy", "empty"), ("vectors/bm25", "truncate")]
+               ("vectors/chunks.f16.npy", "zero"), ("vectors/chunks.f16.npy", "empty"), ("vectors/bm25", "truncate"),
+               ("manifest.json", "truncate"), ("manifest.json", "delete"), ("project.json", "empty")]
 OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entities.csr-indices.npy", "vectors/idf.npz",
           "cache/extractions.jsonl"]
 
@@ -66,7 +67,8 @@ def test_damage_matrix(built, tmp_path: Path) -> None:
         if r["index"] != "restored":
             failures.append((rel, how, r))
         # status names what an artifact check can see: every file a stage wrote
-        if r["query"] == "refuse1" and r["status"] != "flags":
+        # (a damaged manifest is itself the one-line error status gives, exit 1, naming the file and the fix)
+        if r["query"] == "refuse1" and r["status"] != ("error" if rel == "manifest.json" else "flags"):
             failures.append((rel, how, r))
     assert not failures, failures
 
@@ -103,6 +105,16 @@ def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path:
     assert code == 0 and got == built[1], err
 
 
+def test_a_damaged_manifest_keeps_what_the_project_was_built_with(built, tmp_path: Path) -> None:
+    from hrag_cli.project import Project
+
+    root = _copy(built[0], tmp_path / "p")
+    before = Project(root).remembered()
+    assert before and orjson.loads((root / "project.json").read_bytes())["built_with"] == before
+    (root / "manifest.json").resolve().write_bytes(b"")
+    assert Project(root).remembered() == before         # a plain `hrag index` rebuilds with the same settings
+
+
 def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: Path) -> None:
     root, baseline = built
     root = _copy(root, tmp_path / "p")
@@ -131,10 +143,54 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
         code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
         assert code == 0, err
     assert Project(root).gen_dir != reader.gen_dir
+    assert len(_gens(root)) == 2                    # the pinned one and the current one, nothing in between
     ix.require_built()                              # still intact and still built: its files are untouched
     assert reader.entities_path.read_bytes() == before
     assert len(ix.graph.vs) > 0 and ix.chunks
     assert load_export_graph(reader).counts() == exported      # export too: the same version, whole
+    del reader, ix
+    code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")
+    assert code == 0 and len(_gens(root)) == 1, err   # unpinned, it goes at the next commit
+
+
+def _gens(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "gens").iterdir())
+
+
+def test_a_rebuild_with_no_readers_leaves_one_generation(built, tmp_path: Path) -> None:
+    """Every rewritten file exists once on disk: the old version goes at the switch when nobody reads it."""
+    root = _copy(built[0], tmp_path / "p")
+    for threshold in ("0.6", "0.9"):
+        code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
+        assert code == 0, err
+        assert _gens(root) == [os.readlink(root / "current").split("/")[-1]]
+
+
+def test_a_reader_whose_generation_is_switched_before_it_pins_retries(built, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race between a reader's readlink and its flock: a writer switches and deletes the generation just
+    read; the reader notices `current` moved and opens the new one, whole."""
+    from hrag_cli import project as project_mod
+
+    root = _copy(built[0], tmp_path / "p")
+    old = _gens(root)
+    real_pin = project_mod.Project._pin
+    raced = []
+
+    def pin_late(self, gen: Path) -> None:
+        if not raced:
+            raced.append(gen)
+            monkeypatch.setattr(project_mod.Project, "_pin", real_pin)
+            code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")   # commits meanwhile
+            assert code == 0, err
+            assert not gen.exists()             # nobody held it: deleted at the switch
+        real_pin(self, gen)
+
+    monkeypatch.setattr(project_mod.Project, "_pin", pin_late)
+    reader = project_mod.Project(root)
+    assert raced and reader.gen_dir.name not in old and reader.gen_dir.exists()
+    assert _gens(root) == [reader.gen_dir.name]
+    reader.require_intact()
 
 
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> None:

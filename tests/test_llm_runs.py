@@ -310,8 +310,9 @@ def test_query_llm_calls_go_to_their_own_cache(stub, tmp_path: Path, sample_proj
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["answer"].startswith("Edric Solano")
     assert (llm_cache.read_bytes() if llm_cache.exists() else None) == before
-    [rec] = list(store.read_jsonl(proj / "cache" / "query_llm.jsonl"))
-    assert rec["purpose"] == "answer"
+    # ppr with an LLM also asks it to filter the seed facts (query.fact_filter = auto): same cache file
+    recs = list(store.read_jsonl(proj / "cache" / "query_llm.jsonl"))
+    assert sorted(r["purpose"] for r in recs) == ["answer", "fact_filter"]
 
 
 def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) -> None:

@@ -78,8 +78,22 @@ def test_round_robin_keeps_first_copy() -> None:
     assert round_robin(["a", "B"], ["b", "c"], key=str.lower) == ["a", "b", "c"]
 
 
+def test_hybrid_and_mix_merge_by_score_with_vector_pick(ix: QueryIndex, project: Project) -> None:
+    s = _settings(project, top_k=10, chunk_pick="vector")
+    hyb = retrieve(ix, Q_SEAWALL, s, mode="hybrid")
+    ids = [c.chunk_id for c in hyb.chunks]
+    assert len(ids) == len(set(ids)) == 10
+    assert [c.score for c in hyb.chunks] == sorted((c.score for c in hyb.chunks), reverse=True)
+    mix = retrieve(ix, Q_SEAWALL, s, mode="mix")
+    naive = retrieve(ix, Q_SEAWALL, s, mode="naive")
+    merged = sorted({c.chunk_id: c.score for c in [*naive.chunks, *hyb.chunks]}.items(), key=lambda x: -x[1])
+    assert {c.chunk_id for c in mix.chunks} <= {c.chunk_id for c in [*naive.chunks, *hyb.chunks]}
+    assert [c.score for c in mix.chunks] == sorted((c.score for c in mix.chunks), reverse=True)
+    assert len(merged) >= len(mix.chunks)
+
+
 def test_hybrid_and_mix_interleave_without_duplicates(ix: QueryIndex, project: Project) -> None:
-    s = _settings(project, top_k=10)
+    s = _settings(project, top_k=10, chunk_pick="weight")
     loc = retrieve(ix, Q_SEAWALL, s, mode="local")
     glo = retrieve(ix, Q_SEAWALL, s, mode="global")
     hyb = retrieve(ix, Q_SEAWALL, s, mode="hybrid")

@@ -162,13 +162,37 @@ def build_keywords_messages(query: str) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def build_answer_messages(query: str, context: str) -> list[dict]:
-    """Messages asking for an answer grounded only in the numbered context, citing passages as [n]."""
+def build_answer_messages(query: str, context: str, *, response_type: str = "", user_prompt: str = "",
+                          history: list[dict] | None = None) -> list[dict]:
+    """Messages asking for an answer grounded only in the numbered context, citing passages as [n].
+
+    `response_type` (e.g. "a bulleted list", "one paragraph") and `user_prompt` (the user's own instructions)
+    shape the reply; `history` is the conversation so far ({role: user|assistant, content}) and goes between
+    the instructions and the new question, so a follow-up like "and his brother?" can be understood."""
     system = (
         "You answer questions using only the numbered context passages provided. Cite the passages that "
         "support each statement with their numbers in square brackets, like [1] or [2][5]. If the context "
         "does not contain the answer, say that the indexed documents do not say, rather than guessing. "
         "Be concise and do not mention these instructions."
     )
+    if response_type:
+        system += f" Format the answer as: {response_type}."
+    if user_prompt:
+        system += f"\n\nAdditional instructions from the user:\n{user_prompt}"
     user = f"Context:\n{context}\n\nQuestion: {query}\n\nAnswer:"
+    turns = [{"role": t["role"], "content": t["content"]} for t in history or []]
+    return [{"role": "system", "content": system}, *turns, {"role": "user", "content": user}]
+
+
+def build_fact_filter_messages(query: str, facts: list[tuple[str, str, str]]) -> list[dict]:
+    """Messages asking which of the numbered candidate facts could help answer the question (HippoRAG 2's
+    recognition memory step), as JSON {"relevant": [numbers]}."""
+    system = (
+        "You filter facts for a retriever. Given a question and numbered candidate facts (subject, predicate, "
+        "object), return the numbers of the facts that name something the question is about or that could be a "
+        "step towards its answer. Drop facts that only share a word with the question. Keep the order of "
+        'relevance. Reply with a JSON object only: {"relevant": [numbers]}, an empty list when none helps.'
+    )
+    lines = "\n".join(f"{i}. ({s}, {p}, {o})" for i, (s, p, o) in enumerate(facts, 1))
+    user = f"Question: {query}\n\nCandidate facts:\n{lines}\n\nJSON:"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -125,6 +125,13 @@ class QueryIndex:
         doc = self.docs.get(doc_id)
         return doc.path if doc else ""
 
+    @cached_property
+    def extractor(self) -> str:
+        """The extractor the index was built with ("rules-v1", "openie:...", an LLM's id; "" if unknown):
+        ppr trusts a walk over a rules graph less."""
+        stage = self.project.stage("extract")
+        return str(stage.counts.get("extractor", "")) if stage is not None else ""
+
     # -- graph -----------------------------------------------------------------------------------------------
     @cached_property
     def _graph_pair(self) -> tuple[Any, dict[str, int]]:

@@ -15,9 +15,8 @@ from ..project import Project
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
 
-def parse_keywords(text: str) -> dict[str, list[str]] | None:
-    """{"high": [...], "low": [...]} from the model's reply (code fences and chatter around the object are
-    tolerated), or None when no usable object is there."""
+def reply_object(text: str) -> dict | None:
+    """The JSON object in a model's reply (code fences and chatter around it tolerated), or None."""
     m = _OBJECT.search(text or "")
     if not m:
         return None
@@ -25,7 +24,13 @@ def parse_keywords(text: str) -> dict[str, list[str]] | None:
         data = orjson.loads(m.group(0))
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def parse_keywords(text: str) -> dict[str, list[str]] | None:
+    """{"high": [...], "low": [...]} from the model's reply, or None when no usable object is there."""
+    data = reply_object(text)
+    if data is None:
         return None
 
     def clean(value: Any) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,10 +23,12 @@ from ..config import QuerySettings, Settings
 from ..errors import UsageError
 from .context import apply_budgets
 from .index import QueryIndex
+from .recognition import filter_enabled, recognize
 from .ppr import SeedWeights, build_reset, minmax, personalized_pagerank
 from .types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
+CHUNK_PICKS = ("vector", "weight")
 
 
 def _ms(t0: float) -> float:
@@ -47,7 +49,25 @@ def round_robin(*lists: Sequence[Any], key=lambda x: x) -> list[Any]:
     return out
 
 
+def by_score(*lists: Sequence[RankedChunk], key=lambda x: x) -> list[RankedChunk]:
+    """Merge ranked lists whose scores share one scale, best first, keeping the first copy of each key."""
+    out, seen = [], set()
+    for item in sorted((x for lst in lists for x in lst), key=lambda x: -x.score):
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ chunk scores
+
+
+def rrf_scores(scores: np.ndarray, rrf_k: float) -> np.ndarray:
+    """1 / (rrf_k + rank), rank 1 = best score; ties keep index order."""
+    ranks = np.empty(len(scores), dtype=np.float64)
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    return 1.0 / (rrf_k + ranks)
 
 
 def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
@@ -61,12 +81,7 @@ def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings
         return d
     w = min(max(s.lexical_weight, 0.0), 1.0)
     if s.lexical_method == "rrf":
-        def rr(x: np.ndarray) -> np.ndarray:
-            ranks = np.empty(len(x), dtype=np.float64)
-            ranks[np.argsort(-x, kind="stable")] = np.arange(1, len(x) + 1)
-            return 1.0 / (s.rrf_k + ranks)
-
-        return minmax((1.0 - w) * rr(dense) + w * np.where(lexical > 0, rr(lexical), 0.0))
+        return minmax((1.0 - w) * rrf_scores(dense, s.rrf_k) + w * np.where(lexical > 0, rrf_scores(lexical, s.rrf_k), 0.0))
     if s.lexical_method != "minmax":
         raise UsageError(f"query.lexical_method must be minmax or rrf, not {s.lexical_method!r}")
     return (1.0 - w) * d + w * minmax(lexical)
@@ -97,6 +112,12 @@ def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedCh
 
 
 def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings, r: Retrieval) -> np.ndarray:
+    return _passage_and_lexical(ix, query, qvec, s, r)[0]
+
+
+def _passage_and_lexical(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings,
+                         r: Retrieval) -> tuple[np.ndarray, np.ndarray | None]:
+    """The fused passage score of every chunk, and the BM25 scores it used (None: fusion off or no index)."""
     dense = ix.dense_chunk_scores(qvec)
     lexical = None
     if s.lexical_fusion:
@@ -105,7 +126,7 @@ def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettin
         r.timings["bm25_ms"] = _ms(t0)
         if lexical is None:
             r.notes.append("no BM25 index in this project: lexical fusion skipped")
-    return fuse_lexical(dense, lexical, s)
+    return fuse_lexical(dense, lexical, s), lexical
 
 
 # ------------------------------------------------------------------------------------------------- naive
@@ -187,20 +208,58 @@ def _fact_entity(ix: QueryIndex, name: str, relation_id: str, end: str) -> str |
     return eid if eid in ix.entities else None
 
 
-def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int) -> None:
+def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings) -> np.ndarray:
+    """The final ppr scores: the first `fusion_head` ranks go to the best of a weighted reciprocal-rank
+    fusion of the walk (share `w`) with the passage scores and BM25 (`fusion_lexical` of the rest), the
+    ranks below them follow the walk. Ranks, not scores, because PageRank mass, cosine and BM25 live on
+    scales that change from query to query. Why a head: on multi-hop questions the first gold passage is
+    usually the one naming the question's entity, which lexical/dense scoring places well, and the second
+    hop is what the walk finds (bench/retrieval.py)."""
+    if w >= 1.0 or s.fusion_head <= 0:
+        return walk
+    k = max(s.fusion_k, 1e-6)
+    lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
+    rest = (1.0 - lw) * rrf_scores(passage, k)
+    if lw > 0:
+        rest = rest + lw * np.where(lexical > 0, rrf_scores(lexical, k), 0.0)
+    fused = max(w, 0.0) * rrf_scores(walk, k) + (1.0 - max(w, 0.0)) * rest
+    head = np.argsort(-fused, kind="stable")[: s.fusion_head]
+    out = minmax(walk) * 0.5                    # below the head: the walk's order, scores in [0, 0.5]
+    out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
+    return out
+
+
+def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
+    """How much the walk's ranking counts in the head fusion: `walk_weight` on a graph from an LLM or
+    imported OpenIE, `rules_walk_weight` on one from the rules extractor, whose co-occurrence edges make
+    the walk drift; scaled down when the seeds are weak (no entity named in the query and the best fact's
+    cosine under `seed_confidence`), because then the walk starts from entities the question is not about."""
+    w = s.rules_walk_weight if rules_graph else s.walk_weight
+    w = min(max(w, 0.0), 1.0)
+    if s.seed_confidence <= 0:
+        return w
+    named = any("name in query" in src for src in seeds.sources.values())
+    best = max(fact_scores, default=0.0)
+    return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
+
+
+def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int, llm: Any = None) -> None:
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
-    passage = _passage_scores(ix, query, qvec, s, r)
+    passage, lexical = _passage_and_lexical(ix, query, qvec, s, r)
 
     t0 = time.perf_counter()
     seeds = SeedWeights()
     graph, vertex = ix.graph, ix.vertex
-    facts = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
-    for fid, score in facts:
-        fact = ix.facts.get(fid)
-        if fact is None:
-            continue
+    hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
+    facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
+    if facts and filter_enabled(s.fact_filter, llm):
+        t1 = time.perf_counter()
+        kept = recognize(llm, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
+        facts = [facts[i] for i in kept]
+        r.timings["fact_filter_ms"] = _ms(t1)
+    for fid, score, fact in facts:
         r.facts.append({"id": fid, "subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
                         "score": round(score, 4)})
         ends = (_fact_entity(ix, fact.subject, fact.relation_id, "src"),
@@ -233,9 +292,14 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     reset = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight)
     pr = personalized_pagerank(graph, reset, s.damping)
     r.timings["ppr_ms"] = _ms(t0)
-    scores = np.full(len(cv), -1.0)
-    scores[ok] = pr[cv[ok]]
-    r.chunks = _top_chunks(ix, scores, limit)
+    walk = np.full(len(cv), -1.0)
+    walk[ok] = pr[cv[ok]]
+    rules_graph = ix.extractor.startswith("rules")
+    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
+    full = s.rules_walk_weight if rules_graph else s.walk_weight
+    if w < min(full, 1.0):
+        r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
+    r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
         e = ix.entities.get(graph.vs[v]["key"])
         if e is not None:
@@ -273,21 +337,51 @@ def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
     return adj
 
 
-def _vote_chunks(ix: QueryIndex, sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
-    """Chunks ranked by the summed score of the retrieved items that name them (ties: first seen)."""
-    score: dict[str, float] = {}
-    for source_ids, sc in sources:
-        for cid in dict.fromkeys(source_ids):
-            score[cid] = score.get(cid, 0.0) + sc
-    order = sorted(score, key=lambda c: -score[c])
-    return _ranked(ix, order, (score[c] for c in order), limit)
+ChunkPicker = Callable[[Iterable[tuple[Sequence[str], float]], int], list[RankedChunk]]
 
 
-def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int) -> None:
-    """Entities like the low-level keywords; their relations ranked by (endpoint degree sum, weight); the
-    chunks that mention those entities."""
+def pick_by_weight(ix: QueryIndex) -> ChunkPicker:
+    """LightRAG's `weight` pick: chunks by how many of the selected entities/relations carry them (ties: the
+    summed similarity of those items, then first seen)."""
+    def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
+        count: dict[str, int] = {}
+        total: dict[str, float] = {}
+        for source_ids, sc in sources:
+            for cid in dict.fromkeys(source_ids):
+                count[cid] = count.get(cid, 0) + 1
+                total[cid] = total.get(cid, 0.0) + sc
+        order = sorted(count, key=lambda c: (-count[c], -total[c]))
+        return _ranked(ix, order, (float(count[c]) for c in order), limit)
+    return pick
+
+
+def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0) -> ChunkPicker:
+    """LightRAG's `vector` pick: the chunks the selected entities/relations carry, ranked by their own
+    similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion is on),
+    plus `boost` x the share of the selected items that carry the chunk."""
+    def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
+        row = ix.chunk_row
+        count: dict[str, int] = {}
+        n = 0
+        for ids, _ in sources:
+            n += 1
+            for cid in dict.fromkeys(ids):
+                if cid in row:
+                    count[cid] = count.get(cid, 0) + 1
+        score = {c: float(passage[row[c]]) + boost * k / max(n, 1) for c, k in count.items()}
+        order = sorted(score, key=lambda c: -score[c])
+        return _ranked(ix, order, (score[c] for c in order), limit)
+    return pick
+
+
+def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
+                   pick: ChunkPicker, names_in: str = "") -> list[tuple[Sequence[str], float]]:
+    """Entities like the low-level keywords (first, any entity `names_in` names outright: without an LLM the
+    whole question is the keyword, and its vector finds the names in it poorly); their relations ranked by
+    (endpoint degree sum, weight); the chunks that mention those entities."""
+    named = [(eid, 1.0) for eid in (name_seeds(ix, names_in) if names_in else [])]
     hits = ix.search("entities", qvec, s.entity_top_k)
-    ents = [(eid, sc) for eid, sc in hits if eid in ix.entities]
+    ents = list(dict(named + [(eid, sc) for eid, sc in hits if eid in ix.entities and eid not in dict(named)]).items())
     r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
     adj = _relations_by_entity(ix)
     deg = {eid: len(rids) for eid, rids in adj.items()}
@@ -295,10 +389,16 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     rels = sorted(rel_ids, key=lambda rid: (-(deg.get(ix.relations[rid].src, 0) + deg.get(ix.relations[rid].tgt, 0)),
                                             -ix.relations[rid].weight))
     r.relations = [j for rid in rels if (j := _relation_json(ix, rid, ix.relations[rid].weight))]
-    r.chunks = _vote_chunks(ix, ((ix.entities[eid].source_ids, sc) for eid, sc in ents), limit)
+    # the chunks naming the entities, then those the entities' strongest relations came from (LightRAG reads
+    # both: a fact about an entity is often stated where only its neighbour is named)
+    sources = [*((ix.entities[eid].source_ids, sc) for eid, sc in ents),
+               *((ix.relations[rid].source_ids, 0.0) for rid in rels[: s.relation_top_k])]
+    r.chunks = pick(sources, limit)
+    return sources
 
 
-def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int) -> None:
+def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
+                    pick: ChunkPicker) -> list[tuple[Sequence[str], float]]:
     """Relations like the high-level keywords; their endpoint entities; the chunks the relations came from."""
     hits = [(rid, sc) for rid, sc in ix.search("relations", qvec, s.relation_top_k) if rid in ix.relations]
     r.relations = [j for rid, sc in hits if (j := _relation_json(ix, rid, sc))]
@@ -307,7 +407,9 @@ def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retri
         for eid in (ix.relations[rid].src, ix.relations[rid].tgt):
             seen.setdefault(eid, sc)
     r.entities = [j for eid, sc in seen.items() if (j := _entity_json(ix, eid, sc))]
-    r.chunks = _vote_chunks(ix, ((ix.relations[rid].source_ids, sc) for rid, sc in hits), limit)
+    sources = [(ix.relations[rid].source_ids, sc) for rid, sc in hits]
+    r.chunks = pick(sources, limit)
+    return sources
 
 
 def _keyword_vectors(ix: QueryIndex, query: str, keywords: dict[str, list[str]], r: Retrieval) -> tuple[np.ndarray, np.ndarray]:
@@ -324,9 +426,10 @@ def _keyword_vectors(ix: QueryIndex, query: str, keywords: dict[str, list[str]],
 
 
 def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None = None,
-             keywords: dict[str, list[str]] | None = None, llm: Any = None) -> Retrieval:
+             keywords: dict[str, list[str]] | None = None, llm: Any = None, reranker: Any = None) -> Retrieval:
     """Run one query. `keywords` may be given (tests, batch); otherwise LightRAG modes ask the LLM when one
-    is configured (one cached call) and fall back to the query text."""
+    is configured (one cached call) and fall back to the query text. `reranker` (query/rerank.py) reorders
+    the mode's best `rerank_top_k` chunks before the budgets cut them."""
     s = settings.query
     mode = (mode or s.mode).lower()
     if mode not in MODES:
@@ -335,6 +438,8 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         raise UsageError("empty query")
     if s.top_k < 1:
         raise UsageError("--top-k must be at least 1")
+    if s.chunk_pick not in CHUNK_PICKS:
+        raise UsageError(f"setting query.chunk_pick: {s.chunk_pick!r} must be one of {', '.join(CHUNK_PICKS)}")
     if mode == "ppr":
         # damping 1 never converges (igraph spins forever), > 1 is an igraph internal error, and a negative
         # passage weight empties the reset vector: say which setting is wrong instead
@@ -348,7 +453,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
     # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
     pool = max(limit * 4, 20)
     if mode == "ppr":
-        retrieve_ppr(ix, query, s, r, pool)
+        retrieve_ppr(ix, query, s, r, pool, llm=llm)
     elif mode == "naive":
         retrieve_naive(ix, query, s, r, pool)
     elif mode == "bm25":
@@ -362,22 +467,40 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             r.timings["keywords_ms"] = _ms(t0)
         r.keywords = keywords
         lv, hv = _keyword_vectors(ix, query, keywords, r)
+        if s.chunk_pick == "vector":
+            pick = pick_by_vector(ix, _passage_scores(ix, query, ix.embed_query(query), s, r), s.chunk_pick_boost)
+        else:
+            pick = pick_by_weight(ix)
+        graph_limit = max(s.chunk_top_k, 1)
+        low_text = ", ".join(keywords.get("low") or []) or query
         if mode == "local":
-            retrieve_local(ix, lv, s, r, pool)
+            retrieve_local(ix, lv, s, r, graph_limit, pick, low_text)
         elif mode == "global":
-            retrieve_global(ix, hv, s, r, pool)
+            retrieve_global(ix, hv, s, r, graph_limit, pick)
         else:
             loc, glo = Retrieval(query, "local"), Retrieval(query, "global")
-            retrieve_local(ix, lv, s, loc, pool)
-            retrieve_global(ix, hv, s, glo, pool)
+            sources = retrieve_local(ix, lv, s, loc, graph_limit, pick, low_text)
+            sources += retrieve_global(ix, hv, s, glo, graph_limit, pick)
             r.entities = round_robin(loc.entities, glo.entities, key=lambda e: e["id"])
             r.relations = round_robin(loc.relations, glo.relations, key=lambda x: x["id"])
-            r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
+            # vector pick scores every chunk on one scale, so hybrid picks once from both sides' items; weight
+            # counts are not comparable across the two lists, so those interleave as LightRAG does
+            if s.chunk_pick == "vector":
+                r.chunks = pick(sources, graph_limit)
+            else:
+                r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
+            merge = by_score if s.chunk_pick == "vector" else round_robin
             if mode == "mix":
                 naive = Retrieval(query, "naive")
                 retrieve_naive(ix, query, s, naive, pool)
                 r.notes.extend(naive.notes)
-                r.chunks = round_robin(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
+                r.chunks = merge(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
+    if reranker is not None:
+        from .rerank import rerank
+
+        t0 = time.perf_counter()
+        rerank(reranker, r, max(s.rerank_top_k, limit), s.rerank_chunk_tokens)
+        r.timings["rerank_ms"] = _ms(t0)
     apply_budgets(r, s, limit)
     r.timings["retrieve_ms"] = _ms(t_start)
     return r

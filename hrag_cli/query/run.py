@@ -13,7 +13,8 @@ query), over the index as it is; nothing is rebuilt.
       "facts": [{"id", "subject", "predicate", "object", "score"}],          # ppr: the facts that seeded it
       "keywords": {"high": [...], "low": [...]},            # LightRAG modes only, else {}
       "notes": ["..."],                                     # e.g. the dense fallback of ppr
-      "timings": {"embed_ms", "bm25_ms", "seed_ms", "ppr_ms", "keywords_ms", "retrieve_ms", "total_ms"},
+      "timings": {"embed_ms", "bm25_ms", "seed_ms", "fact_filter_ms", "ppr_ms", "keywords_ms", "rerank_ms",
+                  "retrieve_ms", "total_ms"},
       "context": "...",                                     # with --context
       "answer": "...", "citations": [{"n": 1, "chunk_id": "...", "path": "..."}]   # with --answer
     }
@@ -65,15 +66,38 @@ def read_queries(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def read_history(path: Path) -> list[dict]:
+    """Earlier turns of a conversation for `--answer`: a JSON list, or JSONL, of {"role": "user" | "assistant",
+    "content": "..."} in the order they were said."""
+    raw = store.read_input_text(path, "--history").strip()
+    if not raw:
+        return []
+    try:
+        turns = store.loads(raw) if raw.startswith("[") else [store.loads(line) for line in raw.splitlines()
+                                                              if line.strip()]
+    except Exception:
+        raise UsageError(f"--history {path}: not valid JSON or JSONL (a list of {{\"role\", \"content\"}})") from None
+    out: list[dict] = []
+    for n, t in enumerate(turns, 1):
+        if (not isinstance(t, dict) or t.get("role") not in ("user", "assistant")
+                or not isinstance(t.get("content"), str) or not t["content"].strip()):
+            raise UsageError(f"--history {path}, turn {n}: needs \"role\" user or assistant and a non-empty "
+                             "\"content\"")
+        out.append({"role": t["role"], "content": t["content"]})
+    return out
+
+
 class QuerySession:
     """One loaded index (and, if needed, one LLM client) answering many queries."""
 
-    def __init__(self, project: Project, settings: Settings) -> None:
+    def __init__(self, project: Project, settings: Settings, *, history: list[dict] | None = None) -> None:
         self.project = project
         self.settings = settings
+        self.history = history or []
         self.index = QueryIndex(project, settings)
         self.index.require_built()
         self._llm: Any = None
+        self._reranker: Any = None
 
     @property
     def llm(self) -> Any:
@@ -83,10 +107,23 @@ class QuerySession:
             self._llm = query_client(self.project, self.settings.llm)
         return self._llm
 
+    @property
+    def reranker(self) -> Any:
+        """The `query.rerank` model, made on first use (None when no reranker is set)."""
+        spec = self.settings.query.rerank.strip()
+        if spec and (self._reranker is None or self._reranker[0] != spec):
+            from .rerank import make_reranker
+
+            if self._reranker is not None:
+                self._reranker[1].close()
+            self._reranker = (spec, make_reranker(self.project, self.settings))
+        return self._reranker[1] if spec else None
+
     def run(self, query: str, *, mode: str | None = None, want_context: bool = False,
             want_answer: bool = False) -> tuple[Retrieval, dict]:
         t0 = time.perf_counter()
-        r = retrieve(self.index, query, self.settings, mode=mode, llm=self.llm if self.settings.llm.model else None)
+        r = retrieve(self.index, query, self.settings, mode=mode, llm=self.llm if self.settings.llm.model else None,
+                     reranker=self.reranker)
         extra: dict[str, Any] = {}
         if want_context or want_answer:
             extra["context"] = build_context(r)
@@ -101,7 +138,10 @@ class QuerySession:
 
         if self.llm is None:
             raise UsageError("--answer needs an LLM: pass --llm-model or set HRAG_LLM_MODEL")
-        resp = self.llm.chat(build_answer_messages(r.query, context), purpose="answer")
+        q = self.settings.query
+        messages = build_answer_messages(r.query, context, response_type=q.response_type, user_prompt=q.user_prompt,
+                                         history=self.history)
+        resp = self.llm.chat(messages, purpose="answer")
         cited: list[int] = []
         for m in _CITE.finditer(resp.text):
             n = int(m.group(1))
@@ -114,6 +154,8 @@ class QuerySession:
     def close(self) -> None:
         if self._llm is not None:
             self._llm.close()
+        if self._reranker is not None:
+            self._reranker[1].close()
 
 
 def _as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
@@ -176,11 +218,15 @@ def print_table(r: Retrieval, extra: dict) -> None:
 
 
 def run_query_command(project: Project, settings: Settings, *, text: str | None, file: Path | None,
-                      want_context: bool, want_answer: bool, json_output: bool) -> None:
+                      want_context: bool, want_answer: bool, json_output: bool,
+                      history: Path | None = None) -> None:
     if (text is None) == (file is None):
         raise UsageError("give either a question or --file QUERIES")
+    if history is not None and not want_answer:
+        raise UsageError("--history gives the answer earlier turns: add --answer")
     queries = read_queries(file) if file is not None else [("1", text or "")]
-    session = QuerySession(project, settings)
+    turns = read_history(history) if history is not None else None
+    session = QuerySession(project, settings, history=turns)
     try:
         if file is not None:
             for qid, q in queries:

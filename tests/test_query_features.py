@@ -1,0 +1,295 @@
+"""The query features beyond the modes: ppr's rank fusion and seed confidence, HippoRAG 2's fact filter,
+LightRAG's chunk picking, the reranker stage, and --response-type / --user-prompt / --history with --answer.
+Every model call goes through litellm to the stub server."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from hrag_cli.cli import app
+from hrag_cli.errors import UsageError
+from hrag_cli.project import Project
+from hrag_cli.query.index import QueryIndex
+from hrag_cli.query.ppr import SeedWeights
+from hrag_cli.query.recognition import parse_kept
+from hrag_cli.query.rerank import split_for_rerank
+from hrag_cli.query.retrieval import fuse_ranks, retrieve, rrf_scores, walk_share
+from hrag_cli.query.run import QuerySession, read_history
+from tests.stub_server import RERANK
+
+Q = "In which village was the founder of the company that built Port Ellery's sea wall born?"
+
+
+def _settings(project: Project, llm: dict | None = None, **query: object):
+    s = project.settings()
+    s = replace(s, query=replace(s.query, **query))
+    if llm:
+        s = replace(s, llm=replace(s.llm, **llm))
+    return s
+
+
+def _copy(sample_project: Path, tmp_path: Path) -> Project:
+    root = tmp_path / "p"
+    shutil.copytree(sample_project, root)     # the LLM cache is written into the project
+    return Project(root)
+
+
+def _hrag(*args: str, code: int = 0) -> str:
+    """stdout of a run that should succeed, or the error text of one that should fail with `code` (2: usage;
+    app() raises our UsageError, which main() turns into exit code 2)."""
+    result = CliRunner().invoke(app, list(args))
+    if code == 0:
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    err = result.exception
+    assert result.exit_code == code or (isinstance(err, UsageError) and err.exit_code == code), result.output
+    return result.output + str(err or "")
+
+
+# -- ppr: rank fusion and seed confidence ---------------------------------------------------------------------
+
+def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path) -> None:
+    s = replace(Project(sample_project).settings().query, fusion_head=2, fusion_k=1.0, fusion_lexical=0.5)
+    walk = np.array([0.9, 0.1, 0.8, 0.0, 0.7, 0.6])
+    passage = np.array([0.0, 0.8, 0.85, 0.9, 0.1, 0.2])
+    lexical = np.array([0.0, 5.0, 0.0, 0.0, 0.0, 0.0])
+    assert fuse_ranks(walk, passage, lexical, 1.0, s) is walk
+    order = list(np.argsort(-fuse_ranks(walk, passage, lexical, 0.5, s), kind="stable"))
+    # head: chunk 0 (walk's first) and chunk 1 (BM25's first, passage's third); then the walk's order
+    assert sorted(order[:2]) == [0, 1] and order[2:] == [2, 4, 5, 3]
+    # all on the passage side: the head is the passage ranking's best, the rest still follows the walk
+    order = list(np.argsort(-fuse_ranks(walk, passage, None, 0.0, s), kind="stable"))
+    assert order[:2] == [3, 2] and order[2:] == [0, 4, 5, 1]
+    assert rrf_scores(np.array([0.2, 0.9]), 0).tolist() == [0.5, 1.0]
+
+
+def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
+    s = replace(Project(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
+                seed_confidence=0.5)
+    seeds = SeedWeights({1: 0.3}, {1: ["f1"]})
+    assert walk_share(s, False, seeds, [0.5, 0.2]) == pytest.approx(0.9)
+    assert walk_share(s, True, seeds, [0.5, 0.2]) == pytest.approx(0.6)
+    assert walk_share(s, True, seeds, [0.25]) == pytest.approx(0.3)
+    assert walk_share(s, True, seeds, []) == 0.0
+    named = SeedWeights({1: 0.3}, {1: ["name in query"]})
+    assert walk_share(s, True, named, [0.1]) == pytest.approx(0.6)    # a name from the query is a strong seed
+    assert walk_share(replace(s, seed_confidence=0.0), True, seeds, []) == pytest.approx(0.6)
+
+
+def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    assert ix.extractor.startswith("rules")
+    walk_only = retrieve(ix, Q, _settings(project, rules_walk_weight=1.0), mode="ppr")
+    fused = retrieve(ix, Q, _settings(project, rules_walk_weight=0.0, fusion_lexical=0.0), mode="ppr")
+    naive = retrieve(ix, Q, _settings(project), mode="naive")
+    # no walk share: the first ranks are the passage ranking's, the rest the walk's order without them
+    assert [c.chunk_id for c in fused.chunks[:2]] == [c.chunk_id for c in naive.chunks[:2]]
+    head = {c.chunk_id for c in fused.chunks[:2]}
+    rest = [c.chunk_id for c in walk_only.chunks if c.chunk_id not in head]
+    assert [c.chunk_id for c in fused.chunks[2:]] == rest[:len(fused.chunks) - 2]
+    assert fused.facts and fused.entities                   # the walk still ran and says what seeded it
+
+
+# -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------
+
+def test_parse_kept() -> None:
+    assert parse_kept('```json\n{"relevant": [2, "1", 2, 9, true]}\n```', 3) == [1, 0]
+    assert parse_kept('{"relevant": []}', 3) == []
+    assert parse_kept("no idea", 3) is None
+    assert parse_kept('{"other": 1}', 3) is None
+
+
+def test_fact_filter_one_cached_call_per_query(sample_project: Path, tmp_path: Path, stub) -> None:
+    project = _copy(sample_project, tmp_path)
+    seen: list[str] = []
+
+    def chat(body: dict) -> str:
+        text = body["messages"][-1]["content"]
+        seen.append(text)
+        assert "Candidate facts:" in text and Q in text
+        return '{"relevant": [2]}'
+
+    stub.set_chat(chat)
+    s = _settings(project, llm={"model": "openai/stub", "api_base": stub.url, "max_retries": 0})
+    unfiltered = retrieve(QueryIndex(project, s), Q, _settings(project, fact_filter="off"), mode="ppr")
+    session = QuerySession(project, s)
+    try:
+        r, _ = session.run(Q, mode="ppr")
+        assert stub.count() == 1
+        assert [f["id"] for f in r.facts] == [unfiltered.facts[1]["id"]]
+        assert any("fact filter kept 1 of" in n for n in r.notes)
+        session.run(Q, mode="ppr")
+        assert stub.count() == 1                        # the same question: answered from the cache
+    finally:
+        session.close()
+    # a second process reads the cache from disk too
+    QuerySession(project, s).run(Q, mode="ppr")
+    assert stub.count() == 1 and len(seen) == 1
+
+
+def test_fact_filter_settings(sample_project: Path, tmp_path: Path, stub) -> None:
+    project = _copy(sample_project, tmp_path)
+    ix = QueryIndex(project, project.settings())
+    with pytest.raises(UsageError, match="needs an LLM"):
+        retrieve(ix, Q, _settings(project, fact_filter="on"), mode="ppr")
+    with pytest.raises(UsageError, match="auto, on or off"):
+        retrieve(ix, Q, _settings(project, fact_filter="maybe"), mode="ppr")
+    # without an LLM, auto is off: no call, no note
+    r = retrieve(ix, Q, _settings(project), mode="ppr")
+    assert r.facts and not any("fact filter" in n for n in r.notes)
+    # an unreadable reply keeps every fact, with a note
+    stub.set_chat(lambda body: "I think the second one")
+    s = _settings(project, llm={"model": "openai/stub", "api_base": stub.url, "max_retries": 0})
+    r2, _ = QuerySession(project, s).run(Q, mode="ppr")
+    assert [f["id"] for f in r2.facts] == [f["id"] for f in r.facts]
+    assert any("could not be parsed" in n for n in r2.notes)
+    # off: no call at all
+    n = stub.count()
+    QuerySession(project, _settings(project, llm={"model": "openai/stub", "api_base": stub.url},
+                                    fact_filter="off")).run(Q, mode="ppr")
+    assert stub.count() == n
+
+
+# -- LightRAG chunk picking ------------------------------------------------------------------------------------
+
+def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    kw = {"high": [Q], "low": [Q]}
+    vec = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=0.0, top_k=20), mode="local",
+                   keywords=kw)
+    boosted = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=1.0, top_k=20), mode="local",
+                       keywords=kw)
+    assert {c.chunk_id for c in boosted.chunks} == {c.chunk_id for c in vec.chunks}
+    plain = {c.chunk_id: c.score for c in vec.chunks}
+    assert all(c.score >= plain[c.chunk_id] for c in boosted.chunks)   # the boost only adds
+    wt = retrieve(ix, Q, _settings(project, chunk_pick="weight", top_k=20), mode="local", keywords=kw)
+    assert {c.chunk_id for c in vec.chunks} == {c.chunk_id for c in wt.chunks}   # same candidates
+    # vector: in order of the naive passage score; weight: by how many chosen entities carry the chunk
+    passage = {c.chunk_id: c.score for c in retrieve(ix, Q, _settings(project, top_k=50), mode="naive").chunks}
+    vs = [c.score for c in vec.chunks]
+    assert vs == sorted(vs, reverse=True)
+    assert all(abs(passage[c.chunk_id] - c.score) < 1e-9 for c in vec.chunks if c.chunk_id in passage)
+    ws = [c.score for c in wt.chunks]
+    assert ws == sorted(ws, reverse=True) and all(float(x).is_integer() and x >= 1 for x in ws)
+    few = retrieve(ix, Q, _settings(project, chunk_top_k=2, top_k=5), mode="hybrid", keywords=kw)
+    assert len(few.chunks) <= 4                          # two from local, two from global
+    with pytest.raises(UsageError, match="chunk_pick"):
+        retrieve(ix, Q, _settings(project, chunk_pick="random"), mode="local", keywords=kw)
+
+
+# -- reranker --------------------------------------------------------------------------------------------------
+
+def test_split_for_rerank() -> None:
+    assert split_for_rerank("short text", 100) == ["short text"]
+    long = " ".join(f"word{i}." for i in range(400))
+    pieces = split_for_rerank(long, 64)
+    assert len(pieces) > 3 and pieces[0].startswith("word0.") and "word399." in pieces[-1]
+
+
+def test_rerank_through_litellm_and_the_stub(sample_project: Path, tmp_path: Path, stub) -> None:
+    project = _copy(sample_project, tmp_path)
+    marker = "Gullhaven"
+
+    def score(body: dict) -> list[float]:
+        # only a piece holding the marker scores; the chunk must get that piece's score (max over pieces)
+        return [1.0 if marker in d else 0.0 for d in body["documents"]]
+
+    stub.set_rerank(score)
+    s = _settings(project, rerank="hosted_vllm/stub-reranker", rerank_api_base=stub.url, rerank_chunk_tokens=24,
+                  top_k=5)
+    session = QuerySession(project, s)
+    try:
+        r, _ = session.run(Q, mode="naive")
+        assert stub.count(RERANK) == 1 and "rerank_ms" in r.timings
+        assert marker in r.chunks[0].text and r.chunks[0].score == 1.0
+        first = stub.requests[0][1]
+        assert first["query"] == Q and first["model"] == "stub-reranker"
+        assert len(first["documents"]) > 5                # long chunks went out in pieces
+        flags = [marker in c.text for c in r.chunks]
+        assert flags == sorted(flags, reverse=True)      # every marker chunk ahead of the rest
+        session.run(Q, mode="naive")
+        assert stub.count(RERANK) == 1                   # cached per (query, piece)
+    finally:
+        session.close()
+
+
+def test_rerank_flag_in_cli(sample_project: Path, tmp_path: Path, stub) -> None:
+    project = _copy(sample_project, tmp_path)
+    out = _hrag("query", Q, "-p", str(project.root), "--json", "-m", "bm25", "--rerank", "hosted_vllm/rr",
+                "--set", f"query.rerank_api_base={stub.url}")
+    obj = json.loads(out)
+    assert stub.count(RERANK) == 1 and "rerank_ms" in obj["timings"]
+    _hrag("eval", str(Path(__file__).parent / "fixtures" / "sample_questions.jsonl"), "-p", str(project.root),
+          "--modes", "naive", "--rerank", "hosted_vllm/rr", "--set", f"query.rerank_api_base={stub.url}", "--json")
+    assert stub.count(RERANK) >= 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
+                    reason="sentence-transformers installed: the missing-extra message cannot be shown")
+def test_st_reranker_without_the_extra(sample_project: Path) -> None:
+    project = Project(sample_project)
+    with pytest.raises(UsageError, match="install hrag\\[local\\]"):
+        QuerySession(project, _settings(project, rerank="st:/nowhere")).run(Q, mode="naive")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs hrag[local]")
+def test_st_reranker_missing_folder(sample_project: Path) -> None:
+    project = Project(sample_project)
+    with pytest.raises(UsageError, match="folder not found"):
+        QuerySession(project, _settings(project, rerank="st:/nowhere/at/all")).run(Q, mode="naive")
+
+
+# -- answer options --------------------------------------------------------------------------------------------
+
+def test_answer_with_response_type_user_prompt_and_history(sample_project: Path, tmp_path: Path, stub) -> None:
+    project = _copy(sample_project, tmp_path)
+    bodies: list[dict] = []
+
+    def chat(body: dict) -> str:
+        bodies.append(body)
+        return "Gullhaven [1]."
+
+    stub.set_chat(chat)
+    hist = tmp_path / "history.json"
+    hist.write_text(json.dumps([{"role": "user", "content": "Who built the sea wall?"},
+                                {"role": "assistant", "content": "Corvane Works [1]."}]))
+    out = _hrag("query", Q, "-p", str(project.root), "-m", "naive", "--json", "--answer",
+                "--llm-model", "openai/stub", "--llm-api-base", stub.url, "--response-type", "one short sentence",
+                "--user-prompt", "Answer in the voice of a harbour master.", "--history", str(hist))
+    assert json.loads(out)["answer"] == "Gullhaven [1]."
+    msgs = bodies[-1]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert "one short sentence" in msgs[0]["content"] and "harbour master" in msgs[0]["content"]
+    assert msgs[1]["content"] == "Who built the sea wall?" and Q in msgs[3]["content"]
+
+
+def test_answer_options_need_answer_and_a_valid_history(sample_project: Path, tmp_path: Path) -> None:
+    r = _hrag("query", Q, "-p", str(sample_project), "--response-type", "bullets", code=2)
+    assert "add --answer" in r
+    bad = tmp_path / "h.jsonl"
+    bad.write_text('{"role": "system", "content": "x"}\n')
+    with pytest.raises(UsageError, match="turn 1"):
+        read_history(bad)
+    bad.write_text("not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        read_history(bad)
+    good = tmp_path / "g.jsonl"
+    good.write_text('{"role": "user", "content": "hi"}\n\n{"role": "assistant", "content": "hello"}\n')
+    assert [t["role"] for t in read_history(good)] == ["user", "assistant"]
+
+
+def test_set_accepts_only_query_settings(sample_project: Path) -> None:
+    r = _hrag("query", Q, "-p", str(sample_project), "--set", "embed.model=builtin", code=2)
+    assert "query.NAME=VALUE" in r
+    r = _hrag("query", Q, "-p", str(sample_project), "--set", "query.nope=1", code=2)
+    assert "unknown setting" in r
