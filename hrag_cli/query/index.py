@@ -127,7 +127,7 @@ class QueryIndex:
 
     @cached_property
     def extractor(self) -> str:
-        """The extractor the index was built with ("rules-v1", "openie:...", an LLM's id; "" if unknown):
+        """The extractor the index was built with ("rules-v2", "openie:...", an LLM's id; "" if unknown):
         ppr trusts a walk over a rules graph less."""
         stage = self.project.stage("extract")
         return str(stage.counts.get("extractor", "")) if stage is not None else ""
