@@ -85,7 +85,7 @@ class VectorSettings:
     m: int = 16
     ef_construction: int = 200
     ef_search: int = 128
-    exact_below: int = 2000          # below this many items, search exactly instead of through HNSW
+    exact_below: int = 50_000        # below this many items an index has no HNSW graph: exact float16 matrix search
 
 
 @dataclass

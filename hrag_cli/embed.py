@@ -345,6 +345,13 @@ class Embedder:
         n = len(texts)
         if n == 0:   # no probe request or model load just to learn the width of nothing
             return np.zeros((0, self.backend.known_dim() or 0), np.float32)
+        if self.cache is None:           # no cache (builtin): each distinct text once, no hashing
+            where: dict[str, int] = {}
+            for t in texts:
+                where.setdefault(t, len(where))
+            distinct = list(where)
+            m = self._compute(distinct, None, reporter)
+            return m if len(distinct) == n else m[np.fromiter(map(where.__getitem__, texts), np.int64, n)]
         keys = [_key(t) for t in texts]
         pos: dict[bytes, int] = {}
         first: list[int] = []            # index in `texts` of each distinct text
@@ -369,7 +376,7 @@ class Embedder:
         self.stats["cached"] += int(hit.sum())
         return out_u[[pos[k] for k in keys]]
 
-    def _compute(self, texts: list[str], keys: list[bytes], reporter: Reporter | None) -> np.ndarray:
+    def _compute(self, texts: list[str], keys: list[bytes] | None, reporter: Reporter | None) -> np.ndarray:
         block = _BLOCK if not isinstance(self.backend, LiteLLMBackend) else max(1, self.backend.settings.embed.batch_size
                                                                               * self.backend.settings.embed.concurrency * 4)
         parts: list[np.ndarray] = []
@@ -377,7 +384,7 @@ class Embedder:
         with rep.task(f"embed {self.model_id}", total=len(texts)) as task:
             for s in range(0, len(texts), block):
                 m = _normalise(self.backend.encode_raw(texts[s:s + block], reporter))
-                if self.cache is not None:
+                if self.cache is not None and keys is not None:
                     self.cache.append(keys[s:s + block], m)
                 parts.append(m)
                 self.stats["embedded"] += len(m)
@@ -422,7 +429,9 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
     else:
         backend = LiteLLMBackend(settings)
     cache = None
-    if project is not None:
+    if project is not None and not isinstance(backend, BuiltinBackend):
+        # builtin encodes tens of thousands of texts a second, faster than a cache of 2048-wide rows is read,
+        # and the vector indices already keep every embedded item: a cache would only cost disk
         writable = _holds_lock(project) if cache_writes is None else cache_writes
         cache = EmbeddingCache(project.embeddings_dir, backend.model_id, writable)
         if isinstance(backend, LiteLLMBackend) and cache.dim:
@@ -440,6 +449,8 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
         return {}
     from .embed_builtin import IdfTable, needs_refresh
 
+    for path in project.embeddings_dir.glob("builtin-*"):   # caches earlier versions kept for builtin: never read
+        path.unlink(missing_ok=True)
     table = _load_idf(project)
     refit = needs_refresh(table, n_docs, settings.embed.idf_refresh_growth)
     if refit and n_docs > 0:

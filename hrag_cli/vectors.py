@@ -1,4 +1,6 @@
-"""hnswlib cosine indices with id maps: the four vector indices of DESIGN.md §5.
+"""The four vector indices of DESIGN.md §5: float16 unit rows per index (sparse rows when the vectors are mostly
+zeros, as the builtin embedder's are; else a dense matrix), searched exactly, plus an HNSW graph only for a dense
+index of at least `vectors.exact_below` items.
 
 API (the query stage codes against this):
 
@@ -8,30 +10,40 @@ API (the query stage codes against this):
     idx.dim, len(idx), idx.ids (list[str], id order)
     ids, sims = idx.search(queries, k, ef=None)   # queries float32 (nq, dim) or (dim,); ids: list[list[str]] (nq lists,
                                          # each <= k, best first); sims: float32 (nq, k) cosine, -inf padded
-    idx.vectors()           # float32 (len, dim): every live vector in idx.ids order (exact dense scoring)
+    idx.vectors()           # (len, dim) unit rows in idx.ids order, float16 (memory-mapped after load)
+    idx.scores(query)       # float32 (len,): exact cosine of one query with every row
     idx.position(id) -> int | None       # row of an id in idx.ids / idx.vectors()
 
 Writers (the synonyms stage):
 
-    idx = VectorIndex.create("chunks", dim, settings.vectors, model_id)
-    counts = idx.sync(ids, hashes, matrix)   # make the index hold exactly these ids with these vectors
-    idx.save(project.vectors_dir)            # vectors/<name>.hnsw + vectors/<name>.ids.jsonl, both atomic
+    idx = VectorIndex.load_or_create(vectors_dir, "chunks", settings.vectors, model_id, dim)
+    todo = idx.missing(ids, hashes)          # positions whose (id, text hash) the index lacks: embed only those
+    counts = idx.sync(ids, hashes, vectors_of_todo, rows=todo)   # or sync(ids, hashes, full_matrix)
+    idx.save(project.vectors_dir)            # <name>.f16.npy or <name>.csr-*.npy, <name>.hnsw (large dense only),
+                                             # <name>.ids.jsonl
 
-Why it is shaped this way:
-- Items are keyed by (id, hash of the embedded text), so `sync` adds only new or changed items to the live
-  HNSW graph instead of rebuilding it. Removed or changed items are `mark_deleted` and their slots reused by
-  later additions (`allow_replace_deleted`): a document edit costs a few graph insertions, not a rebuild. When
-  deleted slots exceed a quarter of the index, or the embedder/dimension/M/ef_construction changed, `sync`
-  rebuilds from scratch, since search quality of HNSW drifts with many tombstones.
-- Below `exact_below` live items search is a plain matrix product: exact, and faster than HNSW at that size.
-- Saving goes through a temp file in the same folder and os.replace for both files; the ids file is written
-  last and names the hnsw file's checksum-free size, so a crash between the two renames is detected at load
-  (size mismatch) and reported as "rebuild with hrag synonyms" instead of returning wrong ids.
+Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores):
+- Building HNSW graphs was 78 % of a MuSiQue build (2048-dim vectors, 2k-20k items per index), and at those
+  sizes an exact scan per query takes milliseconds. So below `exact_below` items there is no graph at all; a dense
+  index above it gets one (built on every core) because an exact scan of millions of dense rows is not cheap.
+- The builtin embedder hashes a text's words and n-grams into 2048 buckets and fills 20-500 of them: stored as
+  sparse rows (uint16 column + float16 value) a fact takes ~150 bytes instead of 8 KB, and a scan costs in
+  proportion to the values stored. A sparse index never gets a graph (it would hold every vector dense).
+- float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
+  gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
+- The index is its own embedding store: `missing` names the items whose (id, text hash) it does not hold, so a
+  later run embeds only new or changed texts and copies the other rows (no separate cache file needed).
+- The matrix is saved as .npy and memory-mapped at query time: a query process touches only the pages it reads.
+- Saving goes through store.atomic_path for every file; the id map is written last and names the matrix rows and
+  the hnsw file's size, so a crash between renames is detected at load and reported as "rebuild with hrag
+  synonyms" instead of returning wrong ids. An index of an earlier format raises the same error (and the
+  synonyms stage, whose fingerprint includes FORMAT, rebuilds it on the next `hrag index`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,13 +53,17 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 1
+FORMAT = 2
+DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
+_SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
+_BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
 
 
-# Indices whose whole matrix is saved beside the graph as <name>.npy: ppr and naive score every chunk densely,
-# and reading a large matrix back out of hnswlib item by item costs ~0.5 ms a vector.
-MATRIX_SAVED = frozenset({"chunks"})
+def _dense_rows(dim: int) -> int:
+    """Rows per dense float32 block of this width."""
+    return max(1, _BLOCK_FLOATS // max(dim, 1))
+_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _hnswlib():
@@ -65,40 +81,154 @@ def _as_matrix(x: np.ndarray, dim: int) -> np.ndarray:
     return np.ascontiguousarray(m)
 
 
+def _unit(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, 1)
+
+
 def exact_topk(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k of unit vectors: (rows int64 (nq, k), sims float32 (nq, k)), best first."""
-    n = matrix.shape[0]
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros((len(queries), 0), dtype=np.int64), np.zeros((len(queries), 0), dtype=np.float32)
-    sims = queries @ matrix.T
-    if k < n:
+    """Exact cosine top-k of unit vectors in a dense matrix: (rows int64 (nq, k), sims float32), best first."""
+    return exact_search(DenseRows(matrix), queries, k)
+
+
+def _merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best k of per-block candidates (rows, sims), best first (ties: lower row)."""
+    rows, sims = np.concatenate([r for r, _ in parts], axis=1), np.concatenate([x for _, x in parts], axis=1)
+    if rows.shape[1] > k:
         part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(n), (len(queries), n)).copy()
-    psims = np.take_along_axis(sims, part, axis=1)
-    order = np.argsort(-psims, axis=1, kind="stable")
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(psims, order, axis=1).astype(np.float32)
+        rows, sims = np.take_along_axis(rows, part, 1), np.take_along_axis(sims, part, 1)
+    order = np.lexsort((rows, -sims), axis=1)
+    return np.take_along_axis(rows, order, axis=1), np.take_along_axis(sims, order, axis=1).astype(np.float32)
+
+
+def _block_topk(sims: np.ndarray, offset: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    kk = min(k, sims.shape[1])
+    part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk] if kk < sims.shape[1] else \
+        np.broadcast_to(np.arange(sims.shape[1]), sims.shape).copy()
+    return part + offset, np.take_along_axis(sims, part, axis=1)
+
+
+class DenseRows:
+    """Unit rows as a float16 matrix (memory-mapped after load); a small one keeps a float32 copy for
+    repeated scans, since a float16 -> float32 conversion per query costs more than the product."""
+    kind = "dense"
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        self.matrix = matrix
+        self._f32: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.matrix)
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix[rows], dtype=np.float32)
+
+    def _scan(self) -> np.ndarray:
+        if self._f32 is None and self.matrix.size <= _F32_CACHE_ELEMENTS:
+            self._f32 = np.asarray(self.matrix, dtype=np.float32)
+        return self._f32 if self._f32 is not None else self.matrix
+
+    def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, cosines (nq, rows)) per block of rows."""
+        mat = self._scan()
+        step = len(mat) if mat.dtype == np.float32 else _dense_rows(mat.shape[1])
+        for s in range(0, len(mat), max(step, 1)):
+            yield s, q @ np.asarray(mat[s:s + step], dtype=np.float32).T
+
+
+class SparseRows:
+    """Unit rows in compressed sparse rows (float16 values, uint16 columns). The builtin embedder hashes a
+    text's few words and n-grams into 2048 buckets: a fact or a name fills 20-100 of them, so this is 10-40x
+    smaller than the dense rows, and a scan costs in proportion to the values stored."""
+    kind = "sparse"
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, dim: int) -> None:
+        self.indptr, self.indices, self.data, self.dim = indptr, indices, data, dim
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values per row, columns, values) of `rows`, in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.indptr[rows]
+        lens = self.indptr[rows + 1] - starts
+        pos = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()), dtype=np.int64)
+        return lens, self.indices[pos], self.data[pos]
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        lens, cols, vals = self.take(rows)
+        out = np.zeros((len(lens), self.dim), dtype=np.float32)
+        out[np.repeat(np.arange(len(lens)), lens), cols] = vals
+        return out
+
+    def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        n = len(self)
+        step = max(1, _SCAN_ROWS // 4)
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            p0, p1 = int(self.indptr[s]), int(self.indptr[e])
+            cols = np.asarray(self.indices[p0:p1], dtype=np.intp)
+            vals = np.asarray(self.data[p0:p1], dtype=np.float32)
+            starts = np.asarray(self.indptr[s:e], dtype=np.int64) - p0
+            out = np.zeros((len(q), e - s), dtype=np.float32)
+            if p1 > p0:
+                prod = q[:, cols] * vals
+                live = starts < (np.asarray(self.indptr[s + 1:e + 1]) - p0)      # reduceat needs non-empty rows
+                out[:, live] = np.add.reduceat(prod, starts[live], axis=1)
+            yield s, out
+
+
+def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values per row, columns, float16 values) of a dense float32 block, row by row."""
+    r, c = np.nonzero(b)
+    return (np.bincount(r, minlength=len(b)).astype(np.int64), c.astype(np.uint16),
+            b[r, c].astype(DTYPE))
+
+
+def sparse_rows(b: np.ndarray) -> SparseRows:
+    """A dense float32 block as sparse rows."""
+    lens, cols, vals = _sparsify(b)
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, b.shape[1])
+
+
+def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
+    """Sparse row blocks one after another."""
+    if not parts:
+        return SparseRows(np.zeros(1, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
+    lens = np.concatenate([np.diff(p.indptr) for p in parts])
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                      np.concatenate([p.indices for p in parts]), np.concatenate([p.data for p in parts]), dim)
+
+
+def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-k over a DenseRows or SparseRows: (rows int64 (nq, k), sims float32), best first."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    k = min(k, len(rows_store))
+    if k <= 0:
+        return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float32)
+    return _merge_topk([_block_topk(sims, s, k) for s, sims in rows_store.blocks(q)], k)
 
 
 class VectorIndex:
-    """One named cosine index: hnswlib graph + the id of each label + the text hash each vector came from."""
+    """One named cosine index: unit rows (float16) in id order, the text hash each came from, and for a large
+    index an hnswlib graph whose label of row p is labels[p]."""
 
     def __init__(self, name: str, dim: int, settings: VectorSettings, model_id: str) -> None:
         self.name = name
         self.dim = int(dim)
         self.settings = settings
         self.model_id = model_id
-        self.ids: list[str] = []          # live ids, in label order
-        self.labels: list[int] = []       # hnsw label per live id
-        self.hashes: list[str] = []       # text hash per live id
+        self.ids: list[str] = []          # live ids, in row order
+        self.hashes: list[str] = []       # text hash per row
+        self.labels: np.ndarray = np.zeros(0, dtype=np.int64)   # hnsw label per row (graph only)
         self.m = settings.m
         self.ef_construction = settings.ef_construction
-        self._pos: dict[str, int] = {}
-        self._free: int = 0               # deleted slots awaiting reuse
+        self._pos: dict[str, int] | None = None
+        self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
-        self._matrix: np.ndarray | None = None
+        self._rows: DenseRows | SparseRows = DenseRows(np.zeros((0, self.dim), dtype=DTYPE))
         self._lut: np.ndarray | None = None
 
     # -- construction -----------------------------------------------------------------------------------
@@ -109,122 +239,191 @@ class VectorIndex:
     @classmethod
     def load_or_create(cls, vectors_dir: Path, name: str, settings: VectorSettings, model_id: str,
                        dim: int) -> "VectorIndex":
-        """The saved index when it was built by this embedder at this dimension, else a fresh empty one."""
+        """The saved index when it was built by this embedder at this dimension (0: not known yet, any), else a
+        fresh empty one."""
         try:
             idx = cls.load(vectors_dir, name, settings)
         except HragError:
             idx = None
-        if idx is None or idx.model_id != model_id or (idx.dim != dim and len(idx)):
+        if idx is None or idx.model_id != model_id or (dim and idx.dim != dim and len(idx)):
             return cls.create(name, dim, settings, model_id)
-        idx.dim = dim
+        if not len(idx) and dim:
+            idx.dim = dim
+            idx._rows = DenseRows(np.zeros((0, dim), dtype=DTYPE))
         return idx
 
     @classmethod
     def build(cls, name: str, ids: list[str], matrix: np.ndarray, settings: VectorSettings, model_id: str,
               hashes: list[str] | None = None) -> "VectorIndex":
         idx = cls(name, int(np.asarray(matrix).shape[1]) if len(ids) else 0, settings, model_id)
-        idx._rebuild(list(ids), list(hashes) if hashes is not None else [""] * len(ids),
-                     _as_matrix(matrix, idx.dim) if len(ids) else np.zeros((0, idx.dim), np.float32))
+        idx.sync(list(ids), list(hashes) if hashes is not None else [""] * len(ids), matrix)
         return idx
 
-    def _new_hnsw(self, capacity: int):
-        index = _hnswlib().Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=max(capacity, 16), M=self.m, ef_construction=self.ef_construction,
-                         random_seed=100, allow_replace_deleted=True)
-        index.set_ef(max(self.settings.ef_search, 16))
-        return index
+    def _uses_graph(self, n: int) -> bool:
+        return n >= max(1, self.settings.exact_below)
 
-    def _rebuild(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> None:
-        self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
-        self._index = self._new_hnsw(len(ids)) if ids else None
-        if ids:
-            self._index.add_items(matrix, np.arange(len(ids), dtype=np.int64))
-        self.ids, self.hashes = list(ids), list(hashes)
-        self.labels = list(range(len(ids)))
-        self._pos = {i: p for p, i in enumerate(self.ids)}
-        if len(self._pos) != len(self.ids):
-            raise ValueError(f"index {self.name}: duplicate ids")
-        self._free = 0
-        self._next_label = len(ids)
-        self._matrix = matrix.copy() if self._keeps_matrix(len(ids)) else None
-        self._lut = None
+    def missing(self, ids: list[str], hashes: list[str]) -> np.ndarray:
+        """Positions in `ids` whose (id, hash) this index does not hold: the texts to embed before `sync`."""
+        pos, have = self._positions(), self.hashes
+        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes))
+                            if (r := pos.get(i)) is None or have[r] != h), dtype=np.int64)
 
-    def sync(self, ids: list[str], hashes: list[str], matrix: np.ndarray) -> dict:
-        """Make the index hold exactly `ids` (vectors `matrix`, row per id); incremental when it can be.
-
-        Returns counts: added, removed, kept, rebuilt (0/1)."""
+    def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None) -> dict:
+        """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
+        `missing` returned) a row per listed position only, the other rows being kept from the index (which
+        must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
+        millions of texts without holding them all. Returns counts: added, removed, kept, rebuilt (0/1: the
+        graph was built from scratch)."""
         n = len(ids)
-        if n and self.dim == 0:
-            self.dim = int(np.asarray(matrix).shape[1])
-        matrix = _as_matrix(matrix, self.dim) if n else np.zeros((0, self.dim), np.float32)
-        want = {i: p for p, i in enumerate(ids)}
-        if len(want) != n:
+        if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
-        if self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction:
-            self._rebuild(list(ids), list(hashes), matrix)
-            return {"added": n, "removed": 0, "kept": 0, "rebuilt": 1}
-        gone = [p for p, i in enumerate(self.ids) if want.get(i) is None or hashes[want[i]] != self.hashes[p]]
-        gone_ids = {self.ids[p] for p in gone}
-        new = [p for p, i in enumerate(ids) if i not in self._pos or i in gone_ids]
-        kept = len(self.ids) - len(gone)
-        if (self._free + len(gone)) > _REBUILD_DELETED_FRACTION * max(n, 1) and gone:
-            self._rebuild(list(ids), list(hashes), matrix)
-            return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 1}
-        for p in gone:
-            self._index.mark_deleted(self.labels[p])
-        self._free += len(gone)
-        keep_mask = np.ones(len(self.ids), dtype=bool)
-        keep_mask[gone] = False
-        self.ids = [i for i, k in zip(self.ids, keep_mask) if k]
-        self.labels = [lab for lab, k in zip(self.labels, keep_mask) if k]
-        self.hashes = [h for h, k in zip(self.hashes, keep_mask) if k]
-        if new:
-            add = matrix[new]
-            labels = np.arange(self._next_label, self._next_label + len(new), dtype=np.int64)
-            self._next_label += len(new)
-            reuse = min(self._free, len(new))
-            needed = self._index.get_current_count() + len(new) - reuse
+        if rows is None:     # a full matrix: only the rows the index lacks are taken from it
+            todo = self.missing(ids, hashes)
+            vectors = np.asarray(vectors)[todo] if n else vectors
+        else:
+            todo = np.asarray(rows, dtype=np.int64)
+        blocks = iter([vectors]) if isinstance(vectors, np.ndarray) or not hasattr(vectors, "__next__") \
+            else vectors
+        first = next(blocks, None) if len(todo) else None
+        if first is not None and self.dim == 0:
+            self.dim = int(np.asarray(first).shape[-1])
+        pos = self._positions()
+        is_new = np.zeros(n, dtype=bool)
+        is_new[todo] = True
+        old_row = np.full(n, -1, dtype=np.int64)
+        for p, i in enumerate(ids):
+            if not is_new[p]:
+                r = pos.get(i)
+                if r is None or self.hashes[r] != hashes[p]:
+                    raise ValueError(f"index {self.name}: no stored vector for {i!r}; pass it in `vectors`")
+                old_row[p] = r
+        kept_rows = old_row[~is_new]
+        gone = np.ones(len(self.ids), dtype=bool)
+        gone[kept_rows] = False
+        n_gone = int(gone.sum())
+
+        rows_store = self._store(n, todo, is_new, old_row, first, blocks)
+        rebuilt = 0
+        old_labels = self.labels
+        labels = np.full(n, -1, dtype=np.int64)
+        if not self._uses_graph(n) or rows_store.kind == "sparse":
+            # sparse rows are scanned exactly at any size: an HNSW graph would hold every vector dense (8 KB at
+            # 2048 dims), more than the whole sparse index
+            self._index, self._free, self._next_label = None, 0, 0
+        elif (self._index is None or self.m != self.settings.m or self.ef_construction != self.settings.ef_construction
+              or (self._free + n_gone) > _REBUILD_DELETED_FRACTION * max(n, 1)):
+            self._build_graph(rows_store)
+            labels = np.arange(n, dtype=np.int64)
+            rebuilt = 1
+        else:
+            for lab in old_labels[gone]:
+                self._index.mark_deleted(int(lab))
+            self._free += n_gone
+            labels[~is_new] = old_labels[kept_rows]
+            labels[todo] = np.arange(self._next_label, self._next_label + len(todo), dtype=np.int64)
+            self._next_label += len(todo)
+            reuse = min(self._free, len(todo))
+            needed = self._index.get_current_count() + len(todo) - reuse
             if needed > self._index.get_max_elements():
                 self._index.resize_index(max(needed, int(self._index.get_max_elements() * 1.5)))
             # replace_deleted reuses tombstoned slots first, so memory stays bounded by the live count
-            self._index.add_items(add, labels, replace_deleted=True)
+            for s in range(0, len(todo), _dense_rows(self.dim)):
+                part = todo[s:s + _dense_rows(self.dim)]
+                self._index.add_items(rows_store.dense(part), labels[part], replace_deleted=True)
             self._free -= reuse
-            self.ids.extend(ids[p] for p in new)
-            self.labels.extend(int(x) for x in labels)
-            self.hashes.extend(hashes[p] for p in new)
-        self._pos = {i: p for p, i in enumerate(self.ids)}
-        # the caller's matrix already holds every live vector: reorder it for small sets (exact search),
-        # and let big ones be read back from hnswlib only if someone asks for vectors()
-        self._matrix = matrix[[want[i] for i in self.ids]] if self._keeps_matrix(len(self.ids)) else None
-        self._lut = None
-        return {"added": len(new), "removed": len(gone), "kept": kept, "rebuilt": 0}
+        self.ids, self.hashes, self.labels = list(ids), list(hashes), labels
+        self._rows, self._lut, self._pos = rows_store, None, None
+        return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
+
+    def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
+               ) -> DenseRows | SparseRows:
+        """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
+        Sparse when the first incoming block (else the current store) is under a quarter full."""
+        if first is not None:
+            b0 = _as_matrix(first, self.dim)
+            sparse = np.count_nonzero(b0) < 0.25 * b0.size
+        else:
+            b0, sparse = None, self._rows.kind == "sparse"
+        kept = np.flatnonzero(~is_new)
+        done = 0
+        dense_out = None if sparse else np.empty((n, self.dim), dtype=DTYPE)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []   # (positions, lens, cols, vals)
+        step = _SCAN_ROWS if sparse and self._rows.kind == "sparse" else _dense_rows(self.dim)
+        for s in range(0, len(kept), step):                        # kept rows, in blocks (old may be a memmap)
+            pos = kept[s:s + step]
+            if sparse and self._rows.kind == "sparse":
+                parts.append((pos, *self._rows.take(old_row[pos])))
+            elif sparse:
+                parts.append((pos, *_sparsify(self._rows.dense(old_row[pos]))))
+            else:
+                dense_out[pos] = self._rows.dense(old_row[pos])
+        block = b0
+        while block is not None:
+            b = _unit(_as_matrix(block, self.dim))
+            if done + len(b) > len(todo):
+                raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
+            pos = todo[done:done + len(b)]
+            if sparse:
+                parts.append((pos, *_sparsify(b)))
+            else:
+                dense_out[pos] = b
+            done += len(b)
+            nxt = next(blocks, None)
+            block = None if nxt is None else nxt
+        if done != len(todo):
+            raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
+        if not sparse:
+            return DenseRows(dense_out)
+        pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
+        lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
+        tmp = SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                         np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
+                         np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        lens, cols, vals = tmp.take(np.argsort(pos, kind="stable"))      # into `ids` order
+        return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, self.dim)
+
+    def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
+        n = len(rows_store)
+        self.m, self.ef_construction = self.settings.m, self.settings.ef_construction
+        index = _hnswlib().Index(space="cosine", dim=self.dim)
+        index.init_index(max_elements=max(n, 16), M=self.m, ef_construction=self.ef_construction,
+                         random_seed=100, allow_replace_deleted=True)
+        index.set_ef(max(self.settings.ef_search, 16))
+        step = _dense_rows(self.dim)
+        for s in range(0, n, step):                  # float32 copies one block at a time; every core inserts
+            rows = np.arange(s, min(n, s + step), dtype=np.int64)
+            index.add_items(rows_store.dense(rows), rows, num_threads=os.cpu_count() or 1)
+        self._index, self._free, self._next_label = index, 0, n
 
     # -- reading ----------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.ids)
 
+    def _positions(self) -> dict[str, int]:
+        if self._pos is None:
+            self._pos = {i: p for p, i in enumerate(self.ids)}
+        return self._pos
+
     def position(self, item_id: str) -> int | None:
-        return self._pos.get(item_id)
-
-    def _keeps_matrix(self, n: int) -> bool:
-        return n < self.settings.exact_below or self.name in MATRIX_SAVED
-
-    def _live_matrix(self) -> np.ndarray:
-        if self._matrix is None:
-            if not self.ids:
-                self._matrix = np.zeros((0, self.dim), np.float32)
-            else:
-                got = self._index.get_items(np.asarray(self.labels, dtype=np.int64), return_type="numpy")
-                self._matrix = np.ascontiguousarray(got, dtype=np.float32)
-        return self._matrix
+        return self._positions().get(item_id)
 
     def vectors(self) -> np.ndarray:
-        """All live vectors, row i = self.ids[i] (unit length: hnswlib cosine stores normalised vectors)."""
-        return self._live_matrix()
+        """All live vectors (unit rows, float16), row i = self.ids[i]: memory-mapped when stored dense."""
+        if self._rows.kind == "dense":
+            return self._rows.matrix
+        return self._rows.dense(np.arange(len(self.ids))).astype(DTYPE)
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """float32 (len,): the cosine of one query with every row, exact (ppr and naive score every chunk)."""
+        q = _as_matrix(query, self.dim)
+        out = np.empty(len(self.ids), dtype=np.float32)
+        for s, sims in self._rows.blocks(q):
+            out[s:s + sims.shape[1]] = sims[0]
+        return out
 
     def search(self, queries: np.ndarray, k: int, ef: int | None = None) -> tuple[list[list[str]], np.ndarray]:
-        """Top-k ids by cosine per query, best first; exact below settings.exact_below live items.
-        `ef` overrides settings.ef_search for this call."""
+        """Top-k ids by cosine per query, best first; exact unless the index has a graph (>= exact_below
+        items). `ef` overrides settings.ef_search for this call."""
         q = _as_matrix(queries, self.dim)
         n = len(self.ids)
         k = int(k)
@@ -232,8 +431,8 @@ class VectorIndex:
         if n == 0 or k <= 0:
             return [[] for _ in range(len(q))], sims_out
         kk = min(k, n)
-        if n < self.settings.exact_below:
-            rows, sims = exact_topk(self._live_matrix(), q, kk)
+        if self._index is None:
+            rows, sims = exact_search(self._rows, q, kk)
         else:
             rows, sims = self._hnsw_search(q, kk, ef or self.settings.ef_search)
         ids_out: list[list[str]] = []
@@ -249,15 +448,16 @@ class VectorIndex:
             labels, dists = self._index.knn_query(q, k=k)
         except RuntimeError:
             # hnswlib refuses when it cannot fill k results (tombstones, tiny ef): answer exactly instead
-            return exact_topk(self._live_matrix(), q, k)
+            return exact_search(self._rows, q, k)
         rows = self._label_rows()[labels.astype(np.int64)]
         return rows, (1.0 - dists).astype(np.float32)
 
     def _label_rows(self) -> np.ndarray:
         """label -> row in self.ids (-1 for tombstones), as an array so 1M results map in one gather."""
         if self._lut is None:
-            lut = np.full(max(self._next_label, max(self.labels, default=-1) + 1), -1, dtype=np.int64)
-            lut[np.asarray(self.labels, dtype=np.int64)] = np.arange(len(self.labels), dtype=np.int64)
+            top = max(self._next_label, int(self.labels.max(initial=-1)) + 1)
+            lut = np.full(top, -1, dtype=np.int64)
+            lut[self.labels] = np.arange(len(self.labels), dtype=np.int64)
             self._lut = lut
         return self._lut
 
@@ -268,11 +468,23 @@ class VectorIndex:
 
     @staticmethod
     def matrix_path(vectors_dir: Path, name: str) -> Path:
-        return Path(vectors_dir) / f"{name}.npy"
+        """The dense float16 rows."""
+        return Path(vectors_dir) / f"{name}.f16.npy"
+
+    @staticmethod
+    def sparse_paths(vectors_dir: Path, name: str) -> tuple[Path, Path, Path]:
+        """The sparse rows: row starts, columns, float16 values."""
+        d = Path(vectors_dir)
+        return d / f"{name}.csr-indptr.npy", d / f"{name}.csr-indices.npy", d / f"{name}.csr-data.npy"
+
+    @classmethod
+    def files(cls, vectors_dir: Path, name: str) -> list[Path]:
+        """Every file of one index, including format 1's <name>.npy, for removal."""
+        return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
+                *cls.sparse_paths(vectors_dir, name), Path(vectors_dir) / f"{name}.npy"]
 
     def save(self, vectors_dir: Path) -> None:
-        """hnsw file (and for MATRIX_SAVED indices the .npy matrix) first, each temp + rename, then the id map
-        that vouches for them (atomic)."""
+        """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
         hnsw_path, ids_path = self.paths(vectors_dir, self.name)
         hnsw_path.parent.mkdir(parents=True, exist_ok=True)
         size = 0
@@ -280,21 +492,32 @@ class VectorIndex:
             with store.atomic_path(hnsw_path) as tmp:
                 self._index.save_index(str(tmp))
                 size = os.path.getsize(tmp)
-        matrix_rows = -1
-        if self.name in MATRIX_SAVED:
-            with store.atomic_writer(self.matrix_path(vectors_dir, self.name)) as fh:
-                np.save(fh, np.ascontiguousarray(self._live_matrix(), dtype=np.float32), allow_pickle=False)
-            matrix_rows = len(self.ids)
+        else:
+            hnsw_path.unlink(missing_ok=True)
+        rs = self._rows
+        arrays = ([(self.matrix_path(vectors_dir, self.name), rs.matrix)] if rs.kind == "dense" else
+                  list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.indices, rs.data))))
+        for path, arr in arrays:
+            with store.atomic_writer(path) as fh:
+                np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        written = {path for path, _ in arrays}
+        for path in self.files(vectors_dir, self.name)[2:]:       # the other storage's and format 1's files
+            if path not in written:
+                path.unlink(missing_ok=True)
         header = {"_meta": {"format": FORMAT, "name": self.name, "dim": self.dim, "model_id": self.model_id,
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
-                            "hnsw_bytes": size, "matrix_rows": matrix_rows}}
-        rows = ({"id": i, "label": lab, "h": h} for i, lab, h in zip(self.ids, self.labels, self.hashes))
+                            "hnsw_bytes": size, "matrix_rows": len(self.ids), "storage": rs.kind,
+                            "values": int(rs.matrix.size if rs.kind == "dense" else len(rs.data))}}
+        graph = self._index is not None
+        rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
+                for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
         store.write_jsonl(ids_path, _chain([header], rows))
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
-        """The saved index, or None when it was never built. A damaged pair raises HragError."""
+        """The saved index, or None when it was never built. A damaged set or an earlier format raises
+        HragError naming the fix."""
         hnsw_path, ids_path = cls.paths(vectors_dir, name)
         if not ids_path.exists():
             return None
@@ -303,22 +526,26 @@ class VectorIndex:
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
+        labels: list[int] = []
         try:   # a hand-edited or damaged id map: missing keys or wrong types
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
+            graph = bool(meta.get("hnsw_bytes"))
             for r in rows:
                 idx.ids.append(r["id"])
-                idx.labels.append(int(r["label"]))
                 idx.hashes.append(r.get("h", ""))
+                if graph:
+                    labels.append(int(r["label"]))
             count = int(meta["count"])
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
-        if len(idx.ids) != count:
+        if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
-        idx._pos = {i: p for p, i in enumerate(idx.ids)}
+        idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
-        idx._next_label = int(meta.get("next_label", len(idx.ids)))
-        if meta.get("hnsw_bytes"):
+        idx._next_label = int(meta.get("next_label", 0))
+        idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim)
+        if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
             index = _hnswlib().Index(space="cosine", dim=idx.dim)
@@ -328,14 +555,30 @@ class VectorIndex:
                 raise HragError(f"{hnsw_path} is damaged ({exc}); run 'hrag synonyms' to rebuild it") from None
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
-        if int(meta.get("matrix_rows", -1)) == len(idx.ids) and len(idx.ids):
-            try:   # memory-mapped: a query touches only the pages it scores
-                m = np.load(cls.matrix_path(vectors_dir, name), mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
-                m = None
-            if m is not None and m.shape == (len(idx.ids), idx.dim) and m.dtype == np.float32:
-                idx._matrix = m
         return idx
+
+
+    @classmethod
+    def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:
+        """The rows, memory-mapped (a query touches only the pages it scores); checked against the id map."""
+        if not count:
+            return DenseRows(np.zeros((0, dim), dtype=DTYPE))
+        sparse = meta.get("storage") == "sparse"
+        paths = cls.sparse_paths(vectors_dir, name) if sparse else (cls.matrix_path(vectors_dir, name),)
+        try:
+            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
+        except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
+            arrays = []
+        values = int(meta.get("values", -1))
+        if sparse and len(arrays) == 3:
+            indptr, indices, data = arrays
+            if (indptr.shape == (count + 1,) and len(indices) == len(data) == values and data.dtype == DTYPE
+                    and int(indptr[-1]) == values):
+                return SparseRows(indptr, indices, data, dim)
+        elif not sparse and len(arrays) == 1 and arrays[0].shape == (count, dim) and arrays[0].dtype == DTYPE:
+            return DenseRows(arrays[0])
+        raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
+                        f"run 'hrag synonyms' to rebuild it")
 
 
 def _chain(*iters):

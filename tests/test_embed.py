@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from hrag_cli.config import Settings
-from hrag_cli.embed import IDF_FILE, EmbeddingCache, embed_status, get_embedder, refresh_idf
+from hrag_cli.embed import (IDF_FILE, BuiltinBackend, Embedder, EmbeddingCache, embed_status, get_embedder,
+                             refresh_idf)
 from hrag_cli.errors import HragError, UsageError
 from hrag_cli.project import Project
 from tests.stub_server import StubReply
@@ -60,14 +61,28 @@ def test_builtin_is_the_default_and_needs_no_project() -> None:
     assert np.allclose(emb.encode_query("Charles Babbage"), m[1], atol=1e-6)
 
 
+def cached_builtin(p: Project) -> Embedder:
+    """The cache logic is the same for every back-end (builtin itself keeps none): builtin needs no server."""
+    backend = BuiltinBackend(None)
+    return Embedder(backend, EmbeddingCache(p.embeddings_dir, backend.model_id, writable=p._lock_fh is not None))
+
+
+def test_builtin_keeps_no_cache(tmp_path: Path) -> None:
+    p = project(tmp_path)
+    with p.lock():
+        emb = get_embedder(p, Settings())
+        emb.encode(["alpha text"])
+        assert emb.cache is None and not any(p.embeddings_dir.iterdir())
+
+
 def test_cache_second_run_embeds_nothing_and_new_text_only(tmp_path: Path) -> None:
     p = project(tmp_path)
     s = Settings()
     with p.lock():
-        first = get_embedder(p, s)
+        first = cached_builtin(p)
         a = first.encode(["alpha text", "beta text", "alpha text"])
         assert first.stats == {"embedded": 2, "cached": 0}
-        again = get_embedder(p, s)
+        again = cached_builtin(p)
         b = again.encode(["beta text", "alpha text", "gamma text"])
         assert again.stats == {"embedded": 1, "cached": 2}
         assert np.array_equal(b[0], a[1]) and np.array_equal(b[1], a[0])
@@ -76,12 +91,12 @@ def test_cache_second_run_embeds_nothing_and_new_text_only(tmp_path: Path) -> No
 
 def test_cache_is_written_only_under_the_writer_lock(tmp_path: Path) -> None:
     p = project(tmp_path)
-    reader = get_embedder(p, Settings())          # no lock held: a query process
+    reader = cached_builtin(p)          # no lock held: a query process
     reader.encode(["some text"])
     assert len(EmbeddingCache(p.embeddings_dir, reader.model_id, writable=False)) == 0
     with p.lock():
-        get_embedder(p, Settings()).encode(["some text"])
-    again = get_embedder(p, Settings())
+        cached_builtin(p).encode(["some text"])
+    again = cached_builtin(p)
     again.encode(["some text"])
     assert again.stats == {"embedded": 0, "cached": 1}
 
@@ -89,7 +104,7 @@ def test_cache_is_written_only_under_the_writer_lock(tmp_path: Path) -> None:
 def test_cache_survives_a_torn_tail(tmp_path: Path) -> None:
     p = project(tmp_path)
     with p.lock():
-        emb = get_embedder(p, Settings())
+        emb = cached_builtin(p)
         good = emb.encode(["one", "two", "three"])
         cache = emb.cache
         assert cache is not None
@@ -98,7 +113,7 @@ def test_cache_survives_a_torn_tail(tmp_path: Path) -> None:
             fh.write(b"\x00" * (4 * emb.dim + 10))
         with open(cache.keys_path, "ab") as fh:
             fh.write(b"\x01" * 7)
-        again = get_embedder(p, Settings())
+        again = cached_builtin(p)
         assert again.cache is not None and len(again.cache) == 3
         assert again.cache.vec_path.stat().st_size == 3 * 4 * emb.dim
         assert again.cache.keys_path.stat().st_size == 3 * 16
@@ -116,9 +131,14 @@ def test_idf_is_fitted_frozen_and_refreshed(tmp_path: Path) -> None:
         assert state["idf_refit"] and state["idf_fitted_docs"] == 50
         emb = get_embedder(p, s)
         assert f"idf:{state['idf_fingerprint']}" in emb.model_id
-        emb.encode(texts[:5])
-        old_files = [f for f in emb.cache.files() if f.exists()]  # type: ignore[union-attr]
+        # a cache an earlier version wrote for builtin (it keeps none now) goes with its table
+        old = EmbeddingCache(p.embeddings_dir, emb.model_id, writable=True)
+        old.append([b"k" * 16], emb.encode(texts[:1]))
+        old_files = [f for f in old.files() if f.exists()]
         assert old_files
+        assert refresh_idf(p, s, texts, len(texts))["idf_refit"] is False     # builtin reads no cache: removed
+        assert not any(f.exists() for f in old_files)
+        old.append([b"j" * 16], emb.encode(texts[1:2]))
         # 10 % growth: frozen, same model id; 40 %: refit, new model id, old cache files dropped
         more = texts + [f"extra text {i}" for i in range(5)]
         assert not refresh_idf(p, s, more, len(more))["idf_refit"]

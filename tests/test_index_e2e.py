@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from hrag_cli import store
+from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.project import Project
 from tests.stub_server import StubReply
 
@@ -419,7 +420,7 @@ def test_import_openie_replaces_the_extractor(tmp_path: Path) -> None:
     proc = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
                inprocess=True)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["extract"]["extractor"] == "rules-v1"
+    assert json.loads(proc.stdout)["extract"]["extractor"] == RULES_FINGERPRINT
     # the import file gone: a clear usage error, not a silent switch
     run(["index", str(docs), "-p", str(proj), "--stop-after", "extract", "--import-openie", str(openie)],
         inprocess=True)
@@ -492,7 +493,7 @@ def test_offline_rules_index_of_sample_corpus(tmp_path: Path) -> None:
     proc = run(["index", str(SAMPLE), "-p", str(proj), "--stop-after", "extract", "--json"])
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
-    assert s["extract"]["extractor"] == "rules-v1" and s["extract"]["pending"] == 0
+    assert s["extract"]["extractor"] == RULES_FINGERPRINT and s["extract"]["pending"] == 0
     assert s["extract"]["entity_mentions"] > 100
     again = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"])
     assert again.returncode == 0, again.stderr

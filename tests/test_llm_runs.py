@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hrag_cli import store
 from hrag_cli.config import LLMSettings
+from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
 from hrag_cli.project import Project
 from tests.stub_server import StubReply, StubServer, context_exceeded, free_port
@@ -350,10 +351,10 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     switched = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
                    inprocess=True)
     assert switched.returncode == 0, switched.stderr
-    assert summary(switched)["extract"]["extractor"] == "rules-v1"
+    assert summary(switched)["extract"]["extractor"] == RULES_FINGERPRINT
     assert "extracting with the rules extractor from now on, as given (was the LLM openai/stub-model" in switched.stderr
     again = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"], inprocess=True)
-    assert summary(again)["extract"]["extractor"] == "rules-v1"
+    assert summary(again)["extract"]["extractor"] == RULES_FINGERPRINT
 
     # a model given anew switches back to the LLM, without inheriting another model's API base
     from hrag_cli.config import load_settings

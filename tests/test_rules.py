@@ -84,3 +84,14 @@ def test_deterministic_and_robust() -> None:
     assert empty.entities == [] and empty.relations == []
     weird = extract_rules("c", "((( ))) ### --- 12 ... A. B. C. ŁŁŁ \x00 \ufffd")
     assert weird.status == "ok"
+
+
+def test_titles_regnal_names_works_and_awards_get_types() -> None:
+    """Names the rules once typed unknown (most of the UNKNOWN entities of a 2Wiki build)."""
+    e = ents('Archduke Leopold Salvator married Maria of Nassau. Maximilian I of Mexico died in 1867. '
+             'The band released the album "Prisoner" and won the Golden Globe Award for Best Actor. '
+             'She studied at the London College of Printing.')
+    assert e["Archduke Leopold Salvator"] == "person" and e["Maria of Nassau"] == "person"
+    assert e["Maximilian I of Mexico"] == "person"
+    assert e["Prisoner"] == "work" and e["Golden Globe Award for Best Actor"] == "award"
+    assert e["London College of Printing"] == "organization"

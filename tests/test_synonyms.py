@@ -298,3 +298,31 @@ def test_damaged_decision_lines_are_skipped(tmp_path: Path, stub) -> None:
     run(p, settings_for(stub))
     got = pairs_in_file(p)
     assert set(got) == {AB, AC, BC}   # the valid skip applied, the broken lines ignored
+
+
+def test_folded_name_search_keeps_the_exact_pairs() -> None:
+    """Builtin name vectors are sparse: the neighbour search runs on them folded to 256 columns, then the lists
+    are re-scored at full width. The pairs at or above the threshold, and their cosines, match the full-width
+    search."""
+    import numpy as np
+
+    from hrag_cli.embed import BuiltinBackend, Embedder
+    from hrag_cli.synonyms import KnnLists, candidate_pairs, name_vectors, rescore, update_knn
+
+    stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat",
+             "Bank of Ellery", "Sankt Orrin", "Kestrel Island", "Ruth Calloway", "Zoë Almqvist"]
+    names = [f"{s}{suffix}" for s in stems for suffix in ("", "s", " Company", " (film)", " II", " Museum",
+                                                            " Bridge", " of Miravel", " Street", " Road")]
+    names += [f"Name{i} Person{i * 7 % 13}" for i in range(200)]
+    emb = Embedder(BuiltinBackend(None), None)
+    full, folded = name_vectors(emb, names, QUIET)
+    assert folded is not None and folded.shape == (len(names), 256)
+    ids, hashes = [f"e{i}" for i in range(len(names))], [str(i) for i in range(len(names))]
+    knn, _ = update_knn(KnnLists(10, "m"), ids, hashes, folded, 10, QUIET, 10, 1250)
+    rescore(knn, full)
+    dense = emb.encode(names)
+    exact, _ = update_knn(KnnLists(10, "m"), ids, hashes, dense, 10, QUIET, 10, 1250)
+    ok = set(ids)
+    got, want = candidate_pairs(knn, ok, 0.8), candidate_pairs(exact, ok, 0.8)
+    assert want and set(got) == set(want)
+    assert np.allclose([got[k] for k in want], [want[k] for k in want], atol=2e-3)

@@ -26,9 +26,9 @@ def test_search_finds_itself_and_matches_brute_force(exact_below: int) -> None:
     idx = VectorIndex.build("t", ids_of(300), m, VectorSettings(exact_below=exact_below), "model-a")
     ids, sims = idx.search(m[:20], 5)
     assert [row[0] for row in ids] == ids_of(20)
-    assert np.allclose(sims[:, 0], 1.0, atol=1e-4)
+    assert np.allclose(sims[:, 0], 1.0, atol=2e-3)
     rows, exact = exact_topk(m, m[:20], 5)
-    assert np.allclose(sims, exact, atol=1e-4)
+    assert np.allclose(sims, exact, atol=2e-3)
     assert [[f"x{r}" for r in row] for row in rows.tolist()] == ids
     # 1-D query and k beyond the size
     one_ids, one_sims = idx.search(m[3], 1000)
@@ -46,7 +46,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     back = VectorIndex.load(tmp_path, "entities", s)
     assert back is not None and back.model_id == "model-a" and back.dim == 16 and len(back) == 50
     assert back.ids == idx.ids and back.hashes == idx.hashes
-    assert np.allclose(back.vectors(), m, atol=1e-5)
+    assert np.allclose(back.vectors(), m, atol=2e-3)
     assert back.search(m[7], 1)[0] == [["x7"]]
     assert VectorIndex.load(tmp_path, "missing", s) is None
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
@@ -54,9 +54,13 @@ def test_save_load_round_trip(tmp_path) -> None:
 
 def test_damaged_pair_is_reported(tmp_path) -> None:
     rng = np.random.default_rng(2)
-    s = VectorSettings()
+    s = VectorSettings(exact_below=0)
     VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
     (tmp_path / "chunks.hnsw").write_bytes(b"garbage")
+    with pytest.raises(HragError, match="hrag synonyms"):
+        VectorIndex.load(tmp_path, "chunks", s)
+    VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
+    VectorIndex.matrix_path(tmp_path, "chunks").write_bytes(b"garbage")
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
     # load_or_create treats a damaged or foreign index as absent
@@ -85,14 +89,14 @@ def test_sync_is_incremental_and_exact_about_membership(tmp_path) -> None:
     assert sorted(idx.ids) == sorted(ids2) and len(idx) == 205
     got, sims = idx.search(m2, 1)
     assert [g[0] for g in got] == ids2  # every live vector finds itself; removed ones are gone
-    assert np.allclose(sims[:, 0], 1.0, atol=1e-4)
+    assert np.allclose(sims[:, 0], 1.0, atol=2e-3)
     # survives a save/load and a further sync; tombstoned slots are reused (no growth)
     idx.save(tmp_path)
     back = VectorIndex.load(tmp_path, "e", s)
     assert back is not None
     assert back.sync(ids2, hashes2, m2) == {"added": 0, "removed": 0, "kept": 205, "rebuilt": 0}
     order = [back.position(i) for i in ids2]
-    assert np.allclose(back.vectors()[order], m2, atol=1e-5)
+    assert np.allclose(back.vectors()[order], m2, atol=2e-3)
     # removing most items triggers a rebuild instead of a tombstone-riddled graph
     counts = back.sync(ids2[:50], hashes2[:50], m2[:50])
     assert counts["rebuilt"] == 1 and len(back) == 50
@@ -119,25 +123,26 @@ def test_chunk_matrix_is_saved_and_memory_mapped(tmp_path) -> None:
     idx.sync(ids_of(45) + ids_of(5, "y"), [str(i) for i in range(45)] + ["y"] * 5, np.vstack([m[:45], extra]))
     idx.save(tmp_path)
     back = VectorIndex.load(tmp_path, "chunks", settings)
-    assert isinstance(back._matrix, np.memmap)
+    assert isinstance(back.vectors(), np.memmap)
     assert back.ids == ids_of(45) + ids_of(5, "y")
-    assert np.allclose(back.vectors(), np.vstack([m[:45], extra]), atol=1e-6)
-    # another index name keeps no matrix file
-    VectorIndex.build("facts", ids_of(50), m, settings, "model-a").save(tmp_path)
-    assert not VectorIndex.matrix_path(tmp_path, "facts").exists()
+    assert np.allclose(back.vectors(), np.vstack([m[:45], extra]), atol=2e-3)
+    # every index keeps its float16 matrix; a small one has no graph file
+    VectorIndex.build("facts", ids_of(50), m, VectorSettings(), "model-a").save(tmp_path)
+    assert VectorIndex.matrix_path(tmp_path, "facts").exists() and not VectorIndex.paths(tmp_path, "facts")[0].exists()
+    assert VectorIndex.load(tmp_path, "facts", VectorSettings()).vectors().dtype == np.float16
 
 
 @pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "row_keys"])
 def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) -> None:
     rng = np.random.default_rng(3)
-    s = VectorSettings()
+    s = VectorSettings(exact_below=0)
     VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
     hnsw, ids = VectorIndex.paths(tmp_path, "chunks")
     lines = ids.read_text().splitlines()
     if damage == "hnsw_same_size":
         hnsw.write_bytes(b"\0" * hnsw.stat().st_size)
     elif damage == "meta_keys":
-        lines[0] = '{"_meta": {"format": 1, "count": 10}}'
+        lines[0] = '{"_meta": {"format": 2, "count": 10}}'
     else:
         lines[1] = '{"x": 1}'
     if damage != "hnsw_same_size":
@@ -145,3 +150,64 @@ def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) ->
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
     assert len(VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)) == 0   # the stage rebuilds
+
+
+def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tmp_path) -> None:
+    """The index is its own embedding store: a later sync is given vectors for the missing rows only."""
+    rng = np.random.default_rng(5)
+    s = VectorSettings()
+    m = unit(rng, 30, 16)
+    ids, hashes = ids_of(30), [f"h{i}" for i in range(30)]
+    VectorIndex.build("facts", ids, m, s, "m", hashes=hashes).save(tmp_path)
+    idx = VectorIndex.load_or_create(tmp_path, "facts", s, "m", 16)
+    ids2, hashes2 = ids[2:] + ["new"], hashes[2:] + ["hn"]
+    hashes2[0] = "changed"
+    todo = idx.missing(ids2, hashes2)
+    assert todo.tolist() == [0, 28]
+    extra = unit(rng, 2, 16)
+    counts = idx.sync(ids2, hashes2, iter([extra[:1], extra[1:]]), rows=todo)
+    assert counts == {"added": 2, "removed": 3, "kept": 27, "rebuilt": 0}
+    want = np.vstack([extra[:1], m[3:], extra[1:]])
+    assert np.allclose(idx.vectors(), want, atol=2e-3) and idx.ids == ids2
+    with pytest.raises(ValueError, match="no stored vector"):
+        idx.sync(ids2 + ["other"], hashes2 + ["x"], np.zeros((0, 16), np.float32), rows=np.zeros(0, np.int64))
+    # an index saved by format 1 is reported, never misread
+    _, id_map = VectorIndex.paths(tmp_path, "facts")
+    lines = id_map.read_text().splitlines()
+    lines[0] = lines[0].replace('"format":2', '"format":1')
+    id_map.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HragError, match="another version"):
+        VectorIndex.load(tmp_path, "facts", s)
+
+
+def test_sparse_rows_are_stored_sparse_and_search_like_dense(tmp_path) -> None:
+    """Builtin-like vectors (a few nonzero buckets) are stored as sparse rows: same answers, far fewer bytes,
+    through an incremental sync and a save/load; a later dense batch keeps working."""
+    rng = np.random.default_rng(11)
+    n, dim = 400, 256
+    m = np.zeros((n, dim), np.float32)
+    for i in range(n):
+        cols = rng.choice(dim, size=12, replace=False)
+        m[i, cols] = rng.standard_normal(12)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    ids, hashes = ids_of(n), [f"h{i}" for i in range(n)]
+    s = VectorSettings()
+    idx = VectorIndex.build("facts", ids, m, s, "m", hashes=hashes)
+    idx.save(tmp_path)
+    assert all(p.exists() for p in VectorIndex.sparse_paths(tmp_path, "facts"))
+    assert not VectorIndex.matrix_path(tmp_path, "facts").exists()
+    back = VectorIndex.load(tmp_path, "facts", s)
+    got, sims = back.search(m[:30], 5)
+    rows, exact = exact_topk(m, m[:30], 5)
+    assert [g[0] for g in got] == ids[:30] and np.allclose(sims, exact, atol=2e-3)
+    assert np.allclose(back.scores(m[7]), m @ m[7], atol=2e-3)
+    # incremental: 10 removed, 5 added, then the same through the graph (exact_below 0)
+    ids2, hashes2 = ids[10:] + ids_of(5, "n"), hashes[10:] + [f"n{i}" for i in range(5)]
+    m2 = np.vstack([m[10:], m[:5][:, ::-1]])
+    todo = back.missing(ids2, hashes2)
+    assert back.sync(ids2, hashes2, m2[todo], rows=todo)["added"] == 5
+    assert np.allclose(np.asarray(back.vectors(), np.float32), m2, atol=2e-3)
+    g = VectorIndex.build("facts", ids2, m2, VectorSettings(exact_below=0), "m", hashes=hashes2)
+    assert g.search(m2[-1], 1)[0] == [[ids2[-1]]]
+    g.save(tmp_path)
+    assert VectorIndex.load(tmp_path, "facts", VectorSettings(exact_below=0)).search(m2[3], 1)[0] == [[ids2[3]]]

@@ -15,7 +15,7 @@ from functools import lru_cache
 from ..records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from ..textnorm import STOP_WORDS
 
-RULES_FINGERPRINT = "rules-v1"
+RULES_FINGERPRINT = "rules-v2"
 
 MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
@@ -129,6 +129,13 @@ _PERSON_TITLES = {
     "rev", "reverend", "general", "colonel", "governor", "senator", "chancellor", "minister", "bishop",
     "duke", "duchess", "countess", "baron", "baroness", "emperor", "empress",
 }
+# Titles that open a name ("Archduke Leopold of Austria"), and regnal numbers ("Maximilian I of Mexico").
+_NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", "infante", "pope", "tsar", "czar",
+                                 "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
+_REGNAL = {"i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi"}
+_AWARD_WORDS = {"award", "awards", "prize", "medal", "trophy", "fame", "honour", "honor", "order"}
+_QUOTES_OPEN = "\"“‘'«"
+_QUOTES_CLOSE = "\"”’'»"
 _PERSON_CUE_WORDS = {
     "engineer", "archivist", "historian", "mayor", "director", "chairman", "chairwoman", "founder", "wife",
     "husband", "daughter", "son", "mother", "father", "captain", "professor", "student", "widow", "packer",
@@ -168,12 +175,19 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=65536)
-def _classify_name(name: str, prev_word: str) -> str:
+def _classify_name(name: str, prev_word: str, quoted: bool = False) -> str:
     words = name.split()
     low = [w.lower().strip("'’") for w in words]
     last = low[-1]
-    if any(w in _ORG_WORDS for w in (last, low[0])) or ("of" in low and low[0] in _ORG_WORDS):
+    of = low.index("of") if "of" in low else len(low)
+    if any(w in _AWARD_WORDS for w in low[:of]):
+        return "award"
+    if quoted:                  # a quoted title in running text: a song, album, film, book, episode
+        return "work"
+    if any(w in _ORG_WORDS for w in (last, low[0])) or any(w in _ORG_WORDS for w in low[:of]):
         return "organization"
+    if low[0] in _NAME_TITLES or (len(low) > 1 and low[1] in _REGNAL):
+        return "person"
     if last in _EVENT_WORDS or low[0] in _EVENT_WORDS:
         return "event"
     if last in _ARTIFACT_WORDS:
@@ -184,6 +198,8 @@ def _classify_name(name: str, prev_word: str) -> str:
         return "person"
     if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low):
         return "person"
+    if 0 < of <= 2 and words[0][:1].isupper() and len(words) > of + 1:
+        return "person"         # "Maria of Nassau", "William Louis of Anhalt": the place words were tested above
     if prev_word in _LOC_PREPOSITIONS:
         return "location"
     return "unknown"
@@ -258,7 +274,8 @@ def _name_spans(sentence: str, lower_words: set[str]) -> list[_Span]:
             continue
         prev = sentence[max(0, s - 24):s].split()
         prev_word = _POSSESSIVE_RE.sub("", prev[-1].lower().strip(".,;:")) if prev else ""
-        type_ = "person" if title else _classify_name(name, prev_word)
+        quoted = s > 0 and sentence[s - 1] in _QUOTES_OPEN and sentence[e:e + 1] in _QUOTES_CLOSE
+        type_ = "person" if title else _classify_name(name, prev_word, quoted)
         spans.append(_Span(s, e, name, type_, initial=len(words) == 1 and s <= lead))
     return spans
 

@@ -8,7 +8,9 @@ the graph.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from functools import cached_property
 from typing import Any
 
@@ -20,6 +22,62 @@ from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
 from ..ingest import load_chunks, load_documents
+
+
+class RowRecords(Mapping):
+    """id -> record of a JSONL file whose line i holds row i of a vector index (the synonyms stage embeds the
+    file's records in file order), read on demand through the line offsets. A line whose id does not match (the
+    file was rewritten after the index) falls back to reading the whole file once."""
+
+    def __init__(self, path: Path, cls: type, index: Callable[[], Any]) -> None:
+        self.path, self.cls, self._index = path, cls, index
+        self._all: dict[str, Any] | None = None
+        self._starts: np.ndarray | None = None
+        self._data: Any = None
+
+    def _whole(self) -> dict[str, Any]:
+        if self._all is None:
+            self._all = {r["id"]: from_dict(self.cls, r) for r in store.read_jsonl(self.path)}
+        return self._all
+
+    def _line(self, row: int) -> bytes | None:
+        if self._starts is None:
+            try:
+                self._data = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
+            except FileNotFoundError:
+                return None
+            ends = np.flatnonzero(np.asarray(self._data) == 10) if len(self._data) else np.zeros(0, np.int64)
+            self._starts = np.concatenate([[0], ends + 1])
+        if row + 1 >= len(self._starts):
+            return None
+        return bytes(self._data[self._starts[row]:self._starts[row + 1]])
+
+    def __getitem__(self, key: str) -> Any:
+        if self._all is None:
+            idx = self._index()
+            row = idx.position(key) if idx is not None else None
+            if row is not None:
+                line = self._line(row)
+                try:
+                    rec = store.loads(line) if line else None
+                except ValueError:
+                    rec = None
+                if isinstance(rec, dict) and rec.get("id") == key:
+                    return from_dict(self.cls, rec)
+        return self._whole()[key]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]   # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
 
 
 @dataclass
@@ -58,8 +116,10 @@ class QueryIndex:
         return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
 
     @cached_property
-    def facts(self) -> dict[str, Fact]:
-        return {f["id"]: from_dict(Fact, f) for f in store.read_jsonl(self.project.facts_path)}
+    def facts(self) -> "RowRecords":
+        """Facts read on demand: ppr needs the few its fact search returned, and parsing every fact of a large
+        project would dominate a cold query."""
+        return RowRecords(self.project.facts_path, Fact, lambda: self.vector_index("facts"))
 
     def doc_path(self, doc_id: str) -> str:
         doc = self.docs.get(doc_id)
@@ -67,7 +127,7 @@ class QueryIndex:
 
     @cached_property
     def extractor(self) -> str:
-        """The extractor the index was built with ("rules-v1", "openie:...", an LLM's id; "" if unknown):
+        """The extractor the index was built with ("rules-v2", "openie:...", an LLM's id; "" if unknown):
         ppr trusts a walk over a rules graph less."""
         stage = self.project.stage("extract")
         return str(stage.counts.get("extractor", "")) if stage is not None else ""
@@ -130,15 +190,15 @@ class QueryIndex:
         return cache[name]
 
     @cached_property
-    def _chunk_matrix(self) -> tuple[list[str], np.ndarray]:
+    def _chunk_index(self) -> Any:
         idx = self.vector_index("chunks")
         if idx is None:
             raise UsageError(f"no chunk vectors in {self.project.root}: run 'hrag index DOCS' first")
-        return list(idx.ids), np.asarray(idx.vectors(), dtype=np.float32)
+        return idx
 
     @property
     def chunk_ids(self) -> list[str]:
-        return self._chunk_matrix[0]
+        return self._chunk_index.ids
 
     @cached_property
     def chunk_row(self) -> dict[str, int]:
@@ -157,11 +217,13 @@ class QueryIndex:
 
     def dense_chunk_scores(self, qvec: np.ndarray) -> np.ndarray:
         """Cosine of the query with every chunk, aligned with `chunk_ids` (exact: PPR needs every chunk's
-        score, and a matrix-vector product over the chunk vectors is cheaper than a search anyway)."""
-        mat = self._chunk_matrix[1]
-        if mat.size == 0:
+        score, and a matrix-vector product over the chunk vectors is cheaper than a search anyway). The
+        float16 rows are memory-mapped; a small index keeps a float32 copy across queries, a large one is
+        scanned in blocks (bounded query memory)."""
+        idx = self._chunk_index
+        if len(idx) == 0:
             return np.zeros(0, dtype=np.float64)
-        return (mat @ qvec).astype(np.float64)
+        return idx.scores(qvec).astype(np.float64)
 
     def search(self, name: str, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Top-k (id, cosine) of a vector index; an index that was never built counts as empty."""
