@@ -54,7 +54,9 @@ def recognize(llm: Any, query: str, facts: list[tuple[str, str, str]], notes: li
     try:
         resp = llm.chat(build_fact_filter_messages(query, facts), max_tokens=256, purpose="fact_filter")
     except HragError as exc:
-        notes.append(f"fact filter failed ({exc}): kept every fact")
+        from ..llm import failure_note
+
+        notes.append(f"fact filter kept every fact, the LLM failed: {failure_note(exc, llm.settings)}")
         return list(range(len(facts)))
     kept = parse_kept(resp.text, len(facts))
     if kept is None:
