@@ -51,8 +51,6 @@ SetOpt = Annotated[Optional[list[str]], typer.Option(
 
 def _query_sets(items: Optional[list[str]]) -> dict[str, str]:
     """--set query.NAME=VALUE pairs; only [query] settings, since the others shape the built index."""
-    from .errors import UsageError
-
     out: dict[str, str] = {}
     for item in items or []:
         key, eq, value = item.partition("=")
@@ -304,7 +302,6 @@ def query(
     json_output: JsonOpt = False,
 ) -> None:
     """Retrieve the chunks that answer a question, from the project as it is (nothing is rebuilt)."""
-    from .errors import UsageError
     from .query.run import run_query_command
 
     if (response_type is not None or user_prompt is not None) and not answer:
