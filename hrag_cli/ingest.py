@@ -63,7 +63,6 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     old_by_doc: dict[str, list[Chunk]] = defaultdict(list)
     for ch in old_chunks:
         old_by_doc[ch.doc_id].append(ch)
-    same_chunking = reuse
 
     c = settings.chunk
     chunks: list[Chunk] = []
@@ -74,7 +73,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
         for loaded in sorted(scanned.documents, key=lambda d: d.doc.path):
             doc = loaded.doc
             old = old_docs.get(doc.doc_id)
-            if same_chunking and old is not None and old.sha256 == doc.sha256 and old_by_doc.get(doc.doc_id):
+            if reuse and old is not None and old.sha256 == doc.sha256 and old_by_doc.get(doc.doc_id):
                 pieces = [(ch.text, ch.n_tokens) for ch in sorted(old_by_doc[doc.doc_id], key=lambda x: x.order)]
                 reused += 1
             else:
