@@ -361,12 +361,12 @@ class Project:
     def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[artifacts.Problem]:
         """Every recorded artifact of `stages` against the disk: size and quick hash (reads ~200 KiB a file),
         or the whole-file hash with `full`. A file two stages wrote is checked against the later record."""
+        records = self.manifest()["stages"]
         recorded: dict[str, dict] = {}
-        for name, rec in self.manifest()["stages"].items():
-            for rel, meta in (rec.get("artifacts") or {}).items():
+        for name in STAGES:   # in stage order, so a later stage's record of a shared file wins
+            for rel, meta in ((records.get(name) or {}).get("artifacts") or {}).items():
                 if artifacts.owner(rel) in stages and isinstance(meta, dict):
-                    if rel not in recorded or STAGES.index(name) > recorded[rel]["_by"]:
-                        recorded[rel] = {**meta, "_by": STAGES.index(name) if name in STAGES else -1}
+                    recorded[rel] = meta
         problems = []
         for rel, meta in sorted(recorded.items()):
             reason = artifacts.check_one(self.gen_dir / rel, meta, full)
