@@ -249,12 +249,12 @@ class Project:
             manifest = self.manifest() if self.manifest_path.exists() else None
         except HragError:
             manifest = None
-        if manifest is None:   # damaged or gone: project.json keeps what the last complete run was built with
-            data = self._durable().get("built_with")
-            return {k: v for k, v in data.items() if k in self.REMEMBERED} if isinstance(data, dict) else {}
-        data = manifest.get("built_with")
+        # damaged or gone: project.json keeps what the last complete run was built with
+        data = (self._durable() if manifest is None else manifest).get("built_with")
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k in self.REMEMBERED}
+        if manifest is None:
+            return {}
         # a project from before this was remembered: its extract stage names the LLM it was built with
         extractor = str(manifest["stages"].get("extract", {}).get("counts", {}).get("extractor", ""))
         if extractor.startswith("llm:"):
