@@ -72,11 +72,13 @@ def test_damaged_manifest_is_a_clear_error(tmp_path: Path) -> None:
     proj = Project(tmp_path)
     proj.init()
     proj.manifest_path.write_text("[1, 2]")
-    with pytest.raises(HragError, match="damaged"):   # exit 1: a damaged project, not a usage mistake
+    with pytest.raises(HragError, match="damaged") as err:   # exit 1: a damaged project, not a usage mistake
         proj.manifest()
+    assert not isinstance(err.value, UsageError) and err.value.exit_code == 1
     proj.manifest_path.write_text('{"stages": {"chunk"')      # not JSON at all (hand edit, disk trouble)
-    with pytest.raises(HragError, match="damaged"):
+    with pytest.raises(HragError, match="damaged") as err:
         proj.manifest()
+    assert not isinstance(err.value, UsageError) and err.value.exit_code == 1
 
 
 def test_fingerprint_is_order_independent_for_dicts() -> None:
