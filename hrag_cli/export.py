@@ -28,8 +28,7 @@ from typing import Any
 from . import store
 from .config import Settings
 from .errors import UsageError
-from .export_model import (EDGE_TYPES, ID_PREFIX, LABELS, Edge, ExportGraph, Node, clean_value,  # noqa: F401
-                           property_types)
+from .export_model import ID_PREFIX, LABELS, Edge, ExportGraph, Node, clean_value
 from .progress import Reporter
 from .project import Project
 
