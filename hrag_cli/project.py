@@ -374,9 +374,9 @@ class Project:
                 problems.append(artifacts.Problem(rel, reason, artifacts.owner(rel)))
         return problems
 
-    def require_intact(self, stages: tuple[str, ...] = STAGES) -> None:
+    def require_intact(self) -> None:
         """For readers: refuse to answer from a damaged index (exit 1, the file and the fix)."""
-        problems = self.check(stages=stages)
+        problems = self.check()
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise HragError(f"{problems[0]}{more}: run 'hrag index -p {self.root}' to rebuild it")
