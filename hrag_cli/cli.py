@@ -218,6 +218,16 @@ def synonyms(
               f"'hrag synonyms --accept {review}'", file=sys.stderr)
 
 
+def _print_first(console: Any, lines: list[str]) -> None:
+    """The first 20 lines, indented and escaped (they hold file names and provider text), then how many more."""
+    from .redact import printable
+
+    for line in lines[:20]:
+        console.print(printable(f"  {line}"), highlight=False, markup=False)
+    if len(lines) > 20:
+        console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
+
+
 @app.command()
 def status(project: ProjectOpt = None, json_output: JsonOpt = False,
            verify: Annotated[bool, typer.Option("--verify", help="Hash every artifact whole (slower) instead of sampling it.")] = False) -> None:
@@ -253,20 +263,14 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             lines = list(iter_failed(info))
             console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
                           highlight=False)
-            for line in lines[:20]:
-                console.print(printable(f"  {line}"), highlight=False, markup=False)
-            if len(lines) > 20:
-                console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
+            _print_first(console, lines)
             continue
         if key == "dropped_chunks":
             from .extract.stage import iter_dropped
 
             lines = list(iter_dropped(info))
             console.print(f"chunks with dropped rows: {len(lines)}", highlight=False)
-            for line in lines[:20]:
-                console.print(f"  {line}", highlight=False, markup=False)
-            if len(lines) > 20:
-                console.print(f"  … (+{len(lines) - 20}; 'hrag status --json' lists all)")
+            _print_first(console, lines)
             continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
