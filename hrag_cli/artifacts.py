@@ -43,10 +43,9 @@ FULL_HASH_MAX = 256 << 20   # bigger files: `--verify` hashes 4 KiB of every MiB
                             # re-reading gigabytes of vectors it just wrote; measured 1.7 s per 300 MB here)
 
 
-def full_sum(path: Path, size: int | None = None) -> str:
+def full_sum(path: Path, size: int) -> str:
     """Whole-file hash for files up to FULL_HASH_MAX, else a dense sample (4 KiB of every MiB, all of the
     last MiB): what `hrag status --verify` compares and the commit records."""
-    size = path.stat().st_size if size is None else size
     with open(path, "rb") as fh:
         if size <= FULL_HASH_MAX:
             return hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
