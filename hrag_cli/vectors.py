@@ -186,19 +186,22 @@ def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             b[r, c].astype(DTYPE))
 
 
+def _csr(lens: np.ndarray, cols: np.ndarray, vals: np.ndarray, dim: int) -> SparseRows:
+    """Sparse rows from each row's count of values and the columns and values in row order."""
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, dim)
+
+
 def sparse_rows(b: np.ndarray) -> SparseRows:
     """A dense float32 block as sparse rows."""
-    lens, cols, vals = _sparsify(b)
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, b.shape[1])
+    return _csr(*_sparsify(b), b.shape[1])
 
 
 def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
     """Sparse row blocks one after another."""
     if not parts:
         return SparseRows(np.zeros(1, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
-    lens = np.concatenate([np.diff(p.indptr) for p in parts])
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-                      np.concatenate([p.indices for p in parts]), np.concatenate([p.data for p in parts]), dim)
+    return _csr(np.concatenate([np.diff(p.indptr) for p in parts]), np.concatenate([p.indices for p in parts]),
+                np.concatenate([p.data for p in parts]), dim)
 
 
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -376,11 +379,9 @@ class VectorIndex:
             return DenseRows(dense_out)
         pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
         lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
-        tmp = SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-                         np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
-                         np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
-        lens, cols, vals = tmp.take(np.argsort(pos, kind="stable"))      # into `ids` order
-        return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, self.dim)
+        tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
+                   np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
