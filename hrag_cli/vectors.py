@@ -58,12 +58,12 @@ DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
 _BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
+_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _dense_rows(dim: int) -> int:
     """Rows per dense float32 block of this width."""
     return max(1, _BLOCK_FLOATS // max(dim, 1))
-_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _hnswlib():
@@ -371,8 +371,7 @@ class VectorIndex:
             else:
                 dense_out[pos] = b
             done += len(b)
-            nxt = next(blocks, None)
-            block = None if nxt is None else nxt
+            block = next(blocks, None)
         if done != len(todo):
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
@@ -557,7 +556,6 @@ class VectorIndex:
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
         return idx
-
 
     @classmethod
     def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:
