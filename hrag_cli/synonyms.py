@@ -538,7 +538,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
             if sim is None:   # a pair the reviewer added by hand: its real cosine
-                sim = round(float(_rows_dense(names_full, [row_of[a]])[0] @ _rows_dense(names_full, [row_of[b]])[0]), 6)
+                va, vb = _rows_dense(names_full, [row_of[a], row_of[b]])
+                sim = round(float(va @ vb), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)
         counts["accepted_rows"] = len(accepted)
