@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ class QueryIndex:
         return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
 
     @cached_property
-    def facts(self) -> "RowRecords":
+    def facts(self) -> RowRecords:
         """Facts read on demand: ppr needs the few its fact search returned, and parsing every fact of a large
         project would dominate a cold query."""
         return RowRecords(self.project.facts_path, Fact, lambda: self.vector_index("facts"))
