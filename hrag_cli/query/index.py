@@ -46,8 +46,10 @@ class RowRecords(Mapping):
                 self._data = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
             except FileNotFoundError:
                 return None
-            ends = np.flatnonzero(np.asarray(self._data) == 10) if len(self._data) else np.zeros(0, np.int64)
-            self._starts = np.concatenate([[0], ends + 1])
+            step = 1 << 24      # bytes per newline search: no mask the size of the whole file in a query
+            ends = (np.flatnonzero(np.asarray(self._data[s:s + step]) == 10) + s
+                    for s in range(0, len(self._data), step))
+            self._starts = np.concatenate([np.zeros(1, np.int64), *(e + 1 for e in ends)])
         if row + 1 >= len(self._starts):
             return None
         return bytes(self._data[self._starts[row]:self._starts[row + 1]])
