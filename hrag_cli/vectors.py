@@ -179,6 +179,11 @@ class SparseRows:
             yield s, out
 
 
+def mostly_zero(b: np.ndarray) -> bool:
+    """Whether a block of vectors is stored as sparse rows: under a quarter of its values are nonzero."""
+    return np.count_nonzero(b) < 0.25 * b.size
+
+
 def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values per row, columns, float16 values) of a dense float32 block, row by row."""
     r, c = np.nonzero(b)
@@ -344,7 +349,7 @@ class VectorIndex:
         Sparse when the first incoming block (else the current store) is under a quarter full."""
         if first is not None:
             b0 = _as_matrix(first, self.dim)
-            sparse = np.count_nonzero(b0) < 0.25 * b0.size
+            sparse = mostly_zero(b0)
         else:
             b0, sparse = None, self._rows.kind == "sparse"
         kept = np.flatnonzero(~is_new)
