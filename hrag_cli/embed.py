@@ -3,7 +3,7 @@
 API (the query and synonyms stages code against this):
 
     from hrag_cli.embed import get_embedder
-    emb = get_embedder(project, settings)   # project may be None (no cache, no frozen IDF)
+    emb = get_embedder(project, settings)   # project may be None (no cache, no frozen IDF); builtin: no cache
     emb.model_id      # str: cache-key prefix; names back-end, model and (builtin) the IDF fingerprint
     emb.dim           # int
     emb.encode(texts, reporter=None) -> np.ndarray   # float32 (n, dim), rows L2-normalised, cached
@@ -18,12 +18,12 @@ Back-end, chosen by `embed.model` (`--embed-model`, HRAG_EMBED_MODEL):
 - anything else: a litellm embedding model (`litellm.aembedding`), api_base embed.api_base, batches of
   embed.batch_size, embed.concurrency batches in flight, retries through hrag_cli.llm.with_retries.
 
-The cache (cache/embeddings/): per model_id three files, named by a slug plus a hash of the model_id:
-`<m>.json` {model_id, dim} (atomic), `<m>.keys` (16-byte binary text hashes, fixed width) and `<m>.f32`
-(raw float32 rows, fixed width), both append-only. A block is appended vectors-first (flushed and fsynced)
-then keys, so after a crash the row count is min(keys rows, vector rows) and both files are cut back to it
-on the next writable open: a torn tail can never pair a key with the wrong vector. Fixed widths make a
-100k-vector cache open in milliseconds (one read of the keys, a memmap of the vectors). Only a process
+The cache (cache/embeddings/; st: and litellm models, builtin keeps none): per model_id three files, named by a
+slug plus a hash of the model_id: `<m>.json` {model_id, dim} (atomic), `<m>.keys` (16-byte binary text hashes,
+fixed width) and `<m>.f32` (raw float32 rows, fixed width), both append-only. A block is appended vectors-first
+(flushed and fsynced) then keys, so after a crash the row count is min(keys rows, vector rows) and both files are
+cut back to it on the next writable open: a torn tail can never pair a key with the wrong vector. Fixed widths
+make a 100k-vector cache open in milliseconds (one read of the keys, a memmap of the vectors). Only a process
 holding the project writer lock appends; read-only commands (query) just read.
 """
 
@@ -444,7 +444,7 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
                 reporter: Reporter | None = None) -> dict:
     """Fit the builtin embedder's IDF on the chunk texts when missing or when the corpus moved by more than
     embed.idf_refresh_growth; freeze it in vectors/idf.npz. A refit changes the model_id (vectors re-embed
-    once) and drops the cache files of the replaced table, so the cache does not grow with every refit."""
+    once). Builtin keeps no embedding cache: files an earlier version cached for it are removed here."""
     if (settings.embed.model or "builtin").strip() != "builtin":
         return {}
     from .embed_builtin import IdfTable, needs_refresh
@@ -454,16 +454,11 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
     table = _load_idf(project)
     refit = needs_refresh(table, n_docs, settings.embed.idf_refresh_growth)
     if refit and n_docs > 0:
-        old_id = BuiltinBackend(table).model_id
         new = IdfTable.fit(chunk_texts)
         new.save(project.vectors_dir / IDF_FILE)
         if reporter is not None:
             reporter.info(f"builtin embedder: IDF fitted on {new.n_docs} chunks "
                           f"(was {table.n_docs if table else 0}); vectors re-embed once")
-        if table is not None and old_id != BuiltinBackend(new).model_id:
-            for p in EmbeddingCache(project.embeddings_dir, old_id, writable=False).files():
-                if p.exists():
-                    p.unlink()
         table = new
     return {"idf_fitted_docs": table.n_docs if table else 0, "idf_current_docs": n_docs,
             "idf_fingerprint": table.fingerprint() if table else "", "idf_refit": bool(refit and n_docs > 0)}

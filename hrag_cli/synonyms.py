@@ -43,7 +43,8 @@ from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import Entity, from_dict
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, sparse_rows
+from .vectors import (FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, mostly_zero,
+                      sparse_rows)
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -241,7 +242,7 @@ def name_vectors(emb: Embedder, names: list[str], reporter: Reporter) -> tuple[n
         return np.zeros((0, emb.backend.known_dim() or 0), np.float32), None
     first = emb.encode(names[:_EMBED_BLOCK], reporter=reporter)
     dim = first.shape[1]
-    if dim <= FOLD_DIM or dim % FOLD_DIM or np.count_nonzero(first) >= 0.25 * first.size:
+    if dim <= FOLD_DIM or dim % FOLD_DIM or not mostly_zero(first):
         rest = [emb.encode(names[i:i + _EMBED_BLOCK], reporter=reporter)
                 for i in range(_EMBED_BLOCK, len(names), _EMBED_BLOCK)]
         return np.concatenate([first, *rest]) if rest else first, None
@@ -538,7 +539,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
             if sim is None:   # a pair the reviewer added by hand: its real cosine
-                sim = round(float(_rows_dense(names_full, [row_of[a]])[0] @ _rows_dense(names_full, [row_of[b]])[0]), 6)
+                va, vb = _rows_dense(names_full, [row_of[a], row_of[b]])
+                sim = round(float(va @ vb), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)
         counts["accepted_rows"] = len(accepted)

@@ -58,12 +58,12 @@ DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
 _BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
+_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _dense_rows(dim: int) -> int:
     """Rows per dense float32 block of this width."""
     return max(1, _BLOCK_FLOATS // max(dim, 1))
-_F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 
 
 def _hnswlib():
@@ -179,6 +179,11 @@ class SparseRows:
             yield s, out
 
 
+def mostly_zero(b: np.ndarray) -> bool:
+    """Whether a block of vectors is stored as sparse rows: under a quarter of its values are nonzero."""
+    return np.count_nonzero(b) < 0.25 * b.size
+
+
 def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values per row, columns, float16 values) of a dense float32 block, row by row."""
     r, c = np.nonzero(b)
@@ -186,19 +191,22 @@ def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             b[r, c].astype(DTYPE))
 
 
+def _csr(lens: np.ndarray, cols: np.ndarray, vals: np.ndarray, dim: int) -> SparseRows:
+    """Sparse rows from each row's count of values and the columns and values in row order."""
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, dim)
+
+
 def sparse_rows(b: np.ndarray) -> SparseRows:
     """A dense float32 block as sparse rows."""
-    lens, cols, vals = _sparsify(b)
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, b.shape[1])
+    return _csr(*_sparsify(b), b.shape[1])
 
 
 def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
     """Sparse row blocks one after another."""
     if not parts:
         return SparseRows(np.zeros(1, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
-    lens = np.concatenate([np.diff(p.indptr) for p in parts])
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-                      np.concatenate([p.indices for p in parts]), np.concatenate([p.data for p in parts]), dim)
+    return _csr(np.concatenate([np.diff(p.indptr) for p in parts]), np.concatenate([p.indices for p in parts]),
+                np.concatenate([p.data for p in parts]), dim)
 
 
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +349,7 @@ class VectorIndex:
         Sparse when the first incoming block (else the current store) is under a quarter full."""
         if first is not None:
             b0 = _as_matrix(first, self.dim)
-            sparse = np.count_nonzero(b0) < 0.25 * b0.size
+            sparse = mostly_zero(b0)
         else:
             b0, sparse = None, self._rows.kind == "sparse"
         kept = np.flatnonzero(~is_new)
@@ -368,19 +376,16 @@ class VectorIndex:
             else:
                 dense_out[pos] = b
             done += len(b)
-            nxt = next(blocks, None)
-            block = None if nxt is None else nxt
+            block = next(blocks, None)
         if done != len(todo):
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
             return DenseRows(dense_out)
         pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
         lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
-        tmp = SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-                         np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
-                         np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
-        lens, cols, vals = tmp.take(np.argsort(pos, kind="stable"))      # into `ids` order
-        return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, self.dim)
+        tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
+                   np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
@@ -556,7 +561,6 @@ class VectorIndex:
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
         return idx
-
 
     @classmethod
     def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:

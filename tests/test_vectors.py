@@ -201,13 +201,21 @@ def test_sparse_rows_are_stored_sparse_and_search_like_dense(tmp_path) -> None:
     rows, exact = exact_topk(m, m[:30], 5)
     assert [g[0] for g in got] == ids[:30] and np.allclose(sims, exact, atol=2e-3)
     assert np.allclose(back.scores(m[7]), m @ m[7], atol=2e-3)
-    # incremental: 10 removed, 5 added, then the same through the graph (exact_below 0)
+    # incremental: 10 removed, 5 added; then with exact_below 0, which still builds no graph for sparse rows
     ids2, hashes2 = ids[10:] + ids_of(5, "n"), hashes[10:] + [f"n{i}" for i in range(5)]
     m2 = np.vstack([m[10:], m[:5][:, ::-1]])
     todo = back.missing(ids2, hashes2)
     assert back.sync(ids2, hashes2, m2[todo], rows=todo)["added"] == 5
     assert np.allclose(np.asarray(back.vectors(), np.float32), m2, atol=2e-3)
     g = VectorIndex.build("facts", ids2, m2, VectorSettings(exact_below=0), "m", hashes=hashes2)
-    assert g.search(m2[-1], 1)[0] == [[ids2[-1]]]
+    assert g._index is None and g.search(m2[-1], 1)[0] == [[ids2[-1]]]
     g.save(tmp_path)
+    assert not VectorIndex.paths(tmp_path, "facts")[0].exists()
     assert VectorIndex.load(tmp_path, "facts", VectorSettings(exact_below=0)).search(m2[3], 1)[0] == [[ids2[3]]]
+    # a later dense batch turns the index dense and keeps the sparse rows' vectors
+    dense = unit(rng, 3, dim)
+    ids3, hashes3 = ids2 + ids_of(3, "d"), hashes2 + ["d0", "d1", "d2"]
+    todo = back.missing(ids3, hashes3)
+    assert back.sync(ids3, hashes3, dense, rows=todo)["added"] == 3 and back._rows.kind == "dense"
+    assert np.allclose(np.asarray(back.vectors(), np.float32), np.vstack([m2, dense]), atol=2e-3)
+    assert back.search(dense[1], 1)[0] == [[ids3[-2]]]

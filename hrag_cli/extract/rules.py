@@ -184,7 +184,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False) -> str:
         return "award"
     if quoted:                  # a quoted title in running text: a song, album, film, book, episode
         return "work"
-    if any(w in _ORG_WORDS for w in (last, low[0])) or any(w in _ORG_WORDS for w in low[:of]):
+    if last in _ORG_WORDS or any(w in _ORG_WORDS for w in low[:of]):
         return "organization"
     if low[0] in _NAME_TITLES or (len(low) > 1 and low[1] in _REGNAL):
         return "person"

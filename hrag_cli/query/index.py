@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,8 +46,10 @@ class RowRecords(Mapping):
                 self._data = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
             except FileNotFoundError:
                 return None
-            ends = np.flatnonzero(np.asarray(self._data) == 10) if len(self._data) else np.zeros(0, np.int64)
-            self._starts = np.concatenate([[0], ends + 1])
+            step = 1 << 24      # bytes per newline search: no mask the size of the whole file in a query
+            ends = (np.flatnonzero(np.asarray(self._data[s:s + step]) == 10) + s
+                    for s in range(0, len(self._data), step))
+            self._starts = np.concatenate([np.zeros(1, np.int64), *(e + 1 for e in ends)])
         if row + 1 >= len(self._starts):
             return None
         return bytes(self._data[self._starts[row]:self._starts[row + 1]])
@@ -116,7 +118,7 @@ class QueryIndex:
         return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
 
     @cached_property
-    def facts(self) -> "RowRecords":
+    def facts(self) -> RowRecords:
         """Facts read on demand: ppr needs the few its fact search returned, and parsing every fact of a large
         project would dominate a cold query."""
         return RowRecords(self.project.facts_path, Fact, lambda: self.vector_index("facts"))
