@@ -379,9 +379,11 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     """Entities like the low-level keywords (first, any entity `names_in` names outright: without an LLM the
     whole question is the keyword, and its vector finds the names in it poorly); their relations ranked by
     (endpoint degree sum, weight); the chunks that mention those entities."""
-    named = [(eid, 1.0) for eid in (name_seeds(ix, names_in) if names_in else [])]
-    hits = ix.search("entities", qvec, s.entity_top_k)
-    ents = list(dict(named + [(eid, sc) for eid, sc in hits if eid in ix.entities and eid not in dict(named)]).items())
+    found = dict.fromkeys(name_seeds(ix, names_in) if names_in else [], 1.0)
+    for eid, sc in ix.search("entities", qvec, s.entity_top_k):
+        if eid in ix.entities:
+            found.setdefault(eid, sc)
+    ents = list(found.items())
     r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
     adj = _relations_by_entity(ix)
     deg = {eid: len(rids) for eid, rids in adj.items()}
