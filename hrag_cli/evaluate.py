@@ -127,17 +127,10 @@ class GoldResolver:
 
 
 def evaluate(project: Project, settings: Settings, items: list[QAItem], modes: list[str], ks: list[int],
-             reporter: Reporter | None = None, session: Any = None) -> dict:
-    """Recall@k per mode. `session` (a QuerySession) may be passed to reuse a loaded index across calls, e.g.
-    to compare query settings in one process (bench/retrieval.py); it is then left open and its settings'
-    top_k is raised to max(ks) for the run."""
+             reporter: Reporter | None = None) -> dict:
     from .query.run import QuerySession
 
-    own = session is None
-    if own:
-        session = QuerySession(project, replace(settings, query=replace(settings.query, top_k=max(ks))))
-    else:
-        session.settings = replace(session.settings, query=replace(session.settings.query, top_k=max(ks)))
+    session = QuerySession(project, replace(settings, query=replace(settings.query, top_k=max(ks))))
     ix = session.index
     resolver = GoldResolver(ix.chunks, ix.docs)
     targets = [[resolver.resolve(g) for g in item.gold] for item in items]
@@ -159,8 +152,7 @@ def evaluate(project: Project, settings: Settings, items: list[QAItem], modes: l
             out["modes"][mode] = {"recall": {str(k): round(sums[k] / len(items), 4) for k in ks},
                                   "ms_per_query": round(1000 * secs / len(items), 2)}
     finally:
-        if own:
-            session.close()
+        session.close()
     return out
 
 

@@ -182,7 +182,10 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     ws = [c.score for c in wt.chunks]
     assert ws == sorted(ws, reverse=True) and all(float(x).is_integer() and x >= 1 for x in ws)
     few = retrieve(ix, Q, _settings(project, chunk_top_k=2, top_k=5), mode="hybrid", keywords=kw)
-    assert len(few.chunks) <= 4                          # two from local, two from global
+    assert len(few.chunks) == 2                          # vector: one pick of two from both sides' items
+    few = retrieve(ix, Q, _settings(project, chunk_pick="weight", chunk_top_k=2, top_k=5), mode="hybrid",
+                   keywords=kw)
+    assert 2 <= len(few.chunks) <= 4                     # weight: two from local, two from global, interleaved
     with pytest.raises(UsageError, match="chunk_pick"):
         retrieve(ix, Q, _settings(project, chunk_pick="random"), mode="local", keywords=kw)
 

@@ -379,9 +379,11 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     """Entities like the low-level keywords (first, any entity `names_in` names outright: without an LLM the
     whole question is the keyword, and its vector finds the names in it poorly); their relations ranked by
     (endpoint degree sum, weight); the chunks that mention those entities."""
-    named = [(eid, 1.0) for eid in (name_seeds(ix, names_in) if names_in else [])]
-    hits = ix.search("entities", qvec, s.entity_top_k)
-    ents = list(dict(named + [(eid, sc) for eid, sc in hits if eid in ix.entities and eid not in dict(named)]).items())
+    found = dict.fromkeys(name_seeds(ix, names_in) if names_in else [], 1.0)
+    for eid, sc in ix.search("entities", qvec, s.entity_top_k):
+        if eid in ix.entities:
+            found.setdefault(eid, sc)
+    ents = list(found.items())
     r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
     adj = _relations_by_entity(ix)
     deg = {eid: len(rids) for eid, rids in adj.items()}
@@ -467,10 +469,10 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             r.timings["keywords_ms"] = _ms(t0)
         r.keywords = keywords
         lv, hv = _keyword_vectors(ix, query, keywords, r)
-        if s.chunk_pick == "vector":
-            pick = pick_by_vector(ix, _passage_scores(ix, query, ix.embed_query(query), s, r), s.chunk_pick_boost)
-        else:
-            pick = pick_by_weight(ix)
+        # one dense (+ BM25) pass over every chunk, shared by the vector pick and mix's naive side
+        passage = (_passage_scores(ix, query, ix.embed_query(query), s, r)
+                   if s.chunk_pick == "vector" or mode == "mix" else None)
+        pick = pick_by_vector(ix, passage, s.chunk_pick_boost) if s.chunk_pick == "vector" else pick_by_weight(ix)
         graph_limit = max(s.chunk_top_k, 1)
         low_text = ", ".join(keywords.get("low") or []) or query
         if mode == "local":
@@ -491,10 +493,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
                 r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
             merge = by_score if s.chunk_pick == "vector" else round_robin
             if mode == "mix":
-                naive = Retrieval(query, "naive")
-                retrieve_naive(ix, query, s, naive, pool)
-                r.notes.extend(naive.notes)
-                r.chunks = merge(r.chunks, naive.chunks, key=lambda c: c.chunk_id)
+                r.chunks = merge(r.chunks, _top_chunks(ix, passage, pool), key=lambda c: c.chunk_id)
     if reranker is not None:
         from .rerank import rerank
 

@@ -110,14 +110,11 @@ class QuerySession:
     @property
     def reranker(self) -> Any:
         """The `query.rerank` model, made on first use (None when no reranker is set)."""
-        spec = self.settings.query.rerank.strip()
-        if spec and (self._reranker is None or self._reranker[0] != spec):
+        if self._reranker is None and self.settings.query.rerank.strip():
             from .rerank import make_reranker
 
-            if self._reranker is not None:
-                self._reranker[1].close()
-            self._reranker = (spec, make_reranker(self.project, self.settings))
-        return self._reranker[1] if spec else None
+            self._reranker = make_reranker(self.project, self.settings)
+        return self._reranker
 
     def run(self, query: str, *, mode: str | None = None, want_context: bool = False,
             want_answer: bool = False) -> tuple[Retrieval, dict]:
@@ -155,7 +152,7 @@ class QuerySession:
         if self._llm is not None:
             self._llm.close()
         if self._reranker is not None:
-            self._reranker[1].close()
+            self._reranker.close()
 
 
 def _as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
