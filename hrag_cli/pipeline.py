@@ -86,23 +86,21 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
     return outcome
 
 
-def _clear_damage(project: Project, reporter: Reporter, stage: str) -> bool:
+def _clear_damage(project: Project, reporter: Reporter, stage: str) -> None:
     """A stage whose recorded files fail their check loses them (so it rebuilds them from its inputs instead of
-    extending them); True when it had any."""
+    extending them)."""
     damaged = project.check(stages=(stage,))
     if damaged:
         reporter.warn(f"{damaged[0]}; rebuilding the {stage} stage from its inputs")
         project.remove_outputs(stage)
-    return bool(damaged)
 
 
 def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, stages: tuple[str, ...],
                       summary: dict, force: bool = False) -> None:
     for stage in stages:
         fp = expected_fingerprint(project, settings, stage)
-        if _clear_damage(project, reporter, stage):
-            force = True
-        if not force and project.stage_state(stage, fp) == "fresh":
+        # a damaged stage runs; _run_stage clears its files (checking here too would warn twice)
+        if not force and project.stage_state(stage, fp) == "fresh" and not project.check(stages=(stage,)):
             summary[stage] = "fresh"
             continue
         outcome = _run_stage(project, settings, reporter, stage)
