@@ -174,8 +174,6 @@ def _extract_exit_code(counts: dict) -> int:
 
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
-    run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
-
     if options.stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
@@ -188,6 +186,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
     if options.dry_run:   # reads the project, writes nothing, needs no lock
         from .extract.stage import estimate
 
+        run_chunk = STAGES["chunk"].load("run_chunk")
         chunked = run_chunk(project, settings, reporter, roots, write=False, reuse=_chunks_reusable(project, settings))
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked)
