@@ -274,7 +274,8 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
             info["stages"][stage]["damaged"] = mine
     if problems:
         info["damaged"] = [f"{p}: 'hrag index' rebuilds the {p.stage} stage" for p in problems]
-    info["built_with"] = describe_built_with(project.remembered()) if project.remembered() else ""
+    remembered = project.remembered()
+    info["built_with"] = describe_built_with(remembered) if remembered else ""
     info.update(extraction_status(project, settings))
     info["llm"] = spend_summary(project)
     info["query_llm"] = spend_summary(project, project.query_llm_cache_path)
