@@ -142,8 +142,13 @@ class FailureCause:
     model: str = ""
 
     @property
+    def remedy(self) -> str:
+        """What to do about it, e.g. 'start the server, or correct --llm-api-base'."""
+        return FIXES[self.kind].format(model=self.model or "NAME")
+
+    @property
     def fix(self) -> str:
-        return f"{FIXES[self.kind].format(model=self.model or 'NAME')}, {AGAIN}"
+        return f"{self.remedy}, {AGAIN}"
 
     def explain(self, exc: BaseException) -> str:
         """The cause with the provider's own words, e.g. 'cannot reach the LLM at URL (connection failed)'."""
@@ -670,7 +675,7 @@ def failure_note(exc: BaseException, settings: LLMSettings) -> str:
     cause = failure_cause(exc, settings)
     if cause is None:
         return str(exc)
-    return f"{cause.explain(exc)}; to use the LLM, {FIXES[cause.kind].format(model=cause.model or 'NAME')}"
+    return f"{cause.explain(exc)}; to use the LLM, {cause.remedy}"
 
 
 def spend_summary(project: Project, path: Path | None = None) -> dict:

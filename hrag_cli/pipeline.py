@@ -86,23 +86,21 @@ def _run_stage(project: Project, settings: Settings, reporter: Reporter, stage: 
     return outcome
 
 
-def _clear_damage(project: Project, reporter: Reporter, stage: str) -> bool:
+def _clear_damage(project: Project, reporter: Reporter, stage: str) -> None:
     """A stage whose recorded files fail their check loses them (so it rebuilds them from its inputs instead of
-    extending them); True when it had any."""
+    extending them)."""
     damaged = project.check(stages=(stage,))
     if damaged:
         reporter.warn(f"{damaged[0]}; rebuilding the {stage} stage from its inputs")
         project.remove_outputs(stage)
-    return bool(damaged)
 
 
 def _bring_up_to_date(project: Project, settings: Settings, reporter: Reporter, stages: tuple[str, ...],
                       summary: dict, force: bool = False) -> None:
     for stage in stages:
         fp = expected_fingerprint(project, settings, stage)
-        if _clear_damage(project, reporter, stage):
-            force = True
-        if not force and project.stage_state(stage, fp) == "fresh":
+        # a damaged stage runs; _run_stage clears its files (checking here too would warn twice)
+        if not force and project.stage_state(stage, fp) == "fresh" and not project.check(stages=(stage,)):
             summary[stage] = "fresh"
             continue
         outcome = _run_stage(project, settings, reporter, stage)
@@ -176,8 +174,6 @@ def _extract_exit_code(counts: dict) -> int:
 
 def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (resolve → synonyms when stale). Budget stops are clean: what was extracted stays."""
-    run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
-
     if options.stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
@@ -190,6 +186,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
     if options.dry_run:   # reads the project, writes nothing, needs no lock
         from .extract.stage import estimate
 
+        run_chunk = STAGES["chunk"].load("run_chunk")
         chunked = run_chunk(project, settings, reporter, roots, write=False, reuse=_chunks_reusable(project, settings))
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked)
@@ -277,7 +274,8 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
             info["stages"][stage]["damaged"] = mine
     if problems:
         info["damaged"] = [f"{p}: 'hrag index' rebuilds the {p.stage} stage" for p in problems]
-    info["built_with"] = describe_built_with(project.remembered()) if project.remembered() else ""
+    remembered = project.remembered()
+    info["built_with"] = describe_built_with(remembered) if remembered else ""
     info.update(extraction_status(project, settings))
     info["llm"] = spend_summary(project)
     info["query_llm"] = spend_summary(project, project.query_llm_cache_path)

@@ -35,7 +35,7 @@ def _field_order(cls: type) -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
+    return frozenset(_field_order(cls))
 
 
 def from_dict(cls: type[T], data: dict) -> T:

@@ -511,5 +511,16 @@ def test_full_index_offline(tmp_path: Path) -> None:
     assert all(st["state"] == "fresh" for st in info["stages"].values()), info["stages"]
 
 
+def test_a_damaged_stage_is_rebuilt_with_one_warning(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    assert run(["index", str(SAMPLE), "-p", str(proj)], inprocess=True).returncode == 0
+    (Project(proj).gen_dir / "graph" / "graph.pkl").unlink()
+    proc = run(["index", "-p", str(proj)], inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "rebuilding the" in line]
+    assert len(warnings) == 1 and "graph/graph.pkl is missing" in warnings[0], proc.stderr
+    assert (Project(proj).gen_dir / "graph" / "graph.pkl").is_file()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

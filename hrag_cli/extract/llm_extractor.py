@@ -14,7 +14,7 @@ from ..config import ExtractSettings
 from ..records import Chunk, ExtractionRecord
 from .checks import check_extraction
 from .parser import PARSER_VERSION, ParseResult, add_counts, merge_gleaning, parse_extraction
-from .prompts import build_extraction_messages, build_gleaning_message
+from .prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
 NONTRIVIAL_WORDS = 8
@@ -122,7 +122,6 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     an answer still cut when the continuations run out, makes the record "partial" (its rows are kept;
     --retry-failed completes it)."""
     from ..llm import LLMError, failure_cause
-    from .prompts import build_continuation_message
 
     messages = build_extraction_messages(chunk.text, settings.entity_types, settings.language)
     if attempt > 1:

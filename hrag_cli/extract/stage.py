@@ -28,6 +28,7 @@ from ..ingest import load_chunks
 EXTRACTORS = ("auto", "llm", "rules")
 USABLE = ("ok", "partial")      # record statuses whose rows resolve merges
 STREAK = 3                      # chunks in a row failing for one cause that stop the run (llm.FailureCause)
+STREAK_KINDS = ("context", "timeout", "server")   # the FailureCause kinds that may be one chunk's own problem
 
 
 # ------------------------------------------------------------------------------------------- fingerprints
@@ -316,9 +317,6 @@ class _Streak:
     @property
     def full(self) -> bool:
         return len(self.held) >= self.limit
-
-
-STREAK_KINDS = ("context", "timeout", "server")
 
 
 async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
