@@ -139,6 +139,11 @@ class Relation:
     source_ids: list[str] = field(default_factory=list)
 
 
+def fact_text(subject: str, predicate: str, obj: str) -> str:
+    """The text a fact is embedded and shown as: "(subject, predicate, object)"."""
+    return f"({subject}, {predicate}, {obj})"
+
+
 @dataclass
 class Fact:
     id: str
@@ -150,7 +155,7 @@ class Fact:
 
     @property
     def text(self) -> str:
-        return f"({self.subject}, {self.predicate}, {self.object})"
+        return fact_text(self.subject, self.predicate, self.object)
 
 
 @dataclass

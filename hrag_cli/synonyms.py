@@ -42,7 +42,7 @@ from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
-from .records import Entity, from_dict
+from .records import Entity, fact_text, from_dict
 from .vectors import (FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, mostly_zero,
                       sparse_rows)
 
@@ -70,8 +70,8 @@ def relation_text(r: dict, names: dict[str, str]) -> str:
     return f"{names.get(r['src'], r['src'])}\n{names.get(r['tgt'], r['tgt'])}\n{kw}\n{r['description']}"
 
 
-def fact_text(f: dict) -> str:
-    return f"({f['subject']}, {f['predicate']}, {f['object']})"
+def _fact_row_text(f: dict) -> str:
+    return fact_text(f["subject"], f["predicate"], f["object"])
 
 
 def name_chars(name: str) -> int:
@@ -496,7 +496,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         "chunks": lambda: chunk_texts.items(),
         "entities": lambda: ((e.id, entity_text(e.name, e.description)) for e in entities_list),
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
-        "facts": _jsonl_items(project.facts_path, fact_text),
+        "facts": _jsonl_items(project.facts_path, _fact_row_text),
     }
     counts: dict[str, Any] = {}
     digests: dict[str, Any] = {"model_id": emb.model_id}

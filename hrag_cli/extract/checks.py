@@ -14,12 +14,11 @@ parser cannot see because it needs the chunk, the configured types or the prompt
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types
+from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions
 
 OTHER_TYPE = "other"
 PROMPT_EXAMPLE = "prompt_example"
@@ -31,25 +30,15 @@ _AUX = {"is", "was", "were", "are", "be", "been", "being", "has", "had", "have",
 _PREP = {"by", "of", "in", "to", "for", "with", "at", "from", "on", "into", "as", "about", "under", "over"}
 
 
-def _fold(s: str) -> str:
-    return " ".join(s.casefold().split())
-
-
-def _mentions(text_folded: str, name: str) -> bool:
-    """`name` occurs in the (folded) text as whole words."""
-    n = _fold(name)
-    return bool(n) and re.search(r"(?<!\w)" + re.escape(n) + r"(?!\w)", text_folded) is not None
-
-
 @lru_cache(maxsize=1)
 def _example_text() -> str:
     from .prompts import worked_example
 
-    return _fold(worked_example()[0])
+    return fold(worked_example()[0])
 
 
 def _copied(name: str, chunk_folded: str) -> bool:
-    return _mentions(_example_text(), name) and not _mentions(chunk_folded, name)
+    return mentions(_example_text(), name) and not mentions(chunk_folded, name)
 
 
 def _predicate_like(name: str) -> bool:
@@ -75,7 +64,7 @@ def configured_type(t: str, types: frozenset[str]) -> str | None:
 def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str]) -> ParseResult:
     """A new ParseResult with the checks above applied, each dropped row counted per reason."""
     types = allowed_types(entity_types)
-    text = _fold(chunk_text)
+    text = fold(chunk_text)
     dropped: dict[str, int] = {}
     retyped = result.retyped
     entities = []
@@ -87,16 +76,16 @@ def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterabl
         if t is None and e.type != UNKNOWN_TYPE:
             t, retyped = OTHER_TYPE, retyped + 1
         entities.append(e if t is None or t == e.type else replace(e, type=t))
-    listed = {_fold(e.name) for e in entities}
+    listed = {fold(e.name) for e in entities}
 
     def problem(name: str) -> str:
-        if _fold(name) in listed:
+        if fold(name) in listed:
             return ""
         if _copied(name, text):
             return PROMPT_EXAMPLE
         if _predicate_like(name):
             return SHIFTED_FIELDS
-        return "" if _mentions(text, name) else UNLISTED_ENDPOINT
+        return "" if mentions(text, name) else UNLISTED_ENDPOINT
 
     relations = []
     for r in result.relations:

@@ -397,9 +397,15 @@ def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> Extra
     return ExtractedEntity(name=name, type=typ, description=desc)
 
 
-def _mentions(text: str, name: str) -> bool:
-    """`name` occurs in `text` as whole words, ignoring case."""
-    return re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text.casefold()) is not None
+def fold(s: str) -> str:
+    """Case-folded with runs of white space as one blank: the form whole-word mention tests compare."""
+    return " ".join(s.casefold().split())
+
+
+def mentions(text_folded: str, name: str) -> bool:
+    """`name` occurs in the folded text as whole words."""
+    n = fold(name)
+    return bool(n) and re.search(r"(?<!\w)" + re.escape(n) + r"(?!\w)", text_folded) is not None
 
 
 def _predicate_from(desc: str, src: str, tgt: str) -> str:
@@ -437,7 +443,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         # A predicate, or (nano-graphrag: src, tgt, description, strength) a description.
         only = _clean_text(rest[0])
         if len(only.split()) <= 5 and not only.endswith(".") \
-                and not (strength is not None and (_mentions(only, src) or _mentions(only, tgt))):
+                and not (strength is not None and (mentions(fold(only), src) or mentions(fold(only), tgt))):
             predicate = only
         else:
             desc = only

@@ -325,7 +325,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
     RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
-    from ..llm import AGAIN, FIXES, LLMError, failure_cause
+    from ..llm import FailureCause, LLMError, failure_cause
     from .llm_extractor import extract_chunk
 
     window = max(1, client.settings.concurrency) * 2
@@ -375,7 +375,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                     if streak.full:
                         first = streak.held[0]
                         stop = (f"{len(streak.held)} chunks in a row failed ({first.get('error', '')}); "
-                                f"{FIXES[streak.kind]}, {AGAIN}")
+                                f"{FailureCause(streak.kind, False, '', client.settings.model).fix}")
             if not stop:
                 for held in streak.release():
                     save(held)
