@@ -85,7 +85,6 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
 def run(root: Path) -> dict:
     """The resolve stage phase by phase (same calls as resolve.run_resolve)."""
     from hrag_cli.config import Settings
-    from hrag_cli.graph import build_graph
     from hrag_cli.project import Project
     from hrag_cli.resolve import finalize, gc_paused, load_inputs, merge_records, write_outputs
     from hrag_cli.summaries import Summarizer
@@ -109,7 +108,8 @@ def run(root: Path) -> dict:
     pause = gc_paused()   # as run_resolve does
     pause.__enter__()
     docs, chunks, records = load_inputs(project)
-    n_mentions = sum(len(r.entities) for r in records.values())
+    records = list(records)
+    n_mentions = sum(len(r.entities) for r in records)
     lap("load")
     merged = merge_records(records)
     del records
@@ -117,15 +117,13 @@ def run(root: Path) -> dict:
     resolved = finalize(merged, Summarizer(project, settings))
     del merged
     lap("descriptions+records")
-    graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
-    lap("graph_build")
-    write_outputs(project, resolved, graph)
-    lap("write")
+    graph = write_outputs(project, resolved, docs, chunks)
+    lap("write+graph")
     pause.__exit__(None, None, None)
     times["total"] = round(time.perf_counter() - t0, 2)
     times["cpu"] = round(time.process_time() - cpu0, 2)
     return {"mentions": n_mentions, "chunks": len(chunks), "entities": len(resolved.entities),
-            "relations": len(resolved.relations), "facts": len(resolved.facts), "vertices": graph.vcount(),
+            "relations": len(resolved.relations), "facts": resolved.fact_count, "vertices": graph.vcount(),
             "edges": graph.ecount(), "seconds": times, "cpu_seconds": cpu_laps,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from . import store
 from .config import Settings
@@ -125,17 +126,19 @@ def _phrase(s: str) -> str:
     return " ".join(s.split())
 
 
-def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
-    """One pass over every record, in chunk_id order. The loop is written out flat (no helper calls per
-    mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale."""
+def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
+    """One pass over the records, which come one at a time in chunk_id order (so source lists come out
+    sorted and float sums do not depend on document order). The loop is written out flat (no helper calls
+    per mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale."""
     m = Merged()
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions = m.mentions
     ident, phrase = _ident, _phrase
-    dropped = loops = 0
+    dropped = loops = n = 0
 
-    for chunk_id in sorted(records):
-        rec = records[chunk_id]
+    for rec in records:
+        chunk_id = rec.chunk_id
+        n += 1
         per_chunk: dict[str, int] = {}
         for e in rec.entities:
             eid, sf = ident(e.name)
@@ -205,7 +208,7 @@ def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
                 facc.last = chunk_id
         for eid, n in per_chunk.items():
             mentions.append((chunk_id, eid, n))
-    m.records = len(records)
+    m.records = n
     m.dropped_rows, m.self_loops = dropped, loops
     return m
 
@@ -234,7 +237,8 @@ def _union(values: set[str]) -> list[str]:
 class Resolved:
     entities: list[Entity]
     relations: list[Relation]
-    facts: list[Fact]
+    facts: Iterator[Fact]     # made while written (one pass): at scale there are millions, and no graph needs them
+    fact_count: int
     mentions: list[tuple[str, str, int]]
     stats: dict
 
@@ -275,40 +279,38 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
                                   keywords=_union(racc.keywords), description=text(relation_desc[pair]),
                                   weight=racc.weight, source_ids=racc.sources))
-    facts: list[Fact] = []
-    for fkey in sorted(merged.facts):
-        facc = merged.facts[fkey]
-        s, _, o = fkey
-        pair = (s, o) if s < o else (o, s)
-        facts.append(Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
-                          object=names[o], relation_id=rel_ids[pair], source_ids=facc.sources))
     stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
              "dropped_rows": merged.dropped_rows, "summaries": len(jobs)}
-    return Resolved(entities, relations, facts, merged.mentions, stats)
+    return Resolved(entities, relations, _facts(merged.facts, names, rel_ids), len(merged.facts), merged.mentions,
+                    stats)
+
+
+def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
+           rel_ids: dict[tuple[str, str], str]) -> Iterator[Fact]:
+    """The fact records in key order, each accumulator let go once its record is made."""
+    for fkey in sorted(accs):
+        facc = accs.pop(fkey)
+        s, _, o = fkey
+        pair = (s, o) if s < o else (o, s)
+        yield Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
+                   object=names[o], relation_id=rel_ids[pair], source_ids=facc.sources)
 
 
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def _load_extractions(project: Project, chunk_ids: set[str]) -> dict[str, ExtractionRecord]:
-    """The extraction record of each current chunk (the extract stage owns which record is current)."""
-    try:
-        from .extract.stage import load_current_extractions
-    except ImportError:  # extract stage not present: last record per current chunk
-        out: dict[str, ExtractionRecord] = {}
-        for raw in store.read_jsonl(project.extractions_path):
-            if isinstance(raw, dict) and raw.get("chunk_id") in chunk_ids:
-                out[raw["chunk_id"]] = ExtractionRecord.from_json(raw)
-        return out
-    records = load_current_extractions(project)
-    return {cid: rec for cid, rec in records.items() if cid in chunk_ids}
+def load_records(project: Project) -> Iterator[ExtractionRecord]:
+    """The records resolve merges, one at a time in chunk_id order (the extract stage owns which record is
+    current)."""
+    from .extract.stage import iter_current_extractions
+
+    return iter_current_extractions(project)
 
 
-def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], dict[str, ExtractionRecord]]:
+def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], Iterator[ExtractionRecord]]:
     docs = load_documents(project)
     chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
-    records = _load_extractions(project, {c.chunk_id for c in chunks})
-    return docs, chunks, records
+    return docs, chunks, load_records(project)
 
 
 # ----------------------------------------------------------------------------------------------- stage
@@ -320,13 +322,16 @@ def _file_digest(h: "hashlib._Hash", path) -> None:
             h.update(block)
 
 
-def write_outputs(project: Project, resolved: Resolved, graph) -> None:
-    """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale).
+def write_outputs(project: Project, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
+    """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
+    graph is built once the record files are out, so the fact accumulators are gone before its lists exist.
     The set is not atomic, but the manifest is written only after all four, so a crash leaves resolve stale."""
     store.write_jsonl(project.entities_path, resolved.entities)
     store.write_jsonl(project.relations_path, resolved.relations)
     store.write_jsonl(project.facts_path, resolved.facts)
+    graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
     save_graph(project, graph)
+    return graph
 
 
 @contextmanager
@@ -351,18 +356,16 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
     docs, chunks, records = load_inputs(project)
-    reporter.info(f"resolve: {len(records)} extraction records over {len(chunks)} chunks")
     merged = merge_records(records)
-    del records
+    reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
     summarizer = Summarizer(project, settings, reporter)
     resolved = finalize(merged, summarizer)
     del merged
 
-    graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
     # graph.pkl is about to lose its SYNONYM edges: the synonyms stage must rerun even when this output's
     # digest comes out unchanged (otherwise a stopped or failed synonyms run leaves it "fresh" forever)
     project.forget_stage("synonyms")
-    write_outputs(project, resolved, graph)
+    graph = write_outputs(project, resolved, docs, chunks)
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
@@ -374,7 +377,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     counts = {
         "entities": len(resolved.entities),
         "relations": len(resolved.relations),
-        "facts": len(resolved.facts),
+        "facts": resolved.fact_count,
         "vertices": graph.vcount(),
         "edges": graph.ecount(),
         **{f"edges_{k.lower()}": v for k, v in ec.items() if k != "SYNONYM"},

@@ -130,13 +130,21 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> int:
 def read_jsonl(path: Path) -> Iterator[Any]:
     """Yield each record; a torn or unparsable last line (crash mid-append) is skipped, a bad line elsewhere
     is skipped too, since one corrupt cache line must not make a whole cache unreadable."""
+    return (rec for _, rec in scan_jsonl(path))
+
+
+def scan_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """read_jsonl with each record's byte offset, so a caller can keep offsets instead of records (a 100k-chunk
+    extraction cache is gigabytes as objects) and read the few it wants back with read_jsonl_at."""
     path = Path(path)
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         return
     with fh:
+        offset = 0
         for line in fh:
+            at, offset = offset, offset + len(line)
             if not line.endswith(b"\n"):
                 # torn tail: the writer died before finishing this line
                 return
@@ -144,9 +152,17 @@ def read_jsonl(path: Path) -> Iterator[Any]:
             if not line:
                 continue
             try:
-                yield orjson.loads(line)
+                yield at, orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
+
+
+def read_jsonl_at(path: Path, offsets: Iterable[int]) -> Iterator[Any]:
+    """The records scan_jsonl found at these offsets, in the order given."""
+    with open(path, "rb") as fh:
+        for at in offsets:
+            fh.seek(at)
+            yield orjson.loads(fh.readline())
 
 
 def repair_tail(path: Path) -> int:

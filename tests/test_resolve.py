@@ -37,7 +37,10 @@ def rec(chunk_id: str, entities: list, relations: list | None = None) -> Extract
 
 def resolve_records(tmp_path: Path, records: list[ExtractionRecord], settings: Settings | None = None):
     settings = settings or Settings()
-    return finalize(merge_records({r.chunk_id: r for r in records}), Summarizer(Project(tmp_path), settings))
+    latest = {r.chunk_id: r for r in records}
+    res = finalize(merge_records(latest[c] for c in sorted(latest)), Summarizer(Project(tmp_path), settings))
+    res.facts = list(res.facts)
+    return res
 
 
 def by_id(items):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +88,15 @@ def _record_digest(rec: dict) -> str:
     return fingerprint(rec)
 
 
-def _current_extractor(project: Project, chunks: list[Chunk], default: str | None) -> str | None:
+def _current_extractor(project: Project, chunk_ids: set[str], default: str | None) -> str | None:
     """The extractor the project was last built with (manifest), else the one most chunks have records
     from, else `default`."""
     stage = project.stage("extract")
     if stage and stage.counts.get("extractor"):
         return str(stage.counts["extractor"])
-    ids = {c.chunk_id for c in chunks}
     counter: Counter[str] = Counter()
     for (cid, ext) in _latest_records(project):
-        if cid in ids:
+        if cid in chunk_ids:
             counter[ext] += 1
     if counter:
         return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
@@ -105,20 +104,27 @@ def _current_extractor(project: Project, chunks: list[Chunk], default: str | Non
 
 
 def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
-    """What resolve merges: for every chunk in chunks.jsonl, the latest record of the extractor recorded
-    in the manifest's extract stage, when that record has usable rows (ok, or partial: a gleaning round was
-    lost). Chunks without one are simply absent."""
-    chunks = load_chunks(project)
-    extractor = _current_extractor(project, chunks, None)
+    """What resolve merges, as a dict by chunk id (iter_current_extractions holds one record at a time)."""
+    return {rec.chunk_id: rec for rec in iter_current_extractions(project)}
+
+
+def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
+    """What resolve merges, in chunk_id order: for every chunk in chunks.jsonl, the latest record of the
+    extractor recorded in the manifest's extract stage, when that record has usable rows (ok, or partial: a
+    gleaning round was lost). Chunks without one are simply absent. One pass notes where each latest record
+    is; records are then read back one by one, so memory does not grow with the corpus."""
+    chunk_ids = {c["chunk_id"] for c in store.read_jsonl(project.chunks_path)}
+    extractor = _current_extractor(project, chunk_ids, None)
     if extractor is None:
-        return {}
-    latest = _latest_records(project, {extractor})
-    out: dict[str, ExtractionRecord] = {}
-    for ch in chunks:
-        rec = latest.get((ch.chunk_id, extractor))
-        if rec is not None and rec.get("status", "ok") in USABLE:
-            out[ch.chunk_id] = ExtractionRecord.from_json(rec)
-    return out
+        return
+    where: dict[str, tuple[int, bool]] = {}          # chunk id -> (offset of its latest record, usable)
+    for at, rec in store.scan_jsonl(project.extractions_path):
+        if isinstance(rec, dict) and rec.get("extractor") == extractor and rec.get("chunk_id") in chunk_ids:
+            where[rec["chunk_id"]] = (at, rec.get("status", "ok") in USABLE)
+    offsets = [where[cid][0] for cid in sorted(where) if where[cid][1]]
+    del where, chunk_ids
+    for rec in store.read_jsonl_at(project.extractions_path, offsets):
+        yield ExtractionRecord.from_json(rec)
 
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -508,7 +514,7 @@ def extraction_status(project: Project, settings: Settings) -> dict:
         default = settings_fingerprint(settings)
     except UsageError:
         default = None
-    extractor = _current_extractor(project, chunks, default)
+    extractor = _current_extractor(project, {c.chunk_id for c in chunks}, default)
     if extractor is None:
         return {"extraction": {"chunks": len(chunks)}, "failed_chunks": []}
     latest = _latest_records(project, {extractor})
