@@ -116,14 +116,14 @@ def run(root: Path) -> dict:
     lap("merge")
     resolved = finalize(merged, Summarizer(project, settings))
     del merged
+    sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations), "facts": resolved.fact_count}
     lap("descriptions+records")
     graph = write_outputs(project, resolved, docs, chunks)
     lap("write+graph")
     pause.__exit__(None, None, None)
     times["total"] = round(time.perf_counter() - t0, 2)
     times["cpu"] = round(time.process_time() - cpu0, 2)
-    return {"mentions": n_mentions, "chunks": len(chunks), "entities": len(resolved.entities),
-            "relations": len(resolved.relations), "facts": resolved.fact_count, "vertices": graph.vcount(),
+    return {"mentions": n_mentions, "chunks": len(chunks), **sizes, "vertices": graph.vcount(),
             "edges": graph.ecount(), "seconds": times, "cpu_seconds": cpu_laps,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 

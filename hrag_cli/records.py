@@ -117,7 +117,7 @@ class ExtractionRecord:
         return rec
 
 
-@dataclass
+@dataclass(slots=True)     # millions at scale: no __dict__ each
 class Entity:
     id: str
     name: str
@@ -127,7 +127,7 @@ class Entity:
     source_ids: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)     # millions at scale: no __dict__ each
 class Relation:
     id: str
     src: str
@@ -144,7 +144,7 @@ def fact_text(subject: str, predicate: str, obj: str) -> str:
     return f"({subject}, {predicate}, {obj})"
 
 
-@dataclass
+@dataclass(slots=True)     # millions at scale: no __dict__ each
 class Fact:
     id: str
     subject: str

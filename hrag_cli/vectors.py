@@ -381,11 +381,17 @@ class VectorIndex:
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
             return DenseRows(dense_out)
-        pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
-        lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
-        tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
-                   np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
-        return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
+        if not parts:
+            return join_sparse([], self.dim)
+        # at most two copies of the rows at once (at 100k passages one is a gigabyte): the parts are let go
+        # once joined, and the rows are re-ordered only when they are not in `ids` order already (a first build)
+        pos, lens, cols, vals = (np.concatenate([x[i] for x in parts]) for i in range(4))
+        parts.clear()
+        rows = _csr(lens, cols, vals, self.dim)
+        del cols, vals
+        if (np.diff(pos) < 0).any():
+            rows = _csr(*rows.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
+        return rows
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
