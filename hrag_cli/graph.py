@@ -121,9 +121,7 @@ def key_index(graph: Any) -> dict[str, int]:
 
 
 def save_graph(project: Project, graph: Any) -> None:
-    """Pickled straight into the file: at 100k passages the bytes alone would be most of a gigabyte more."""
-    with store.atomic_writer(project.graph_path) as fh:
-        pickle.dump(graph, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    store.atomic_write_bytes(project.graph_path, pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def load_graph(project: Project) -> tuple[Any, dict[str, int]]:

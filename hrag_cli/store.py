@@ -130,13 +130,29 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> int:
 def read_jsonl(path: Path) -> Iterator[Any]:
     """Yield each record; a torn or unparsable last line (crash mid-append) is skipped, a bad line elsewhere
     is skipped too, since one corrupt cache line must not make a whole cache unreadable."""
-    return (rec for _, rec in scan_jsonl(path))
+    path = Path(path)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                # torn tail: the writer died before finishing this line
+                return
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
 
 
 def scan_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """read_jsonl with each record's byte offset, so a caller can keep offsets instead of records (a 100k-chunk
-    extraction cache is gigabytes as objects) and read the few it wants back with read_jsonl_at."""
-    path = Path(path)
+    """(byte offset, record) of each record read_jsonl yields from a plain (append-only) file, so a caller can
+    keep offsets instead of records (a 100k-chunk extraction cache is gigabytes as objects) and read the ones
+    it wants back with read_jsonl_at."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -146,15 +162,12 @@ def scan_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         for line in fh:
             at, offset = offset, offset + len(line)
             if not line.endswith(b"\n"):
-                # torn tail: the writer died before finishing this line
-                return
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield at, orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
+                return                                  # torn tail, as in read_jsonl
+            if line.strip():
+                try:
+                    yield at, orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
 
 
 def read_jsonl_at(path: Path, offsets: Iterable[int]) -> Iterator[Any]:

@@ -267,6 +267,26 @@ def test_resolve_ignores_records_of_chunks_no_longer_current(tmp_path: Path) -> 
     assert [e["id"] for e in store.read_jsonl(project.entities_path)] == ["bob"]
 
 
+def test_records_stream_latest_usable_in_chunk_id_order(tmp_path: Path) -> None:
+    """Resolve reads records one at a time: each current chunk's latest record, in chunk_id order; a later
+    failed record hides an earlier good one, and another extractor's or a gone chunk's records never count."""
+    from hrag_cli.extract.stage import iter_current_extractions
+
+    project = write_project(tmp_path / "p", {"a.txt": [(t, rec("", [E(t.title())])) for t in
+                                                        ("alpha", "beta", "gamma", "delta")]})
+    cids = {r["text"]: r["chunk_id"] for r in store.read_jsonl(project.chunks_path)}
+    newer = rec(cids["alpha"], [E("Alpha Two")])
+    failed = rec(cids["beta"], [E("Beta Two")])
+    failed.status = "failed"
+    other = ExtractionRecord(cids["gamma"], "another", [E("Nobody")], [])
+    with store.JsonlAppender(project.extractions_path) as ap:
+        for r in (newer, failed, other, rec("deadbeef", [E("Ghost")])):
+            ap.append(r.to_json())
+    got = list(iter_current_extractions(project))
+    assert [r.chunk_id for r in got] == sorted(cids[t] for t in ("alpha", "gamma", "delta"))
+    assert {r.entities[0].name for r in got} == {"Alpha Two", "Gamma", "Delta"}
+
+
 # ----------------------------------------------------------------------------------------------- incremental
 
 
