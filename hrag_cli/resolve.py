@@ -134,11 +134,11 @@ def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions = m.mentions
     ident, phrase = _ident, _phrase
-    dropped = loops = n = 0
+    dropped = loops = n_records = 0
 
     for rec in records:
         chunk_id = rec.chunk_id
-        n += 1
+        n_records += 1
         per_chunk: dict[str, int] = {}
         for e in rec.entities:
             eid, sf = ident(e.name)
@@ -208,7 +208,7 @@ def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
                 facc.last = chunk_id
         for eid, n in per_chunk.items():
             mentions.append((chunk_id, eid, n))
-    m.records = n
+    m.records = n_records
     m.dropped_rows, m.self_loops = dropped, loops
     return m
 

@@ -285,6 +285,7 @@ def test_records_stream_latest_usable_in_chunk_id_order(tmp_path: Path) -> None:
     got = list(iter_current_extractions(project))
     assert [r.chunk_id for r in got] == sorted(cids[t] for t in ("alpha", "gamma", "delta"))
     assert {r.entities[0].name for r in got} == {"Alpha Two", "Gamma", "Delta"}
+    assert merge_records(iter_current_extractions(project)).records == 3
 
 
 # ----------------------------------------------------------------------------------------------- incremental
