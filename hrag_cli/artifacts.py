@@ -18,7 +18,8 @@ STAGES = ("chunk", "extract", "resolve", "synonyms")
 STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "chunk": ("docs.jsonl", "chunks.jsonl"),
     "extract": (),
-    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/graph.pkl"),
+    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
+                "graph/graph.pkl"),
     "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
 }
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt

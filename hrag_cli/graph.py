@@ -1,7 +1,7 @@
 """Building, saving and loading the one igraph graph (DESIGN.md §3).
 
 Vertices: kind ∈ {document, chunk, entity}, all with `key` (doc_id / chunk_id / entity id).
-  document: path; chunk: doc_id, order; entity: name, type, description, source_ids.
+  document: path; chunk: doc_id, order; entity: name, type, description, aliases, source_ids.
   Attributes a kind does not have are None.
 Edges: kind ∈ {PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM}, all with `weight`.
   RELATION edges also carry key (relation id), predicates, keywords, description; None elsewhere.
@@ -101,6 +101,7 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
     g.vs["name"] = none_d + none_c + [e.name for e in entities]
     g.vs["type"] = none_d + none_c + [e.type for e in entities]
     g.vs["description"] = none_d + none_c + [e.description for e in entities]
+    g.vs["aliases"] = none_d + none_c + [list(e.aliases) for e in entities]
     g.vs["source_ids"] = none_d + none_c + [list(e.source_ids) for e in entities]
 
     m = g.ecount()

@@ -137,6 +137,7 @@ class Project:
         self.entities_path = self.graph_dir / "entities.jsonl"
         self.relations_path = self.graph_dir / "relations.jsonl"
         self.facts_path = self.graph_dir / "facts.jsonl"
+        self.merges_path = self.graph_dir / "merges.jsonl"      # which names resolve joined or split
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
         self.vectors_dir = gen / "vectors"

@@ -71,6 +71,7 @@ class ExtractedEntity:
     name: str
     type: str
     description: str
+    aliases: list[str] = field(default_factory=list)   # other names the chunk uses for it (resolve merges on them)
 
 
 @dataclass

@@ -5,8 +5,9 @@ nothing is patched incrementally, so after any add/change/delete the result equa
 Chunks are visited in chunk_id order, which makes even float weight sums independent of document order.
 
 Merge rules (LightRAG semantics, DESIGN.md §4):
-- entity id = normalize_name(surface form); display name = most frequent surface form (ties: smallest text);
-  aliases = the other surface forms; type = most frequent real type (ties: smallest text; "unknown"/empty
+- entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
+  the model gave or splits one name used for two types (graph/merges.jsonl says which); display name = most
+  frequent surface form (ties: smallest text); aliases = the other surface forms and the declared aliases; type = most frequent real type (ties: smallest text; "unknown"/empty
   votes count only when nothing else was said; none at all -> UNKNOWN);
 - a mention is an entity row or a relation endpoint; source_ids = every chunk with a mention;
   MENTIONED_IN weight = the chunk's mention count of that entity (rows + endpoints);
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from . import store
+from .aliases import MergeKeys, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, build_graph, edge_counts, save_graph
@@ -55,7 +57,7 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 class _EntityAcc:
-    __slots__ = ("names", "types", "descs", "sources", "last")
+    __slots__ = ("names", "types", "descs", "sources", "last", "aliases")
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}     # surface form -> mentions
@@ -63,6 +65,7 @@ class _EntityAcc:
         self.descs: dict[str, int] = {}     # description -> entity rows
         self.sources: list[str] = []        # chunk ids, ascending (chunks are visited in order)
         self.last = ""
+        self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
 class _RelationAcc:
@@ -97,6 +100,7 @@ class Merged:
     dropped_rows: int = 0
     self_loops: int = 0
     records: int = 0
+    keys: MergeKeys = field(default_factory=MergeKeys)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -127,21 +131,24 @@ def _phrase(s: str) -> str:
 
 def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
     """One pass over every record, in chunk_id order. The loop is written out flat (no helper calls per
-    mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale."""
-    m = Merged()
+    mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale.
+    Which names are one entity (aliases, one name with two types) is decided first: aliases.plan_merges."""
+    m = Merged(keys=plan_merges(records))
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions = m.mentions
-    ident, phrase = _ident, _phrase
+    ident, phrase, entity_id = _ident, _phrase, m.keys.entity_id
     dropped = loops = 0
 
     for chunk_id in sorted(records):
         rec = records[chunk_id]
         per_chunk: dict[str, int] = {}
+        row_ids: dict[str, str] = {}        # name key -> entity id of this chunk's entity rows
         for e in rec.entities:
-            eid, sf = ident(e.name)
-            if not eid:
+            key, sf = ident(e.name)
+            if not key:
                 dropped += 1
                 continue
+            eid = row_ids[key] = entity_id(key, e.type)
             acc = ents.get(eid)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
@@ -155,12 +162,18 @@ def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
             d = e.description.strip() if isinstance(e.description, str) else ""
             if d:
                 acc.descs[d] = acc.descs.get(d, 0) + 1
+            if e.aliases:
+                if acc.aliases is None:
+                    acc.aliases = set()
+                acc.aliases.update(ident(a)[1] for a in e.aliases if isinstance(a, str))
         for r in rec.relations:
             s, s_sf = ident(r.src)
             t, t_sf = ident(r.tgt)
             if not s or not t:
                 dropped += 1
                 continue
+            s = row_ids.get(s) or entity_id(s)
+            t = row_ids.get(t) or entity_id(t)
             ends = ((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))
             for eid, sf in ends:  # endpoints are mentions; a self-loop row names its entity once
                 acc = ents.get(eid)
@@ -220,6 +233,16 @@ def _vote_type(types: dict[str, int]) -> str:
     return _top(real) if real else UNKNOWN
 
 
+def _aliases(name: str, acc: _EntityAcc) -> list[str]:
+    """Every other surface form the entity was mentioned by, then the declared aliases not among them
+    (case-insensitively), sorted."""
+    out = [n for n in acc.names if n != name]
+    if acc.aliases:
+        seen = {n.casefold() for n in acc.names}
+        out += [a for a in acc.aliases if a and a.casefold() not in seen]
+    return sorted(out)
+
+
 def _union(values: set[str]) -> list[str]:
     """Case-insensitive union (the smallest spelling of each wins), sorted case-insensitively."""
     best: dict[str, str] = {}
@@ -237,6 +260,7 @@ class Resolved:
     facts: list[Fact]
     mentions: list[tuple[str, str, int]]
     stats: dict
+    merges: list[dict] = field(default_factory=list)    # aliases.MergeKeys.report()
 
 
 def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
@@ -264,8 +288,7 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         unknown += etype == UNKNOWN
         name = names[eid]
         entities.append(Entity(id=eid, name=name, type=etype, description=text(entity_desc[eid]),
-                               aliases=sorted(n for n in acc.names if n != name),
-                               source_ids=acc.sources))
+                               aliases=_aliases(name, acc), source_ids=acc.sources))
     relations: list[Relation] = []
     rel_ids: dict[tuple[str, str], str] = {}
     for pair in sorted(merged.relations):
@@ -283,8 +306,8 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         facts.append(Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
                           object=names[o], relation_id=rel_ids[pair], source_ids=facc.sources))
     stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
-             "dropped_rows": merged.dropped_rows, "summaries": len(jobs)}
-    return Resolved(entities, relations, facts, merged.mentions, stats)
+             "dropped_rows": merged.dropped_rows, "summaries": len(jobs), **merged.keys.stats()}
+    return Resolved(entities, relations, facts, merged.mentions, stats, merged.keys.report())
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -322,10 +345,11 @@ def _file_digest(h: "hashlib._Hash", path) -> None:
 
 def write_outputs(project: Project, resolved: Resolved, graph) -> None:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale).
-    The set is not atomic, but the manifest is written only after all four, so a crash leaves resolve stale."""
+    The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale."""
     store.write_jsonl(project.entities_path, resolved.entities)
     store.write_jsonl(project.relations_path, resolved.relations)
     store.write_jsonl(project.facts_path, resolved.facts)
+    store.write_jsonl(project.merges_path, resolved.merges)
     save_graph(project, graph)
 
 

@@ -76,7 +76,7 @@ def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterabl
         if t is None and e.type != UNKNOWN_TYPE:
             t, retyped = OTHER_TYPE, retyped + 1
         entities.append(e if t is None or t == e.type else replace(e, type=t))
-    listed = {fold(e.name) for e in entities}
+    listed = {fold(n) for e in entities for n in (e.name, *e.aliases)}
 
     def problem(name: str) -> str:
         if fold(name) in listed:

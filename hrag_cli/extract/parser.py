@@ -22,7 +22,7 @@ from hrag_cli.normalize import QUOTES, strip_quotes
 from hrag_cli.records import ExtractedEntity, ExtractedRelation
 
 # Bump when a change makes the same answer parse differently; `hrag index --reparse` applies it.
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 
 DEFAULT_PREDICATE = "related to"
 UNKNOWN_TYPE = "unknown"
@@ -385,6 +385,9 @@ def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> Extra
         return NAME_TOO_LONG
     type_raw = fields[1] if len(fields) > 1 else ""
     desc_parts = [_clean_text(f) for f in fields[2:]]
+    aliases = alias_list(fields[-1], name) if len(fields) >= 4 else None
+    if aliases is not None:
+        desc_parts = desc_parts[:-1]
     desc = "; ".join(p for p in desc_parts if p)
     if not desc and len(_clean_text(type_raw).split()) > 3:
         # Type slot holds a sentence: the model skipped the type.
@@ -394,7 +397,48 @@ def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> Extra
         typ = kw_type           # `event<|#|>Spring Fair<|#|>online event<|#|>...` is an event
     if typ == UNKNOWN_TYPE and not desc:
         return NAME_ONLY        # `Entity<|#|>2023`: nothing was said about it
-    return ExtractedEntity(name=name, type=typ, description=desc)
+    return ExtractedEntity(name=name, type=typ, description=desc, aliases=aliases or [])
+
+
+_NO_ALIASES = {"none", "n/a", "na", "-", "--", "—", "nil", "no aliases", "keine", "aucun", "aucune", "ninguno",
+               "ninguna", "无", "没有", "無"}
+_ALIAS_PREFIX_RE = re.compile(r"(?:aliases|alias|also known as|aka|other names)[ \t]*+:?+[ \t]*+", re.IGNORECASE)
+_MAX_ALIASES = 12
+
+
+def alias_list(s: str, name: str) -> list[str] | None:
+    """The aliases field of an entity row (names separated by ';', or ',' when there is no ';'), or None
+    when the field reads like the end of a description rather than a list of names: a sentence, a long
+    phrase, or a lowercase multi-word phrase ("born in 1911"). Names equal to `name` are left out."""
+    t = _clean_text(s)
+    m = _ALIAS_PREFIX_RE.match(t)
+    labelled = m is not None and m.end() > 0
+    if labelled:
+        t = t[m.end():]
+    if t.casefold().strip(" .") in _NO_ALIASES:
+        return []
+    if not t:
+        return [] if labelled else None
+    items = [clean_name(p) for p in t.split(";" if ";" in t else ",")]
+    items = [p for p in items if p]
+    if not items or len(items) > _MAX_ALIASES:
+        return None
+    for item in items:
+        words = item.split()
+        if len(words) > 6 or len(item) > MAX_NAME_CHARS or not any(c.isalnum() for c in item):
+            return None
+        if len(words) > 1 and not labelled and not any(c.isupper() or (c.isalpha() and not c.isascii())
+                                                       for c in item):
+            return None
+    if t.endswith(("!", "?", "。")) or (t.endswith(".") and " " in items[-1]):
+        return None
+    out: list[str] = []
+    seen = {_name_key(name)}
+    for item in items:
+        if _name_key(item) not in seen:
+            seen.add(_name_key(item))
+            out.append(item)
+    return out
 
 
 def fold(s: str) -> str:
@@ -484,12 +528,23 @@ def _type_rank(e: ExtractedEntity, types: frozenset[str]) -> int:
 
 def merge_entity(old: ExtractedEntity, new: ExtractedEntity, types: frozenset[str]) -> ExtractedEntity:
     """Two rows of one entity: the row with the more trustworthy type wins, then the longer description;
-    the first row's spelling of the name stays. (Longest description alone would pick a row whose fields
-    were shifted, e.g. a description in the type slot.)"""
+    the first row's spelling of the name stays, and the aliases of both are kept. (Longest description alone
+    would pick a row whose fields were shifted, e.g. a description in the type slot.)"""
     ro, rn = _type_rank(old, types), _type_rank(new, types)
-    if (rn, len(new.description)) > (ro, len(old.description)):
-        return replace(new, name=old.name)
-    return old
+    keep = replace(new, name=old.name) if (rn, len(new.description)) > (ro, len(old.description)) else old
+    aliases = union_aliases(old.name, old.aliases, [new.name, *new.aliases])
+    return keep if aliases == keep.aliases else replace(keep, aliases=aliases)
+
+
+def union_aliases(name: str, first: list[str], more: list[str]) -> list[str]:
+    """`first` then the names of `more` not seen yet (case-insensitively), none equal to `name`."""
+    seen = {_name_key(name)}
+    out: list[str] = []
+    for a in (*first, *more):
+        if _name_key(a) not in seen:
+            seen.add(_name_key(a))
+            out.append(a)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- public

@@ -8,7 +8,7 @@ prompt prefixes can reuse the long instructions across chunks.
 
 from __future__ import annotations
 
-PROMPT_VERSION: str = "hrag-extract-v1"
+PROMPT_VERSION: str = "hrag-extract-v2"
 
 FIELD_DELIMITER: str = "<|#|>"
 COMPLETION_MARKER: str = "<|COMPLETE|>"
@@ -28,7 +28,8 @@ DEFAULT_ENTITY_TYPES: list[str] = [
 # a multi-word predicate, dates/quantities as entities, and the completion marker.
 _EXAMPLE_TEXT = (
     "In 1911 the engineer Marta Vidal lit the first lamp of the Corvo Point lighthouse for the Harbour "
-    "Board of Santa Luzia. The lens was ground by the glassworks Irmãos Faria in Braga and could be seen "
+    "Board of Santa Luzia. The lens was ground by the glassworks Irmãos Faria (the Faria Brothers) in Braga "
+    "and could be seen "
     "from 40 kilometres out at sea."
 )
 
@@ -38,7 +39,7 @@ _EXAMPLE_OUTPUT = "\n".join(
         f"entity{_D}Marta Vidal{_D}person{_D}Engineer who lit the first lamp of the Corvo Point lighthouse in 1911.",
         f"entity{_D}Corvo Point lighthouse{_D}artifact{_D}Lighthouse of the Harbour Board of Santa Luzia, first lit in 1911; its light was visible 40 kilometres out at sea.",
         f"entity{_D}Harbour Board of Santa Luzia{_D}organization{_D}Port authority for which the Corvo Point lighthouse was put into service.",
-        f"entity{_D}Irmãos Faria{_D}organization{_D}Glassworks in Braga that ground the lens of the Corvo Point lighthouse.",
+        f"entity{_D}Irmãos Faria{_D}organization{_D}Glassworks in Braga that ground the lens of the Corvo Point lighthouse.{_D}Faria Brothers",
         f"entity{_D}Braga{_D}location{_D}Town where the glassworks Irmãos Faria is located.",
         f"entity{_D}1911{_D}date{_D}Year the Corvo Point lighthouse was first lit.",
         f"entity{_D}40 kilometres{_D}quantity{_D}Distance from which the Corvo Point lighthouse could be seen at sea.",
@@ -65,6 +66,7 @@ ENTITIES
 - NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names.
 - TYPE: exactly one of the allowed types, in lowercase.
 - DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+- ALIASES: other names the passage itself uses for the same entity (a short form, an abbreviation, a translation, a former name), separated by semicolons. Leave the field out when there are none, and never list a different entity.
 
 RELATIONS
 - Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically.
@@ -76,7 +78,7 @@ RELATIONS
 
 OUTPUT FORMAT
 - One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
-entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION
+entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}ALIASES
 relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
 - Never use the delimiter inside a field, and never split a record over several lines.
 - List all entities first, then all relations.
