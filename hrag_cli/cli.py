@@ -118,6 +118,7 @@ def index(
     chunk_tokens: Annotated[Optional[int], typer.Option("--chunk-tokens", help="Tokens per chunk (default 1200).")] = None,
     chunk_overlap: Annotated[Optional[int], typer.Option("--chunk-overlap", help="Overlap tokens (default 100).")] = None,
     max_gleanings: Annotated[Optional[int], typer.Option("--max-gleanings", help="Extra extraction rounds (default 1).")] = None,
+    glean_min_tokens: Annotated[Optional[int], typer.Option("--glean-min-tokens", help="Glean only chunks of at least this many tokens (default 500).")] = None,
     entity_types: Annotated[Optional[str], typer.Option("--entity-types", help="Comma-separated entity types.")] = None,
     language: Annotated[Optional[str], typer.Option("--language", help="Language of descriptions.")] = None,
     embed_model: EmbedModelOpt = None,
@@ -139,6 +140,7 @@ def index(
         "documents.jsonl_text_field": text_field, "extract.extractor": extractor,
         "llm.model": llm_model, "llm.api_base": llm_api_base, "llm.concurrency": concurrency,
         "chunk.tokens": chunk_tokens, "chunk.overlap": chunk_overlap, "extract.max_gleanings": max_gleanings,
+        "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }

@@ -55,7 +55,7 @@ class ExtractSettings:
         "person", "organization", "location", "event", "artifact", "concept", "date", "quantity"])
     language: str = "English"
     max_gleanings: int = 1
-    glean_min_tokens: int = 0
+    glean_min_tokens: int = 500     # gleaning rounds only for chunks of at least this many tokens
     # max_tokens of an extraction request: answer_tokens_min + answer_tokens_per_token * chunk tokens, at most
     # [llm] max_tokens. Real answers run about 1.5 tokens per chunk token (issue 13), so this leaves twice that
     # and stops a model that loops from filling its whole context.

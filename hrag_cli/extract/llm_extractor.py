@@ -13,7 +13,8 @@ from typing import Any
 from ..config import ExtractSettings
 from ..records import Chunk, ExtractionRecord
 from .checks import check_extraction
-from .parser import PARSER_VERSION, ParseResult, add_counts, merge_gleaning, parse_extraction
+from .parser import (PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning,
+                     parse_extraction, says_nothing_more)
 from .prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
@@ -34,16 +35,25 @@ class Answer:
     truncated: int = 0       # rows dropped because the cut went through them
 
 
-def read_answer(text: str, finish_reason: str = "", entity_types: list[str] | None = None) -> Answer:
+def read_answer(text: str, finish_reason: str = "", entity_types: list[str] | None = None,
+                gleaning: bool = False) -> Answer:
     """Parse one answer. An answer cut at max_tokens ends in a row cut short, which may still parse
-    ('Estuary: "River that meets an unusually'): that last line is dropped and counted as truncated."""
+    ('Estuary: "River that meets an unusually'): that last line is dropped and counted as truncated.
+    A gleaning answer without rows either says that nothing was missed (parser.says_nothing_more, in any
+    of its languages: a finished answer) or is counted as `unreadable_gleaning`."""
     cut = finish_reason == "length"
     truncated = 0
     if cut and not text.endswith("\n"):
         text, _, tail = text.rpartition("\n")
         rest = parse_extraction(tail, entity_types)     # prose cut short is not a row; a record cut short is
         truncated = 1 if rest.entities or rest.relations or rest.n_dropped else 0
-    return Answer(parse_extraction(text, entity_types), cut, truncated)
+    result = parse_extraction(text, entity_types)
+    if gleaning and not cut and not (result.entities or result.relations or result.n_dropped):
+        if says_nothing_more(text):
+            result.complete = True
+        else:
+            result.dropped[UNREADABLE_GLEANING] = 1
+    return Answer(result, cut, truncated)
 
 
 def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int, keys: list[str],
@@ -169,7 +179,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             lost, lost_kind = f"{what} round {done + 1} lost: {cause.explain(exc) if cause else exc}", what
             break
         keys.append(more.key)
-        last = read_answer(more.text, more.finish_reason, types)
+        last = read_answer(more.text, more.finish_reason, types, gleaning=purpose == "glean")
+        size = len(result.entities) + len(result.relations)
         result = merge_gleaning(result, last.result, types)
         truncated += last.truncated
         if purpose == "continue":
@@ -177,7 +188,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             may_glean = bool(result.entities or result.relations) and last.result.complete and not last.cut
         else:
             gleanings += 1
-            may_glean = _should_glean(last)
+            # another round only after one that found something new: a round that repeats rows is done too
+            may_glean = _should_glean(last) and len(result.entities) + len(result.relations) > size
         history.append({"role": "assistant", "content": more.text})
     return build_record(chunk, extractor, check_extraction(result, chunk.text, types), gleanings, keys,
                         error_kind=lost_kind, truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt,
@@ -194,7 +206,8 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types
         rec = client.cached(key)
         if rec is None or not isinstance(rec.get("response"), str):
             return None
-        answers.append(read_answer(rec["response"], str(rec.get("finish_reason") or ""), entity_types))
+        gleaning = bool(answers) and not answers[-1].cut      # the round after a finished answer gleaned
+        answers.append(read_answer(rec["response"], str(rec.get("finish_reason") or ""), entity_types, gleaning))
     result, truncated = answers[0].result, answers[0].truncated
     for extra in answers[1:]:
         result = merge_gleaning(result, extra.result, entity_types)

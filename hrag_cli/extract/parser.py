@@ -36,6 +36,7 @@ MISSING_ENDPOINT = "missing_endpoint"    # relation row without a source or a ta
 SELF_RELATION = "self_relation"          # relation of an entity to itself
 UNKNOWN_RECORD = "unknown_record"        # a delimited row whose first field is no record keyword or type
 UNREADABLE_ROW = "unreadable_row"        # a record keyword followed by a delimiter we cannot read
+UNREADABLE_GLEANING = "unreadable_gleaning"   # a gleaning answer with no rows that is no "nothing more" either
 
 _SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
@@ -230,6 +231,33 @@ def _normalise(text: str) -> tuple[str, bool]:
         text = _HASH_SEP_RE.sub("\n", text)
         text = _QUOTED_HASH_RE.sub("\\1" + _SEP, text)
     return text, complete
+
+
+# How a gleaning answer says that nothing was missed, once the completion marker is removed and the text is
+# case-folded: English, German, French, Spanish, Portuguese, Italian, Chinese and Japanese, bare or in a
+# short sentence ("No additional entities or relations were found.").
+_NOTHING_MORE_RE = re.compile(
+    r"(?:(?:none|no|nope|n/a|nil|nothing)\b|no (?:more|other|additional|further|new|missing|missed)\b"
+    r"|nothing (?:more|else|new|further|additional|was missed|is missing|to add)\b"
+    r"|there (?:is|are|was|were) (?:nothing|no)\b|i (?:did not|didn't) miss\b|all (?:entities|relations|records)\b"
+    r"|keine?\b|nichts\b|es (?:gibt|wurden?) (?:keine|nichts)\b|alle (?:entitäten|relationen|beziehungen)\b"
+    r"|aucun(?:e|s|es)?\b|rien\b|il n'y a (?:rien|pas|aucun)|pas d'autres?\b|tout a été\b"
+    r"|nada\b|ningun[oa]?s?\b|ningún\b|no hay\b|no (?:se )?(?:encontr|falt|omit)|todas? (?:las|los)\b"
+    r"|nenhum[a]?\b|nessun[oa]?\b|niente\b|non (?:ci sono|c'è)\b"
+    r"|没有|无|沒有|無|已(?:全部|经全部)|全部(?:已|都)|なし|ありません)"
+    r"[^\n]{0,160}")
+
+
+def says_nothing_more(text: str) -> bool:
+    """A gleaning answer that says nothing was missed: empty after the completion marker is taken out, or one
+    short line in one of the "nothing more" forms above. Never true of an answer with a delimited row."""
+    if not isinstance(text, str) or len(text) > 400:
+        return False
+    norm, _ = _normalise(text)
+    if _SEP in norm:
+        return False
+    t = " ".join(norm.split()).strip(" .!。！*`\"'-:").casefold()
+    return not t or _NOTHING_MORE_RE.fullmatch(t) is not None
 
 
 def _tail_keyword(part: str) -> tuple[str, str] | None:
