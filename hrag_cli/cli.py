@@ -166,6 +166,37 @@ def index(
     raise typer.Exit(result.exit_code)
 
 
+schema_app = typer.Typer(help="Graph schema files.", no_args_is_help=True)
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("suggest")
+def schema_suggest(
+    docs: Annotated[list[Path], typer.Argument(help="Files or folders to sample.", show_default=False)],
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    sample: Annotated[int, typer.Option("--sample", help="Chunks to sample; one LLM request each.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample: the same seed, the same chunks.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the draft here (never over a file); default: stdout.")] = None,
+    project: ProjectOpt = None,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Draft a schema file (TOML) from a sample of DOCS, with how often each type was seen, for you to edit."""
+    from .schema_suggest import run_suggest
+
+    proj, settings = _open(project, {"llm.model": llm_model, "llm.api_base": llm_api_base}, create=True)
+    draft, summary, code = run_suggest(proj, settings, _reporter(quiet, json_output), list(docs), sample=sample,
+                                       seed=seed, out=out)
+    if json_output:
+        _print_json(summary)
+    elif out is None:
+        sys.stdout.write(draft)
+    elif not quiet:
+        _print_summary("hrag schema suggest", summary)
+    raise typer.Exit(code)
+
+
 @app.command()
 def resolve(
     project: ProjectOpt = None,

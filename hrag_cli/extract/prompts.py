@@ -208,3 +208,18 @@ def build_fact_filter_messages(query: str, facts: list[tuple[str, str, str]]) ->
     lines = "\n".join(f"{i}. ({s}, {p}, {o})" for i, (s, p, o) in enumerate(facts, 1))
     user = f"Question: {query}\n\nCandidate facts:\n{lines}\n\nJSON:"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def build_schema_messages(chunk_text: str) -> list[dict]:
+    """Messages asking which entity and relation types one passage shows (`hrag schema suggest`), as JSON."""
+    system = (
+        "You help design the schema of a knowledge graph. Given a passage, name the general kinds of things it "
+        "mentions and the general kinds of relations it states between them. Use short, general, lowercase "
+        "type names joined by underscores (person, organization, chemical_compound, works_for, located_in), "
+        "not names of particular things. Give each type a one-line description. For each relation type give "
+        "the entity types of its source and target. Reply with a JSON object only:\n"
+        '{"entity_types": [{"type": "...", "description": "..."}], '
+        '"relation_types": [{"type": "...", "description": "...", "source": "...", "target": "..."}]}'
+    )
+    user = f"Passage:\n{chunk_text}\n\nJSON:"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
