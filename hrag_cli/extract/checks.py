@@ -61,8 +61,10 @@ def configured_type(t: str, types: frozenset[str]) -> str | None:
     return None
 
 
-def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str]) -> ParseResult:
-    """A new ParseResult with the checks above applied, each dropped row counted per reason."""
+def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str],
+                     retype: bool = True) -> ParseResult:
+    """A new ParseResult with the checks above applied, each dropped row counted per reason. `retype` False (a
+    schema is given): types stay as the model wrote them, for the prune step to map onto the schema."""
     types = allowed_types(entity_types)
     text = fold(chunk_text)
     dropped: dict[str, int] = {}
@@ -72,8 +74,8 @@ def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterabl
         if _copied(e.name, text):
             add_counts(dropped, {PROMPT_EXAMPLE: 1})
             continue
-        t = configured_type(e.type, types)
-        if t is None and e.type != UNKNOWN_TYPE:
+        t = configured_type(e.type, types) if retype else None
+        if t is None and e.type != UNKNOWN_TYPE and retype:
             t, retyped = OTHER_TYPE, retyped + 1
         entities.append(e if t is None or t == e.type else replace(e, type=t))
     listed = {fold(e.name) for e in entities}

@@ -419,8 +419,9 @@ def _predicate_from(desc: str, src: str, tgt: str) -> str:
     return ""
 
 
-def _relation_row(fields: list[str]) -> ExtractedRelation | str:
-    """A relation, or the reason the row is dropped."""
+def _relation_row(fields: list[str], typed: bool = False) -> ExtractedRelation | str:
+    """A relation, or the reason the row is dropped. `typed` (a schema prompt): a row with four or more fields
+    before the strength starts them with its relation type."""
     if len(fields) < 2:
         return MISSING_ENDPOINT
     src, tgt = clean_name(fields[0]), clean_name(fields[1])
@@ -436,8 +437,11 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         strength = _parse_strength(rest[-1])
         if strength is not None:
             rest = rest[:-1]
-        elif len(rest) == 4 and len(rest[-1].split()) <= 2:
+        elif len(rest) == 4 + typed and len(rest[-1].split()) <= 2:
             rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
+    rel_type = ""
+    if typed and len(rest) >= 4:
+        rel_type, rest = clean_type(rest[0]), rest[1:]
     predicate, keywords, desc = "", [], ""
     if len(rest) == 1:
         # A predicate, or (nano-graphrag: src, tgt, description, strength) a description.
@@ -470,6 +474,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         keywords=keywords,
         description=desc,
         strength=1.0 if strength is None else strength,
+        rel_type=rel_type,
     )
 
 
@@ -504,16 +509,17 @@ def allowed_types(entity_types: Iterable[str] | None) -> frozenset[str]:
     return frozenset(clean_type(t) for t in entity_types if t and t.strip())
 
 
-def parse_extraction(text: str, entity_types: Iterable[str] | None = None) -> ParseResult:
+def parse_extraction(text: str, entity_types: Iterable[str] | None = None, typed: bool = False) -> ParseResult:
     """Parse one LLM extraction answer; never raises, whatever the model wrote. `entity_types` (default:
-    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows."""
+    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows; `typed`: the
+    prompt asked for a relation type in each relation row (a schema)."""
     try:
-        return _parse(text, allowed_types(entity_types))
+        return _parse(text, allowed_types(entity_types), typed)
     except Exception:  # pragma: no cover - defensive: a parser bug must not kill a whole indexing run
         return ParseResult(dropped={"parser_error": 1})
 
 
-def _parse(text: str, types: frozenset[str]) -> ParseResult:
+def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
@@ -554,7 +560,7 @@ def _parse(text: str, types: frozenset[str]) -> ParseResult:
                 old = entities.get(key)
                 entities[key] = ent if old is None else merge_entity(old, ent, types)
             elif kind == "relation":
-                rel = _relation_row(fields[1:])
+                rel = _relation_row(fields[1:], typed)
                 if isinstance(rel, str):
                     drop(rel)
                     continue
