@@ -269,7 +269,11 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
     problems = project.check(full=verify)
     for stage in STAGE_ORDER:
         rec = project.stage(stage)
-        state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        try:
+            state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        except UsageError as exc:   # e.g. the remembered schema file is gone: say so, show the rest
+            state = "stale"
+            info.setdefault("settings_error", str(exc))
         mine = [str(p) for p in problems if p.stage == stage]
         if mine and state != "missing":
             state = "damaged"
