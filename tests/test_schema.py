@@ -306,3 +306,51 @@ def test_reparse_after_schema_change_makes_zero_calls(stub, corpus) -> None:
                       "relations_dropped_with_entity": 1}
     ents, _ = graph(proj)
     assert ents["Selby"] == "place"
+
+
+def test_parser_reads_the_relation_type_only_from_a_typed_row() -> None:
+    from hrag_cli.extract.parser import parse_extraction
+
+    typed = f"relation{D}A Co{D}B Co{D}Owned By{D}is owned by{D}ownership{D}A is B's.{D}7"
+    r, = parse_extraction(typed, typed=True).relations
+    assert (r.rel_type, r.predicate, r.keywords, r.description, r.strength) == \
+        ("owned_by", "is owned by", ["ownership"], "A is B's.", 7.0)
+    untyped = f"relation{D}A Co{D}B Co{D}is owned by{D}ownership{D}A is B's.{D}7"
+    r, = parse_extraction(untyped, typed=True).relations      # the model left the type out
+    assert (r.rel_type, r.predicate, r.description) == ("", "is owned by", "A is B's.")
+    r, = parse_extraction(typed).relations                    # no schema: what it always was
+    assert r.rel_type == "" and r.predicate == "Owned By"
+    rec = ExtractionRecord("c", "x", [], [r]).to_json()
+    assert "rel_type" not in rec["relations"][0]               # records without a schema keep their old shape
+
+
+def test_offline_build_prunes_nothing_and_keeps_resolve_input(tmp_path: Path) -> None:
+    """Rules extractor, no schema: the prune step reads nothing and hands resolve the extract stage's digest,
+    so a project built before the step existed keeps its resolve stage fresh."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text(TEXT)
+    proj = tmp_path / "proj"
+    proc = run(["index", str(docs), "-p", str(proj), "--extractor", "rules", "--stop-after", "resolve", "--json"],
+               inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    assert summary(proc)["prune"] == {"schema": "", "mode": "", "grounding": "off"}
+    stages = Project(proj).manifest()["stages"]
+    assert stages["prune"]["output_digest"] == stages["extract"]["output_digest"]
+
+
+def test_schema_is_remembered_until_unset_and_a_lost_file_is_exit_2(stub, corpus) -> None:
+    docs, schema, proj = corpus
+    stub.set_chat(answer)
+    assert index(proj, stub, "--schema", str(schema), docs=docs).returncode == 0
+    assert Project(proj).remembered()["extract.schema"] == str(schema.resolve())
+    moved = schema.with_name("moved.toml")
+    schema.rename(moved)
+    proc = index(proj, stub)
+    assert proc.returncode == 2 and str(schema) in proc.stderr and "not found" in proc.stderr
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert "not found" in status["settings_error"]
+    proc = index(proj, stub, "--schema", "", "--extractor", "rules")
+    assert proc.returncode == 0, proc.stderr
+    assert "extract.schema" not in Project(proj).remembered()
+    assert summary(proc)["prune"]["schema"] == ""

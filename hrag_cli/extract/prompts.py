@@ -60,29 +60,38 @@ def worked_example() -> tuple[str, str]:
     return _EXAMPLE_TEXT, _EXAMPLE_OUTPUT
 
 
+# Rules both extraction prompts share, word for word.
+_NAME_RULE = """- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names."""
+_ENTITY_DESC_RULE = """- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage."""
+_ENDPOINT_RULE = """- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically."""
+_RELATION_TAIL = """- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
+- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
+- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
+- Do not relate an entity to itself. Skip relations you would have to guess."""
+_FORMAT_HEAD = f"""- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
+entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION"""
+_FORMAT_TAIL = f"""- Never use the delimiter inside a field, and never split a record over several lines.
+- List all entities first, then all relations.
+- After the last record write {COMPLETION_MARKER} on its own line."""
+
+
 _EXTRACTION_SYSTEM = f"""You build a knowledge graph from text. From the passage the user gives you, list the entities it mentions and the relations it states between them.
 
 ENTITIES
 - Extract every clearly identifiable entity whose type is one of the allowed types. If something important fits none of them, use the closest type.
-- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names.
+{_NAME_RULE}
 - TYPE: exactly one of the allowed types, in lowercase.
-- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+{_ENTITY_DESC_RULE}
 
 RELATIONS
-- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically.
+{_ENDPOINT_RULE}
 - PREDICATE: a short verb phrase read from SOURCE to TARGET, such as "founded", "was born in", "is part of", "acquired". Lowercase unless it contains a proper name.
-- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
-- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
-- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
-- Do not relate an entity to itself. Skip relations you would have to guess.
+{_RELATION_TAIL}
 
 OUTPUT FORMAT
-- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
-entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION
+{_FORMAT_HEAD}
 relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
-- Never use the delimiter inside a field, and never split a record over several lines.
-- List all entities first, then all relations.
-- After the last record write {COMPLETION_MARKER} on its own line.
+{_FORMAT_TAIL}
 
 EXAMPLE
 Allowed types: person, organization, location, event, artifact, concept, date, quantity
@@ -152,25 +161,19 @@ SCHEMA
 
 ENTITIES
 - Extract every clearly identifiable entity whose type is one of the schema's entity types. Leave out anything that fits none of them.
-- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names.
+{_NAME_RULE}
 - TYPE: exactly one of the schema's entity type names, as written above.
-- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+{_ENTITY_DESC_RULE}
 
 RELATIONS
-- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically.
+{_ENDPOINT_RULE}
 {rel_type_rule}- PREDICATE: a short verb phrase read from SOURCE to TARGET in the passage's own terms, such as "founded", "was born in", "acquired". Lowercase unless it contains a proper name.
-- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
-- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
-- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
-- Do not relate an entity to itself. Skip relations you would have to guess.
+{_RELATION_TAIL}
 
 OUTPUT FORMAT
-- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
-entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION
+{_FORMAT_HEAD}
 relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{rel_type_field}{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
-- Never use the delimiter inside a field, and never split a record over several lines.
-- List all entities first, then all relations.
-- After the last record write {COMPLETION_MARKER} on its own line.
+{_FORMAT_TAIL}
 
 EXAMPLE (with its own small schema; for your answer use only the SCHEMA above)
 {example_schema}

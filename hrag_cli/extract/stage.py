@@ -139,7 +139,8 @@ def load_current_extractions(project: Project, settings: Settings | None = None)
     from ..prune import prune_record, prune_spec
 
     spec = prune_spec(settings, extractor)
-    return {ch.chunk_id: prune_record(rec, ch.text, spec).record for ch, rec in iter_current_records(project, extractor)}
+    return {ch.chunk_id: prune_record(rec, ch.text, spec).record
+            for ch, rec in iter_current_records(project, extractor)}
 
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -420,8 +421,8 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
              extractor: str, reporter: Reporter, counts: dict, frame: Any) -> set[str]:
     """Re-parse every current chunk's cached answers with today's parser, checks and schema; no network call.
     A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
-    answers of its latest record by another LLM extractor, so `--reparse` after a schema change asks nothing:
-    returns those chunks' ids."""
+    answers of its latest record by another extractor of the same model, so `--reparse` after a schema change
+    asks nothing; returns those chunks' ids."""
     from .llm_extractor import reparse_chunk
 
     missing_ids = {ch.chunk_id for ch in chunks if (ch.chunk_id, extractor) not in latest}
@@ -454,11 +455,13 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
 
 
 def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
-    """chunk_id -> the latest record with cached answers written by another LLM extractor."""
+    """chunk_id -> the latest record with cached answers written by another extractor of the same LLM (the
+    extractor ids of one model differ only in their settings digest: llm:MODEL:DIGEST)."""
+    model = extractor.rsplit(":", 1)[0] + ":"
     out: dict[str, dict] = {}
     for rec in store.read_jsonl(project.extractions_path):
         if (isinstance(rec, dict) and rec.get("chunk_id") in chunk_ids and rec.get("llm_keys")
-                and str(rec.get("extractor", "")).startswith("llm:") and rec.get("extractor") != extractor):
+                and str(rec.get("extractor", "")).startswith(model) and rec.get("extractor") != extractor):
             out[rec["chunk_id"]] = rec
     return out
 
