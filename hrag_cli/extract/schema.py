@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -45,6 +45,8 @@ class Schema:
     entities: tuple[SchemaType, ...]
     relations: tuple[SchemaType, ...]
     fingerprint: str
+    # what a model's type maps to, memoised: prune asks once per row, and models repeat a few types
+    _seen: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def entity_names(self) -> list[str]:
@@ -52,14 +54,20 @@ class Schema:
 
     def entity_type(self, model_type: str) -> str | None:
         """The schema entity type `model_type` stands for (by name or synonym, singular or plural), or None."""
-        return _lookup(_index(self.entities), model_type)
+        t = self._find("e", model_type, self.entities)
+        return t.name if t else None
 
     def relation_type(self, model_type: str) -> SchemaType | None:
-        name = _lookup(_index(self.relations), model_type)
-        return next((t for t in self.relations if t.name == name), None) if name else None
+        return self._find("r", model_type, self.relations)
+
+    def _find(self, kind: str, model_type: str, types: tuple[SchemaType, ...]) -> SchemaType | None:
+        key = (kind, model_type)
+        if key not in self._seen:
+            name = _lookup(_index(types), model_type)
+            self._seen[key] = next((t for t in types if t.name == name), None)
+        return self._seen[key]
 
 
-@lru_cache(maxsize=64)
 def _index(types: tuple[SchemaType, ...]) -> dict[str, str]:
     """Every accepted spelling (name and synonyms, normalised, with their singulars) -> the schema type."""
     out: dict[str, str] = {}
