@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions
+from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions, type_forms
 
 OTHER_TYPE = "other"
 PROMPT_EXAMPLE = "prompt_example"
@@ -55,10 +55,7 @@ def configured_type(t: str, types: frozenset[str]) -> str | None:
     """`t` as one of the configured types, or None."""
     if t in types:
         return t
-    for cand in (t[:-1] if t.endswith("s") else "", t.replace("isation", "ization"), t.replace("ise", "ize")):
-        if cand and cand in types:
-            return cand
-    return None
+    return next((cand for cand in type_forms(t) if cand in types), None)
 
 
 def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str],

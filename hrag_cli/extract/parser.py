@@ -173,6 +173,24 @@ def clean_type(s: str) -> str:
     return t or UNKNOWN_TYPE
 
 
+def type_forms(key: str) -> tuple[str, ...]:
+    """The type names a stored type `key` may stand for besides itself, singular and American spelling first:
+    persons -> person, companies -> company, classes -> class, organisations -> organization, people -> person.
+    The checks map a model's type onto the configured list with it, the prune step onto a schema."""
+    forms: list[str] = []
+    for word in dict.fromkeys((key, key.replace("isation", "ization").replace("ise", "ize"))):
+        forms.append(word)
+        if word.endswith("ies"):
+            forms.append(word[:-3] + "y")
+        if word.endswith("es"):
+            forms.append(word[:-2])
+        if word.endswith("s") and not word.endswith("ss"):
+            forms.append(word[:-1])
+    if key == "people":
+        forms.append("person")
+    return tuple(f for f in dict.fromkeys(forms) if f and f != key)
+
+
 def _clean_keywords(s: str) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()

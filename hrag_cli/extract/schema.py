@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..project import fingerprint
-from .parser import clean_type
+from .parser import clean_type, type_forms
 
 _TYPE_KEYS = {"description", "synonyms", "properties"}
 _RELATION_KEYS = _TYPE_KEYS | {"patterns"}
@@ -74,30 +74,14 @@ def _index(types: tuple[SchemaType, ...]) -> dict[str, str]:
     for t in types:
         for word in (t.name, *t.synonyms):
             key = clean_type(word)
-            for form in (key, *_singulars(key)):
+            for form in (key, *type_forms(key)):
                 out.setdefault(form, t.name)
     return out
 
 
-def _singulars(key: str) -> tuple[str, ...]:
-    """persons -> person, companies -> company, classes -> class; organisations -> organization."""
-    forms: list[str] = []
-    for word in dict.fromkeys((key, key.replace("isation", "ization").replace("ise", "ize"))):
-        forms.append(word)
-        if word.endswith("ies"):
-            forms.append(word[:-3] + "y")
-        if word.endswith("es"):
-            forms.append(word[:-2])
-        if word.endswith("s") and not word.endswith("ss"):
-            forms.append(word[:-1])
-    if key == "people":
-        forms.append("person")
-    return tuple(f for f in dict.fromkeys(forms) if f and f != key)
-
-
 def _lookup(index: dict[str, str], model_type: str) -> str | None:
     key = clean_type(model_type or "")
-    for form in (key, *_singulars(key)):
+    for form in (key, *type_forms(key)):
         if form in index:
             return index[form]
     return None
