@@ -132,8 +132,8 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
                 bump("relations_retyped")
                 r = replace(r, rel_type=rt.name)
         relations.append(r)
-    if len(entities) == len(rec.entities) and len(relations) == len(rec.relations) and not counts:
-        return Pruned(rec, counts, ungrounded)
+    if not counts:   # every change is counted: nothing counted, nothing changed
+        return Pruned(rec)
     return Pruned(replace(rec, entities=entities, relations=relations), counts, ungrounded)
 
 

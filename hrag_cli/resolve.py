@@ -290,7 +290,8 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def _load_extractions(project: Project, chunk_ids: set[str], settings: Settings | None) -> dict[str, ExtractionRecord]:
+def _load_extractions(project: Project, chunk_ids: set[str],
+                      settings: Settings | None) -> dict[str, ExtractionRecord]:
     """The extraction record of each current chunk (the extract stage owns which record is current), pruned
     (prune.py) under `settings` when given."""
     try:

@@ -71,8 +71,8 @@ def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterabl
         if _copied(e.name, text):
             add_counts(dropped, {PROMPT_EXAMPLE: 1})
             continue
-        t = configured_type(e.type, types) if retype else None
-        if t is None and e.type != UNKNOWN_TYPE and retype:
+        t = configured_type(e.type, types) if retype else e.type
+        if t is None and e.type != UNKNOWN_TYPE:
             t, retyped = OTHER_TYPE, retyped + 1
         entities.append(e if t is None or t == e.type else replace(e, type=t))
     listed = {fold(e.name) for e in entities}
