@@ -121,6 +121,7 @@ def index(
     glean_min_tokens: Annotated[Optional[int], typer.Option("--glean-min-tokens", help="Glean only chunks of at least this many tokens (default 500).")] = None,
     entity_types: Annotated[Optional[str], typer.Option("--entity-types", help="Comma-separated entity types.")] = None,
     language: Annotated[Optional[str], typer.Option("--language", help="Language of descriptions.")] = None,
+    schema: Annotated[Optional[str], typer.Option("--schema", help="A schema file (TOML or JSON) of entity and relation types; remembered ('' to stop using one).", show_default=False)] = None,
     embed_model: EmbedModelOpt = None,
     embed_api_base: EmbedBaseOpt = None,
     stop_after: Annotated[Optional[str], typer.Option("--stop-after", help="chunk, extract or resolve.")] = None,
@@ -142,6 +143,7 @@ def index(
         "chunk.tokens": chunk_tokens, "chunk.overlap": chunk_overlap, "extract.max_gleanings": max_gleanings,
         "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
+        "extract.schema": str(Path(schema).expanduser().resolve()) if schema else schema,   # remembered: absolute
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }
     if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
@@ -297,6 +299,12 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
                           highlight=False)
             _print_first(console, lines)
+            continue
+        if key == "ungrounded_chunks":
+            from .prune import iter_ungrounded
+
+            console.print("chunks with the most ungrounded names:", highlight=False)
+            _print_first(console, iter_ungrounded(info))
             continue
         if key == "dropped_chunks":
             from .extract.stage import iter_dropped

@@ -61,6 +61,17 @@ class ExtractSettings:
     # and stops a model that loops from filling its whole context.
     answer_tokens_min: int = 512
     answer_tokens_per_token: float = 3.0
+    schema: str = ""                # a schema file (TOML or JSON): its types replace entity_types (extract/schema.py)
+    # names of an LLM extraction that cannot be found in their chunk: off, flag (counted) or drop (with the
+    # relations that depend on them); the rules extractor and imported OpenIE are never checked
+    grounding: str = "drop"
+
+
+@dataclass
+class SchemaSettings:
+    # an entity of a type outside the schema (and not one of its synonyms), or a relation breaking its patterns:
+    # strict drops it; lenient keeps the entity as "unknown" and the relation without a relation type
+    mode: str = "strict"
 
 
 @dataclass
@@ -148,6 +159,7 @@ class Settings:
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     extract: ExtractSettings = field(default_factory=ExtractSettings)
+    schema: SchemaSettings = field(default_factory=SchemaSettings)
     resolve: ResolveSettings = field(default_factory=ResolveSettings)
     embed: EmbedSettings = field(default_factory=EmbedSettings)
     vectors: VectorSettings = field(default_factory=VectorSettings)

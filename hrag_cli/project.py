@@ -241,7 +241,7 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base")
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema")
 
     def remembered(self) -> dict[str, Any]:
         """The extractor, LLM model and API base the project was last built with (never a key): a plain

@@ -82,6 +82,7 @@ class ExtractedRelation:
     keywords: list[str]
     description: str
     strength: float = 1.0
+    rel_type: str = ""       # a schema relation type (schema-guided extraction); "" when untyped or no schema
 
 
 @dataclass
@@ -108,7 +109,14 @@ class ExtractionRecord:
     continuations: int = 0               # rounds that asked for the rest of an answer cut at max_tokens
 
     def to_json(self) -> dict:
-        return to_dict(self)
+        data = to_dict(self)
+        for rel in data["relations"]:
+            if not rel["rel_type"]:
+                del rel["rel_type"]    # without a schema a record is what it was before relation types
+        for ent in data["entities"]:
+            if not ent["aliases"]:
+                del ent["aliases"]     # nor does an entity without aliases change what was written before
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "ExtractionRecord":

@@ -313,8 +313,10 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def _load_extractions(project: Project, chunk_ids: set[str]) -> dict[str, ExtractionRecord]:
-    """The extraction record of each current chunk (the extract stage owns which record is current)."""
+def _load_extractions(project: Project, chunk_ids: set[str],
+                      settings: Settings | None) -> dict[str, ExtractionRecord]:
+    """The extraction record of each current chunk (the extract stage owns which record is current), pruned
+    (prune.py) under `settings` when given."""
     try:
         from .extract.stage import load_current_extractions
     except ImportError:  # extract stage not present: last record per current chunk
@@ -323,14 +325,15 @@ def _load_extractions(project: Project, chunk_ids: set[str]) -> dict[str, Extrac
             if isinstance(raw, dict) and raw.get("chunk_id") in chunk_ids:
                 out[raw["chunk_id"]] = ExtractionRecord.from_json(raw)
         return out
-    records = load_current_extractions(project)
+    records = load_current_extractions(project, settings)
     return {cid: rec for cid, rec in records.items() if cid in chunk_ids}
 
 
-def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], dict[str, ExtractionRecord]]:
+def load_inputs(project: Project, settings: Settings | None = None
+                ) -> tuple[list[Document], list[ChunkRef], dict[str, ExtractionRecord]]:
     docs = load_documents(project)
     chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
-    records = _load_extractions(project, {c.chunk_id for c in chunks})
+    records = _load_extractions(project, {c.chunk_id for c in chunks}, settings)
     return docs, chunks, records
 
 
@@ -374,7 +377,7 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
-    docs, chunks, records = load_inputs(project)
+    docs, chunks, records = load_inputs(project, settings)
     reporter.info(f"resolve: {len(records)} extraction records over {len(chunks)} chunks")
     merged = merge_records(records)
     del records

@@ -26,7 +26,7 @@ from pathlib import Path
 from . import store
 from .config import Settings
 from .errors import EXIT_PARTIAL, RunStopped, UsageError
-from .extract.parser import clean_type
+from .extract.parser import clean_type, type_forms
 from .progress import Reporter
 from .project import Project
 
@@ -173,14 +173,10 @@ async def _ask_all(client, texts: list[str], out: Suggestion, reporter: Reporter
 
 
 def _singular_of(names: set[str]):
-    """A type name -> the singular form of it that the answers also used ("organizations" -> "organization"
-    when both were said), else itself."""
+    """A type name -> the singular (or American) spelling of it that the answers also used ("organizations"
+    -> "organization" when both were said; parser.type_forms), else itself."""
     def name(t: str) -> str:
-        for cand in (t[:-3] + "y" if t.endswith("ies") else "", t[:-2] if t.endswith("es") else "",
-                     t[:-1] if t.endswith("s") and not t.endswith("ss") else ""):
-            if cand and cand in names:
-                return cand
-        return t
+        return next((form for form in type_forms(t) if form in names), t)
     return name
 
 

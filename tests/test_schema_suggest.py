@@ -8,6 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
+from hrag_cli.extract.schema import load_schema
 from tests.stub_server import CHAT, StubReply, refused_port
 from tests.test_index_e2e import run
 from tests.test_llm_runs import QUICK
@@ -63,6 +64,10 @@ def test_suggest_writes_a_parseable_draft_with_counts_and_reruns_from_cache(stub
     assert data["relations"]["works_for"]["patterns"] == [["person", "organization"]]
     # 'place' is no entity type of the draft: the pattern is in the comment, not in the table
     assert "patterns" not in data["relations"]["affected"]
+    schema = load_schema(out)                         # what `hrag index --schema` reads
+    assert schema.entity_names == ["organization", "person", "event"]
+    assert [(r.name, r.patterns) for r in schema.relations] == [("works_for", (("person", "organization"),)),
+                                                                ("affected", ())]
     sampled = [b for _, b in stub.requests]
     storms = sum("storm" in b["messages"][-1]["content"] for b in sampled)
     assert "# seen in 4 of 4\n[entities.person]" in text

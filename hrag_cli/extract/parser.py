@@ -174,6 +174,24 @@ def clean_type(s: str) -> str:
     return t or UNKNOWN_TYPE
 
 
+def type_forms(key: str) -> tuple[str, ...]:
+    """The type names a stored type `key` may stand for besides itself, singular and American spelling first:
+    persons -> person, companies -> company, classes -> class, organisations -> organization, people -> person.
+    The checks map a model's type onto the configured list with it, the prune step onto a schema."""
+    forms: list[str] = []
+    for word in dict.fromkeys((key, key.replace("isation", "ization").replace("ise", "ize"))):
+        forms.append(word)
+        if word.endswith("ies"):
+            forms.append(word[:-3] + "y")
+        if word.endswith("es"):
+            forms.append(word[:-2])
+        if word.endswith("s") and not word.endswith("ss"):
+            forms.append(word[:-1])
+    if key == "people":
+        forms.append("person")
+    return tuple(f for f in dict.fromkeys(forms) if f and f != key)
+
+
 def _clean_keywords(s: str) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
@@ -475,9 +493,23 @@ def fold(s: str) -> str:
 
 
 def mentions(text_folded: str, name: str) -> bool:
-    """`name` occurs in the folded text as whole words."""
+    """`name` occurs in the folded text as whole words (no word character, as regex \\w, on either side). A
+    scan with str.find, not a regex per name: compiling one for each of thousands of names cost 1 ms a name."""
     n = fold(name)
-    return bool(n) and re.search(r"(?<!\w)" + re.escape(n) + r"(?!\w)", text_folded) is not None
+    if not n:
+        return False
+    start = text_folded.find(n)
+    while start != -1:
+        end = start + len(n)
+        if not (start and _is_word(text_folded[start - 1])) and not (end < len(text_folded)
+                                                                     and _is_word(text_folded[end])):
+            return True
+        start = text_folded.find(n, start + 1)
+    return False
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _predicate_from(desc: str, src: str, tgt: str) -> str:
@@ -491,8 +523,9 @@ def _predicate_from(desc: str, src: str, tgt: str) -> str:
     return ""
 
 
-def _relation_row(fields: list[str]) -> ExtractedRelation | str:
-    """A relation, or the reason the row is dropped."""
+def _relation_row(fields: list[str], typed: bool = False) -> ExtractedRelation | str:
+    """A relation, or the reason the row is dropped. `typed` (a schema prompt): a row with four or more fields
+    before the strength starts them with its relation type."""
     if len(fields) < 2:
         return MISSING_ENDPOINT
     src, tgt = clean_name(fields[0]), clean_name(fields[1])
@@ -508,8 +541,11 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         strength = _parse_strength(rest[-1])
         if strength is not None:
             rest = rest[:-1]
-        elif len(rest) == 4 and len(rest[-1].split()) <= 2:
+        elif len(rest) == 4 + typed and len(rest[-1].split()) <= 2:
             rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
+    rel_type = ""
+    if typed and len(rest) >= 4:
+        rel_type, rest = clean_type(rest[0]), rest[1:]
     predicate, keywords, desc = "", [], ""
     if len(rest) == 1:
         # A predicate, or (nano-graphrag: src, tgt, description, strength) a description.
@@ -542,6 +578,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         keywords=keywords,
         description=desc,
         strength=1.0 if strength is None else strength,
+        rel_type=rel_type,
     )
 
 
@@ -587,16 +624,17 @@ def allowed_types(entity_types: Iterable[str] | None) -> frozenset[str]:
     return frozenset(clean_type(t) for t in entity_types if t and t.strip())
 
 
-def parse_extraction(text: str, entity_types: Iterable[str] | None = None) -> ParseResult:
+def parse_extraction(text: str, entity_types: Iterable[str] | None = None, typed: bool = False) -> ParseResult:
     """Parse one LLM extraction answer; never raises, whatever the model wrote. `entity_types` (default:
-    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows."""
+    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows; `typed`: the
+    prompt asked for a relation type in each relation row (a schema)."""
     try:
-        return _parse(text, allowed_types(entity_types))
+        return _parse(text, allowed_types(entity_types), typed)
     except Exception:  # pragma: no cover - defensive: a parser bug must not kill a whole indexing run
         return ParseResult(dropped={"parser_error": 1})
 
 
-def _parse(text: str, types: frozenset[str]) -> ParseResult:
+def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
@@ -637,7 +675,7 @@ def _parse(text: str, types: frozenset[str]) -> ParseResult:
                 old = entities.get(key)
                 entities[key] = ent if old is None else merge_entity(old, ent, types)
             elif kind == "relation":
-                rel = _relation_row(fields[1:])
+                rel = _relation_row(fields[1:], typed)
                 if isinstance(rel, str):
                     drop(rel)
                     continue
