@@ -27,7 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from itertools import islice
+
+from . import store
 from .normalize import normalize_name
+from .project import Project
 from .records import ExtractionRecord
 
 PLACEHOLDER_TYPES = frozenset({"", "unknown", "other"})
@@ -224,3 +228,18 @@ def plan_merges(records: dict[str, ExtractionRecord]) -> MergeKeys:
         if len(ids) == 1:
             out.alias_only[ak] = ids.pop()
     return out
+
+
+STATUS_LINES = 10
+
+
+def merges_status(project: Project) -> dict:
+    """The first lines of graph/merges.jsonl as `hrag status` shows them ("ibm <- ibm + international business
+    machines"; "jordan: split into jordan / jordan (person)"); nothing when no name was joined or split."""
+    lines = []
+    for m in islice(store.read_jsonl(project.merges_path), STATUS_LINES):
+        if isinstance(m, dict) and "merged" in m:
+            lines.append(f"{m['merged']} <- {' + '.join(m.get('keys', []))}")
+        elif isinstance(m, dict) and "split" in m:
+            lines.append(f"{m['split']}: split into {' / '.join(m.get('ids', []))}")
+    return {"merged_names": lines} if lines else {}

@@ -262,6 +262,7 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
 def project_status(project: Project, settings: Settings, verify: bool = False) -> dict:
     """Stage states (fresh / stale / missing / damaged), counts, failures and LLM spend; read-only. `verify`
     hashes every artifact whole instead of sampling it."""
+    from .aliases import merges_status
     from .extract.stage import extraction_status
     from .llm import spend_summary
 
@@ -288,6 +289,7 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
     remembered = project.remembered()
     info["built_with"] = describe_built_with(remembered) if remembered else ""
     info.update(extraction_status(project, settings))
+    info.update(merges_status(project))
     info["llm"] = spend_summary(project)
     info["query_llm"] = spend_summary(project, project.query_llm_cache_path)
     from .embed import embed_status

@@ -200,3 +200,7 @@ def test_aliases_reach_the_graph_an_export_and_select_around_alias(stub, tmp_pat
     status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
     assert status["stages"]["resolve"]["counts"]["alias_merges"] == 1
     assert status["stages"]["resolve"]["counts"]["type_splits"] == 1
+    assert status["merged_names"] == ["ibm <- ibm + international business machines",
+                                      "jordan: split into jordan / jordan (person)"]
+    plain = run(["status", "-p", str(proj)], inprocess=True).stdout
+    assert "merged_names: ibm <- ibm + international" in plain
