@@ -197,6 +197,14 @@ def test_aliases_reach_the_graph_an_export_and_select_around_alias(stub, tmp_pat
     assert nodes["entity:ibm"]["aliases"] == ["International Business Machines"]
     assert set(nodes) == {"entity:ibm", "entity:zurich", "entity:ada byron"}   # one hop from the alias
 
+    for fmt, target in (("graphml", tmp_path / "g.graphml"), ("csv", tmp_path / "csv"),
+                        ("cypher", tmp_path / "g.cypher")):
+        proc = run(["export", "-p", str(proj), "--format", fmt, "-o", str(target), "--select", "entities"],
+                   inprocess=True)                       # entities only: no chunk text holds the name
+        assert proc.returncode == 0, proc.stderr
+        files = [target] if target.is_file() else sorted(target.iterdir())
+        assert any("International Business Machines" in f.read_text() for f in files), fmt
+
     status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
     assert status["stages"]["resolve"]["counts"]["alias_merges"] == 1
     assert status["stages"]["resolve"]["counts"]["type_splits"] == 1
