@@ -26,7 +26,6 @@ An entity mention is keyed by its normalised name (normalize.normalize_name) and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from itertools import islice
 
 from . import store
@@ -69,7 +68,8 @@ class Split:
 class MergeKeys:
     """The entity id of each (name key, type) mention; identity when nothing merges or splits."""
 
-    node_ids: dict[Node, str] = field(default_factory=dict)     # only nodes whose id is not their key
+    # nodes whose id is not their key, and every node of a key split by type
+    node_ids: dict[Node, str] = field(default_factory=dict)
     dominant: dict[str, str] = field(default_factory=dict)      # key -> its most frequent real type
     alias_only: dict[str, str] = field(default_factory=dict)    # alias key never a name -> entity id
     merges: list[Merge] = field(default_factory=list)
@@ -159,8 +159,9 @@ def plan_merges(records: dict[str, ExtractionRecord]) -> MergeKeys:
     for key, per in rows.items():
         real = [(n, t) for t, n in per.items() if t]
         out.dominant[key] = min(real, key=lambda nt: (-nt[0], nt[1]))[1] if real else ""
-    split_keys = [k for k, per in rows.items() if sum(1 for t in per if t) > 1]
+    split_keys = {k for k, per in rows.items() if sum(1 for t in per if t) > 1}
     if not links and not split_keys:
+        out.dominant.clear()      # every id is its key: entity_id answers without it
         return out
 
     uf = _UnionFind()
@@ -216,7 +217,7 @@ def plan_merges(records: dict[str, ExtractionRecord]) -> MergeKeys:
         for r, eid in zip(roots, ids):
             members = sorted(groups[r])
             for n in members:
-                if eid != n[0]:
+                if eid != n[0] or n[0] in split_keys:
                     out.node_ids[n] = eid
             keys = sorted({n[0] for n in members})
             if len(keys) > 1:

@@ -7,8 +7,9 @@ Chunks are visited in chunk_id order, which makes even float weight sums indepen
 Merge rules (LightRAG semantics, DESIGN.md §4):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
   the model gave or splits one name used for two types (graph/merges.jsonl says which); display name = most
-  frequent surface form (ties: smallest text); aliases = the other surface forms and the declared aliases; type = most frequent real type (ties: smallest text; "unknown"/empty
-  votes count only when nothing else was said; none at all -> UNKNOWN);
+  frequent surface form (ties: smallest text); aliases = the other surface forms and the declared aliases;
+  type = most frequent real type (ties: smallest text; "unknown"/empty votes count only when nothing else was
+  said; none at all -> UNKNOWN);
 - a mention is an entity row or a relation endpoint; source_ids = every chunk with a mention;
   MENTIONED_IN weight = the chunk's mention count of that entity (rows + endpoints);
 - one relation per unordered pair (src < tgt by id, id = hash of the pair); weight = sum of strengths;
@@ -142,13 +143,13 @@ def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
     for chunk_id in sorted(records):
         rec = records[chunk_id]
         per_chunk: dict[str, int] = {}
-        row_ids: dict[str, str] = {}        # name key -> entity id of this chunk's entity rows
+        row_ids: dict[str, str] = {}        # name (or alias) key -> entity id of this chunk's entity rows
         for e in rec.entities:
             key, sf = ident(e.name)
             if not key:
                 dropped += 1
                 continue
-            eid = row_ids[key] = entity_id(key, e.type)
+            eid = row_ids[key] = entity_id(key, e.type)     # a row's own name wins over another row's alias
             acc = ents.get(eid)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
@@ -165,7 +166,11 @@ def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
             if e.aliases:
                 if acc.aliases is None:
                     acc.aliases = set()
-                acc.aliases.update(ident(a)[1] for a in e.aliases if isinstance(a, str))
+                for a in e.aliases:
+                    akey, asf = ident(a)
+                    if akey:
+                        acc.aliases.add(asf)
+                        row_ids.setdefault(akey, eid)   # an endpoint written with it, in this chunk: this entity
         for r in rec.relations:
             s, s_sf = ident(r.src)
             t, t_sf = ident(r.tgt)

@@ -125,6 +125,33 @@ def test_alias_chains_never_join_two_real_types_and_placeholders_join_the_main_t
     assert keys.entity_id("ibm") == "big blue"
 
 
+def test_an_endpoint_written_with_an_alias_lands_on_its_own_chunk_entity(tmp_path: Path) -> None:
+    # "the Trust" names two organizations in two chunks: globally ambiguous, locally clear
+    res = resolve_records(tmp_path, [
+        rec("c1", [E("Oldport Harbour Trust", "organization", ["the Trust"]), E("Mara Quint", "person")],
+            [ExtractedRelation("Mara Quint", "the Trust", "works for", [], "", 5.0)]),
+        rec("c2", [E("Selby Lamp Trust", "organization", ["the Trust"]), E("Odo Brisk", "person")],
+            [ExtractedRelation("Odo Brisk", "the Trust", "works for", [], "", 5.0)]),
+    ])
+    assert {frozenset((r.src, r.tgt)) for r in res.relations} == {
+        frozenset(("mara quint", "oldport harbour trust")), frozenset(("odo brisk", "selby lamp trust"))}
+    assert "the trust" not in {e.id for e in res.entities}
+
+
+def test_a_split_name_whose_main_type_joined_another_name_keeps_its_minor_type_apart() -> None:
+    keys = plan_merges({
+        "c1": rec("c1", [E("Mercury", "person", ["Freddie"])]),
+        "c2": rec("c2", [E("Mercury", "person")]),
+        "c3": rec("c3", [E("Freddie", "person")]),
+        "c4": rec("c4", [E("Freddie", "person")]),
+        "c5": rec("c5", [E("Freddie", "person")]),
+        "c6": rec("c6", [E("Mercury", "concept")]),
+    })
+    assert keys.entity_id("mercury", "person") == keys.entity_id("freddie", "person") == "freddie"
+    assert keys.entity_id("mercury") == "freddie"                    # an endpoint: the main type's entity
+    assert keys.entity_id("mercury", "concept") == "mercury"
+
+
 def test_rules_types_split_nothing_so_offline_graphs_do_not_change() -> None:
     keys = plan_merges({"c1": rec("c1", [E("Charlemagne", "person")], extractor="rules-v3"),
                         "c2": rec("c2", [E("Charlemagne", "location")], extractor="rules-v3")})

@@ -458,8 +458,8 @@ def alias_list(s: str, name: str) -> list[str] | None:
     phrase, or a lowercase multi-word phrase ("born in 1911"). Names equal to `name` are left out."""
     t = _clean_text(s)
     m = _ALIAS_PREFIX_RE.match(t)
-    labelled = m is not None and m.end() > 0
-    if labelled:
+    labelled = m is not None
+    if m is not None:
         t = t[m.end():]
     if t.casefold().strip(" .") in _NO_ALIASES:
         return []
@@ -478,13 +478,7 @@ def alias_list(s: str, name: str) -> list[str] | None:
             return None
     if t.endswith(("!", "?", "。")) or (t.endswith(".") and " " in items[-1]):
         return None
-    out: list[str] = []
-    seen = {_name_key(name)}
-    for item in items:
-        if _name_key(item) not in seen:
-            seen.add(_name_key(item))
-            out.append(item)
-    return out
+    return union_aliases(name, [], items)
 
 
 def fold(s: str) -> str:
@@ -597,7 +591,7 @@ def merge_entity(old: ExtractedEntity, new: ExtractedEntity, types: frozenset[st
     would pick a row whose fields were shifted, e.g. a description in the type slot.)"""
     ro, rn = _type_rank(old, types), _type_rank(new, types)
     keep = replace(new, name=old.name) if (rn, len(new.description)) > (ro, len(old.description)) else old
-    aliases = union_aliases(old.name, old.aliases, [new.name, *new.aliases])
+    aliases = union_aliases(old.name, old.aliases, new.aliases)
     return keep if aliases == keep.aliases else replace(keep, aliases=aliases)
 
 
