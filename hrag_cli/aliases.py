@@ -136,7 +136,11 @@ class _UnionFind:
 
 
 def plan_merges(records: dict[str, ExtractionRecord]) -> MergeKeys:
-    """The merge keys of every entity row in `records` (one pass over the rows, none over relations)."""
+    """The merge keys of every entity row in `records` (one pass over the rows, none over relations; none at
+    all for records of extractors whose types split nothing and that give no aliases: every offline build)."""
+    if not any(rec.extractor.startswith(TYPED_EXTRACTORS) or any(e.aliases for e in rec.entities)
+               for rec in records.values()):
+        return MergeKeys()
     rows: dict[str, dict[str, int]] = {}          # key -> real type ("" placeholder) -> entity rows
     links: list[tuple[str, str, str]] = []        # (key, type class, alias key)
     for chunk_id in sorted(records):
