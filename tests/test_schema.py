@@ -354,3 +354,33 @@ def test_schema_is_remembered_until_unset_and_a_lost_file_is_exit_2(stub, corpus
     assert proc.returncode == 0, proc.stderr
     assert "extract.schema" not in Project(proj).remembered()
     assert summary(proc)["prune"]["schema"] == ""
+
+
+def test_changed_schema_file_is_said_and_asks_again(stub, corpus) -> None:
+    docs, schema, proj = corpus
+    stub.set_chat(answer)
+    assert index(proj, stub, "--schema", str(schema), docs=docs).returncode == 0
+    calls = stub.count(CHAT)
+    schema.write_text(SCHEMA.replace("A human being.", "A human being, living or dead."))
+    proc = index(proj, stub)
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == calls + 1 and "living or dead" in stub.requests[-1][1]["messages"][0]["content"]
+    assert "changed since the last run: 1 chunk(s)" in proc.stderr and "--reparse" in proc.stderr
+
+
+def test_schema_without_relation_types_keeps_relation_rows_untyped(tmp_path: Path) -> None:
+    from hrag_cli.config import ExtractSettings
+    from hrag_cli.extract.llm_extractor import frame_of
+    from hrag_cli.extract.prompts import build_extraction_messages
+
+    path = tmp_path / "s.toml"
+    path.write_text('[entities.person]\ndescription = "A human being."\nproperties = ["birth year"]\n')
+    frame = frame_of(ExtractSettings(schema=str(path)))
+    assert frame.types == ["person"] and not frame.typed
+    system = build_extraction_messages("x", frame.types, "English", frame.schema)[0]["content"]
+    assert "RELATION_TYPE" not in system and "Relation types:" not in system
+    assert "- person: A human being. Properties worth describing: birth year." in system
+    rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann", "person", "")],
+                           [ExtractedRelation("Ann", "Bo", "knows", [], "")])
+    pruned = prune_record(rec, "Ann knows Bo.", PruneSpec(frame.schema, "strict", "drop"))
+    assert pruned.record is rec and pruned.counts == {}
