@@ -88,28 +88,32 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
 
     schema, strict = spec.schema, spec.mode == "strict"
     grounder = Grounder(chunk_text) if spec.grounding != "off" else None
-    entities, removed, types, ungrounded = [], set(), {}, []
+    entities, ungrounded = [], []
+    removed: set[str] = set()          # normalised names of entities taken out
+    types: dict[str, str] = {}         # normalised name (or alias) of a kept entity -> its type
     for e in rec.entities:
-        key, typ = normalize_name(e.name), e.type
+        names = [e.name, *getattr(e, "aliases", ())]   # a relation may name its endpoint by an alias
+        keys, typ = [normalize_name(n) for n in names], e.type
         if schema is not None:
             typ = schema.entity_type(e.type)
             if typ is None and strict:
                 bump("entities_dropped")
-                removed.add(key)
+                removed.update(keys)
                 continue
             if typ is None:
                 typ = UNKNOWN_TYPE
                 bump("entities_unknown")
             elif typ != e.type:
                 bump("entities_retyped")
-        if grounder is not None and not grounder.grounded([e.name, *getattr(e, "aliases", ())]):
+        if grounder is not None and not grounder.grounded(names):
             ungrounded.append(e.name)
             bump("ungrounded")
             if spec.grounding == "drop":
-                removed.add(key)
+                removed.update(keys)
                 continue
         entities.append(e if typ == e.type else replace(e, type=typ))
-        types[key] = typ
+        types.update(dict.fromkeys(keys, typ))
+    removed -= types.keys()     # a name a kept entity also carries still stands
     typed = schema is not None and bool(schema.relations)
     relations = []
     for r in rec.relations:

@@ -384,3 +384,16 @@ def test_schema_without_relation_types_keeps_relation_rows_untyped(tmp_path: Pat
                            [ExtractedRelation("Ann", "Bo", "knows", [], "")])
     pruned = prune_record(rec, "Ann knows Bo.", PruneSpec(frame.schema, "strict", "drop"))
     assert pruned.record is rec and pruned.counts == {}
+
+
+def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
+    """Part 17b gives extracted entities `aliases`: a relation naming an entity by one meets its type, and an
+    entity found in the chunk only under an alias is grounded."""
+    path = tmp_path / "s.toml"
+    path.write_text(SCHEMA)
+    acme = ExtractedEntity("Acme Corporation", "organization", "")
+    acme.aliases = ["Acme"]          # the field part 17b adds; set here so this holds before and after it lands
+    rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann Lee", "person", ""), acme],
+                           [ExtractedRelation("Ann Lee", "Acme", "works at", [], "", rel_type="works_for")])
+    pruned = prune_record(rec, "Ann Lee works at Acme.", PruneSpec(load_schema(path), "strict", "drop"))
+    assert pruned.counts == {} and pruned.record is rec
