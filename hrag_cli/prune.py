@@ -10,6 +10,7 @@ pruning does. With no schema and grounding off (rules extractor, OpenIE import) 
   (singular or plural); else strict drops the entity, lenient keeps it as "unknown". A relation whose relation
   type is not in the schema, or whose endpoint types fit none of its patterns, is dropped (strict) or kept with
   no relation type (lenient).
+  Relation types are checked only on LLM extractions (the rules extractor and OpenIE give none).
 - Grounding (`extract.grounding`, LLM extractions only): an entity none of whose names is found in its chunk
   (extract/grounding.py) is counted (flag) or dropped (drop).
 Relations of a dropped entity go with it.
@@ -41,13 +42,17 @@ class PruneSpec:
     schema: Any = None          # extract.schema.Schema, or None
     mode: str = "strict"
     grounding: str = "off"      # "off" whatever the setting when the extractor is not an LLM
+    # relation types are held to the schema only where the extractor was asked for them (an LLM with the schema
+    # prompt); the rules extractor's and imported OpenIE relations have none, and keep only the entity checks
+    relation_types: bool = True
 
     @property
     def active(self) -> bool:
         return self.schema is not None or self.grounding != "off"
 
     def describe(self) -> list:
-        return [self.schema.fingerprint if self.schema else "", self.mode if self.schema else "", self.grounding]
+        return [self.schema.fingerprint if self.schema else "", self.mode if self.schema else "", self.grounding,
+                self.relation_types]
 
 
 @dataclass
@@ -73,8 +78,9 @@ def prune_spec(settings: Settings, extractor: str) -> PruneSpec:
     from .extract.schema import schema_of
 
     check_prune_settings(settings)
-    grounding = settings.extract.grounding if extractor.startswith("llm:") else "off"
-    return PruneSpec(schema_of(settings.extract), settings.schema.mode, grounding)
+    llm = extractor.startswith("llm:")
+    return PruneSpec(schema_of(settings.extract), settings.schema.mode,
+                     settings.extract.grounding if llm else "off", relation_types=llm)
 
 
 def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pruned:
@@ -114,7 +120,7 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
         entities.append(e if typ == e.type else replace(e, type=typ))
         types.update(dict.fromkeys(keys, typ))
     removed -= types.keys()     # a name a kept entity also carries still stands
-    typed = schema is not None and bool(schema.relations)
+    typed = schema is not None and bool(schema.relations) and spec.relation_types
     relations = []
     for r in rec.relations:
         src, tgt = normalize_name(r.src), normalize_name(r.tgt)

@@ -397,3 +397,22 @@ def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
                            [ExtractedRelation("Ann Lee", "Acme", "works at", [], "", rel_type="works_for")])
     pruned = prune_record(rec, "Ann Lee works at Acme.", PruneSpec(load_schema(path), "strict", "drop"))
     assert pruned.counts == {} and pruned.record is rec
+
+
+def test_rules_and_openie_records_keep_untyped_relations_and_skip_grounding(tmp_path: Path) -> None:
+    from hrag_cli.prune import prune_spec
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCHEMA)
+    settings = Settings()
+    settings.extract.schema = str(path)
+    rec = ExtractionRecord("c", "rules-v2", [ExtractedEntity("Ann Lee", "person", ""),
+                                              ExtractedEntity("Acme", "organization", "")],
+                           [ExtractedRelation("Ann Lee", "Acme", "works at", [], "")])
+    for extractor in ("rules-v2", "openie:abc"):
+        spec = prune_spec(settings, extractor)
+        assert spec.grounding == "off" and not spec.relation_types
+        assert prune_record(rec, "nothing here", spec).record is rec
+    llm = prune_spec(settings, "llm:m:1")
+    assert llm.grounding == "drop" and llm.relation_types
+    assert prune_record(rec, "Ann Lee works at Acme.", llm).counts == {"relations_dropped": 1}
