@@ -230,7 +230,7 @@ def test_schema_prompt_relation_types_and_strict_counts(stub, corpus) -> None:
     assert status["ungrounded_chunks"] == [{"chunk_id": rec["chunk_id"], "path": "a.txt", "order": 0,
                                             "ungrounded": 1, "names": ["Quentin Marsh"]}]
     plain = run(["status", "-p", str(proj)], inprocess=True).stdout
-    assert "chunks with the most ungrounded names:" in plain and "1 ungrounded (Quentin Marsh)" in plain
+    assert "chunks with ungrounded names: 1, the most first:" in plain and "1 ungrounded (Quentin Marsh)" in plain
     assert "with the schema" in status["built_with"]
 
 
