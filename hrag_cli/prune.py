@@ -10,7 +10,8 @@ pruning does. With no schema and grounding off (rules extractor, OpenIE import) 
   (singular or plural); else strict drops the entity, lenient keeps it as "unknown". A relation whose relation
   type is not in the schema, or whose endpoint types fit none of its patterns, is dropped (strict) or kept with
   no relation type (lenient).
-  Relation types are checked only on LLM extractions (the rules extractor and OpenIE give none).
+  Relation types are checked only on LLM extractions (the rules extractor gives none); imported OpenIE
+  extractions, which type nothing, are not held to a schema at all.
 - Grounding (`extract.grounding`, LLM extractions only): an entity none of whose names is found in its chunk
   (extract/grounding.py) is counted (flag) or dropped (drop).
 Relations of a dropped entity go with it.
@@ -25,6 +26,7 @@ from typing import Any
 from .config import Settings
 from .errors import UsageError
 from .extract.grounding import Grounder
+from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
 from .normalize import normalize_name
 from .progress import Reporter
@@ -79,8 +81,9 @@ def prune_spec(settings: Settings, extractor: str) -> PruneSpec:
 
     check_prune_settings(settings)
     llm = extractor.startswith("llm:")
-    return PruneSpec(schema_of(settings.extract), settings.schema.mode,
-                     settings.extract.grounding if llm else "off", relation_types=llm)
+    # imported OpenIE rows have no types to hold to a schema
+    schema = None if extractor.startswith(OPENIE_PREFIX) else schema_of(settings.extract)
+    return PruneSpec(schema, settings.schema.mode, settings.extract.grounding if llm else "off", relation_types=llm)
 
 
 def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pruned:
@@ -168,6 +171,8 @@ def run_prune(project: Project, settings: Settings, reporter: Reporter | None = 
     digest = extract.output_digest if extract else ""
     extractor = current_extractor(project)
     spec = prune_spec(settings, extractor or "")
+    if settings.extract.schema and spec.schema is None and reporter is not None:
+        reporter.warn("the schema is not applied to imported OpenIE extractions: their entities have no types")
     counts: dict[str, Any] = {"schema": spec.schema.path if spec.schema else "",
                               "mode": spec.mode if spec.schema else "", "grounding": spec.grounding}
     if not spec.active or extractor is None:

@@ -413,6 +413,7 @@ def test_rules_and_openie_records_keep_untyped_relations_and_skip_grounding(tmp_
         spec = prune_spec(settings, extractor)
         assert spec.grounding == "off" and not spec.relation_types
         assert prune_record(rec, "nothing here", spec).record is rec
+    assert prune_spec(settings, "openie:abc").schema is None        # OpenIE entities have no type to hold
     llm = prune_spec(settings, "llm:m:1")
     assert llm.grounding == "drop" and llm.relation_types
     assert prune_record(rec, "Ann Lee works at Acme.", llm).counts == {"relations_dropped": 1}
