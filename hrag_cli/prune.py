@@ -28,6 +28,7 @@ from .errors import UsageError
 from .extract.grounding import Grounder
 from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
+from .extract.schema import Schema, schema_of
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -41,11 +42,11 @@ NAMES_SHOWN = 3            # ungrounded names kept per listed chunk
 
 @dataclass(frozen=True)
 class PruneSpec:
-    schema: Any = None          # extract.schema.Schema, or None
+    schema: Schema | None = None
     mode: str = "strict"
     grounding: str = "off"      # "off" whatever the setting when the extractor is not an LLM
     # relation types are held to the schema only where the extractor was asked for them (an LLM with the schema
-    # prompt); the rules extractor's and imported OpenIE relations have none, and keep only the entity checks
+    # prompt); the rules extractor's relations have none, and keep only the entity checks
     relation_types: bool = True
 
     @property
@@ -66,8 +67,6 @@ class Pruned:
 
 def check_prune_settings(settings: Settings) -> None:
     """Fail fast (exit 2) on a bad mode, grounding value or schema file."""
-    from .extract.schema import schema_of
-
     if settings.schema.mode not in MODES:
         raise UsageError(f"setting schema.mode: '{settings.schema.mode}' is not a mode; use strict or lenient")
     if settings.extract.grounding not in GROUNDING:
@@ -77,8 +76,6 @@ def check_prune_settings(settings: Settings) -> None:
 
 def prune_spec(settings: Settings, extractor: str) -> PruneSpec:
     """The pruning for records of `extractor` under these settings: grounding checks LLM extractions only."""
-    from .extract.schema import schema_of
-
     check_prune_settings(settings)
     llm = extractor.startswith("llm:")
     # imported OpenIE rows have no types to hold to a schema
@@ -154,8 +151,7 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
 
 
 def settings_fingerprint(settings: Settings) -> str:
-    from .extract.schema import schema_of
-
+    """The schema's content, the mode and the grounding setting: what the pruning depends on besides the records."""
     schema = schema_of(settings.extract)
     return fingerprint("prune-v1", schema.fingerprint if schema else "", settings.schema.mode,
                        settings.extract.grounding)
