@@ -303,7 +303,8 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
         if key == "ungrounded_chunks":
             from .prune import iter_ungrounded
 
-            console.print("chunks with the most ungrounded names:", highlight=False)
+            n = info["stages"].get("prune", {}).get("counts", {}).get("chunks_with_ungrounded", 0)
+            console.print(f"chunks with ungrounded names: {n}" + (", the most first:" if n else ""), highlight=False)
             _print_first(console, iter_ungrounded(info))
             continue
         if key == "dropped_chunks":

@@ -10,6 +10,8 @@ pruning does. With no schema and grounding off (rules extractor, OpenIE import) 
   (singular or plural); else strict drops the entity, lenient keeps it as "unknown". A relation whose relation
   type is not in the schema, or whose endpoint types fit none of its patterns, is dropped (strict) or kept with
   no relation type (lenient).
+  Relation types are checked only on LLM extractions (the rules extractor gives none); imported OpenIE
+  extractions, which type nothing, are not held to a schema at all.
 - Grounding (`extract.grounding`, LLM extractions only): an entity none of whose names is found in its chunk
   (extract/grounding.py) is counted (flag) or dropped (drop).
 Relations of a dropped entity go with it.
@@ -24,7 +26,9 @@ from typing import Any
 from .config import Settings
 from .errors import UsageError
 from .extract.grounding import Grounder
+from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
+from .extract.schema import Schema, schema_of
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -38,16 +42,20 @@ NAMES_SHOWN = 3            # ungrounded names kept per listed chunk
 
 @dataclass(frozen=True)
 class PruneSpec:
-    schema: Any = None          # extract.schema.Schema, or None
+    schema: Schema | None = None
     mode: str = "strict"
     grounding: str = "off"      # "off" whatever the setting when the extractor is not an LLM
+    # relation types are held to the schema only where the extractor was asked for them (an LLM with the schema
+    # prompt); the rules extractor's relations have none, and keep only the entity checks
+    relation_types: bool = True
 
     @property
     def active(self) -> bool:
         return self.schema is not None or self.grounding != "off"
 
     def describe(self) -> list:
-        return [self.schema.fingerprint if self.schema else "", self.mode if self.schema else "", self.grounding]
+        return [self.schema.fingerprint if self.schema else "", self.mode if self.schema else "", self.grounding,
+                self.relation_types]
 
 
 @dataclass
@@ -59,8 +67,6 @@ class Pruned:
 
 def check_prune_settings(settings: Settings) -> None:
     """Fail fast (exit 2) on a bad mode, grounding value or schema file."""
-    from .extract.schema import schema_of
-
     if settings.schema.mode not in MODES:
         raise UsageError(f"setting schema.mode: '{settings.schema.mode}' is not a mode; use strict or lenient")
     if settings.extract.grounding not in GROUNDING:
@@ -70,11 +76,11 @@ def check_prune_settings(settings: Settings) -> None:
 
 def prune_spec(settings: Settings, extractor: str) -> PruneSpec:
     """The pruning for records of `extractor` under these settings: grounding checks LLM extractions only."""
-    from .extract.schema import schema_of
-
     check_prune_settings(settings)
-    grounding = settings.extract.grounding if extractor.startswith("llm:") else "off"
-    return PruneSpec(schema_of(settings.extract), settings.schema.mode, grounding)
+    llm = extractor.startswith("llm:")
+    # imported OpenIE rows have no types to hold to a schema
+    schema = None if extractor.startswith(OPENIE_PREFIX) else schema_of(settings.extract)
+    return PruneSpec(schema, settings.schema.mode, settings.extract.grounding if llm else "off", relation_types=llm)
 
 
 def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pruned:
@@ -88,29 +94,33 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
 
     schema, strict = spec.schema, spec.mode == "strict"
     grounder = Grounder(chunk_text) if spec.grounding != "off" else None
-    entities, removed, types, ungrounded = [], set(), {}, []
+    entities, ungrounded = [], []
+    removed: set[str] = set()          # normalised names of entities taken out
+    types: dict[str, str] = {}         # normalised name (or alias) of a kept entity -> its type
     for e in rec.entities:
-        key, typ = normalize_name(e.name), e.type
+        names = [e.name, *e.aliases]   # a relation may name its endpoint by an alias
+        keys, typ = [normalize_name(n) for n in names], e.type
         if schema is not None:
             typ = schema.entity_type(e.type)
             if typ is None and strict:
                 bump("entities_dropped")
-                removed.add(key)
+                removed.update(keys)
                 continue
             if typ is None:
                 typ = UNKNOWN_TYPE
                 bump("entities_unknown")
             elif typ != e.type:
                 bump("entities_retyped")
-        if grounder is not None and not grounder.grounded([e.name, *e.aliases]):
+        if grounder is not None and not grounder.grounded(names):
             ungrounded.append(e.name)
             bump("ungrounded")
             if spec.grounding == "drop":
-                removed.add(key)
+                removed.update(keys)
                 continue
         entities.append(e if typ == e.type else replace(e, type=typ))
-        types[key] = typ
-    typed = schema is not None and bool(schema.relations)
+        types.update(dict.fromkeys(keys, typ))
+    removed -= types.keys()     # a name a kept entity also carries still stands
+    typed = schema is not None and bool(schema.relations) and spec.relation_types
     relations = []
     for r in rec.relations:
         src, tgt = normalize_name(r.src), normalize_name(r.tgt)
@@ -141,8 +151,7 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
 
 
 def settings_fingerprint(settings: Settings) -> str:
-    from .extract.schema import schema_of
-
+    """The schema's content, the mode and the grounding setting: what the pruning depends on besides the records."""
     schema = schema_of(settings.extract)
     return fingerprint("prune-v1", schema.fingerprint if schema else "", settings.schema.mode,
                        settings.extract.grounding)
@@ -158,6 +167,8 @@ def run_prune(project: Project, settings: Settings, reporter: Reporter | None = 
     digest = extract.output_digest if extract else ""
     extractor = current_extractor(project)
     spec = prune_spec(settings, extractor or "")
+    if settings.extract.schema and spec.schema is None and reporter is not None:
+        reporter.warn("the schema is not applied to imported OpenIE extractions: their entities have no types")
     counts: dict[str, Any] = {"schema": spec.schema.path if spec.schema else "",
                               "mode": spec.mode if spec.schema else "", "grounding": spec.grounding}
     if not spec.active or extractor is None:

@@ -156,11 +156,19 @@ def test_bad_schema_exits_2_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_no_schema_keeps_the_extractor_fingerprint() -> None:
     """Without a schema the prompt and the extractor id are what they were before schemas existed (a
-    changed id would re-extract every cached chunk). Pinned again by issue 17's aliases: the prompt asks
-    for them (PROMPT_VERSION hrag-extract-v2) and glean_min_tokens became 500."""
+    changed id would re-extract every cached chunk)."""
+    from hrag_cli.extract.prompts import PROMPT_VERSION
+    from hrag_cli.project import fingerprint
+
     s = Settings()
     s.llm.model = "openai/stub-model"
-    assert settings_fingerprint(s) == "llm:openai/stub-model:8e3815beb7f28e47"
+    e = s.extract
+    before = fingerprint(s.llm.model, PROMPT_VERSION, e.entity_types, e.language, e.max_gleanings,
+                         e.glean_min_tokens, s.llm.temperature, s.llm.max_tokens, e.answer_tokens_min,
+                         e.answer_tokens_per_token)     # the inputs it had before schemas existed
+    assert settings_fingerprint(s) == f"llm:openai/stub-model:{before[:16]}"
+    s.schema.mode, e.grounding = "lenient", "off"       # prune settings never re-extract
+    assert settings_fingerprint(s) == f"llm:openai/stub-model:{before[:16]}"
 
 
 # ------------------------------------------------------------------------------------------ prune, grounding
@@ -231,7 +239,7 @@ def test_schema_prompt_relation_types_and_strict_counts(stub, corpus) -> None:
     assert status["ungrounded_chunks"] == [{"chunk_id": rec["chunk_id"], "path": "a.txt", "order": 0,
                                             "ungrounded": 1, "names": ["Quentin Marsh"]}]
     plain = run(["status", "-p", str(proj)], inprocess=True).stdout
-    assert "chunks with the most ungrounded names:" in plain and "1 ungrounded (Quentin Marsh)" in plain
+    assert "chunks with ungrounded names: 1, the most first:" in plain and "1 ungrounded (Quentin Marsh)" in plain
     assert "with the schema" in status["built_with"]
 
 
@@ -253,8 +261,8 @@ def test_mode_and_grounding_switches_reprune_with_zero_calls(stub, corpus) -> No
     set_toml(proj, '[schema]\nmode = "lenient"\n[extract]\ngrounding = "flag"\n')
     proc = index(proj, stub)
     assert stub.count(CHAT) == calls
-    counts = prune_counts(proc)
-    assert counts["ungrounded"] == 1 and "relations_dropped_with_entity" not in counts
+    flagged = {k: v for k, v in LENIENT.items() if k != "relations_dropped_with_entity"}
+    assert prune_counts(proc) == {**flagged, "relations_untyped": 3}   # Quentin's relation stays, untyped
     assert "Quentin Marsh" in graph(proj)[0]          # flagged, kept
 
     set_toml(proj, '[extract]\ngrounding = "off"\n')
@@ -281,9 +289,11 @@ def test_no_schema_llm_grounding_drops_invented_name_with_its_relations(stub, co
     stub.set_chat(untyped)
     proc = index(proj, stub, docs=docs)
     assert proc.returncode == 0, proc.stderr
-    assert summary(proc)["prune"] == {"schema": "", "mode": "", "grounding": "drop", "ungrounded": 1,
-                                      "relations_dropped_with_entity": 2, "chunks_with_ungrounded": 1,
-                                      "ungrounded_chunks": summary(proc)["prune"]["ungrounded_chunks"]}
+    prune = summary(proc)["prune"]
+    listed = prune.pop("ungrounded_chunks")
+    assert prune == {"schema": "", "mode": "", "grounding": "drop", "ungrounded": 1,
+                     "relations_dropped_with_entity": 2, "chunks_with_ungrounded": 1}
+    assert [(c["path"], c["names"]) for c in listed] == [("a.txt", ["Quentin Marsh"])]
     ents, rels = graph(proj)
     assert set(ents) == {"Mara Quint", "Harbour Trust of Oldport"} and len(rels) == 1
 
@@ -355,3 +365,66 @@ def test_schema_is_remembered_until_unset_and_a_lost_file_is_exit_2(stub, corpus
     assert proc.returncode == 0, proc.stderr
     assert "extract.schema" not in Project(proj).remembered()
     assert summary(proc)["prune"]["schema"] == ""
+
+
+def test_changed_schema_file_is_said_and_asks_again(stub, corpus) -> None:
+    docs, schema, proj = corpus
+    stub.set_chat(answer)
+    assert index(proj, stub, "--schema", str(schema), docs=docs).returncode == 0
+    calls = stub.count(CHAT)
+    schema.write_text(SCHEMA.replace("A human being.", "A human being, living or dead."))
+    proc = index(proj, stub)
+    assert proc.returncode == 0, proc.stderr
+    assert stub.count(CHAT) == calls + 1 and "living or dead" in stub.requests[-1][1]["messages"][0]["content"]
+    assert "changed since the last run: 1 chunk(s)" in proc.stderr and "--reparse" in proc.stderr
+
+
+def test_schema_without_relation_types_keeps_relation_rows_untyped(tmp_path: Path) -> None:
+    from hrag_cli.config import ExtractSettings
+    from hrag_cli.extract.llm_extractor import frame_of
+    from hrag_cli.extract.prompts import build_extraction_messages
+
+    path = tmp_path / "s.toml"
+    path.write_text('[entities.person]\ndescription = "A human being."\nproperties = ["birth year"]\n')
+    frame = frame_of(ExtractSettings(schema=str(path)))
+    assert frame.types == ["person"] and not frame.typed
+    system = build_extraction_messages("x", frame.types, "English", frame.schema)[0]["content"]
+    assert "RELATION_TYPE" not in system and "Relation types:" not in system
+    assert "- person: A human being. Properties worth describing: birth year." in system
+    rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann", "person", "")],
+                           [ExtractedRelation("Ann", "Bo", "knows", [], "")])
+    pruned = prune_record(rec, "Ann knows Bo.", PruneSpec(frame.schema, "strict", "drop"))
+    assert pruned.record is rec and pruned.counts == {}
+
+
+def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
+    """Part 17b gives extracted entities `aliases`: a relation naming an entity by one meets its type, and an
+    entity found in the chunk only under an alias is grounded."""
+    path = tmp_path / "s.toml"
+    path.write_text(SCHEMA)
+    acme = ExtractedEntity("Acme Corporation", "organization", "")
+    acme.aliases = ["Acme"]          # the field part 17b adds; set here so this holds before and after it lands
+    rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann Lee", "person", ""), acme],
+                           [ExtractedRelation("Ann Lee", "Acme", "works at", [], "", rel_type="works_for")])
+    pruned = prune_record(rec, "Ann Lee works at Acme.", PruneSpec(load_schema(path), "strict", "drop"))
+    assert pruned.counts == {} and pruned.record is rec
+
+
+def test_rules_and_openie_records_keep_untyped_relations_and_skip_grounding(tmp_path: Path) -> None:
+    from hrag_cli.prune import prune_spec
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCHEMA)
+    settings = Settings()
+    settings.extract.schema = str(path)
+    rec = ExtractionRecord("c", "rules-v2", [ExtractedEntity("Ann Lee", "person", ""),
+                                              ExtractedEntity("Acme", "organization", "")],
+                           [ExtractedRelation("Ann Lee", "Acme", "works at", [], "")])
+    for extractor in ("rules-v2", "openie:abc"):
+        spec = prune_spec(settings, extractor)
+        assert spec.grounding == "off" and not spec.relation_types
+        assert prune_record(rec, "nothing here", spec).record is rec
+    assert prune_spec(settings, "openie:abc").schema is None        # OpenIE entities have no type to hold
+    llm = prune_spec(settings, "llm:m:1")
+    assert llm.grounding == "drop" and llm.relation_types
+    assert prune_record(rec, "Ann Lee works at Acme.", llm).counts == {"relations_dropped": 1}

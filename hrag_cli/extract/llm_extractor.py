@@ -16,6 +16,7 @@ from .checks import check_extraction
 from .parser import (PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning,
                      parse_extraction, says_nothing_more)
 from .prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
+from .schema import Schema, schema_of
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
 NONTRIVIAL_WORDS = 8
@@ -41,7 +42,7 @@ class Frame:
     the configured list, relation rows carry a relation type when it has relation types)."""
 
     types: list[str]
-    schema: Any = None
+    schema: Schema | None = None
 
     @property
     def typed(self) -> bool:
@@ -49,8 +50,6 @@ class Frame:
 
 
 def frame_of(settings: ExtractSettings) -> Frame:
-    from .schema import schema_of
-
     schema = schema_of(settings)
     return Frame(schema.entity_names if schema is not None else settings.entity_types, schema)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ..config import ExtractSettings
 from ..errors import UsageError
 from ..project import fingerprint
 from .parser import clean_type, type_forms
@@ -90,7 +91,7 @@ def _lookup(index: dict[str, str], model_type: str) -> str | None:
 # ----------------------------------------------------------------------------------------------- reading
 
 
-def schema_of(extract_settings) -> Schema | None:
+def schema_of(extract_settings: ExtractSettings) -> Schema | None:
     """The schema `[extract] schema` / `--schema` names, or None when none is set."""
     path = (extract_settings.schema or "").strip()
     return load_schema(path) if path else None

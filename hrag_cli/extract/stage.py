@@ -218,6 +218,8 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                 attempts[ch.chunk_id] = _retry_args(rec)
         else:
             counts["cached"] += 1
+    if kind == "llm":
+        _note_schema_change(project, settings, counts, reporter, len(todo) if not reparse else 0)
     budget: BudgetExceeded | None = None
     if kind == "rules":
         _run_rules(project, todo, latest, reporter, counts)
@@ -256,6 +258,22 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     if counts["failed"] or counts["partial"]:
         reporter.warn(failure_summary(chunks, latest, extractor, counts))
     return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
+    """Record the schema's fingerprint; when it differs from the last run's and chunks are about to be asked
+    again because of it, say so in one line (a schema is a build setting: never changed without a word)."""
+    from .schema import schema_of
+
+    schema = schema_of(settings.extract)
+    if schema is None:
+        return
+    counts["schema_fingerprint"] = schema.fingerprint
+    prev = project.stage("extract")
+    before = prev.counts.get("schema_fingerprint") if prev else None
+    if todo and before and before != schema.fingerprint:
+        reporter.info(f"the schema {schema.path} changed since the last run: {todo} chunk(s) are extracted with "
+                      "its new prompt ('hrag index --reparse' re-reads the cached answers instead)")
 
 
 def _retry_args(rec: dict) -> dict:
