@@ -118,7 +118,9 @@ def prune_record(rec: ExtractionRecord, chunk_text: str, spec: PruneSpec) -> Pru
                 removed.update(keys)
                 continue
         entities.append(e if typ == e.type else replace(e, type=typ))
-        types.update(dict.fromkeys(keys, typ))
+        types[keys[0]] = typ
+        for k in keys[1:]:
+            types.setdefault(k, typ)   # an entity's own name wins over another entity's alias
     removed -= types.keys()     # a name a kept entity also carries still stands
     typed = schema is not None and bool(schema.relations) and spec.relation_types
     relations = []

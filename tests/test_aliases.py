@@ -17,6 +17,7 @@ from tests.test_index_e2e import D, is_gleaning, passage_of, run
 from tests.test_resolve import resolve_records
 
 LLM = "llm:openai/stub-model:0123456789abcdef"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def E(name: str, type_: str, aliases: list[str] | None = None, desc: str = "d") -> ExtractedEntity:
@@ -136,6 +137,20 @@ def test_an_endpoint_written_with_an_alias_lands_on_its_own_chunk_entity(tmp_pat
     assert {frozenset((r.src, r.tgt)) for r in res.relations} == {
         frozenset(("mara quint", "oldport harbour trust")), frozenset(("odo brisk", "selby lamp trust"))}
     assert "the trust" not in {e.id for e in res.entities}
+
+
+def test_prune_types_an_endpoint_by_its_own_name_before_another_entity_alias() -> None:
+    from hrag_cli.extract.schema import load_schema
+    from hrag_cli.prune import PruneSpec, prune_record
+
+    schema = load_schema(ROOT / "sample_corpus" / "schema.toml")
+    text = "Kelmarsh is a town. Anna Kelmarsh, whom the crew called Kelmarsh, farmed near the Calder Inn."
+    for order in (1, -1):      # the person's row before the town's, and after it
+        ents = [E("Kelmarsh", "place"), E("Anna Kelmarsh", "person", ["Kelmarsh"]), E("Calder Inn", "organization")]
+        rec_ = rec("c1", ents[::order], [ExtractedRelation("Calder Inn", "Kelmarsh", "is in", [], "", 5.0,
+                                                           rel_type="located_in")])
+        pruned = prune_record(rec_, text, PruneSpec(schema, "strict", "drop"))
+        assert len(pruned.record.relations) == 1 and not pruned.counts.get("relations_dropped")
 
 
 def test_a_split_name_whose_main_type_joined_another_name_keeps_its_minor_type_apart() -> None:
