@@ -18,9 +18,11 @@ from hrag_cli.export import ExportOptions, run_export
 from hrag_cli.graph import RELATION, load_graph
 from hrag_cli.progress import Reporter
 from hrag_cli.project import Project
-from hrag_cli.query.context import relation_line
+from hrag_cli.query.context import build_context, relation_line
+from hrag_cli.query.index import QueryIndex
+from hrag_cli.query.retrieval import retrieve
 from hrag_cli.records import Relation
-from tests.test_index_e2e import D, is_gleaning
+from tests.test_index_e2e import D, is_gleaning, run
 from tests.test_resolve import E, R, rec, resolve_records
 from tests.test_schema import answer, corpus, graph, index, set_toml  # noqa: F401  (corpus: a fixture)
 
@@ -132,3 +134,21 @@ def test_relation_record_json_shape_and_context_line() -> None:
     line = {"src": "Ann", "tgt": "Acme", "predicates": ["works at"], "description": "She does."}
     assert relation_line(line) == "- Ann —[works at]→ Acme: She does."
     assert relation_line({**line, "rel_type": typed.rel_type}) == "- Ann —[works_for: works at]→ Acme: She does."
+
+
+def test_query_context_shows_the_type_in_local_global_and_hybrid(stub, corpus) -> None:  # noqa: F811
+    """A typed project indexed through every stage (builtin embedder); the LightRAG modes' relation lines
+    and --json relations carry the type (keywords given, so the only model calls are the extraction's)."""
+    docs, schema, proj = corpus
+    stub.set_chat(answer)
+    proc = run(["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base",
+                stub.url, "--max-gleanings", "0", "--embed-model", "builtin", "--schema", str(schema)],
+               inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    project = Project(proj)
+    ix = QueryIndex(project, project.settings())
+    q = "Who works for the Harbour Trust of Oldport?"
+    for mode in ("local", "global", "hybrid"):
+        r = retrieve(ix, q, project.settings(), mode=mode, keywords={"high": [q], "low": [q]})
+        assert [x.get("rel_type") for x in r.relations] == ["works_for"], mode
+        assert "—[works_for: " in build_context(r), mode

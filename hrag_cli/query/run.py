@@ -9,8 +9,8 @@ query), over the index as it is; nothing is rebuilt.
       "chunks": [{"rank": 1, "chunk_id": "...", "doc_id": "...", "path": "people/x.txt",
                   "score": 0.0123, "text": "..."}],          # best first, at most --top-k, token-budgeted
       "entities": [{"id", "name", "type", "description", "score", ...}],   # ppr: seed entities (+ seeded_by)
-      "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score",
-                     "rel_type" (only when the relation has a schema type)}],
+      "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score", ...}],
+                                                            # + rel_type when the relation has a schema type
       "facts": [{"id", "subject", "predicate", "object", "score"}],          # ppr: the facts that seeded it
       "keywords": {"high": [...], "low": [...]},            # LightRAG modes only, else {}
       "notes": ["..."],                                     # e.g. the dense fallback of ppr
