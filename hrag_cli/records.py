@@ -146,6 +146,14 @@ class Relation:
     description: str
     weight: float
     source_ids: list[str] = field(default_factory=list)
+    rel_type: str = ""       # schema relation type, the most frequent among the mentions; "" when untyped
+
+    def to_json(self) -> "dict | Relation":
+        """The relations.jsonl line: orjson writes a typed relation as it is, and an untyped one without
+        `rel_type`, so a project without a schema writes what it wrote before relation types."""
+        if self.rel_type:
+            return self
+        return {f: getattr(self, f) for f in _field_order(Relation) if f != "rel_type"}
 
 
 def fact_text(subject: str, predicate: str, obj: str) -> str:

@@ -13,8 +13,9 @@ Merge rules (LightRAG semantics, DESIGN.md §4):
 - a mention is an entity row or a relation endpoint; source_ids = every chunk with a mention;
   MENTIONED_IN weight = the chunk's mention count of that entity (rows + endpoints);
 - one relation per unordered pair (src < tgt by id, id = hash of the pair); weight = sum of strengths;
-  predicates/keywords unioned (case-insensitive) and sorted; self-loops dropped; an endpoint without an
-  entity row becomes an UNKNOWN-typed entity;
+  predicates/keywords unioned (case-insensitive) and sorted; rel_type = the most frequent schema relation type
+  of its typed mentions (ties: smallest text; no typed mention -> ""); self-loops dropped; an endpoint without
+  an entity row becomes an UNKNOWN-typed entity;
 - one fact per (subject id, predicate, object id), direction kept, linked to its relation;
 - descriptions: see summaries.Summarizer.
 """
@@ -70,7 +71,7 @@ class _EntityAcc:
 
 
 class _RelationAcc:
-    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last")
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last", "types")
 
     def __init__(self) -> None:
         self.weight = 0.0
@@ -79,6 +80,7 @@ class _RelationAcc:
         self.descs: dict[str, int] = {}
         self.sources: list[str] = []
         self.last = ""
+        self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
 
 
 class _FactAcc:
@@ -211,6 +213,9 @@ def merge_records(records: dict[str, ExtractionRecord]) -> Merged:
             if racc.last != chunk_id:
                 racc.sources.append(chunk_id)
                 racc.last = chunk_id
+            if r.rel_type and isinstance(r.rel_type, str):
+                types = racc.types = racc.types or {}
+                types[r.rel_type] = types.get(r.rel_type, 0) + 1
             if not pred:
                 pred = DEFAULT_PREDICATE  # a fact needs a predicate to read as one
             fkey = (s, pred.casefold(), t)
@@ -302,7 +307,8 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         rel_ids[pair] = rid
         relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
                                   keywords=_union(racc.keywords), description=text(relation_desc[pair]),
-                                  weight=racc.weight, source_ids=racc.sources))
+                                  weight=racc.weight, source_ids=racc.sources,
+                                  rel_type=_top(racc.types) if racc.types else ""))
     facts: list[Fact] = []
     for fkey in sorted(merged.facts):
         facc = merged.facts[fkey]
@@ -355,7 +361,7 @@ def write_outputs(project: Project, resolved: Resolved, graph) -> None:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale).
     The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale."""
     store.write_jsonl(project.entities_path, resolved.entities)
-    store.write_jsonl(project.relations_path, resolved.relations)
+    store.write_jsonl(project.relations_path, (r.to_json() for r in resolved.relations))
     store.write_jsonl(project.facts_path, resolved.facts)
     store.write_jsonl(project.merges_path, resolved.merges)
     save_graph(project, graph)

@@ -321,9 +321,12 @@ def _relation_json(ix: QueryIndex, rid: str, score: float) -> dict | None:
     rel = ix.relations.get(rid)
     if rel is None:
         return None
-    return {"id": rel.id, "src": rel.src, "tgt": rel.tgt, "predicates": list(rel.predicates),
-            "keywords": list(rel.keywords), "description": rel.description, "weight": rel.weight,
-            "score": round(score, 4)}
+    out = {"id": rel.id, "src": rel.src, "tgt": rel.tgt, "predicates": list(rel.predicates),
+           "keywords": list(rel.keywords), "description": rel.description, "weight": rel.weight,
+           "score": round(score, 4)}
+    if rel.rel_type:     # only with a schema: untyped projects' --json keeps its shape
+        out["rel_type"] = rel.rel_type
+    return out
 
 
 def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
