@@ -22,7 +22,7 @@ def entity_line(e: dict) -> str:
 
 
 def relation_arrow(r: dict) -> str:
-    """"A —[predicates]→ B", the predicates led by the schema relation type when the relation has one."""
+    """The `A —[predicates]→ B` of a relation line, the predicates led by the schema relation type if any."""
     pred = "; ".join(r.get("predicates") or []) or "related to"
     if r.get("rel_type"):
         pred = f"{r['rel_type']}: {pred}"
