@@ -443,3 +443,38 @@ def test_query_time_calls_get_one_attempt_and_none_after_a_run_level_failure(stu
 
     client = query_client(Project(proj), LLMSettings(model="openai/m", api_base=stub.url))
     assert client.settings.max_retries == 0 and client.request_timeout().connect == QUERY_CONNECT_TIMEOUT
+
+
+def test_query_time_rerank_and_embedding_give_up_at_the_connect_timeout(monkeypatch, tmp_path: Path,
+                                                                         sample_project: Path) -> None:
+    """A dead host at query time costs one short connect timeout, not the request timeout with retries and
+    backoff (index-time patience): for rerank and embedding requests as for chat."""
+    import time
+    from dataclasses import replace
+
+    import pytest
+
+    from hrag_cli import llm
+    from hrag_cli.errors import HragError
+    from hrag_cli.query.index import QueryIndex
+    from tests.stub_server import unanswered_port
+
+    monkeypatch.setattr(llm, "QUERY_CONNECT_TIMEOUT", 0.5)
+    proj = tmp_path / "proj"
+    shutil.copytree(sample_project, proj)
+    patient = LLMSettings(timeout=60, max_retries=4, backoff_base=30)
+    with unanswered_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        client = llm.query_client(Project(proj), replace(patient, model="hosted_vllm/rr", api_base=url))
+        t0 = time.monotonic()
+        with pytest.raises(HragError):
+            client.rerank("Who founded Corvane Works?", ["Corvane Works was founded by Ada Brell."])
+        assert time.monotonic() - t0 < 10
+        client.close()
+
+        settings = Project(proj).settings()
+        settings = replace(settings, llm=patient, embed=replace(settings.embed, model="openai/e", api_base=url))
+        t0 = time.monotonic()
+        with pytest.raises(HragError):
+            QueryIndex(Project(proj), settings).embed_query("Who founded Corvane Works?")
+        assert time.monotonic() - t0 < 10

@@ -143,6 +143,12 @@ def test_fact_filter_settings(sample_project: Path, tmp_path: Path, stub) -> Non
         retrieve(ix, Q, _settings(project, fact_filter="on"), mode="ppr")
     with pytest.raises(UsageError, match="auto, on or off"):
         retrieve(ix, Q, _settings(project, fact_filter="maybe"), mode="ppr")
+    # checked with the other settings, not only when facts were found to filter, and in every mode
+    with pytest.raises(UsageError, match="needs an LLM"):
+        retrieve(ix, Q, _settings(project, fact_filter="on", fact_top_k=0), mode="ppr")
+    for mode in ("ppr", "naive", "bm25"):
+        with pytest.raises(UsageError, match="auto, on or off"):
+            retrieve(ix, Q, _settings(project, fact_filter="maybe", fact_top_k=0), mode=mode)
     # without an LLM, auto is off: no call, no note
     r = retrieve(ix, Q, _settings(project), mode="ppr")
     assert r.facts and not any("fact filter" in n for n in r.notes)

@@ -23,7 +23,7 @@ from ..config import QuerySettings, Settings
 from ..errors import UsageError
 from .context import apply_budgets
 from .index import QueryIndex
-from .recognition import filter_enabled, recognize
+from .recognition import check_fact_filter, filter_enabled, recognize
 from .ppr import SeedWeights, build_reset, minmax, personalized_pagerank
 from .types import RankedChunk, Retrieval
 
@@ -243,7 +243,10 @@ def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_sco
     return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
 
 
-def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int, llm: Any = None) -> None:
+def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int,
+                 fact_filter: Any = None) -> None:
+    """HippoRAG 2's walk, fused with the passage scores for the first ranks; `fact_filter`: the LLM that
+    keeps the facts bearing on the query before they seed the walk (None: no filter)."""
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
@@ -254,9 +257,9 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     graph, vertex = ix.graph, ix.vertex
     hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
-    if facts and filter_enabled(s.fact_filter, llm):
+    if facts and fact_filter is not None:
         t1 = time.perf_counter()
-        kept = recognize(llm, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
+        kept = recognize(fact_filter, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
         facts = [facts[i] for i in kept]
         r.timings["fact_filter_ms"] = _ms(t1)
     for fid, score, fact in facts:
@@ -445,6 +448,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         raise UsageError("--top-k must be at least 1")
     if s.chunk_pick not in CHUNK_PICKS:
         raise UsageError(f"setting query.chunk_pick: {s.chunk_pick!r} must be one of {', '.join(CHUNK_PICKS)}")
+    check_fact_filter(s.fact_filter)
     if mode == "ppr":
         # damping 1 never converges (igraph spins forever), > 1 is an igraph internal error, and a negative
         # passage weight empties the reset vector: say which setting is wrong instead
@@ -452,13 +456,14 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             raise UsageError(f"setting query.damping: {s.damping!r} must be at least 0 and below 1")
         if s.passage_node_weight < 0:
             raise UsageError(f"setting query.passage_node_weight: {s.passage_node_weight!r} must not be negative")
+        fact_filter = llm if filter_enabled(s.fact_filter, llm) else None
     t_start = time.perf_counter()
     r = Retrieval(query=query, mode=mode)
     limit = max(s.top_k, 1)
     # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
     pool = max(limit * 4, 20)
     if mode == "ppr":
-        retrieve_ppr(ix, query, s, r, pool, llm=llm)
+        retrieve_ppr(ix, query, s, r, pool, fact_filter=fact_filter)
     elif mode == "naive":
         retrieve_naive(ix, query, s, r, pool)
     elif mode == "bm25":
