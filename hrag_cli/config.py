@@ -123,7 +123,8 @@ class QuerySettings:
     relation_top_k: int = 40         # global mode: relations taken from the relation index
     chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
                                      # (vector) or by how many of them carry the chunk (weight), as LightRAG
-    chunk_pick_boost: float = 1.0    # vector pick: + this x the share of the chosen entities/relations naming the chunk
+    chunk_pick_boost: float = 0.1    # vector pick: + this x the share of the chosen entities/relations naming the
+    builtin_chunk_pick_boost: float = 1.0   # chunk (the second with the builtin embedder, whose similarity is weaker)
     chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
     rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
     rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)
@@ -198,7 +199,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_seed_weight": (0, 1_000_000),
     "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
-    "query.chunk_pick_boost": (0, 1_000_000), "query.chunk_top_k": (1, 100_000),
+    "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
+    "query.chunk_top_k": (1, 100_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

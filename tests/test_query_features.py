@@ -21,7 +21,7 @@ from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.ppr import SeedWeights
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import fuse_ranks, retrieve, rrf_scores, walk_share
+from hrag_cli.query.retrieval import chunk_pick_boost, fuse_ranks, retrieve, rrf_scores, walk_share
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -171,20 +171,26 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())
     kw = {"high": [Q], "low": [Q]}
-    vec = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=0.0, top_k=20), mode="local",
-                   keywords=kw)
-    boosted = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=1.0, top_k=20), mode="local",
-                       keywords=kw)
-    assert {c.chunk_id for c in boosted.chunks} == {c.chunk_id for c in vec.chunks}
-    plain = {c.chunk_id: c.score for c in vec.chunks}
-    assert all(c.score >= plain[c.chunk_id] for c in boosted.chunks)   # the boost only adds
-    wt = retrieve(ix, Q, _settings(project, chunk_pick="weight", top_k=20), mode="local", keywords=kw)
-    assert {c.chunk_id for c in vec.chunks} == {c.chunk_id for c in wt.chunks}   # same candidates
-    # vector: in order of the naive passage score; weight: by how many chosen entities carry the chunk
-    passage = {c.chunk_id: c.score for c in retrieve(ix, Q, _settings(project, top_k=50), mode="naive").chunks}
-    vs = [c.score for c in vec.chunks]
-    assert vs == sorted(vs, reverse=True)
-    assert all(abs(passage[c.chunk_id] - c.score) < 1e-9 for c in vec.chunks if c.chunk_id in passage)
+    assert project.settings().embed.model == "builtin"       # so builtin_chunk_pick_boost is the one used
+
+    def local(**query: object):
+        return retrieve(ix, Q, _settings(project, top_k=20, chunk_top_k=6, **query), mode="local", keywords=kw)
+
+    vec = local(chunk_pick="vector", builtin_chunk_pick_boost=0.0, chunk_pick_boost=5.0)
+    boosted = local(chunk_pick="vector", builtin_chunk_pick_boost=1.0, chunk_pick_boost=0.0)
+    wt = local(chunk_pick="weight")
+    naive = retrieve(ix, Q, _settings(project, top_k=50), mode="naive").chunks
+    passage = {c.chunk_id: c.score for c in naive}
+    # vector, no boost: the naive ranking itself (the most similar chunks are candidates beside the graph's)
+    assert [c.chunk_id for c in vec.chunks] == [c.chunk_id for c in naive[:6]]
+    assert all(abs(passage[c.chunk_id] - c.score) < 1e-9 for c in vec.chunks)
+    # boosted: the graph's chunks move up by the share of chosen items carrying them, never down
+    bs = [c.score for c in boosted.chunks]
+    assert bs == sorted(bs, reverse=True) and len(bs) == 6
+    assert all(c.score >= passage.get(c.chunk_id, 0.0) - 1e-9 for c in boosted.chunks)
+    assert any(c.score > passage.get(c.chunk_id, 0.0) + 1e-9 for c in boosted.chunks)
+    assert [c.chunk_id for c in boosted.chunks] != [c.chunk_id for c in vec.chunks]
+    # weight: only chunks the chosen entities/relations carry, by how many carry them
     ws = [c.score for c in wt.chunks]
     assert ws == sorted(ws, reverse=True) and all(float(x).is_integer() and x >= 1 for x in ws)
     few = retrieve(ix, Q, _settings(project, chunk_top_k=2, top_k=5), mode="hybrid", keywords=kw)
@@ -194,6 +200,14 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     assert 2 <= len(few.chunks) <= 4                     # weight: two from local, two from global, interleaved
     with pytest.raises(UsageError, match="chunk_pick"):
         retrieve(ix, Q, _settings(project, chunk_pick="random"), mode="local", keywords=kw)
+
+
+def test_chunk_pick_boost_by_embedder(sample_project: Path) -> None:
+    s = Project(sample_project).settings()
+    s = replace(s, query=replace(s.query, chunk_pick_boost=0.1, builtin_chunk_pick_boost=1.0))
+    assert chunk_pick_boost(s) == 1.0
+    assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="st:/models/minilm"))) == 0.1
+    assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="openai/text-embedding-3-small"))) == 0.1
 
 
 # -- reranker --------------------------------------------------------------------------------------------------

@@ -362,22 +362,33 @@ def pick_by_weight(ix: QueryIndex) -> ChunkPicker:
 
 
 def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0) -> ChunkPicker:
-    """LightRAG's `vector` pick: the chunks the selected entities/relations carry, ranked by their own
-    similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion is on),
-    plus `boost` x the share of the selected items that carry the chunk."""
+    """LightRAG's `vector` pick: the chunks the selected entities/relations carry, and the `limit` chunks most
+    similar to the query (so the graph reorders what naive would find instead of replacing it), ranked by
+    their own similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion
+    is on) plus `boost` x the share of the selected items that carry the chunk."""
     def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
-        row = ix.chunk_row
-        count: dict[str, int] = {}
+        row, ids = ix.chunk_row, ix.chunk_ids
+        count: dict[int, int] = {}
         n = 0
-        for ids, _ in sources:
+        for source_ids, _ in sources:
             n += 1
-            for cid in dict.fromkeys(ids):
+            for cid in dict.fromkeys(source_ids):
                 if cid in row:
-                    count[cid] = count.get(cid, 0) + 1
-        score = {c: float(passage[row[c]]) + boost * k / max(n, 1) for c, k in count.items()}
-        order = sorted(score, key=lambda c: -score[c])
-        return _ranked(ix, order, (score[c] for c in order), limit)
+                    count[row[cid]] = count.get(row[cid], 0) + 1
+        similar = (int(i) for i in np.argsort(-passage, kind="stable")[:limit])
+        score = {i: float(passage[i]) + boost * count.get(i, 0) / max(n, 1) for i in [*count, *similar]}
+        order = sorted(score, key=lambda i: -score[i])
+        return _ranked(ix, (ids[i] for i in order), (score[i] for i in order), limit)
     return pick
+
+
+def chunk_pick_boost(settings: Settings) -> float:
+    """The vector pick's graph boost for this project's embedder: `builtin_chunk_pick_boost` for the builtin
+    one, `chunk_pick_boost` for a model. The graph's evidence is worth more beside a weak similarity: with the
+    builtin embedder a boost of 1 lifted hybrid over naive on MuSiQue-100, while beside all-MiniLM-L6-v2's
+    better ranking it pushed hybrid under naive at R@2 (bench/retrieval.py)."""
+    builtin = (settings.embed.model or "builtin").strip() == "builtin"
+    return settings.query.builtin_chunk_pick_boost if builtin else settings.query.chunk_pick_boost
 
 
 def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
@@ -480,7 +491,8 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         # one dense (+ BM25) pass over every chunk, shared by the vector pick and mix's naive side
         passage = (_passage_scores(ix, query, ix.embed_query(query), s, r)
                    if s.chunk_pick == "vector" or mode == "mix" else None)
-        pick = pick_by_vector(ix, passage, s.chunk_pick_boost) if s.chunk_pick == "vector" else pick_by_weight(ix)
+        pick = (pick_by_vector(ix, passage, chunk_pick_boost(settings)) if s.chunk_pick == "vector"
+                else pick_by_weight(ix))
         graph_limit = max(s.chunk_top_k, 1)
         low_text = ", ".join(keywords.get("low") or []) or query
         if mode == "local":
