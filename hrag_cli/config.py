@@ -123,8 +123,10 @@ class QuerySettings:
     relation_top_k: int = 40         # global mode: relations taken from the relation index
     chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
                                      # (vector) or by how many of them carry the chunk (weight), as LightRAG
-    chunk_pick_boost: float = 0.1    # vector pick: + this x the share of the chosen entities/relations naming the
-    builtin_chunk_pick_boost: float = 1.0   # chunk (the second with the builtin embedder, whose similarity is weaker)
+    # vector pick: + this x the share of the chosen entities/relations naming the chunk; the second with the
+    # builtin embedder, whose weaker similarity ranking the graph's evidence helps more (bench/retrieval.py)
+    chunk_pick_boost: float = 0.1
+    builtin_chunk_pick_boost: float = 1.0
     chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
     rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
     rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)
