@@ -154,6 +154,7 @@ class QuerySettings:
     fusion_k: float = 1.0
     fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
+    rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
 
 
 @dataclass
@@ -202,7 +203,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
-    "query.chunk_top_k": (1, 100_000),
+    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

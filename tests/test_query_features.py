@@ -18,10 +18,11 @@ from hrag_cli.cli import app
 from hrag_cli.errors import UsageError
 from hrag_cli.project import Project
 from hrag_cli.query.index import QueryIndex
-from hrag_cli.query.ppr import SeedWeights
+from hrag_cli.query.ppr import SeedWeights, personalized_pagerank
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import chunk_pick_boost, fuse_ranks, retrieve, rrf_scores, walk_share
+from hrag_cli.query.retrieval import (chunk_pick_boost, fuse_ranks, retrieve, rrf_scores, walk_share,
+                                      walk_weights)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -97,6 +98,29 @@ def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
     rest = [c.chunk_id for c in walk_only.chunks if c.chunk_id not in head]
     assert [c.chunk_id for c in fused.chunks[2:]] == rest[:len(fused.chunks) - 2]
     assert fused.facts and fused.entities                   # the walk still ran and says what seeded it
+
+
+def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    g = ix.graph
+    assert ix.extractor.startswith("rules") and "SYNONYM" in g.es["kind"]
+    assert walk_weights(ix, 1.0) is None                              # as built
+    # weight 0 walks exactly as if the SYNONYM edges were not there; weight 2 doubles them
+    bare = g.copy()
+    bare.delete_edges(bare.es.select(kind_eq="SYNONYM"))
+    reset = np.zeros(g.vcount())
+    for eid in list(ix.entities)[:5]:
+        reset[ix.vertex[eid]] = 1.0
+    np.testing.assert_allclose(personalized_pagerank(g, reset, 0.5, walk_weights(ix, 0.0)),
+                               personalized_pagerank(bare, reset, 0.5), atol=1e-12)
+    doubled = walk_weights(ix, 2.0)
+    assert [w for w, k in zip(doubled, g.es["kind"]) if k == "SYNONYM"] == \
+        [2 * w for w, k in zip(g.es["weight"], g.es["kind"]) if k == "SYNONYM"]
+    # the setting reaches the walk: with the synonym edges doubled the ranking's scores change
+    on = retrieve(ix, Q, _settings(project, rules_synonym_weight=2.0, rules_walk_weight=1.0), mode="ppr")
+    off = retrieve(ix, Q, _settings(project, rules_synonym_weight=0.0, rules_walk_weight=1.0), mode="ppr")
+    assert [c.score for c in on.chunks] != [c.score for c in off.chunks]
 
 
 # -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------
