@@ -245,9 +245,9 @@ def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_sco
 
 def walk_weights(ix: QueryIndex, synonym_weight: float) -> list[float] | None:
     """The walk's edge weights on a rules-extractor graph: SYNONYM edges scaled by `synonym_weight` (None: the
-    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, and on
-    2Wiki-100 (many people and films that share a name's words) they led the walk to the wrong namesake:
-    without them ppr went from 59.0 to 60.2 at R@2, with MuSiQue-100 rules unchanged (bench/retrieval.py)."""
+    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
+    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
+    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
     if synonym_weight == 1.0:
         return None
     cache = ix.__dict__.setdefault("_walk_weights", {})
