@@ -107,11 +107,11 @@ def run(root: Path) -> dict:
 
     pause = gc_paused()   # as run_resolve does
     pause.__enter__()
-    docs, chunks, records = load_inputs(project)
-    records = list(records)
+    docs, chunks, load = load_inputs(project)
+    records = list(load())
     n_mentions = sum(len(r.entities) for r in records)
     lap("load")
-    merged = merge_records(records)
+    merged = merge_records(lambda: records)
     del records
     lap("merge")
     resolved = finalize(merged, Summarizer(project, settings))

@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-STAGES = ("chunk", "extract", "resolve", "synonyms")
+STAGES = ("chunk", "extract", "prune", "resolve", "synonyms")
 # what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
 # stages belongs to the first (graph.pkl: resolve builds it, synonyms adds edges), which rebuilds it
 STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "chunk": ("docs.jsonl", "chunks.jsonl"),
     "extract": (),
-    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/graph.pkl"),
+    "prune": (),        # counts only (prune.py): nothing on disk to damage
+    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
+                "graph/graph.pkl"),
     "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
 }
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt

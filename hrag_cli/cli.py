@@ -118,8 +118,10 @@ def index(
     chunk_tokens: Annotated[Optional[int], typer.Option("--chunk-tokens", help="Tokens per chunk (default 1200).")] = None,
     chunk_overlap: Annotated[Optional[int], typer.Option("--chunk-overlap", help="Overlap tokens (default 100).")] = None,
     max_gleanings: Annotated[Optional[int], typer.Option("--max-gleanings", help="Extra extraction rounds (default 1).")] = None,
+    glean_min_tokens: Annotated[Optional[int], typer.Option("--glean-min-tokens", help="Glean only chunks of at least this many tokens (default 500).")] = None,
     entity_types: Annotated[Optional[str], typer.Option("--entity-types", help="Comma-separated entity types.")] = None,
     language: Annotated[Optional[str], typer.Option("--language", help="Language of descriptions.")] = None,
+    schema: Annotated[Optional[str], typer.Option("--schema", help="A schema file (TOML or JSON) of entity and relation types; remembered ('' to stop using one).", show_default=False)] = None,
     embed_model: EmbedModelOpt = None,
     embed_api_base: EmbedBaseOpt = None,
     stop_after: Annotated[Optional[str], typer.Option("--stop-after", help="chunk, extract or resolve.")] = None,
@@ -139,7 +141,9 @@ def index(
         "documents.jsonl_text_field": text_field, "extract.extractor": extractor,
         "llm.model": llm_model, "llm.api_base": llm_api_base, "llm.concurrency": concurrency,
         "chunk.tokens": chunk_tokens, "chunk.overlap": chunk_overlap, "extract.max_gleanings": max_gleanings,
+        "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
+        "extract.schema": str(Path(schema).expanduser().resolve()) if schema else schema,   # remembered: absolute
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }
     if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
@@ -162,6 +166,37 @@ def index(
     elif not quiet:
         _print_summary("hrag index" + (" (dry run)" if dry_run else ""), result.summary)
     raise typer.Exit(result.exit_code)
+
+
+schema_app = typer.Typer(help="Graph schema files.", no_args_is_help=True)
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("suggest")
+def schema_suggest(
+    docs: Annotated[list[Path], typer.Argument(help="Files or folders to sample.", show_default=False)],
+    llm_model: LlmModelOpt = None,
+    llm_api_base: LlmBaseOpt = None,
+    sample: Annotated[int, typer.Option("--sample", help="Chunks to sample; one LLM request each.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample: the same seed, the same chunks.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the draft here (never over a file); default: stdout.")] = None,
+    project: ProjectOpt = None,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Draft a schema file (TOML) from a sample of DOCS, with how often each type was seen, for you to edit."""
+    from .schema_suggest import run_suggest
+
+    proj, settings = _open(project, {"llm.model": llm_model, "llm.api_base": llm_api_base}, create=True)
+    draft, summary, code = run_suggest(proj, settings, _reporter(quiet, json_output), list(docs), sample=sample,
+                                       seed=seed, out=out)
+    if json_output:
+        _print_json(summary)
+    elif out is None:
+        sys.stdout.write(draft)
+    elif not quiet:
+        _print_summary("hrag schema suggest", summary)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -264,6 +299,13 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
                           highlight=False)
             _print_first(console, lines)
+            continue
+        if key == "ungrounded_chunks":
+            from .prune import iter_ungrounded
+
+            n = info["stages"].get("prune", {}).get("counts", {}).get("chunks_with_ungrounded", 0)
+            console.print(f"chunks with ungrounded names: {n}" + (", the most first:" if n else ""), highlight=False)
+            _print_first(console, iter_ungrounded(info))
             continue
         if key == "dropped_chunks":
             from .extract.stage import iter_dropped

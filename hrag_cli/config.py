@@ -55,12 +55,23 @@ class ExtractSettings:
         "person", "organization", "location", "event", "artifact", "concept", "date", "quantity"])
     language: str = "English"
     max_gleanings: int = 1
-    glean_min_tokens: int = 0
+    glean_min_tokens: int = 500     # gleaning rounds only for chunks of at least this many tokens
     # max_tokens of an extraction request: answer_tokens_min + answer_tokens_per_token * chunk tokens, at most
     # [llm] max_tokens. Real answers run about 1.5 tokens per chunk token (issue 13), so this leaves twice that
     # and stops a model that loops from filling its whole context.
     answer_tokens_min: int = 512
     answer_tokens_per_token: float = 3.0
+    schema: str = ""                # a schema file (TOML or JSON): its types replace entity_types (extract/schema.py)
+    # names of an LLM extraction that cannot be found in their chunk: off, flag (counted) or drop (with the
+    # relations that depend on them); the rules extractor and imported OpenIE are never checked
+    grounding: str = "drop"
+
+
+@dataclass
+class SchemaSettings:
+    # an entity of a type outside the schema (and not one of its synonyms), or a relation breaking its patterns:
+    # strict drops it; lenient keeps the entity as "unknown" and the relation without a relation type
+    mode: str = "strict"
 
 
 @dataclass
@@ -112,7 +123,10 @@ class QuerySettings:
     relation_top_k: int = 40         # global mode: relations taken from the relation index
     chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
                                      # (vector) or by how many of them carry the chunk (weight), as LightRAG
-    chunk_pick_boost: float = 1.0    # vector pick: + this x the share of the chosen entities/relations naming the chunk
+    # vector pick: + this x the share of the chosen entities/relations naming the chunk; the second with the
+    # builtin embedder, whose weaker similarity ranking the graph's evidence helps more (bench/retrieval.py)
+    chunk_pick_boost: float = 0.1
+    builtin_chunk_pick_boost: float = 1.0
     chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets
     rerank: str = ""                 # every mode: a litellm rerank model or st:FOLDER (cross-encoder); "" = none
     rerank_api_base: str = ""        # API base URL for the rerank model (e.g. a local vLLM/Infinity server)
@@ -140,6 +154,7 @@ class QuerySettings:
     fusion_k: float = 1.0
     fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
+    rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
 
 
 @dataclass
@@ -148,6 +163,7 @@ class Settings:
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     extract: ExtractSettings = field(default_factory=ExtractSettings)
+    schema: SchemaSettings = field(default_factory=SchemaSettings)
     resolve: ResolveSettings = field(default_factory=ResolveSettings)
     embed: EmbedSettings = field(default_factory=EmbedSettings)
     vectors: VectorSettings = field(default_factory=VectorSettings)
@@ -186,7 +202,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_seed_weight": (0, 1_000_000),
     "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
-    "query.chunk_pick_boost": (0, 1_000_000), "query.chunk_top_k": (1, 100_000),
+    "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
+    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

@@ -36,6 +36,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -243,12 +244,15 @@ class SentenceTransformerBackend(_Backend):
 
 
 class LiteLLMBackend(_Backend):
-    """Any litellm embedding model. The dimension is learnt from the first response (or the cache meta)."""
+    """Any litellm embedding model. The dimension is learnt from the first response (or the cache meta).
+    `fail_fast` (query time): one attempt with a short connect timeout, as query-time chat calls, since a
+    query must not sit through index-time retries and backoff against a server that is not there."""
 
-    def __init__(self, settings: Settings, known_dim: int | None = None) -> None:
+    def __init__(self, settings: Settings, known_dim: int | None = None, fail_fast: bool = False) -> None:
         from .llm import import_litellm
 
         self.settings = settings
+        self.fail_fast = fail_fast
         self.model = settings.embed.model
         self.model_id = f"litellm:{self.model}"
         self._dim = known_dim
@@ -272,21 +276,24 @@ class LiteLLMBackend(_Backend):
         return _run_async(lambda: self._aencode(texts, reporter))
 
     async def _aencode(self, texts: list[str], reporter: Reporter | None) -> np.ndarray:
-        from .llm import REMOTE_TIMEOUT, import_litellm, with_retries
+        from .llm import QUERY_CONNECT_TIMEOUT, REMOTE_TIMEOUT, import_litellm, request_timeout, with_retries
 
         litellm = import_litellm()
         es = self.settings.embed
+        retry = replace(self.settings.llm, max_retries=0) if self.fail_fast else self.settings.llm
         size = max(1, es.batch_size)
         batches = [texts[i:i + size] for i in range(0, len(texts), size)]
         sem = asyncio.Semaphore(max(1, es.concurrency))
-        kwargs: dict[str, Any] = {"model": self.model, "timeout": self.settings.llm.timeout or REMOTE_TIMEOUT}
+        timeout = request_timeout(self.settings.llm.timeout or REMOTE_TIMEOUT,
+                                  QUERY_CONNECT_TIMEOUT if self.fail_fast else None)
+        kwargs: dict[str, Any] = {"model": self.model, "timeout": timeout}
         if es.api_base:
             kwargs["api_base"] = es.api_base
         what = f"embedding model {self.model}" + (f" at {es.api_base}" if es.api_base else "")
 
         async def one(batch: list[str]) -> np.ndarray:
             async with sem:
-                resp = await with_retries(lambda: litellm.aembedding(input=batch, **kwargs), self.settings.llm,
+                resp = await with_retries(lambda: litellm.aembedding(input=batch, **kwargs), retry,
                                           reporter, what=what)
             data = resp.data if hasattr(resp, "data") else resp["data"]
             items = [d if isinstance(d, dict) else d.__dict__ for d in data]
@@ -417,8 +424,10 @@ def _load_idf(project: Project | None) -> Any:
         return None   # unreadable or older format: the next synonyms run refits it
 
 
-def get_embedder(project: Project | None, settings: Settings, *, cache_writes: bool | None = None) -> Embedder:
-    """The configured embedder. Cache writes default to 'only while this process holds the writer lock'."""
+def get_embedder(project: Project | None, settings: Settings, *, cache_writes: bool | None = None,
+                 fail_fast: bool = False) -> Embedder:
+    """The configured embedder. Cache writes default to 'only while this process holds the writer lock';
+    `fail_fast` for query time (a litellm model gets one attempt and a short connect timeout)."""
     name = (settings.embed.model or "builtin").strip()
     if name == "builtin":
         backend: _Backend = BuiltinBackend(_load_idf(project))
@@ -427,7 +436,7 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
             raise UsageError("embedding model 'st:' needs a name or a folder, e.g. st:all-MiniLM-L6-v2")
         backend = SentenceTransformerBackend(name[3:].strip())
     else:
-        backend = LiteLLMBackend(settings)
+        backend = LiteLLMBackend(settings, fail_fast=fail_fast)
     cache = None
     if project is not None and not isinstance(backend, BuiltinBackend):
         # builtin encodes tens of thousands of texts a second, faster than a cache of 2048-wide rows is read,

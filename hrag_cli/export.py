@@ -124,7 +124,7 @@ def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
                 if rec["src"] == b and rec["tgt"] == a and a != b:
                     s, t = t, s
                 raw = {"key": rec.get("id"), **raw}
-                _fill(raw, rec, ("predicates", "keywords", "description", "source_ids"))
+                _fill(raw, rec, ("predicates", "keywords", "description", "source_ids", "rel_type"))
         out.edges.append(Edge(ids[s], ids[t], etype, _props(raw)))
     return out
 

@@ -424,13 +424,7 @@ class LLMClient:
 
     # -- calls ---------------------------------------------------------------------------------------------
     def request_timeout(self) -> Any:
-        """litellm's timeout: seconds, or an httpx.Timeout with a short connect phase for a fail-fast client
-        (litellm reduces it to its read part for providers that take only seconds)."""
-        if self.connect_timeout is None:
-            return self.settings.timeout
-        import httpx   # a dependency of litellm, there once litellm is
-
-        return httpx.Timeout(self.settings.timeout, connect=min(self.connect_timeout, self.settings.timeout))
+        return request_timeout(self.settings.timeout, self.connect_timeout)
 
     def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
@@ -559,7 +553,7 @@ class LLMClient:
         litellm = import_litellm()
         s = self.settings
         kwargs: dict[str, Any] = {"model": s.model, "query": query, "documents": documents,
-                                  "top_n": len(documents), "timeout": s.timeout, "num_retries": 0}
+                                  "top_n": len(documents), "timeout": self.request_timeout(), "num_retries": 0}
         if s.api_base:
             kwargs["api_base"] = s.api_base
 
@@ -659,6 +653,17 @@ def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_to
 
 
 QUERY_CONNECT_TIMEOUT = 3.0     # seconds: a query must not wait on a server that is not there
+
+
+def request_timeout(seconds: float, connect: float | None) -> Any:
+    """litellm's timeout for a request (chat, rerank, embedding): seconds, or an httpx.Timeout with a short
+    connect phase for a fail-fast query-time caller (litellm reduces it to its read part for providers that
+    take only seconds)."""
+    if connect is None:
+        return seconds
+    import httpx   # a dependency of litellm, there once litellm is
+
+    return httpx.Timeout(seconds, connect=min(connect, seconds))
 
 
 def query_client(project: Project, settings: LLMSettings) -> LLMClient:

@@ -41,7 +41,8 @@ class Stage:
 STAGES = {s.name: s for s in (
     Stage("chunk", "ingest", "run_chunk", ()),
     Stage("extract", "extract.stage", "run_extract", ("chunk",)),
-    Stage("resolve", "resolve", "run_resolve", ("extract", "chunk")),   # the graph holds chunk vertices too
+    Stage("prune", "prune", "run_prune", ("extract",)),     # counts only: resolve prunes records as it reads them
+    Stage("resolve", "resolve", "run_resolve", ("prune", "chunk")),   # the graph holds chunk vertices too
     Stage("synonyms", "synonyms", "run_synonyms", ("resolve", "chunk")),
 )}
 STAGE_ORDER = tuple(STAGES)
@@ -138,15 +139,17 @@ def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     from .extract.stage import extractor_kind
 
     return {"extract.extractor": "auto" if openie else extractor_kind(settings),
-            "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base}
+            "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
+            **({"extract.schema": settings.extract.schema} if settings.extract.schema else {})}
 
 
 def describe_built_with(values: dict) -> str:
     kind = values.get("extract.extractor", "")
+    schema = f" with the schema {values['extract.schema']}" if values.get("extract.schema") else ""
     if kind != "llm":
-        return {"auto": "imported extractions (--import-openie)"}.get(kind, f"the {kind} extractor")
+        return {"auto": "imported extractions (--import-openie)"}.get(kind, f"the {kind} extractor") + schema
     where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
-    return f"the LLM {values.get('llm.model', '')}{where}"
+    return f"the LLM {values.get('llm.model', '')}{where}{schema}"
 
 
 def _remember(project: Project, settings: Settings, reporter: Reporter, summary: dict, *, openie: bool) -> None:
@@ -235,7 +238,7 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
         code = _extract_exit_code(extracted.counts)   # resolve still merges what was extracted
         if options.stop_after == "extract":
             return IndexResult(summary, code)
-        later = ("resolve",) if options.stop_after == "resolve" else ("resolve", "synonyms")
+        later = ("prune", "resolve") if options.stop_after == "resolve" else ("prune", "resolve", "synonyms")
         _bring_up_to_date(project, settings, reporter, later, summary)
     return IndexResult(summary, code)
 
@@ -246,6 +249,8 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
         raise UsageError(f"nothing to {stage} yet: run 'hrag index DOCS' first")
     summary: dict[str, Any] = {}
     with project.lock(), project.generation():
+        if stage == "resolve":   # resolve prunes as it reads: the prune counts must describe the same pruning
+            _bring_up_to_date(project, settings, reporter, ("prune",), summary)
         outcome = _run_stage(project, settings, reporter, stage, **kwargs)
         summary[stage] = outcome.counts
         after = STAGE_ORDER[STAGE_ORDER.index(stage) + 1:]
@@ -257,6 +262,7 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
 def project_status(project: Project, settings: Settings, verify: bool = False) -> dict:
     """Stage states (fresh / stale / missing / damaged), counts, failures and LLM spend; read-only. `verify`
     hashes every artifact whole instead of sampling it."""
+    from .aliases import merges_status
     from .extract.stage import extraction_status
     from .llm import spend_summary
 
@@ -264,12 +270,18 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
     problems = project.check(full=verify)
     for stage in STAGE_ORDER:
         rec = project.stage(stage)
-        state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        try:
+            state = project.stage_state(stage, expected_fingerprint(project, settings, stage))
+        except UsageError as exc:   # e.g. the remembered schema file is gone: say so, show the rest
+            state = "stale"
+            info.setdefault("settings_error", str(exc))
         mine = [str(p) for p in problems if p.stage == stage]
         if mine and state != "missing":
             state = "damaged"
-        info["stages"][stage] = {"state": state, "finished_at": rec.finished_at if rec else "",
-                                 "counts": rec.counts if rec else {}}
+        counts = dict(rec.counts) if rec else {}
+        if "ungrounded_chunks" in counts:   # a list: shown below the table, not in it
+            info["ungrounded_chunks"] = counts.pop("ungrounded_chunks")
+        info["stages"][stage] = {"state": state, "finished_at": rec.finished_at if rec else "", "counts": counts}
         if mine:
             info["stages"][stage]["damaged"] = mine
     if problems:
@@ -277,6 +289,7 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
     remembered = project.remembered()
     info["built_with"] = describe_built_with(remembered) if remembered else ""
     info.update(extraction_status(project, settings))
+    info.update(merges_status(project))
     info["llm"] = spend_summary(project)
     info["query_llm"] = spend_summary(project, project.query_llm_cache_path)
     from .embed import embed_status

@@ -137,6 +137,7 @@ class Project:
         self.entities_path = self.graph_dir / "entities.jsonl"
         self.relations_path = self.graph_dir / "relations.jsonl"
         self.facts_path = self.graph_dir / "facts.jsonl"
+        self.merges_path = self.graph_dir / "merges.jsonl"      # which names resolve joined or split
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
         self.vectors_dir = gen / "vectors"
@@ -240,7 +241,7 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base")
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema")
 
     def remembered(self) -> dict[str, Any]:
         """The extractor, LLM model and API base the project was last built with (never a key): a plain

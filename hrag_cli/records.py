@@ -71,6 +71,7 @@ class ExtractedEntity:
     name: str
     type: str
     description: str
+    aliases: list[str] = field(default_factory=list)   # other names the chunk uses for it (resolve merges on them)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class ExtractedRelation:
     keywords: list[str]
     description: str
     strength: float = 1.0
+    rel_type: str = ""       # a schema relation type (schema-guided extraction); "" when untyped or no schema
 
 
 @dataclass
@@ -107,7 +109,14 @@ class ExtractionRecord:
     continuations: int = 0               # rounds that asked for the rest of an answer cut at max_tokens
 
     def to_json(self) -> dict:
-        return to_dict(self)
+        data = to_dict(self)
+        for rel in data["relations"]:
+            if not rel["rel_type"]:
+                del rel["rel_type"]    # without a schema a record is what it was before relation types
+        for ent in data["entities"]:
+            if not ent["aliases"]:
+                del ent["aliases"]     # nor does an entity without aliases change what was written before
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "ExtractionRecord":
@@ -137,6 +146,14 @@ class Relation:
     description: str
     weight: float
     source_ids: list[str] = field(default_factory=list)
+    rel_type: str = ""       # schema relation type, the most frequent among the mentions; "" when untyped
+
+    def to_json(self) -> "dict | Relation":
+        """The relations.jsonl line: orjson writes a typed relation as it is, and an untyped one without
+        `rel_type`, so a project without a schema writes what it wrote before relation types."""
+        if self.rel_type:
+            return self
+        return {f: getattr(self, f) for f in _field_order(Relation) if f != "rel_type"}
 
 
 def fact_text(subject: str, predicate: str, obj: str) -> str:

@@ -5,14 +5,17 @@ nothing is patched incrementally, so after any add/change/delete the result equa
 Chunks are visited in chunk_id order, which makes even float weight sums independent of document order.
 
 Merge rules (LightRAG semantics, DESIGN.md §4):
-- entity id = normalize_name(surface form); display name = most frequent surface form (ties: smallest text);
-  aliases = the other surface forms; type = most frequent real type (ties: smallest text; "unknown"/empty
-  votes count only when nothing else was said; none at all -> UNKNOWN);
+- entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
+  the model gave or splits one name used for two types (graph/merges.jsonl says which); display name = most
+  frequent surface form (ties: smallest text); aliases = the other surface forms and the declared aliases;
+  type = most frequent real type (ties: smallest text; "unknown"/empty votes count only when nothing else was
+  said; none at all -> UNKNOWN);
 - a mention is an entity row or a relation endpoint; source_ids = every chunk with a mention;
   MENTIONED_IN weight = the chunk's mention count of that entity (rows + endpoints);
 - one relation per unordered pair (src < tgt by id, id = hash of the pair); weight = sum of strengths;
-  predicates/keywords unioned (case-insensitive) and sorted; self-loops dropped; an endpoint without an
-  entity row becomes an UNKNOWN-typed entity;
+  predicates/keywords unioned (case-insensitive) and sorted; rel_type = the most frequent schema relation type
+  of its typed mentions (ties: smallest text; no typed mention -> ""); self-loops dropped; an endpoint without
+  an entity row becomes an UNKNOWN-typed entity;
 - one fact per (subject id, predicate, object id), direction kept, linked to its relation;
 - descriptions: see summaries.Summarizer.
 """
@@ -22,13 +25,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from . import store
+from .aliases import MergeKeys, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, build_graph, edge_counts, save_graph
@@ -56,7 +60,7 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 class _EntityAcc:
-    __slots__ = ("names", "types", "descs", "sources", "last")
+    __slots__ = ("names", "types", "descs", "sources", "last", "aliases")
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}     # surface form -> mentions
@@ -64,10 +68,11 @@ class _EntityAcc:
         self.descs: dict[str, int] = {}     # description -> entity rows
         self.sources: list[str] = []        # chunk ids, ascending (chunks are visited in order)
         self.last = ""
+        self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
 class _RelationAcc:
-    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last")
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last", "types")
 
     def __init__(self) -> None:
         self.weight = 0.0
@@ -76,6 +81,7 @@ class _RelationAcc:
         self.descs: dict[str, int] = {}
         self.sources: list[str] = []
         self.last = ""
+        self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
 
 
 class _FactAcc:
@@ -98,6 +104,7 @@ class Merged:
     dropped_rows: int = 0
     self_loops: int = 0
     records: int = 0
+    keys: MergeKeys = field(default_factory=MergeKeys)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -126,25 +133,29 @@ def _phrase(s: str) -> str:
     return " ".join(s.split())
 
 
-def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
-    """One pass over the records, which come one at a time in chunk_id order (so source lists come out
-    sorted and float sums do not depend on document order). The loop is written out flat (no helper calls
-    per mention, plain dicts instead of Counters): it runs once per mention, millions of times at scale."""
-    m = Merged()
+def merge_records(records: Callable[[], Iterable[ExtractionRecord]]) -> Merged:
+    """`records()` yields the records one at a time in chunk_id order (so source lists come out sorted and
+    float sums do not depend on document order), afresh on each call: which names are one entity (aliases,
+    one name with two types) is decided first, in a pass of its own (aliases.plan_merges), then one pass
+    merges. The loop is written out flat (no helper calls per mention, plain dicts instead of Counters): it
+    runs once per mention, millions of times at scale."""
+    m = Merged(keys=plan_merges(records()))
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions = m.mentions
-    ident, phrase = _ident, _phrase
+    ident, phrase, entity_id = _ident, _phrase, m.keys.entity_id
     dropped = loops = n_records = 0
 
-    for rec in records:
+    for rec in records():
         chunk_id = rec.chunk_id
         n_records += 1
         per_chunk: dict[str, int] = {}
+        row_ids: dict[str, str] = {}        # name (or alias) key -> entity id of this chunk's entity rows
         for e in rec.entities:
-            eid, sf = ident(e.name)
-            if not eid:
+            key, sf = ident(e.name)
+            if not key:
                 dropped += 1
                 continue
+            eid = row_ids[key] = entity_id(key, e.type)     # a row's own name wins over another row's alias
             acc = ents.get(eid)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
@@ -158,12 +169,22 @@ def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
             d = e.description.strip() if isinstance(e.description, str) else ""
             if d:
                 acc.descs[d] = acc.descs.get(d, 0) + 1
+            if e.aliases:
+                if acc.aliases is None:
+                    acc.aliases = set()
+                for a in e.aliases:
+                    akey, asf = ident(a)
+                    if akey:
+                        acc.aliases.add(asf)
+                        row_ids.setdefault(akey, eid)   # an endpoint written with it, in this chunk: this entity
         for r in rec.relations:
             s, s_sf = ident(r.src)
             t, t_sf = ident(r.tgt)
             if not s or not t:
                 dropped += 1
                 continue
+            s = row_ids.get(s) or entity_id(s)
+            t = row_ids.get(t) or entity_id(t)
             ends = ((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))
             for eid, sf in ends:  # endpoints are mentions; a self-loop row names its entity once
                 acc = ents.get(eid)
@@ -196,6 +217,9 @@ def merge_records(records: Iterable[ExtractionRecord]) -> Merged:
             if racc.last != chunk_id:
                 racc.sources.append(chunk_id)
                 racc.last = chunk_id
+            if r.rel_type and isinstance(r.rel_type, str):
+                types = racc.types = racc.types or {}
+                types[r.rel_type] = types.get(r.rel_type, 0) + 1
             if not pred:
                 pred = DEFAULT_PREDICATE  # a fact needs a predicate to read as one
             fkey = (s, pred.casefold(), t)
@@ -223,6 +247,16 @@ def _vote_type(types: dict[str, int]) -> str:
     return _top(real) if real else UNKNOWN
 
 
+def _aliases(name: str, acc: _EntityAcc) -> list[str]:
+    """Every other surface form the entity was mentioned by, then the declared aliases not among them
+    (case-insensitively), sorted."""
+    out = [n for n in acc.names if n != name]
+    if acc.aliases:
+        seen = {n.casefold() for n in acc.names}
+        out += [a for a in acc.aliases if a and a.casefold() not in seen]
+    return sorted(out)
+
+
 def _union(values: list[str]) -> list[str]:
     """Case-insensitive union (the smallest spelling of each wins), sorted case-insensitively."""
     best: dict[str, str] = {}
@@ -241,6 +275,7 @@ class Resolved:
     fact_count: int
     mentions: list[tuple[str, str, int]]
     stats: dict
+    merges: list[dict] = field(default_factory=list)    # aliases.MergeKeys.report()
 
 
 def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
@@ -268,8 +303,7 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         unknown += etype == UNKNOWN
         name = names[eid]
         entities.append(Entity(id=eid, name=name, type=etype, description=text(entity_desc.pop(eid)),
-                               aliases=sorted(n for n in acc.names if n != name),
-                               source_ids=acc.sources))
+                               aliases=_aliases(name, acc), source_ids=acc.sources))
     relations: list[Relation] = []
     rel_ids: dict[tuple[str, str], str] = {}
     for pair in sorted(merged.relations):
@@ -278,11 +312,12 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
         rel_ids[pair] = rid
         relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
                                   keywords=_union(racc.keywords), description=text(relation_desc.pop(pair)),
-                                  weight=racc.weight, source_ids=racc.sources))
+                                  weight=racc.weight, source_ids=racc.sources,
+                                  rel_type=_top(racc.types) if racc.types else ""))
     stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
-             "dropped_rows": merged.dropped_rows, "summaries": len(jobs)}
+             "dropped_rows": merged.dropped_rows, "summaries": len(jobs), **merged.keys.stats()}
     return Resolved(entities, relations, _facts(merged.facts, names, rel_ids), len(merged.facts), merged.mentions,
-                    stats)
+                    stats, merged.keys.report())
 
 
 def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
@@ -299,18 +334,20 @@ def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def load_records(project: Project) -> Iterator[ExtractionRecord]:
-    """The records resolve merges, one at a time in chunk_id order (the extract stage owns which record is
-    current)."""
+def load_records(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
+    """The records resolve merges, one at a time in chunk_id order: the extract stage owns which record is
+    current, and prunes it (prune.py) under `settings` when given."""
     from .extract.stage import iter_current_extractions
 
-    return iter_current_extractions(project)
+    return iter_current_extractions(project, settings)
 
 
-def load_inputs(project: Project) -> tuple[list[Document], list[ChunkRef], Iterator[ExtractionRecord]]:
+def load_inputs(project: Project, settings: Settings | None = None
+                ) -> tuple[list[Document], list[ChunkRef], Callable[[], Iterator[ExtractionRecord]]]:
+    """Documents, chunks, and what merge_records reads the records through (they are never all held)."""
     docs = load_documents(project)
     chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
-    return docs, chunks, load_records(project)
+    return docs, chunks, lambda: load_records(project, settings)
 
 
 # ----------------------------------------------------------------------------------------------- stage
@@ -326,10 +363,11 @@ def write_outputs(project: Project, resolved: Resolved, docs: list[Document], ch
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
     and `resolved` is emptied before the graph is pickled (at 100k chunks each copy is gigabytes).
-    The set is not atomic, but the manifest is written only after all four, so a crash leaves resolve stale."""
+    The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale."""
     store.write_jsonl(project.entities_path, resolved.entities)
-    store.write_jsonl(project.relations_path, resolved.relations)
+    store.write_jsonl(project.relations_path, (r.to_json() for r in resolved.relations))
     store.write_jsonl(project.facts_path, resolved.facts)
+    store.write_jsonl(project.merges_path, resolved.merges)
     graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
     resolved.entities, resolved.relations, resolved.mentions = [], [], []
     save_graph(project, graph)
@@ -357,7 +395,7 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
-    docs, chunks, records = load_inputs(project)
+    docs, chunks, records = load_inputs(project, settings)
     merged = merge_records(records)
     reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
     summarizer = Summarizer(project, settings, reporter)

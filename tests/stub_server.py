@@ -73,6 +73,20 @@ def refused_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def unanswered_port() -> Iterator[int]:
+    """A loopback port whose connections are never set up: it listens with a backlog of one that a connection
+    nobody accepts already fills, so the kernel drops every further handshake, as a dead host does, and a
+    client waits out its connect timeout."""
+    import socket
+
+    with socket.socket() as sock, socket.socket() as filler:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(0)
+        filler.connect(sock.getsockname())
+        yield sock.getsockname()[1]
+
+
 def _tokens(text: str) -> int:
     return len(text) // 4 + 1
 

@@ -149,11 +149,14 @@ def test_sample_corpus_through_stub_then_rerun_is_free(stub, tmp_path: Path) -> 
     ex = s["extract"]
     assert ex["chunks"] == n_chunks and ex["extracted_now"] == n_chunks and ex["pending"] == 0
     assert ex["failed"] == 0 and ex["extractor"].startswith("llm:openai/stub-model:")
-    # one extraction request and one gleaning round per chunk
-    assert stub.count(CHAT) == 2 * n_chunks == ex["llm_requests"]
+    # one extraction request per chunk, and a gleaning round for each chunk of 500 tokens or more
+    big = {c["chunk_id"] for c in store.read_jsonl(Project(proj).chunks_path) if c["n_tokens"] >= 500}
+    assert 0 < len(big) < n_chunks
+    assert stub.count(CHAT) == n_chunks + len(big) == ex["llm_requests"]
     assert ex["prompt_tokens"] > 0 and ex["entity_mentions"] > 0
     records = extraction_lines(proj)
-    assert len(records) == n_chunks and all(r["status"] == "ok" and len(r["llm_keys"]) == 2 for r in records)
+    assert len(records) == n_chunks and all(r["status"] == "ok" for r in records)
+    assert all(len(r["llm_keys"]) == 1 + (r["chunk_id"] in big) == 1 + r["gleaning_rounds"] for r in records)
 
     before = stub.count(CHAT)
     again = index(None, proj, stub)          # no DOCS: the roots indexed last time
@@ -368,7 +371,7 @@ def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -
 
     stub.set_chat(respond)
     docs, proj = one_doc(tmp_path)
-    proc = index(docs, proj, stub, "--max-gleanings", "3")
+    proc = index(docs, proj, stub, "--max-gleanings", "3", "--glean-min-tokens", "0")
     assert proc.returncode == 0, proc.stderr
     # extraction, gleaning 1 (new rows), gleaning 2 (nothing new: stop before round 3)
     assert stub.count(CHAT) == 3
@@ -379,7 +382,8 @@ def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -
     names = {e["name"]: e for e in rec["entities"]}
     assert "Lighthouse Keeper" in names and names["Selby"]["description"].endswith("name of a lighthouse.")
 
-    # chunks shorter than glean_min_tokens get no gleaning round (a new extractor fingerprint: re-extracted)
+    # chunks shorter than glean_min_tokens (default 500) get no gleaning round (a new extractor fingerprint:
+    # re-extracted)
     (proj / "hrag.toml").write_text("[extract]\nglean_min_tokens = 500\n")
     stub.reset()
     stub.set_chat(respond)
@@ -437,8 +441,12 @@ def test_dry_run_calls_and_writes_nothing(stub, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     est = summary(proc)["estimate"]
     assert est["to_extract"] == est["chunks"] > 0
-    assert est["llm_requests"] == 2 * est["chunks"]            # one gleaning round by default
+    # a gleaning round only for the chunks of 500 tokens or more (the guide has one), none for the rest
+    assert est["chunks"] < est["llm_requests"] < 2 * est["chunks"]
     assert est["prompt_tokens"] > 1000 and est["cost"] > 0
+    glean = summary(index(docs, proj, stub, "--dry-run", "--glean-min-tokens", "0", model="openai/gpt-4o-mini"))
+    assert glean["estimate"]["llm_requests"] == 2 * est["chunks"]           # one gleaning round each
+    assert glean["estimate"]["prompt_tokens"] > est["prompt_tokens"]
     assert stub.count(CHAT) == 0
     assert not (proj / "chunks.jsonl").exists() and not (proj / "cache" / "extractions.jsonl").exists()
 

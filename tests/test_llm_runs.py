@@ -200,7 +200,7 @@ def test_cut_answer_is_continued_in_the_same_conversation(stub, tmp_path: Path) 
     stub.enqueue(CHAT, StubReply(content=CUT, finish_reason="length"), StubReply(content=REST))
     stub.set_chat(fake_extraction)          # the gleaning round after the finished continuation: nothing new
     docs, proj = one_doc(tmp_path)
-    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    proc = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0")
     assert proc.returncode == 0, proc.stderr
     first, cont, glean = (body for _, body in stub.requests)
     assert is_continuation(cont) and cont["messages"][-2] == {"role": "assistant", "content": CUT}
@@ -214,7 +214,7 @@ def test_cut_answer_is_continued_in_the_same_conversation(stub, tmp_path: Path) 
     assert summary(proc)["extract"]["truncated_rows"] == 1
 
     # --reparse replays the same three answers and keeps the rounds apart
-    again = index(docs, proj, stub, "--max-gleanings", "1", "--reparse")
+    again = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0", "--reparse")
     assert again.returncode == 0 and stub.count(CHAT) == 3
     assert extraction_lines(proj)[-1]["gleaning_rounds"] == 1 and extraction_lines(proj)[-1]["continuations"] == 1
 
@@ -222,7 +222,7 @@ def test_cut_answer_is_continued_in_the_same_conversation(stub, tmp_path: Path) 
 def test_answer_still_cut_is_partial_and_retry_continues_instead_of_resending(stub, tmp_path: Path) -> None:
     stub.set_chat(lambda body: StubReply(content=CUT, finish_reason="length"))
     docs, proj = one_doc(tmp_path)
-    proc = index(docs, proj, stub, "--max-gleanings", "2")
+    proc = index(docs, proj, stub, "--max-gleanings", "2", "--glean-min-tokens", "0")
     assert proc.returncode == 4, proc.stderr
     assert "only partly extracted" in proc.stderr
     assert stub.count(CHAT) == 3                                   # the answer and 2 continuation rounds
@@ -234,7 +234,7 @@ def test_answer_still_cut_is_partial_and_retry_continues_instead_of_resending(st
 
     stub.reset()
     stub.set_chat(lambda body: REST if is_continuation(body) else fake_extraction(body))
-    again = index(docs, proj, stub, "--max-gleanings", "2", "--retry-failed")
+    again = index(docs, proj, stub, "--max-gleanings", "2", "--glean-min-tokens", "0", "--retry-failed")
     assert again.returncode == 0, again.stderr
     (_, body), (_, glean) = stub.requests                          # the cached rounds were not sent again
     assert is_continuation(body) and len(body["messages"]) == 2 + 2 * 3
@@ -296,7 +296,7 @@ def test_lost_gleaning_round_is_partial_and_retry_failed_sends_only_that_round(s
                   else fake_extraction(body))
     docs, proj = one_doc(tmp_path)
     (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
-    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    proc = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0")
     assert proc.returncode == 4, proc.stderr
     assert "only partly extracted" in proc.stderr
     [rec] = extraction_lines(proj)
@@ -307,7 +307,7 @@ def test_lost_gleaning_round_is_partial_and_retry_failed_sends_only_that_round(s
 
     stub.reset()
     stub.set_chat(fake_extraction)
-    again = index(docs, proj, stub, "--max-gleanings", "1", "--retry-failed")
+    again = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0", "--retry-failed")
     assert again.returncode == 0, again.stderr
     assert stub.count(CHAT) == 1 and is_gleaning(stub.requests[0][1])   # the first answer came from cache
     assert extraction_lines(proj)[-1]["status"] == "ok" and extraction_lines(proj)[-1]["gleaning_rounds"] == 1
@@ -317,12 +317,12 @@ def test_server_gone_during_gleaning_leaves_the_chunk_pending(stub, tmp_path: Pa
     docs, proj = one_doc(tmp_path)
     (proj.mkdir(), (proj / "hrag.toml").write_text(QUICK))
     stub.set_chat(lambda body: StubReply(401, content="key revoked") if is_gleaning(body) else fake_extraction(body))
-    proc = index(docs, proj, stub, "--max-gleanings", "1")
+    proc = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0")
     _one_line_error(proc, 1, "API key")
     assert extraction_lines(proj) == []
     stub.reset()
     stub.set_chat(fake_extraction)
-    again = index(docs, proj, stub, "--max-gleanings", "1")
+    again = index(docs, proj, stub, "--max-gleanings", "1", "--glean-min-tokens", "0")
     assert again.returncode == 0 and stub.count(CHAT) == 1      # only the gleaning round was still to do
 
 
@@ -386,7 +386,7 @@ def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) 
     text = " ".join(f"Mara Quint{i} built the Selby Lighthouse{i} for the Harbour Trust of Oldport{i}."
                     for i in range(25))
     (docs / "d0.txt").write_text(text)
-    proc = index(docs, proj, stub, "--dry-run")
+    proc = index(docs, proj, stub, "--dry-run", "--glean-min-tokens", "0")
     est = summary(proc)["estimate"]
     n = count_tokens(text)
     assert est["chunks"] == 1 and est["llm_requests"] == 2           # one request, one gleaning round
@@ -443,3 +443,38 @@ def test_query_time_calls_get_one_attempt_and_none_after_a_run_level_failure(stu
 
     client = query_client(Project(proj), LLMSettings(model="openai/m", api_base=stub.url))
     assert client.settings.max_retries == 0 and client.request_timeout().connect == QUERY_CONNECT_TIMEOUT
+
+
+def test_query_time_rerank_and_embedding_give_up_at_the_connect_timeout(monkeypatch, tmp_path: Path,
+                                                                         sample_project: Path) -> None:
+    """A dead host at query time costs one short connect timeout, not the request timeout with retries and
+    backoff (index-time patience): for rerank and embedding requests as for chat."""
+    import time
+    from dataclasses import replace
+
+    import pytest
+
+    from hrag_cli import llm
+    from hrag_cli.errors import HragError
+    from hrag_cli.query.index import QueryIndex
+    from tests.stub_server import unanswered_port
+
+    monkeypatch.setattr(llm, "QUERY_CONNECT_TIMEOUT", 0.5)
+    proj = tmp_path / "proj"
+    shutil.copytree(sample_project, proj)
+    patient = LLMSettings(timeout=60, max_retries=4, backoff_base=30)
+    with unanswered_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        client = llm.query_client(Project(proj), replace(patient, model="hosted_vllm/rr", api_base=url))
+        t0 = time.monotonic()
+        with pytest.raises(HragError):
+            client.rerank("Who founded Corvane Works?", ["Corvane Works was founded by Ada Brell."])
+        assert time.monotonic() - t0 < 10
+        client.close()
+
+        settings = Project(proj).settings()
+        settings = replace(settings, llm=patient, embed=replace(settings.embed, model="openai/e", api_base=url))
+        t0 = time.monotonic()
+        with pytest.raises(HragError):
+            QueryIndex(Project(proj), settings).embed_query("Who founded Corvane Works?")
+        assert time.monotonic() - t0 < 10

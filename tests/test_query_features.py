@@ -18,10 +18,11 @@ from hrag_cli.cli import app
 from hrag_cli.errors import UsageError
 from hrag_cli.project import Project
 from hrag_cli.query.index import QueryIndex
-from hrag_cli.query.ppr import SeedWeights
+from hrag_cli.query.ppr import SeedWeights, personalized_pagerank
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import fuse_ranks, retrieve, rrf_scores, walk_share
+from hrag_cli.query.retrieval import (chunk_pick_boost, fuse_ranks, retrieve, rrf_scores, walk_share,
+                                      walk_weights)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -99,6 +100,29 @@ def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
     assert fused.facts and fused.entities                   # the walk still ran and says what seeded it
 
 
+def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    g = ix.graph
+    assert ix.extractor.startswith("rules") and "SYNONYM" in g.es["kind"]
+    assert walk_weights(ix, 1.0) is None                              # as built
+    # weight 0 walks exactly as if the SYNONYM edges were not there; weight 2 doubles them
+    bare = g.copy()
+    bare.delete_edges(bare.es.select(kind_eq="SYNONYM"))
+    reset = np.zeros(g.vcount())
+    for eid in list(ix.entities)[:5]:
+        reset[ix.vertex[eid]] = 1.0
+    np.testing.assert_allclose(personalized_pagerank(g, reset, 0.5, walk_weights(ix, 0.0)),
+                               personalized_pagerank(bare, reset, 0.5), atol=1e-12)
+    doubled = walk_weights(ix, 2.0)
+    assert [w for w, k in zip(doubled, g.es["kind"]) if k == "SYNONYM"] == \
+        [2 * w for w, k in zip(g.es["weight"], g.es["kind"]) if k == "SYNONYM"]
+    # the setting reaches the walk: with the synonym edges doubled the ranking's scores change
+    on = retrieve(ix, Q, _settings(project, rules_synonym_weight=2.0, rules_walk_weight=1.0), mode="ppr")
+    off = retrieve(ix, Q, _settings(project, rules_synonym_weight=0.0, rules_walk_weight=1.0), mode="ppr")
+    assert [c.score for c in on.chunks] != [c.score for c in off.chunks]
+
+
 # -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------
 
 def test_parse_kept() -> None:
@@ -143,6 +167,12 @@ def test_fact_filter_settings(sample_project: Path, tmp_path: Path, stub) -> Non
         retrieve(ix, Q, _settings(project, fact_filter="on"), mode="ppr")
     with pytest.raises(UsageError, match="auto, on or off"):
         retrieve(ix, Q, _settings(project, fact_filter="maybe"), mode="ppr")
+    # checked with the other settings, not only when facts were found to filter, and in every mode
+    with pytest.raises(UsageError, match="needs an LLM"):
+        retrieve(ix, Q, _settings(project, fact_filter="on", fact_top_k=0), mode="ppr")
+    for mode in ("ppr", "naive", "bm25"):
+        with pytest.raises(UsageError, match="auto, on or off"):
+            retrieve(ix, Q, _settings(project, fact_filter="maybe", fact_top_k=0), mode=mode)
     # without an LLM, auto is off: no call, no note
     r = retrieve(ix, Q, _settings(project), mode="ppr")
     assert r.facts and not any("fact filter" in n for n in r.notes)
@@ -165,20 +195,26 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())
     kw = {"high": [Q], "low": [Q]}
-    vec = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=0.0, top_k=20), mode="local",
-                   keywords=kw)
-    boosted = retrieve(ix, Q, _settings(project, chunk_pick="vector", chunk_pick_boost=1.0, top_k=20), mode="local",
-                       keywords=kw)
-    assert {c.chunk_id for c in boosted.chunks} == {c.chunk_id for c in vec.chunks}
-    plain = {c.chunk_id: c.score for c in vec.chunks}
-    assert all(c.score >= plain[c.chunk_id] for c in boosted.chunks)   # the boost only adds
-    wt = retrieve(ix, Q, _settings(project, chunk_pick="weight", top_k=20), mode="local", keywords=kw)
-    assert {c.chunk_id for c in vec.chunks} == {c.chunk_id for c in wt.chunks}   # same candidates
-    # vector: in order of the naive passage score; weight: by how many chosen entities carry the chunk
-    passage = {c.chunk_id: c.score for c in retrieve(ix, Q, _settings(project, top_k=50), mode="naive").chunks}
-    vs = [c.score for c in vec.chunks]
-    assert vs == sorted(vs, reverse=True)
-    assert all(abs(passage[c.chunk_id] - c.score) < 1e-9 for c in vec.chunks if c.chunk_id in passage)
+    assert project.settings().embed.model == "builtin"       # so builtin_chunk_pick_boost is the one used
+
+    def local(**query: object):
+        return retrieve(ix, Q, _settings(project, top_k=20, chunk_top_k=6, **query), mode="local", keywords=kw)
+
+    vec = local(chunk_pick="vector", builtin_chunk_pick_boost=0.0, chunk_pick_boost=5.0)
+    boosted = local(chunk_pick="vector", builtin_chunk_pick_boost=1.0, chunk_pick_boost=0.0)
+    wt = local(chunk_pick="weight")
+    naive = retrieve(ix, Q, _settings(project, top_k=50), mode="naive").chunks
+    passage = {c.chunk_id: c.score for c in naive}
+    # vector, no boost: the naive ranking itself (the most similar chunks are candidates beside the graph's)
+    assert [c.chunk_id for c in vec.chunks] == [c.chunk_id for c in naive[:6]]
+    assert all(abs(passage[c.chunk_id] - c.score) < 1e-9 for c in vec.chunks)
+    # boosted: the graph's chunks move up by the share of chosen items carrying them, never down
+    bs = [c.score for c in boosted.chunks]
+    assert bs == sorted(bs, reverse=True) and len(bs) == 6
+    assert all(c.score >= passage.get(c.chunk_id, 0.0) - 1e-9 for c in boosted.chunks)
+    assert any(c.score > passage.get(c.chunk_id, 0.0) + 1e-9 for c in boosted.chunks)
+    assert [c.chunk_id for c in boosted.chunks] != [c.chunk_id for c in vec.chunks]
+    # weight: only chunks the chosen entities/relations carry, by how many carry them
     ws = [c.score for c in wt.chunks]
     assert ws == sorted(ws, reverse=True) and all(float(x).is_integer() and x >= 1 for x in ws)
     few = retrieve(ix, Q, _settings(project, chunk_top_k=2, top_k=5), mode="hybrid", keywords=kw)
@@ -188,6 +224,14 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
     assert 2 <= len(few.chunks) <= 4                     # weight: two from local, two from global, interleaved
     with pytest.raises(UsageError, match="chunk_pick"):
         retrieve(ix, Q, _settings(project, chunk_pick="random"), mode="local", keywords=kw)
+
+
+def test_chunk_pick_boost_by_embedder(sample_project: Path) -> None:
+    s = Project(sample_project).settings()
+    s = replace(s, query=replace(s.query, chunk_pick_boost=0.1, builtin_chunk_pick_boost=1.0))
+    assert chunk_pick_boost(s) == 1.0
+    assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="st:/models/minilm"))) == 0.1
+    assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="openai/text-embedding-3-small"))) == 0.1
 
 
 # -- reranker --------------------------------------------------------------------------------------------------

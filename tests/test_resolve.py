@@ -38,7 +38,7 @@ def rec(chunk_id: str, entities: list, relations: list | None = None) -> Extract
 def resolve_records(tmp_path: Path, records: list[ExtractionRecord], settings: Settings | None = None):
     settings = settings or Settings()
     latest = {r.chunk_id: r for r in records}
-    res = finalize(merge_records(latest[c] for c in sorted(latest)), Summarizer(Project(tmp_path), settings))
+    res = finalize(merge_records(lambda: (latest[c] for c in sorted(latest))), Summarizer(Project(tmp_path), settings))
     res.facts = list(res.facts)
     return res
 
@@ -285,7 +285,7 @@ def test_records_stream_latest_usable_in_chunk_id_order(tmp_path: Path) -> None:
     got = list(iter_current_extractions(project))
     assert [r.chunk_id for r in got] == sorted(cids[t] for t in ("alpha", "gamma", "delta"))
     assert {r.entities[0].name for r in got} == {"Alpha Two", "Gamma", "Delta"}
-    assert merge_records(iter_current_extractions(project)).records == 3
+    assert merge_records(lambda: iter_current_extractions(project)).records == 3
 
 
 # ----------------------------------------------------------------------------------------------- incremental

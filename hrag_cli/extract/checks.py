@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions
+from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions, type_forms
 
 OTHER_TYPE = "other"
 PROMPT_EXAMPLE = "prompt_example"
@@ -55,14 +55,13 @@ def configured_type(t: str, types: frozenset[str]) -> str | None:
     """`t` as one of the configured types, or None."""
     if t in types:
         return t
-    for cand in (t[:-1] if t.endswith("s") else "", t.replace("isation", "ization"), t.replace("ise", "ize")):
-        if cand and cand in types:
-            return cand
-    return None
+    return next((cand for cand in type_forms(t) if cand in types), None)
 
 
-def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str]) -> ParseResult:
-    """A new ParseResult with the checks above applied, each dropped row counted per reason."""
+def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterable[str],
+                     retype: bool = True) -> ParseResult:
+    """A new ParseResult with the checks above applied, each dropped row counted per reason. `retype` False (a
+    schema is given): types stay as the model wrote them, for the prune step to map onto the schema."""
     types = allowed_types(entity_types)
     text = fold(chunk_text)
     dropped: dict[str, int] = {}
@@ -72,11 +71,11 @@ def check_extraction(result: ParseResult, chunk_text: str, entity_types: Iterabl
         if _copied(e.name, text):
             add_counts(dropped, {PROMPT_EXAMPLE: 1})
             continue
-        t = configured_type(e.type, types)
+        t = configured_type(e.type, types) if retype else e.type
         if t is None and e.type != UNKNOWN_TYPE:
             t, retyped = OTHER_TYPE, retyped + 1
         entities.append(e if t is None or t == e.type else replace(e, type=t))
-    listed = {fold(e.name) for e in entities}
+    listed = {fold(n) for e in entities for n in (e.name, *e.aliases)}
 
     def problem(name: str) -> str:
         if fold(name) in listed:

@@ -13,8 +13,10 @@ from typing import Any
 from ..config import ExtractSettings
 from ..records import Chunk, ExtractionRecord
 from .checks import check_extraction
-from .parser import PARSER_VERSION, ParseResult, add_counts, merge_gleaning, parse_extraction
+from .parser import (PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning,
+                     parse_extraction, says_nothing_more)
 from .prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
+from .schema import Schema, schema_of
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
 NONTRIVIAL_WORDS = 8
@@ -34,16 +36,43 @@ class Answer:
     truncated: int = 0       # rows dropped because the cut went through them
 
 
-def read_answer(text: str, finish_reason: str = "", entity_types: list[str] | None = None) -> Answer:
+@dataclass(frozen=True)
+class Frame:
+    """What an extraction is asked for: the entity types, and the schema when one is given (its types replace
+    the configured list, relation rows carry a relation type when it has relation types)."""
+
+    types: list[str]
+    schema: Schema | None = None
+
+    @property
+    def typed(self) -> bool:
+        return bool(self.schema is not None and self.schema.relations)
+
+
+def frame_of(settings: ExtractSettings) -> Frame:
+    schema = schema_of(settings)
+    return Frame(schema.entity_names if schema is not None else settings.entity_types, schema)
+
+
+def read_answer(text: str, finish_reason: str = "", frame: Frame | None = None, gleaning: bool = False) -> Answer:
     """Parse one answer. An answer cut at max_tokens ends in a row cut short, which may still parse
-    ('Estuary: "River that meets an unusually'): that last line is dropped and counted as truncated."""
+    ('Estuary: "River that meets an unusually'): that last line is dropped and counted as truncated.
+    A gleaning answer without rows either says that nothing was missed (parser.says_nothing_more, in any
+    of its languages: a finished answer) or is counted as `unreadable_gleaning`."""
+    types, typed = (frame.types, frame.typed) if frame is not None else (None, False)
     cut = finish_reason == "length"
     truncated = 0
     if cut and not text.endswith("\n"):
         text, _, tail = text.rpartition("\n")
-        rest = parse_extraction(tail, entity_types)     # prose cut short is not a row; a record cut short is
+        rest = parse_extraction(tail, types, typed)     # prose cut short is not a row; a record cut short is
         truncated = 1 if rest.entities or rest.relations or rest.n_dropped else 0
-    return Answer(parse_extraction(text, entity_types), cut, truncated)
+    result = parse_extraction(text, types, typed)
+    if gleaning and not cut and not (result.entities or result.relations or result.n_dropped):
+        if says_nothing_more(text):
+            result.complete = True
+        else:
+            result.dropped[UNREADABLE_GLEANING] = 1
+    return Answer(result, cut, truncated)
 
 
 def build_record(chunk: Chunk, extractor: str, result: ParseResult, rounds: int, keys: list[str],
@@ -123,7 +152,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     --retry-failed completes it)."""
     from ..llm import LLMError, failure_cause
 
-    messages = build_extraction_messages(chunk.text, settings.entity_types, settings.language)
+    frame = frame_of(settings)
+    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema)
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
     budget = answer_budget(chunk, settings, client.settings.max_tokens)
@@ -139,8 +169,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
                             error=cause.explain(exc) if cause else str(exc),
                             error_kind=cause.kind if cause else "rejected", attempt=attempt)
     keys.append(first.key)
-    types = settings.entity_types
-    answer = last = read_answer(first.text, first.finish_reason, types)
+    types = frame.types
+    answer = last = read_answer(first.text, first.finish_reason, frame)
     result, truncated = answer.result, answer.truncated
     gleanings, conts, glean_max = 0, 0, glean_rounds_for(chunk, settings)
     lost = lost_kind = ""
@@ -169,7 +199,8 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             lost, lost_kind = f"{what} round {done + 1} lost: {cause.explain(exc) if cause else exc}", what
             break
         keys.append(more.key)
-        last = read_answer(more.text, more.finish_reason, types)
+        last = read_answer(more.text, more.finish_reason, frame, gleaning=purpose == "glean")
+        size = len(result.entities) + len(result.relations)
         result = merge_gleaning(result, last.result, types)
         truncated += last.truncated
         if purpose == "continue":
@@ -177,16 +208,20 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             may_glean = bool(result.entities or result.relations) and last.result.complete and not last.cut
         else:
             gleanings += 1
-            may_glean = _should_glean(last)
+            # another round only after one that found something new: a round that repeats rows is done too
+            may_glean = _should_glean(last) and len(result.entities) + len(result.relations) > size
         history.append({"role": "assistant", "content": more.text})
-    return build_record(chunk, extractor, check_extraction(result, chunk.text, types), gleanings, keys,
+    return build_record(chunk, extractor, check_extraction(result, chunk.text, types, frame.schema is None),
+                        gleanings, keys,
                         error_kind=lost_kind, truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt,
                         continuations=conts)
 
 
-def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types: list[str]) -> ExtractionRecord | None:
-    """Rebuild a record from its cached answers with the current parser and checks; None when an answer is
-    missing from the cache (or the record never had any), since re-parsing must not call the network."""
+def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, frame: Frame,
+                  extractor: str = "") -> ExtractionRecord | None:
+    """Rebuild a record from its cached answers with the current parser, checks and schema (as `extractor`,
+    default the old record's); None when an answer is missing from the cache (or the record never had any),
+    since re-parsing must not call the network."""
     if not old.llm_keys:
         return None
     answers: list[Answer] = []
@@ -194,13 +229,15 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, entity_types
         rec = client.cached(key)
         if rec is None or not isinstance(rec.get("response"), str):
             return None
-        answers.append(read_answer(rec["response"], str(rec.get("finish_reason") or ""), entity_types))
+        gleaning = bool(answers) and not answers[-1].cut      # the round after a finished answer gleaned
+        answers.append(read_answer(rec["response"], str(rec.get("finish_reason") or ""), frame, gleaning))
     result, truncated = answers[0].result, answers[0].truncated
     for extra in answers[1:]:
-        result = merge_gleaning(result, extra.result, entity_types)
+        result = merge_gleaning(result, extra.result, frame.types)
         truncated += extra.truncated
     lost = old.error if old.status == "partial" else ""
-    return build_record(chunk, old.extractor, check_extraction(result, chunk.text, entity_types),
+    return build_record(chunk, extractor or old.extractor,
+                        check_extraction(result, chunk.text, frame.types, frame.schema is None),
                         len(answers) - 1 - old.continuations, old.llm_keys, truncated=truncated,
                         cut=answers[0].cut, lost=lost, error_kind=old.error_kind if lost else "",
                         attempt=old.attempt, continuations=old.continuations)

@@ -34,6 +34,7 @@ __all__ = ["import_openie", "openie_extractor_id", "normalise_ws", "openie_rows"
 
 _WS = re.compile(r"\s+")
 IMPORT_VERSION = "openie-import-v2"     # v2: names keep their punctuation, long names and drops counted
+EXTRACTOR_PREFIX = "openie:"            # of every imported record's `extractor`
 MALFORMED_TRIPLE = "malformed_triple"
 TRUNCATED = "truncated"                 # same reason as a cut-off LLM answer's last row
 
@@ -44,7 +45,7 @@ def normalise_ws(text: str) -> str:
 
 def openie_extractor_id(path: Path) -> str:
     """The `extractor` field of imported records: changes when the file's content or this importer does."""
-    return f"openie:{fingerprint(IMPORT_VERSION, text_hash(Path(path).read_bytes().decode('utf-8', 'replace')))}"
+    return f"{EXTRACTOR_PREFIX}{fingerprint(IMPORT_VERSION, text_hash(Path(path).read_bytes().decode('utf-8', 'replace')))}"
 
 
 def _load_docs(path: Path) -> list[dict]:

@@ -22,7 +22,7 @@ from hrag_cli.normalize import QUOTES, strip_quotes
 from hrag_cli.records import ExtractedEntity, ExtractedRelation
 
 # Bump when a change makes the same answer parse differently; `hrag index --reparse` applies it.
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 
 DEFAULT_PREDICATE = "related to"
 UNKNOWN_TYPE = "unknown"
@@ -36,6 +36,7 @@ MISSING_ENDPOINT = "missing_endpoint"    # relation row without a source or a ta
 SELF_RELATION = "self_relation"          # relation of an entity to itself
 UNKNOWN_RECORD = "unknown_record"        # a delimited row whose first field is no record keyword or type
 UNREADABLE_ROW = "unreadable_row"        # a record keyword followed by a delimiter we cannot read
+UNREADABLE_GLEANING = "unreadable_gleaning"   # a gleaning answer with no rows that is no "nothing more" either
 
 _SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
@@ -173,6 +174,24 @@ def clean_type(s: str) -> str:
     return t or UNKNOWN_TYPE
 
 
+def type_forms(key: str) -> tuple[str, ...]:
+    """The type names a stored type `key` may stand for besides itself, singular and American spelling first:
+    persons -> person, companies -> company, classes -> class, organisations -> organization, people -> person.
+    The checks map a model's type onto the configured list with it, the prune step onto a schema."""
+    forms: list[str] = []
+    for word in dict.fromkeys((key, key.replace("isation", "ization").replace("ise", "ize"))):
+        forms.append(word)
+        if word.endswith("ies"):
+            forms.append(word[:-3] + "y")
+        if word.endswith("es"):
+            forms.append(word[:-2])
+        if word.endswith("s") and not word.endswith("ss"):
+            forms.append(word[:-1])
+    if key == "people":
+        forms.append("person")
+    return tuple(f for f in dict.fromkeys(forms) if f and f != key)
+
+
 def _clean_keywords(s: str) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
@@ -230,6 +249,33 @@ def _normalise(text: str) -> tuple[str, bool]:
         text = _HASH_SEP_RE.sub("\n", text)
         text = _QUOTED_HASH_RE.sub("\\1" + _SEP, text)
     return text, complete
+
+
+# How a gleaning answer says that nothing was missed, once the completion marker is removed and the text is
+# case-folded: English, German, French, Spanish, Portuguese, Italian, Chinese and Japanese, bare or in a
+# short sentence ("No additional entities or relations were found.").
+_NOTHING_MORE_RE = re.compile(
+    r"(?:(?:none|no|nope|n/a|nil|nothing)\b|no (?:more|other|additional|further|new|missing|missed)\b"
+    r"|nothing (?:more|else|new|further|additional|was missed|is missing|to add)\b"
+    r"|there (?:is|are|was|were) (?:nothing|no)\b|i (?:did not|didn't) miss\b|all (?:entities|relations|records)\b"
+    r"|keine?\b|nichts\b|es (?:gibt|wurden?) (?:keine|nichts)\b|alle (?:entitäten|relationen|beziehungen)\b"
+    r"|aucun(?:e|s|es)?\b|rien\b|il n'y a (?:rien|pas|aucun)|pas d'autres?\b|tout a été\b"
+    r"|nada\b|ningun[oa]?s?\b|ningún\b|no hay\b|no (?:se )?(?:encontr|falt|omit)|todas? (?:las|los)\b"
+    r"|nenhum[a]?\b|nessun[oa]?\b|niente\b|non (?:ci sono|c'è)\b"
+    r"|没有|无|沒有|無|已(?:全部|经全部)|全部(?:已|都)|なし|ありません)"
+    r"[^\n]{0,160}")
+
+
+def says_nothing_more(text: str) -> bool:
+    """A gleaning answer that says nothing was missed: empty after the completion marker is taken out, or one
+    short line in one of the "nothing more" forms above. Never true of an answer with a delimited row."""
+    if not isinstance(text, str) or len(text) > 400:
+        return False
+    norm, _ = _normalise(text)
+    if _SEP in norm:
+        return False
+    t = " ".join(norm.split()).strip(" .!。！*`\"'-:").casefold()
+    return not t or _NOTHING_MORE_RE.fullmatch(t) is not None
 
 
 def _tail_keyword(part: str) -> tuple[str, str] | None:
@@ -385,6 +431,9 @@ def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> Extra
         return NAME_TOO_LONG
     type_raw = fields[1] if len(fields) > 1 else ""
     desc_parts = [_clean_text(f) for f in fields[2:]]
+    aliases = alias_list(fields[-1], name) if len(fields) >= 4 else None
+    if aliases is not None:
+        desc_parts = desc_parts[:-1]
     desc = "; ".join(p for p in desc_parts if p)
     if not desc and len(_clean_text(type_raw).split()) > 3:
         # Type slot holds a sentence: the model skipped the type.
@@ -394,7 +443,42 @@ def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> Extra
         typ = kw_type           # `event<|#|>Spring Fair<|#|>online event<|#|>...` is an event
     if typ == UNKNOWN_TYPE and not desc:
         return NAME_ONLY        # `Entity<|#|>2023`: nothing was said about it
-    return ExtractedEntity(name=name, type=typ, description=desc)
+    return ExtractedEntity(name=name, type=typ, description=desc, aliases=aliases or [])
+
+
+_NO_ALIASES = {"none", "n/a", "na", "-", "--", "—", "nil", "no aliases", "keine", "aucun", "aucune", "ninguno",
+               "ninguna", "无", "没有", "無"}
+_ALIAS_PREFIX_RE = re.compile(r"(?:aliases|alias|also known as|aka|other names)[ \t]*+:?+[ \t]*+", re.IGNORECASE)
+_MAX_ALIASES = 12
+
+
+def alias_list(s: str, name: str) -> list[str] | None:
+    """The aliases field of an entity row (names separated by ';', or ',' when there is no ';'), or None
+    when the field reads like the end of a description rather than a list of names: a sentence, a long
+    phrase, or a lowercase multi-word phrase ("born in 1911"). Names equal to `name` are left out."""
+    t = _clean_text(s)
+    m = _ALIAS_PREFIX_RE.match(t)
+    labelled = m is not None
+    if m is not None:
+        t = t[m.end():]
+    if t.casefold().strip(" .") in _NO_ALIASES:
+        return []
+    if not t:
+        return [] if labelled else None
+    items = [clean_name(p) for p in t.split(";" if ";" in t else ",")]
+    items = [p for p in items if p]
+    if not items or len(items) > _MAX_ALIASES:
+        return None
+    for item in items:
+        words = item.split()
+        if len(words) > 6 or len(item) > MAX_NAME_CHARS or not any(c.isalnum() for c in item):
+            return None
+        if len(words) > 1 and not labelled and not any(c.isupper() or (c.isalpha() and not c.isascii())
+                                                       for c in item):
+            return None
+    if t.endswith(("!", "?", "。")) or (t.endswith(".") and " " in items[-1]):
+        return None
+    return union_aliases(name, [], items)
 
 
 def fold(s: str) -> str:
@@ -403,9 +487,23 @@ def fold(s: str) -> str:
 
 
 def mentions(text_folded: str, name: str) -> bool:
-    """`name` occurs in the folded text as whole words."""
+    """`name` occurs in the folded text as whole words (no word character, as regex \\w, on either side). A
+    scan with str.find, not a regex per name: compiling one for each of thousands of names cost 1 ms a name."""
     n = fold(name)
-    return bool(n) and re.search(r"(?<!\w)" + re.escape(n) + r"(?!\w)", text_folded) is not None
+    if not n:
+        return False
+    start = text_folded.find(n)
+    while start != -1:
+        end = start + len(n)
+        if not (start and _is_word(text_folded[start - 1])) and not (end < len(text_folded)
+                                                                     and _is_word(text_folded[end])):
+            return True
+        start = text_folded.find(n, start + 1)
+    return False
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _predicate_from(desc: str, src: str, tgt: str) -> str:
@@ -419,8 +517,9 @@ def _predicate_from(desc: str, src: str, tgt: str) -> str:
     return ""
 
 
-def _relation_row(fields: list[str]) -> ExtractedRelation | str:
-    """A relation, or the reason the row is dropped."""
+def _relation_row(fields: list[str], typed: bool = False) -> ExtractedRelation | str:
+    """A relation, or the reason the row is dropped. `typed` (a schema prompt): a row with four or more fields
+    before the strength starts them with its relation type."""
     if len(fields) < 2:
         return MISSING_ENDPOINT
     src, tgt = clean_name(fields[0]), clean_name(fields[1])
@@ -436,8 +535,11 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         strength = _parse_strength(rest[-1])
         if strength is not None:
             rest = rest[:-1]
-        elif len(rest) == 4 and len(rest[-1].split()) <= 2:
+        elif len(rest) == 4 + typed and len(rest[-1].split()) <= 2:
             rest = rest[:-1]  # our 7-field row with a non-numeric strength ("high"): treat as missing
+    rel_type = ""
+    if typed and len(rest) >= 4:
+        rel_type, rest = clean_type(rest[0]), rest[1:]
     predicate, keywords, desc = "", [], ""
     if len(rest) == 1:
         # A predicate, or (nano-graphrag: src, tgt, description, strength) a description.
@@ -470,6 +572,7 @@ def _relation_row(fields: list[str]) -> ExtractedRelation | str:
         keywords=keywords,
         description=desc,
         strength=1.0 if strength is None else strength,
+        rel_type=rel_type,
     )
 
 
@@ -484,12 +587,23 @@ def _type_rank(e: ExtractedEntity, types: frozenset[str]) -> int:
 
 def merge_entity(old: ExtractedEntity, new: ExtractedEntity, types: frozenset[str]) -> ExtractedEntity:
     """Two rows of one entity: the row with the more trustworthy type wins, then the longer description;
-    the first row's spelling of the name stays. (Longest description alone would pick a row whose fields
-    were shifted, e.g. a description in the type slot.)"""
+    the first row's spelling of the name stays, and the aliases of both are kept. (Longest description alone
+    would pick a row whose fields were shifted, e.g. a description in the type slot.)"""
     ro, rn = _type_rank(old, types), _type_rank(new, types)
-    if (rn, len(new.description)) > (ro, len(old.description)):
-        return replace(new, name=old.name)
-    return old
+    keep = replace(new, name=old.name) if (rn, len(new.description)) > (ro, len(old.description)) else old
+    aliases = union_aliases(old.name, old.aliases, new.aliases)
+    return keep if aliases == keep.aliases else replace(keep, aliases=aliases)
+
+
+def union_aliases(name: str, first: list[str], more: list[str]) -> list[str]:
+    """`first` then the names of `more` not seen yet (case-insensitively), none equal to `name`."""
+    seen = {_name_key(name)}
+    out: list[str] = []
+    for a in (*first, *more):
+        if _name_key(a) not in seen:
+            seen.add(_name_key(a))
+            out.append(a)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- public
@@ -504,16 +618,17 @@ def allowed_types(entity_types: Iterable[str] | None) -> frozenset[str]:
     return frozenset(clean_type(t) for t in entity_types if t and t.strip())
 
 
-def parse_extraction(text: str, entity_types: Iterable[str] | None = None) -> ParseResult:
+def parse_extraction(text: str, entity_types: Iterable[str] | None = None, typed: bool = False) -> ParseResult:
     """Parse one LLM extraction answer; never raises, whatever the model wrote. `entity_types` (default:
-    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows."""
+    the prompt's) are the types a row may use as its record keyword, and rank duplicate rows; `typed`: the
+    prompt asked for a relation type in each relation row (a schema)."""
     try:
-        return _parse(text, allowed_types(entity_types))
+        return _parse(text, allowed_types(entity_types), typed)
     except Exception:  # pragma: no cover - defensive: a parser bug must not kill a whole indexing run
         return ParseResult(dropped={"parser_error": 1})
 
 
-def _parse(text: str, types: frozenset[str]) -> ParseResult:
+def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
@@ -554,7 +669,7 @@ def _parse(text: str, types: frozenset[str]) -> ParseResult:
                 old = entities.get(key)
                 entities[key] = ent if old is None else merge_entity(old, ent, types)
             elif kind == "relation":
-                rel = _relation_row(fields[1:])
+                rel = _relation_row(fields[1:], typed)
                 if isinstance(rel, str):
                     drop(rel)
                     continue

@@ -8,7 +8,9 @@ prompt prefixes can reuse the long instructions across chunks.
 
 from __future__ import annotations
 
-PROMPT_VERSION: str = "hrag-extract-v1"
+from typing import Any
+
+PROMPT_VERSION: str = "hrag-extract-v2"
 
 FIELD_DELIMITER: str = "<|#|>"
 COMPLETION_MARKER: str = "<|COMPLETE|>"
@@ -28,7 +30,8 @@ DEFAULT_ENTITY_TYPES: list[str] = [
 # a multi-word predicate, dates/quantities as entities, and the completion marker.
 _EXAMPLE_TEXT = (
     "In 1911 the engineer Marta Vidal lit the first lamp of the Corvo Point lighthouse for the Harbour "
-    "Board of Santa Luzia. The lens was ground by the glassworks Irmãos Faria in Braga and could be seen "
+    "Board of Santa Luzia. The lens was ground by the glassworks Irmãos Faria (the Faria Brothers) in Braga "
+    "and could be seen "
     "from 40 kilometres out at sea."
 )
 
@@ -38,7 +41,7 @@ _EXAMPLE_OUTPUT = "\n".join(
         f"entity{_D}Marta Vidal{_D}person{_D}Engineer who lit the first lamp of the Corvo Point lighthouse in 1911.",
         f"entity{_D}Corvo Point lighthouse{_D}artifact{_D}Lighthouse of the Harbour Board of Santa Luzia, first lit in 1911; its light was visible 40 kilometres out at sea.",
         f"entity{_D}Harbour Board of Santa Luzia{_D}organization{_D}Port authority for which the Corvo Point lighthouse was put into service.",
-        f"entity{_D}Irmãos Faria{_D}organization{_D}Glassworks in Braga that ground the lens of the Corvo Point lighthouse.",
+        f"entity{_D}Irmãos Faria{_D}organization{_D}Glassworks in Braga that ground the lens of the Corvo Point lighthouse.{_D}Faria Brothers",
         f"entity{_D}Braga{_D}location{_D}Town where the glassworks Irmãos Faria is located.",
         f"entity{_D}1911{_D}date{_D}Year the Corvo Point lighthouse was first lit.",
         f"entity{_D}40 kilometres{_D}quantity{_D}Distance from which the Corvo Point lighthouse could be seen at sea.",
@@ -58,29 +61,39 @@ def worked_example() -> tuple[str, str]:
     return _EXAMPLE_TEXT, _EXAMPLE_OUTPUT
 
 
+# Rules both extraction prompts share, word for word.
+_NAME_RULE = """- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names."""
+_ENTITY_DESC_RULE = """- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+- ALIASES: other names the passage itself uses for the same entity (a short form, an abbreviation, a translation, a former name), separated by semicolons. Leave the field out when there are none, and never list a different entity."""
+_ENDPOINT_RULE = """- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically."""
+_RELATION_TAIL = """- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
+- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
+- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
+- Do not relate an entity to itself. Skip relations you would have to guess."""
+_FORMAT_HEAD = f"""- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
+entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}ALIASES"""
+_FORMAT_TAIL = f"""- Never use the delimiter inside a field, and never split a record over several lines.
+- List all entities first, then all relations.
+- After the last record write {COMPLETION_MARKER} on its own line."""
+
+
 _EXTRACTION_SYSTEM = f"""You build a knowledge graph from text. From the passage the user gives you, list the entities it mentions and the relations it states between them.
 
 ENTITIES
 - Extract every clearly identifiable entity whose type is one of the allowed types. If something important fits none of them, use the closest type.
-- NAME: copy the name exactly as it is written in the passage (same spelling, language and capitalisation). Use the fullest form the passage gives, and use that same form everywhere in your output. Do not translate names.
+{_NAME_RULE}
 - TYPE: exactly one of the allowed types, in lowercase.
-- DESCRIPTION: one or two self-contained sentences saying what the passage tells us about the entity. Use only facts from the passage.
+{_ENTITY_DESC_RULE}
 
 RELATIONS
-- Extract every relation the passage states or clearly implies between two of the entities you listed. Both SOURCE and TARGET must be names you listed as entities, written identically.
+{_ENDPOINT_RULE}
 - PREDICATE: a short verb phrase read from SOURCE to TARGET, such as "founded", "was born in", "is part of", "acquired". Lowercase unless it contains a proper name.
-- KEYWORDS: a few comma-separated words or short phrases naming the general theme of the relation.
-- DESCRIPTION: one sentence explaining how the two are related, based on the passage.
-- STRENGTH: an integer from 1 (weak or incidental) to 10 (central, explicitly stated).
-- Do not relate an entity to itself. Skip relations you would have to guess.
+{_RELATION_TAIL}
 
 OUTPUT FORMAT
-- One record per line, fields separated by the delimiter {FIELD_DELIMITER}, with no other text, numbering, bullets, quotes or markdown:
-entity{FIELD_DELIMITER}NAME{FIELD_DELIMITER}TYPE{FIELD_DELIMITER}DESCRIPTION
+{_FORMAT_HEAD}
 relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
-- Never use the delimiter inside a field, and never split a record over several lines.
-- List all entities first, then all relations.
-- After the last record write {COMPLETION_MARKER} on its own line.
+{_FORMAT_TAIL}
 
 EXAMPLE
 Allowed types: person, organization, location, event, artifact, concept, date, quantity
@@ -92,20 +105,107 @@ Output:
 """
 
 
+# The schema prompt (a schema file is given): the user's types with their descriptions go in the system message
+# (the same for every chunk, so prefix caching still works) and each relation row carries a relation type.
+SCHEMA_PROMPT_VERSION: str = "hrag-extract-schema-v2"
+
+_EXAMPLE_SCHEMA = """Entity types:
+- person: A human being.
+- organization: A company, authority or other body.
+- artifact: A made object, building or machine.
+- location: A named place.
+Relation types:
+- commissioned: A person puts an artifact into service. (person -> artifact)
+- made: An organization manufactures an artifact. (organization -> artifact)
+- serves: An artifact is run for an organization. (artifact -> organization)
+- located_in: Something is situated in a place. (organization -> location, artifact -> location)"""
+
+_EXAMPLE_TYPED_OUTPUT = "\n".join(
+    [
+        *_EXAMPLE_OUTPUT.split("\n")[:5],
+        f"relation{_D}Marta Vidal{_D}Corvo Point lighthouse{_D}commissioned{_D}lit the first lamp of{_D}commissioning, engineering{_D}Marta Vidal put the Corvo Point lighthouse into service by lighting its first lamp.{_D}9",
+        f"relation{_D}Corvo Point lighthouse{_D}Harbour Board of Santa Luzia{_D}serves{_D}was operated for{_D}ownership, port authority{_D}The lighthouse was lit on behalf of the Harbour Board of Santa Luzia.{_D}7",
+        f"relation{_D}Irmãos Faria{_D}Corvo Point lighthouse{_D}made{_D}ground the lens of{_D}manufacturing, optics{_D}The glassworks Irmãos Faria made the lighthouse's lens.{_D}8",
+        f"relation{_D}Irmãos Faria{_D}Braga{_D}located_in{_D}is located in{_D}location{_D}The glassworks Irmãos Faria is in Braga.{_D}6",
+        COMPLETION_MARKER,
+    ]
+)
+
+
+def _schema_listing(schema: Any) -> str:
+    """The schema as the prompt shows it: one line per type with its description, relation patterns after."""
+    lines = ["Entity types:"]
+    for t in schema.entities:
+        props = f" Properties worth describing: {', '.join(t.properties)}." if t.properties else ""
+        lines.append(f"- {t.name}: {t.description}{props}")
+    if schema.relations:
+        lines.append("Relation types:")
+    for r in schema.relations:
+        pairs = ", ".join(f"{a} -> {b}" for a, b in r.patterns) or "any two entity types"
+        props = f" Properties worth describing: {', '.join(r.properties)}." if r.properties else ""
+        lines.append(f"- {r.name}: {r.description} ({pairs}){props}")
+    return "\n".join(lines)
+
+
+def _schema_system(schema: Any) -> str:
+    typed = bool(schema.relations)
+    rel_type_field = f"{FIELD_DELIMITER}RELATION_TYPE" if typed else ""
+    rel_type_rule = ("- RELATION_TYPE: the one relation type of the schema that the relation is an instance of, "
+                     "and whose (source type -> target type) pairs fit the types of SOURCE and TARGET. Skip a "
+                     "relation that no relation type fits.\n") if typed else ""
+    rows = _EXAMPLE_OUTPUT.split("\n")   # untyped: the rows among the example schema's four entity types
+    example = _EXAMPLE_TYPED_OUTPUT if typed else "\n".join([*rows[:5], *rows[7:11], COMPLETION_MARKER])
+    example_schema = _EXAMPLE_SCHEMA if typed else _EXAMPLE_SCHEMA.split("\nRelation types:")[0]
+    return f"""You build a knowledge graph of the kinds of things the schema below names. From the passage the user gives you, list the entities of those types it mentions and the relations it states between them.
+
+SCHEMA
+{_schema_listing(schema)}
+
+ENTITIES
+- Extract every clearly identifiable entity whose type is one of the schema's entity types. Leave out anything that fits none of them.
+{_NAME_RULE}
+- TYPE: exactly one of the schema's entity type names, as written above.
+{_ENTITY_DESC_RULE}
+
+RELATIONS
+{_ENDPOINT_RULE}
+{rel_type_rule}- PREDICATE: a short verb phrase read from SOURCE to TARGET in the passage's own terms, such as "founded", "was born in", "acquired". Lowercase unless it contains a proper name.
+{_RELATION_TAIL}
+
+OUTPUT FORMAT
+{_FORMAT_HEAD}
+relation{FIELD_DELIMITER}SOURCE{FIELD_DELIMITER}TARGET{rel_type_field}{FIELD_DELIMITER}PREDICATE{FIELD_DELIMITER}KEYWORDS{FIELD_DELIMITER}DESCRIPTION{FIELD_DELIMITER}STRENGTH
+{_FORMAT_TAIL}
+
+EXAMPLE (with its own small schema; for your answer use only the SCHEMA above)
+{example_schema}
+Passage:
+{_EXAMPLE_TEXT}
+
+Output:
+{example}
+"""
+
+
 def build_extraction_messages(
-    chunk_text: str, entity_types: list[str], language: str = "English"
+    chunk_text: str, entity_types: list[str], language: str = "English", schema: Any = None
 ) -> list[dict]:
-    """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format)."""
-    types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
+    """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format); with a
+    schema (extract/schema.Schema) the system message carries its types and relation rows a relation type."""
+    if schema is not None:
+        head, system = "", _schema_system(schema)
+    else:
+        types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
+        head, system = f"Allowed types: {types}\n", _EXTRACTION_SYSTEM
     user = (
-        f"Allowed types: {types}\n"
+        f"{head}"
         f"Write every DESCRIPTION, PREDICATE and KEYWORDS field in {language}; keep NAMES exactly as they "
         f"appear in the passage.\n\n"
         f"Passage:\n{chunk_text}\n\n"
         f"Output:"
     )
     return [
-        {"role": "system", "content": _EXTRACTION_SYSTEM},
+        {"role": "system", "content": system},
         {"role": "user", "content": user},
     ]
 
@@ -205,4 +305,19 @@ def build_fact_filter_messages(query: str, facts: list[tuple[str, str, str]]) ->
     )
     lines = "\n".join(f"{i}. ({s}, {p}, {o})" for i, (s, p, o) in enumerate(facts, 1))
     user = f"Question: {query}\n\nCandidate facts:\n{lines}\n\nJSON:"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def build_schema_messages(chunk_text: str) -> list[dict]:
+    """Messages asking which entity and relation types one passage shows (`hrag schema suggest`), as JSON."""
+    system = (
+        "You help design the schema of a knowledge graph. Given a passage, name the general kinds of things it "
+        "mentions and the general kinds of relations it states between them. Use short, general, lowercase "
+        "type names joined by underscores (person, organization, chemical_compound, works_for, located_in), "
+        "not names of particular things. Give each type a one-line description. For each relation type give "
+        "the entity types of its source and target. Reply with a JSON object only:\n"
+        '{"entity_types": [{"type": "...", "description": "..."}], '
+        '"relation_types": [{"type": "...", "description": "...", "source": "...", "target": "..."}]}'
+    )
+    user = f"Passage:\n{chunk_text}\n\nJSON:"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -54,16 +54,24 @@ def check_settings(settings: Settings) -> None:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
         raise UsageError("--entity-types must name at least one type")
+    from ..prune import check_prune_settings
+
+    check_prune_settings(settings)
 
 
 def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from .prompts import PROMPT_VERSION
+    from .prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from .schema import schema_of
 
     e = settings.extract
-    digest = fingerprint(settings.llm.model, PROMPT_VERSION, [t.strip().lower() for t in e.entity_types],
+    schema = schema_of(e)
+    # with a schema its types replace entity_types; without one the fingerprint is what it always was
+    what = ([t.strip().lower() for t in e.entity_types],) if schema is None else \
+        ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
+    digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
     return f"llm:{settings.llm.model}:{digest[:16]}"
@@ -88,43 +96,64 @@ def _record_digest(rec: dict) -> str:
     return fingerprint(rec)
 
 
-def _current_extractor(project: Project, chunk_ids: set[str], default: str | None) -> str | None:
-    """The extractor the project was last built with (manifest), else the one most chunks have records
-    from, else `default`."""
+def _current_extractor(project: Project, chunks: list[Chunk] | None, default: str | None) -> str | None:
+    """The extractor the project was last built with (manifest), else the one most chunks (read when None)
+    have records from, else `default`."""
     stage = project.stage("extract")
     if stage and stage.counts.get("extractor"):
         return str(stage.counts["extractor"])
+    ids = {c.chunk_id for c in (load_chunks(project) if chunks is None else chunks)}
     counter: Counter[str] = Counter()
     for (cid, ext) in _latest_records(project):
-        if cid in chunk_ids:
+        if cid in ids:
             counter[ext] += 1
     if counter:
         return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     return default
 
 
-def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
-    """What resolve merges, as a dict by chunk id (iter_current_extractions holds one record at a time)."""
-    return {rec.chunk_id: rec for rec in iter_current_extractions(project)}
+def current_extractor(project: Project) -> str | None:
+    """The extractor whose records count now (see _current_extractor); None before any extraction."""
+    return _current_extractor(project, None, None)
 
 
-def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
-    """What resolve merges, in chunk_id order: for every chunk in chunks.jsonl, the latest record of the
-    extractor recorded in the manifest's extract stage, when that record has usable rows (ok, or partial: a
-    gleaning round was lost). Chunks without one are simply absent. One pass notes where each latest record
-    is; records are then read back one by one, so memory does not grow with the corpus."""
-    chunk_ids = {c["chunk_id"] for c in store.read_jsonl(project.chunks_path)}
-    extractor = _current_extractor(project, chunk_ids, None)
-    if extractor is None:
-        return
+def iter_current_records(project: Project, extractor: str) -> Iterator[tuple[Chunk, ExtractionRecord]]:
+    """Every current chunk with the latest usable record (ok, or partial: a gleaning round was lost) of
+    `extractor`, in chunk_id order; chunks without one are skipped. One pass notes where each latest record
+    is; records are then read back one by one, so memory does not grow with the extraction cache (at 100k
+    chunks, gigabytes as objects)."""
+    chunks = {ch.chunk_id: ch for ch in load_chunks(project)}
     where: dict[str, tuple[int, bool]] = {}          # chunk id -> (offset of its latest record, usable)
     for at, rec in store.scan_jsonl(project.extractions_path):
-        if isinstance(rec, dict) and rec.get("extractor") == extractor and rec.get("chunk_id") in chunk_ids:
+        if isinstance(rec, dict) and rec.get("extractor") == extractor and rec.get("chunk_id") in chunks:
             where[rec["chunk_id"]] = (at, rec.get("status", "ok") in USABLE)
-    offsets = [where[cid][0] for cid in sorted(where) if where[cid][1]]
-    del where, chunk_ids
-    for rec in store.read_jsonl_at(project.extractions_path, offsets):
-        yield ExtractionRecord.from_json(rec)
+    ids = [cid for cid in sorted(where) if where[cid][1]]
+    offsets = [where[cid][0] for cid in ids]
+    del where
+    for cid, rec in zip(ids, store.read_jsonl_at(project.extractions_path, offsets)):
+        yield chunks[cid], ExtractionRecord.from_json(rec)
+
+
+def iter_current_extractions(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
+    """What resolve merges, one record at a time in chunk_id order: for every chunk in chunks.jsonl, the latest
+    usable record of the extractor recorded in the manifest's extract stage, pruned (prune.py) under `settings`
+    when given. Chunks without one are simply absent."""
+    extractor = current_extractor(project)
+    if extractor is None:
+        return
+    if settings is None:
+        yield from (rec for _, rec in iter_current_records(project, extractor))
+        return
+    from ..prune import prune_record, prune_spec
+
+    spec = prune_spec(settings, extractor)
+    for ch, rec in iter_current_records(project, extractor):
+        yield prune_record(rec, ch.text, spec).record
+
+
+def load_current_extractions(project: Project, settings: Settings | None = None) -> dict[str, ExtractionRecord]:
+    """iter_current_extractions as a dict by chunk id."""
+    return {rec.chunk_id: rec for rec in iter_current_extractions(project, settings)}
 
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -202,6 +231,8 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                 attempts[ch.chunk_id] = _retry_args(rec)
         else:
             counts["cached"] += 1
+    if kind == "llm":
+        _note_schema_change(project, settings, counts, reporter, len(todo) if not reparse else 0)
     budget: BudgetExceeded | None = None
     if kind == "rules":
         _run_rules(project, todo, latest, reporter, counts)
@@ -211,8 +242,12 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
                 if reparse:
-                    _reparse(project, client, chunks, latest, extractor, reporter, counts,
-                             settings.extract.entity_types)
+                    from .llm_extractor import frame_of
+
+                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts,
+                                       frame_of(settings.extract))
+                    todo = [ch for ch in todo if ch.chunk_id not in created]
+                    counts["cached"] += len(created)
                 if todo:
                     asyncio.run(_run_llm(project, client, todo, settings, extractor, latest, reporter, counts,
                                          attempts))
@@ -236,6 +271,22 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     if counts["failed"] or counts["partial"]:
         reporter.warn(failure_summary(chunks, latest, extractor, counts))
     return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
+    """Record the schema's fingerprint; when it differs from the last run's and chunks are about to be asked
+    again because of it, say so in one line (a schema is a build setting: never changed without a word)."""
+    from .schema import schema_of
+
+    schema = schema_of(settings.extract)
+    if schema is None:
+        return
+    counts["schema_fingerprint"] = schema.fingerprint
+    prev = project.stage("extract")
+    before = prev.counts.get("schema_fingerprint") if prev else None
+    if todo and before and before != schema.fingerprint:
+        reporter.info(f"the schema {schema.path} changed since the last run: {todo} chunk(s) are extracted with "
+                      "its new prompt ('hrag index --reparse' re-reads the cached answers instead)")
 
 
 def _retry_args(rec: dict) -> dict:
@@ -398,17 +449,23 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
 
 
 def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tuple[str, str], dict],
-             extractor: str, reporter: Reporter, counts: dict, entity_types: list[str]) -> None:
-    """Re-parse every current chunk's cached answers with today's parser; no network call."""
+             extractor: str, reporter: Reporter, counts: dict, frame: Any) -> set[str]:
+    """Re-parse every current chunk's cached answers with today's parser, checks and schema; no network call.
+    A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
+    answers of its latest record by another extractor of the same model, so `--reparse` after a schema change
+    asks nothing; returns those chunks' ids."""
     from .llm_extractor import reparse_chunk
 
+    missing_ids = {ch.chunk_id for ch in chunks if (ch.chunk_id, extractor) not in latest}
+    earlier = _earlier_llm_records(project, missing_ids, extractor) if missing_ids else {}
     reparsed = changed = missing = 0
+    created: set[str] = set()
     with store.JsonlAppender(project.extractions_path) as out:
         for ch in chunks:
-            old = latest.get((ch.chunk_id, extractor))
-            if old is None:
+            old = latest.get((ch.chunk_id, extractor)) or earlier.get(ch.chunk_id)
+            if old is None or ch.chunk_id in created:
                 continue
-            new = reparse_chunk(client, ch, ExtractionRecord.from_json(old), entity_types)
+            new = reparse_chunk(client, ch, ExtractionRecord.from_json(old), frame, extractor)
             if new is None:
                 missing += 1
                 continue
@@ -418,9 +475,26 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
                 out.append(rec)
                 latest[(ch.chunk_id, extractor)] = rec
                 changed += 1
-    counts.update(reparsed=reparsed, reparse_changed=changed, reparse_missing=missing)
+            if old.get("extractor") != extractor:
+                created.add(ch.chunk_id)
+    counts.update(reparsed=reparsed, reparse_changed=changed, reparse_missing=missing,
+                  reparse_from_earlier=len(created))
     reporter.info(f"re-parsed {reparsed} chunk(s) from cached answers, {changed} changed"
+                  + (f", {len(created)} from an earlier extractor's answers" if created else "")
                   + (f", {missing} without cached answers" if missing else ""))
+    return created
+
+
+def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
+    """chunk_id -> the latest record with cached answers written by another extractor of the same LLM (the
+    extractor ids of one model differ only in their settings digest: llm:MODEL:DIGEST)."""
+    model = extractor.rsplit(":", 1)[0] + ":"
+    out: dict[str, dict] = {}
+    for rec in store.read_jsonl(project.extractions_path):
+        if (isinstance(rec, dict) and rec.get("chunk_id") in chunk_ids and rec.get("llm_keys")
+                and str(rec.get("extractor", "")).startswith(model) and rec.get("extractor") != extractor):
+            out[rec["chunk_id"]] = rec
+    return out
 
 
 def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
@@ -484,7 +558,10 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     from .llm_extractor import answer_budget, glean_rounds_for
     from .prompts import build_extraction_messages, build_gleaning_message
 
-    base = build_extraction_messages("", settings.extract.entity_types, settings.extract.language)
+    from .llm_extractor import frame_of
+
+    frame = frame_of(settings.extract)
+    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
     glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
     requests = prompt = completion = 0
@@ -514,7 +591,7 @@ def extraction_status(project: Project, settings: Settings) -> dict:
         default = settings_fingerprint(settings)
     except UsageError:
         default = None
-    extractor = _current_extractor(project, {c.chunk_id for c in chunks}, default)
+    extractor = _current_extractor(project, chunks, default)
     if extractor is None:
         return {"extraction": {"chunks": len(chunks)}, "failed_chunks": []}
     latest = _latest_records(project, {extractor})

@@ -21,10 +21,17 @@ def entity_line(e: dict) -> str:
     return f"- {e['name']} ({e.get('type') or 'unknown'}){desc}"
 
 
-def relation_line(r: dict) -> str:
+def relation_arrow(r: dict) -> str:
+    """The `A —[predicates]→ B` of a relation line, the predicates led by the schema relation type if any."""
     pred = "; ".join(r.get("predicates") or []) or "related to"
+    if r.get("rel_type"):
+        pred = f"{r['rel_type']}: {pred}"
+    return f"{r['src']} —[{pred}]→ {r['tgt']}"
+
+
+def relation_line(r: dict) -> str:
     desc = f": {r['description']}" if r.get("description") else ""
-    return f"- {r['src']} —[{pred}]→ {r['tgt']}{desc}"
+    return f"- {relation_arrow(r)}{desc}"
 
 
 def fact_line(f: dict) -> str:

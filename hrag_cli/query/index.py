@@ -170,7 +170,7 @@ class QueryIndex:
         from ..embed import get_embedder
 
         t0 = time.perf_counter()
-        emb = get_embedder(self.project, self.settings)
+        emb = get_embedder(self.project, self.settings, fail_fast=True)
         self._timed("embedder", t0)
         return emb
 

@@ -26,16 +26,17 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     return (scores - lo) / (hi - lo)
 
 
-def personalized_pagerank(graph, reset: np.ndarray, damping: float) -> np.ndarray:
-    """igraph PPR, undirected, edge weights; the reset vector need not be normalised. Mass at vertices with no
-    edges goes back to the reset distribution (igraph's PRPACK behaviour, which the numpy reference in the
-    tests reproduces)."""
+def personalized_pagerank(graph, reset: np.ndarray, damping: float, weights: list[float] | None = None) -> np.ndarray:
+    """igraph PPR, undirected, edge weights (`weights`, one per edge, in place of the stored ones); the reset
+    vector need not be normalised. Mass at vertices with no edges goes back to the reset distribution (igraph's
+    PRPACK behaviour, which the numpy reference in the tests reproduces)."""
     reset = np.asarray(reset, dtype=np.float64)
     if reset.shape != (graph.vcount(),):
         raise ValueError(f"reset has {reset.shape} entries, graph has {graph.vcount()} vertices")
     if reset.sum() <= 0:
         raise ValueError("reset vector is all zeros")
-    weights = "weight" if "weight" in graph.es.attributes() and graph.ecount() else None
+    if weights is None:
+        weights = "weight" if "weight" in graph.es.attributes() and graph.ecount() else None
     pr = graph.personalized_pagerank(directed=False, damping=damping, reset=reset.tolist(), weights=weights)
     return np.asarray(pr, dtype=np.float64)
 

@@ -15,11 +15,17 @@ from .keywords import reply_object
 FACT_FILTER_VALUES = ("auto", "on", "off")
 
 
-def filter_enabled(value: str, llm: Any) -> bool:
-    """Whether to filter: `on` without an LLM is a usage error naming the fix."""
+def check_fact_filter(value: str) -> str:
+    """The setting's value, lower-cased; anything but auto, on or off is a usage error in every mode."""
     value = (value or "auto").lower()
     if value not in FACT_FILTER_VALUES:
         raise UsageError(f"setting query.fact_filter: {value!r} must be auto, on or off")
+    return value
+
+
+def filter_enabled(value: str, llm: Any) -> bool:
+    """Whether ppr filters its facts: `on` without an LLM is a usage error naming the fix."""
+    value = check_fact_filter(value)
     if value == "on" and llm is None:
         raise UsageError("query.fact_filter = on needs an LLM: pass --llm-model or set HRAG_LLM_MODEL "
                          "(or set query.fact_filter = auto)")

@@ -23,7 +23,7 @@ from ..config import QuerySettings, Settings
 from ..errors import UsageError
 from .context import apply_budgets
 from .index import QueryIndex
-from .recognition import filter_enabled, recognize
+from .recognition import check_fact_filter, filter_enabled, recognize
 from .ppr import SeedWeights, build_reset, minmax, personalized_pagerank
 from .types import RankedChunk, Retrieval
 
@@ -243,7 +243,29 @@ def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_sco
     return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
 
 
-def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int, llm: Any = None) -> None:
+def walk_weights(ix: QueryIndex, synonym_weight: float) -> list[float] | None:
+    """The walk's edge weights on a rules-extractor graph: SYNONYM edges scaled by `synonym_weight` (None: the
+    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
+    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
+    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
+    if synonym_weight == 1.0:
+        return None
+    cache = ix.__dict__.setdefault("_walk_weights", {})
+    if synonym_weight not in cache:
+        from ..graph import SYNONYM
+
+        g = ix.graph
+        if not g.ecount() or "weight" not in g.es.attributes():
+            return None
+        cache[synonym_weight] = [w * synonym_weight if k == SYNONYM else w
+                                 for w, k in zip(g.es["weight"], g.es["kind"])]
+    return cache[synonym_weight]
+
+
+def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int,
+                 fact_filter: Any = None) -> None:
+    """HippoRAG 2's walk, fused with the passage scores for the first ranks; `fact_filter`: the LLM that
+    keeps the facts bearing on the query before they seed the walk (None: no filter)."""
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
@@ -254,9 +276,9 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     graph, vertex = ix.graph, ix.vertex
     hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
-    if facts and filter_enabled(s.fact_filter, llm):
+    if facts and fact_filter is not None:
         t1 = time.perf_counter()
-        kept = recognize(llm, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
+        kept = recognize(fact_filter, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
         facts = [facts[i] for i in kept]
         r.timings["fact_filter_ms"] = _ms(t1)
     for fid, score, fact in facts:
@@ -290,11 +312,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     cv = ix.chunk_vertices
     ok = cv >= 0
     reset = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight)
-    pr = personalized_pagerank(graph, reset, s.damping)
+    rules_graph = ix.extractor.startswith("rules")
+    pr = personalized_pagerank(graph, reset, s.damping,
+                               walk_weights(ix, s.rules_synonym_weight) if rules_graph else None)
     r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
     walk[ok] = pr[cv[ok]]
-    rules_graph = ix.extractor.startswith("rules")
     w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
     full = s.rules_walk_weight if rules_graph else s.walk_weight
     if w < min(full, 1.0):
@@ -321,9 +344,12 @@ def _relation_json(ix: QueryIndex, rid: str, score: float) -> dict | None:
     rel = ix.relations.get(rid)
     if rel is None:
         return None
-    return {"id": rel.id, "src": rel.src, "tgt": rel.tgt, "predicates": list(rel.predicates),
-            "keywords": list(rel.keywords), "description": rel.description, "weight": rel.weight,
-            "score": round(score, 4)}
+    out = {"id": rel.id, "src": rel.src, "tgt": rel.tgt, "predicates": list(rel.predicates),
+           "keywords": list(rel.keywords), "description": rel.description, "weight": rel.weight,
+           "score": round(score, 4)}
+    if rel.rel_type:     # only with a schema: untyped projects' --json keeps its shape
+        out["rel_type"] = rel.rel_type
+    return out
 
 
 def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
@@ -356,22 +382,33 @@ def pick_by_weight(ix: QueryIndex) -> ChunkPicker:
 
 
 def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0) -> ChunkPicker:
-    """LightRAG's `vector` pick: the chunks the selected entities/relations carry, ranked by their own
-    similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion is on),
-    plus `boost` x the share of the selected items that carry the chunk."""
+    """LightRAG's `vector` pick: the chunks the selected entities/relations carry, and the `limit` chunks most
+    similar to the query (so the graph reorders what naive would find instead of replacing it), ranked by
+    their own similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion
+    is on) plus `boost` x the share of the selected items that carry the chunk."""
     def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
-        row = ix.chunk_row
-        count: dict[str, int] = {}
+        row, ids = ix.chunk_row, ix.chunk_ids
+        count: dict[int, int] = {}
         n = 0
-        for ids, _ in sources:
+        for source_ids, _ in sources:
             n += 1
-            for cid in dict.fromkeys(ids):
+            for cid in dict.fromkeys(source_ids):
                 if cid in row:
-                    count[cid] = count.get(cid, 0) + 1
-        score = {c: float(passage[row[c]]) + boost * k / max(n, 1) for c, k in count.items()}
-        order = sorted(score, key=lambda c: -score[c])
-        return _ranked(ix, order, (score[c] for c in order), limit)
+                    count[row[cid]] = count.get(row[cid], 0) + 1
+        similar = (int(i) for i in np.argsort(-passage, kind="stable")[:limit])
+        score = {i: float(passage[i]) + boost * count.get(i, 0) / max(n, 1) for i in [*count, *similar]}
+        order = sorted(score, key=lambda i: -score[i])
+        return _ranked(ix, (ids[i] for i in order), (score[i] for i in order), limit)
     return pick
+
+
+def chunk_pick_boost(settings: Settings) -> float:
+    """The vector pick's graph boost for this project's embedder: `builtin_chunk_pick_boost` for the builtin
+    one, `chunk_pick_boost` for a model. The graph's evidence is worth more beside a weak similarity: with the
+    builtin embedder a boost of 1 lifted hybrid over naive on MuSiQue-100, while beside all-MiniLM-L6-v2's
+    better ranking it pushed hybrid under naive at R@2 (bench/retrieval.py)."""
+    builtin = (settings.embed.model or "builtin").strip() == "builtin"
+    return settings.query.builtin_chunk_pick_boost if builtin else settings.query.chunk_pick_boost
 
 
 def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
@@ -442,6 +479,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         raise UsageError("--top-k must be at least 1")
     if s.chunk_pick not in CHUNK_PICKS:
         raise UsageError(f"setting query.chunk_pick: {s.chunk_pick!r} must be one of {', '.join(CHUNK_PICKS)}")
+    check_fact_filter(s.fact_filter)
     if mode == "ppr":
         # damping 1 never converges (igraph spins forever), > 1 is an igraph internal error, and a negative
         # passage weight empties the reset vector: say which setting is wrong instead
@@ -449,13 +487,14 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             raise UsageError(f"setting query.damping: {s.damping!r} must be at least 0 and below 1")
         if s.passage_node_weight < 0:
             raise UsageError(f"setting query.passage_node_weight: {s.passage_node_weight!r} must not be negative")
+        fact_filter = llm if filter_enabled(s.fact_filter, llm) else None
     t_start = time.perf_counter()
     r = Retrieval(query=query, mode=mode)
     limit = max(s.top_k, 1)
     # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
     pool = max(limit * 4, 20)
     if mode == "ppr":
-        retrieve_ppr(ix, query, s, r, pool, llm=llm)
+        retrieve_ppr(ix, query, s, r, pool, fact_filter=fact_filter)
     elif mode == "naive":
         retrieve_naive(ix, query, s, r, pool)
     elif mode == "bm25":
@@ -472,7 +511,8 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         # one dense (+ BM25) pass over every chunk, shared by the vector pick and mix's naive side
         passage = (_passage_scores(ix, query, ix.embed_query(query), s, r)
                    if s.chunk_pick == "vector" or mode == "mix" else None)
-        pick = pick_by_vector(ix, passage, s.chunk_pick_boost) if s.chunk_pick == "vector" else pick_by_weight(ix)
+        pick = (pick_by_vector(ix, passage, chunk_pick_boost(settings)) if s.chunk_pick == "vector"
+                else pick_by_weight(ix))
         graph_limit = max(s.chunk_top_k, 1)
         low_text = ", ".join(keywords.get("low") or []) or query
         if mode == "local":

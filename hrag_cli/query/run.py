@@ -9,7 +9,8 @@ query), over the index as it is; nothing is rebuilt.
       "chunks": [{"rank": 1, "chunk_id": "...", "doc_id": "...", "path": "people/x.txt",
                   "score": 0.0123, "text": "..."}],          # best first, at most --top-k, token-budgeted
       "entities": [{"id", "name", "type", "description", "score", ...}],   # ppr: seed entities (+ seeded_by)
-      "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score"}],
+      "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score", ...}],
+                                                            # + rel_type when the relation has a schema type
       "facts": [{"id", "subject", "predicate", "object", "score"}],          # ppr: the facts that seeded it
       "keywords": {"high": [...], "low": [...]},            # LightRAG modes only, else {}
       "notes": ["..."],                                     # e.g. the dense fallback of ppr
@@ -34,7 +35,7 @@ from .. import store
 from ..config import Settings
 from ..errors import UsageError
 from ..project import Project
-from .context import build_context
+from .context import build_context, relation_arrow
 from .index import QueryIndex
 from .retrieval import retrieve
 from .types import Retrieval
@@ -200,7 +201,7 @@ def print_table(r: Retrieval, extra: dict) -> None:
     if r.relations:
         console.print("[bold]relations[/bold]:", highlight=False)
         for x in r.relations[:10]:
-            line = f"  {x['src']} —[{'; '.join(x['predicates'])}]→ {x['tgt']}"
+            line = f"  {relation_arrow(x)}"
             console.print(printable(line), highlight=False, markup=False)
     if r.keywords:
         console.print("[bold]keywords[/bold]: " + escape(f"high={r.keywords.get('high')} low={r.keywords.get('low')}"),

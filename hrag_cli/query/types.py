@@ -22,7 +22,7 @@ class Retrieval:
     mode: str
     chunks: list[RankedChunk] = field(default_factory=list)
     entities: list[dict] = field(default_factory=list)    # {id, name, type, description, score}
-    relations: list[dict] = field(default_factory=list)   # {id, src, tgt, predicates, keywords, description, weight, score}
+    relations: list[dict] = field(default_factory=list)   # {id, src, tgt, predicates, keywords, description, weight, score[, rel_type]}
     facts: list[dict] = field(default_factory=list)       # {id, subject, predicate, object, score}
     keywords: dict[str, list[str]] = field(default_factory=dict)   # {"high": [...], "low": [...]}
     notes: list[str] = field(default_factory=list)
