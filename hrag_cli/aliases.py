@@ -136,6 +136,11 @@ class _UnionFind:
         return True
 
 
+def needs_plan(rec: ExtractionRecord) -> bool:
+    """Whether a record can make two names one entity or one name two: a model's typed rows, or aliases."""
+    return rec.extractor.startswith(TYPED_EXTRACTORS) or any(e.aliases for e in rec.entities)
+
+
 def plan_merges(records: Iterable[ExtractionRecord]) -> MergeKeys:
     """The merge keys of every entity row of `records` (read once, one at a time, in chunk_id order; rows only,
     no relations); none at all for records of extractors whose types split nothing and that give no aliases:
@@ -145,9 +150,8 @@ def plan_merges(records: Iterable[ExtractionRecord]) -> MergeKeys:
     needed = False
     for rec in records:
         typed = rec.extractor.startswith(TYPED_EXTRACTORS)
-        needed = needed or typed
+        needed = needed or needs_plan(rec)
         for e in rec.entities:
-            needed = needed or bool(e.aliases)
             key = normalize_name(e.name) if isinstance(e.name, str) else ""
             if not key:
                 continue

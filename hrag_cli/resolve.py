@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import store
-from .aliases import MergeKeys, plan_merges
+from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, build_graph, edge_counts, save_graph
@@ -135,17 +135,26 @@ def _phrase(s: str) -> str:
 
 def merge_records(records: Callable[[], Iterable[ExtractionRecord]]) -> Merged:
     """`records()` yields the records one at a time in chunk_id order (so source lists come out sorted and
-    float sums do not depend on document order), afresh on each call: which names are one entity (aliases,
-    one name with two types) is decided first, in a pass of its own (aliases.plan_merges), then one pass
-    merges. The loop is written out flat (no helper calls per mention, plain dicts instead of Counters): it
-    runs once per mention, millions of times at scale."""
-    m = Merged(keys=plan_merges(records()))
+    float sums do not depend on document order), afresh on each call. Which names are one entity (aliases,
+    one name with two types) is decided first, in a pass of its own (aliases.plan_merges), for records that
+    need it; offline records never do, so for them the merge is the only pass (it starts over, planned, if
+    such a record turns up)."""
+    return _merge(records(), None) or _merge(records(), plan_merges(records()))
+
+
+def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merged | None:
+    """One pass; keys None: unplanned, and None back at the first record that needs a plan. The loop is
+    written out flat (no helper calls per mention, plain dicts instead of Counters): it runs once per mention,
+    millions of times at scale."""
+    m = Merged(keys=keys or MergeKeys())
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions = m.mentions
     ident, phrase, entity_id = _ident, _phrase, m.keys.entity_id
     dropped = loops = n_records = 0
 
-    for rec in records():
+    for rec in records:
+        if keys is None and needs_plan(rec):
+            return None
         chunk_id = rec.chunk_id
         n_records += 1
         per_chunk: dict[str, int] = {}

@@ -288,6 +288,15 @@ def test_records_stream_latest_usable_in_chunk_id_order(tmp_path: Path) -> None:
     assert merge_records(lambda: iter_current_extractions(project)).records == 3
 
 
+def test_a_record_with_aliases_after_plain_ones_starts_the_merge_over_planned(tmp_path: Path) -> None:
+    """Plain records merge in one pass; an alias further on makes merge_records plan and merge again."""
+    records = [rec("c1", [E("IBM", "organization")]),
+               rec("c2", [ExtractedEntity("Big Blue", "organization", "", ["IBM"])])]
+    merged = merge_records(lambda: iter(records))
+    assert sorted(merged.entities) == ["big blue"] and merged.records == 2
+    assert merge_records(lambda: iter(records[:1])).keys.entity_id("ibm") == "ibm"
+
+
 # ----------------------------------------------------------------------------------------------- incremental
 
 
