@@ -28,6 +28,7 @@ import pytest
 from hrag_cli import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.project import Project
+from hrag_cli.records import ExtractionRecord
 from tests.stub_server import StubReply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,8 +380,8 @@ def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -
     assert [m["role"] for m in glean2] == ["system", "user", "assistant", "user", "assistant", "user"]
     [rec] = extraction_lines(proj)
     assert rec["gleaning_rounds"] == 2 and len(rec["llm_keys"]) == 3
-    names = {e["name"]: e for e in rec["entities"]}
-    assert "Lighthouse Keeper" in names and names["Selby"]["description"].endswith("name of a lighthouse.")
+    names = {e.name: e for e in ExtractionRecord.from_json(rec).entities}
+    assert "Lighthouse Keeper" in names and names["Selby"].description.endswith("name of a lighthouse.")
 
     # chunks shorter than glean_min_tokens (default 500) get no gleaning round (a new extractor fingerprint:
     # re-extracted)
