@@ -517,7 +517,7 @@ class VectorIndex:
         graph = self._index is not None
         rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
                 for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
-        store.write_jsonl(ids_path, _chain([header], rows))
+        store.write_jsonl(ids_path, _chain([header], rows), compress=True)
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pytest
 
@@ -132,13 +134,22 @@ def test_chunk_matrix_is_saved_and_memory_mapped(tmp_path) -> None:
     assert VectorIndex.load(tmp_path, "facts", VectorSettings()).vectors().dtype == np.float16
 
 
+def _id_map_lines(path) -> list[str]:
+    """The id map's lines as text (it is stored gzip-compressed)."""
+    return gzip.decompress(path.read_bytes()).decode().splitlines()
+
+
+def _write_id_map(path, lines: list[str]) -> None:
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+
+
 @pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "row_keys"])
 def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) -> None:
     rng = np.random.default_rng(3)
     s = VectorSettings(exact_below=0)
     VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
     hnsw, ids = VectorIndex.paths(tmp_path, "chunks")
-    lines = ids.read_text().splitlines()
+    lines = _id_map_lines(ids)
     if damage == "hnsw_same_size":
         hnsw.write_bytes(b"\0" * hnsw.stat().st_size)
     elif damage == "meta_keys":
@@ -146,7 +157,7 @@ def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) ->
     else:
         lines[1] = '{"x": 1}'
     if damage != "hnsw_same_size":
-        ids.write_text("\n".join(lines) + "\n")
+        _write_id_map(ids, lines)
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
     assert len(VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)) == 0   # the stage rebuilds
@@ -173,9 +184,9 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
         idx.sync(ids2 + ["other"], hashes2 + ["x"], np.zeros((0, 16), np.float32), rows=np.zeros(0, np.int64))
     # an index saved by format 1 is reported, never misread
     _, id_map = VectorIndex.paths(tmp_path, "facts")
-    lines = id_map.read_text().splitlines()
+    lines = _id_map_lines(id_map)
     lines[0] = lines[0].replace('"format":2', '"format":1')
-    id_map.write_text("\n".join(lines) + "\n")
+    _write_id_map(id_map, lines)
     with pytest.raises(HragError, match="another version"):
         VectorIndex.load(tmp_path, "facts", s)
 
