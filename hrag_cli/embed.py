@@ -312,7 +312,7 @@ class LiteLLMBackend(_Backend):
 
 def _run_async(factory: Any) -> Any:
     """asyncio.run, or the same in a helper thread when the caller already runs an event loop. (asyncio is
-    imported here, not at the top: a builtin query never needs it, and it is a tenth of a cold start.)"""
+    imported here, not at the top: a builtin query never needs it, and importing it costs tens of ms.)"""
     import asyncio
 
     try:

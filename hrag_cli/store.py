@@ -124,8 +124,9 @@ _WRITE_BLOCK = 1 << 20          # bytes gathered per write
 def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> int:
     """Atomically replace `path` with one JSON object per line; returns the number written. `compress`
     writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and read
-    whole, whose records repeat one another (a rules project's relations share their sentence), at a few
-    percent of the time it takes to write them. `read_jsonl` reads both forms."""
+    whole, whose records repeat one another (a rules project's relations share their sentence): a quarter to
+    a third of the bytes, for about as much CPU again as writing them plain (measured on 17.7k relations:
+    59 -> 112 ms to write, 152 -> 253 ms to read). `read_jsonl` reads both forms."""
     n = 0
     # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same bytes
     packer = zlib.compressobj(1, wbits=31) if compress else None
