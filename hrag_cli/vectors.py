@@ -27,7 +27,7 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
   sizes an exact scan per query takes milliseconds. So below `exact_below` items there is no graph at all; a dense
   index above it gets one (built on every core) because an exact scan of millions of dense rows is not cheap.
 - The builtin embedder hashes a text's words and n-grams into 2048 buckets and fills 20-500 of them: stored as
-  sparse rows (a one-byte column in its band + float16 value) a fact takes ~120 bytes instead of 8 KB, and a scan costs in
+  sparse rows (a one-byte column in its band + float16 value) a fact takes ~160 bytes instead of 8 KB, and a scan costs in
   proportion to the values stored. A sparse index never gets a graph (it would hold every vector dense).
 - float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
   gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
