@@ -212,10 +212,15 @@ def _csr(lens: np.ndarray, cols: np.ndarray, vals: np.ndarray, dim: int) -> Spar
     """Sparse rows from each row's count of values and the columns (ascending within a row, as `_sparsify`
     and `take` give them) and values in row order."""
     n, nb = len(lens), _n_bands(dim)
-    row = np.repeat(np.arange(n, dtype=np.int64), lens)
-    bands = np.bincount(row * nb + cols // _BAND, minlength=n * nb).astype(np.uint16).reshape(n, nb)
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), (cols % _BAND).astype(np.uint8),
-                      bands, vals, dim)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    bands = np.empty((n, nb), dtype=np.uint16)
+    step = _SCAN_ROWS // 8            # rows per block: the temporaries stay a few MB at any size
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        row = np.repeat(np.arange(e - s, dtype=np.int64), lens[s:e])
+        band = np.asarray(cols[indptr[s]:indptr[e]], dtype=np.int64) // _BAND
+        bands[s:e] = np.bincount(row * nb + band, minlength=(e - s) * nb).reshape(e - s, nb)
+    return SparseRows(indptr, (np.asarray(cols) % _BAND).astype(np.uint8), bands, vals, dim)
 
 
 def sparse_rows(b: np.ndarray) -> SparseRows:
@@ -408,6 +413,8 @@ class VectorIndex:
         lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
         tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
                    np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        if np.all(pos[1:] > pos[:-1]):          # already in `ids` order (a fresh build): no second copy
+            return tmp
         return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:

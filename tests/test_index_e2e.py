@@ -12,6 +12,7 @@ importing litellm costs seconds per process.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -124,9 +125,12 @@ def extraction_lines(project: Path) -> list[dict]:
 
 
 def assert_jsonl_clean(project: Path) -> None:
-    """Every line of every JSONL artifact parses and ends with a newline (no torn tail left behind)."""
+    """Every line of every JSONL artifact parses and ends with a newline (no torn tail left behind); a
+    compressed one (store.write_jsonl(compress=True)) decompresses whole first."""
     for path in project.rglob("*.jsonl"):
         data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
         assert not data or data.endswith(b"\n"), path
         for line in data.splitlines():
             json.loads(line)
