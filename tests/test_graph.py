@@ -41,10 +41,10 @@ def test_vertices_kinds_and_attributes() -> None:
     k3 = g.vs[4]
     assert (k3["doc_id"], k3["order"], k3["path"]) == ("d1", 2, None)
     bob = g.vs[7]
-    assert (bob["name"], bob["type"]) == ("Bob", "person")
+    assert (bob["name"], bob["type"], bob["aliases"]) == ("Bob", "person", ["BOB"])
     assert g.vs[8]["name"] == "Zürich"
     # text bodies and lists stay in the JSONL records (export joins them in): the pickle is structure
-    assert not {"text", "description", "source_ids", "aliases"} & set(g.vs.attributes())
+    assert not {"text", "description", "source_ids"} & set(g.vs.attributes())
     assert not {"description", "predicates", "keywords", "source_ids"} & set(g.es.attributes())
 
 
