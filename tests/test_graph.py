@@ -43,7 +43,7 @@ def test_vertices_kinds_and_attributes() -> None:
     bob = g.vs[7]
     assert (bob["name"], bob["type"], bob["aliases"]) == ("Bob", "person", ["BOB"])
     assert g.vs[8]["name"] == "Zürich"
-    # text bodies and lists stay in the JSONL records (export joins them in): the pickle is structure
+    # text bodies and source lists stay in the JSONL records (export joins them in): the pickle is structure
     assert not {"text", "description", "source_ids"} & set(g.vs.attributes())
     assert not {"description", "predicates", "keywords", "source_ids"} & set(g.es.attributes())
 
