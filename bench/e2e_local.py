@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from hrag_cli.records import ExtractionRecord
+
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = str(Path(sys.executable).parent / "hrag")
 DOCS = ["orgs/harrowgate_institute.txt", "people/marisol_venkat.txt", "events/great_flood_1987.txt",
@@ -97,10 +99,11 @@ def report(proj: Path, stdout: str) -> dict:
         print(f"\n{path}: {rec['status']}, {len(rec['entities'])} entities, {len(rec['relations'])} relations, "
               f"{rec.get('continuations', 0)} continuation(s), {rec.get('gleaning_rounds', 0)} gleaning round(s), dropped {rec.get('dropped_rows', 0)} "
               f"{rec.get('dropped') or ''}, finish {finishes}" + (f", error: {rec['error']}" if rec.get("error") else ""))
-        for e in rec["entities"][:12]:
-            print(f"  entity   {e['name']} [{e['type']}]: {e['description'][:90]}")
-        for r in rec["relations"][:8]:
-            print(f"  relation {r['src']} -[{r['predicate']}]-> {r['tgt']}")
+        parsed = ExtractionRecord.from_json(rec)     # the cache line shares descriptions through its `texts`
+        for e in parsed.entities[:12]:
+            print(f"  entity   {e.name} [{e.type}]: {e.description[:90]}")
+        for r in parsed.relations[:8]:
+            print(f"  relation {r.src} -[{r.predicate}]-> {r.tgt}")
     return summary
 
 

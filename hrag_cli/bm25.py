@@ -31,6 +31,8 @@ import orjson
 from hrag_cli import store
 from hrag_cli.textnorm import tokenize
 
+BM25_FILE = "bm25"          # in vectors/: the synonyms stage saves it, a query loads it
+
 __all__ = ["BM25Index"]
 
 _FORMAT = "hrag-bm25-v1"

@@ -29,7 +29,6 @@ holding the project writer lock appends; read-only commands (query) just read.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.util
 import os
@@ -276,6 +275,8 @@ class LiteLLMBackend(_Backend):
         return _run_async(lambda: self._aencode(texts, reporter))
 
     async def _aencode(self, texts: list[str], reporter: Reporter | None) -> np.ndarray:
+        import asyncio
+
         from .llm import QUERY_CONNECT_TIMEOUT, REMOTE_TIMEOUT, import_litellm, request_timeout, with_retries
 
         litellm = import_litellm()
@@ -310,7 +311,10 @@ class LiteLLMBackend(_Backend):
 
 
 def _run_async(factory: Any) -> Any:
-    """asyncio.run, or the same in a helper thread when the caller already runs an event loop."""
+    """asyncio.run, or the same in a helper thread when the caller already runs an event loop. (asyncio is
+    imported here, not at the top: a builtin query never needs it, and importing it costs tens of ms.)"""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

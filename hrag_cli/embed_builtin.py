@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -144,7 +145,8 @@ class _Featurizer:
     """
 
     def __init__(
-        self, config: FeatureConfig, dim: int | None = None, idf_w: np.ndarray | None = None
+        self, config: FeatureConfig, dim: int | None = None,
+        idf_w: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.config = config
         self.dim = dim  # with a dim, per-feature output bucket and final value are precomputed
@@ -192,7 +194,7 @@ class _Featurizer:
             # Precompute everything that does not depend on the text: bucket (bits 32..62), sign
             # (bit 63), IDF (bits 0..19). Encoding is then a gather plus one bincount.
             if self.idf_w is not None:
-                w = w * self.idf_w[(h & np.uint64(_IDF_MASK)).astype(np.intp)]
+                w = w * self.idf_w((h & np.uint64(_IDF_MASK)).astype(np.intp))
             w[(h >> _S63).astype(bool)] *= -1.0
             b = ((h >> _S32) % np.uint64(self.dim)).astype(np.int64)
             self.feat_bucket = np.concatenate([self.feat_bucket, b])
@@ -306,13 +308,13 @@ class IdfTable:
             flush()
         return cls(n_docs=n, df=df.astype(np.uint32), config_tag=config.tag())
 
-    def idf(self, power: float = 1.0, kind: str = "plain") -> np.ndarray:
-        """IDF per bucket, raised to ``power``; float32.
+    def idf(self, power: float = 1.0, kind: str = "plain", buckets: Any = slice(None)) -> np.ndarray:
+        """IDF per bucket (of ``buckets``: all by default), raised to ``power``; float32.
 
         plain: log((N+1)/(df+1)) (a feature in every doc weighs ~0); smooth: plain + 1;
         bm25: log(1 + (N-df+0.5)/(df+0.5)).
         """
-        df = self.df.astype(np.float64)
+        df = self.df[buckets].astype(np.float64)
         n = float(self.n_docs)
         if kind == "smooth":
             v = np.log((n + 1.0) / (df + 1.0)) + 1.0
@@ -406,7 +408,9 @@ class BuiltinEmbedder:
         self.dim = dim
         self.idf = idf
         self.config = config
-        idf_w = idf.idf(config.idf_power, config.idf_kind) if idf is not None else None
+        # the IDF of the buckets a new word's features hit, computed when the word is first seen: a query
+        # embeds a few words, and the whole 2**20 table took a fifth of a cold query
+        idf_w = (lambda b: idf.idf(config.idf_power, config.idf_kind, b)) if idf is not None else None
         self._fz = _Featurizer(config, dim=dim, idf_w=idf_w)
         # Fixed unit vector for texts without features, so hnswlib cosine never sees a zero vector.
         e = np.ones(dim, dtype=np.float32)

@@ -1,18 +1,21 @@
 """Building, saving and loading the one igraph graph (DESIGN.md §3).
 
 Vertices: kind ∈ {document, chunk, entity}, all with `key` (doc_id / chunk_id / entity id).
-  document: path; chunk: doc_id, order; entity: name, type, description, aliases, source_ids.
+  document: path; chunk: doc_id, order; entity: name, type, aliases.
   Attributes a kind does not have are None.
 Edges: kind ∈ {PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM}, all with `weight`.
-  RELATION edges also carry key (relation id), predicates, keywords, description, rel_type (the schema relation
-  type; None when untyped); None elsewhere.
+  RELATION edges also carry key (relation id) and rel_type (the schema relation type; None when untyped); None
+  elsewhere.
 The graph is built in bulk (Graph(n, edges) then whole attribute lists), which is what lets a million
-mentions resolve in seconds. Chunk text and relation/fact records stay in the JSONL files beside the pickle.
+mentions resolve in seconds. The pickle holds structure only: chunk text, descriptions, source ids, predicates
+and keywords stay in the JSONL records beside it (export joins them in by key), since a copy of every
+description in the pickle was a third of a rules project's graph folder and no walk reads them.
 """
 
 from __future__ import annotations
 
 import pickle
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -101,9 +104,7 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
     g.vs["order"] = none_d + [c.order for c in uchunks] + none_e
     g.vs["name"] = none_d + none_c + [e.name for e in entities]
     g.vs["type"] = none_d + none_c + [e.type for e in entities]
-    g.vs["description"] = none_d + none_c + [e.description for e in entities]
     g.vs["aliases"] = none_d + none_c + [list(e.aliases) for e in entities]
-    g.vs["source_ids"] = none_d + none_c + [list(e.source_ids) for e in entities]
 
     m = g.ecount()
     n_rel = len(relations)
@@ -111,9 +112,6 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
     g.es["kind"] = kinds
     g.es["weight"] = weights
     g.es["key"] = pad_front + [r.id for r in relations] + pad_back
-    g.es["predicates"] = pad_front + [list(r.predicates) for r in relations] + pad_back
-    g.es["keywords"] = pad_front + [list(r.keywords) for r in relations] + pad_back
-    g.es["description"] = pad_front + [r.description for r in relations] + pad_back
     g.es["rel_type"] = pad_front + [r.rel_type or None for r in relations] + pad_back
     return g
 
@@ -124,17 +122,21 @@ def key_index(graph: Any) -> dict[str, int]:
 
 
 def save_graph(project: Project, graph: Any) -> None:
-    store.atomic_write_bytes(project.graph_path, pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
+    """The pickle, zlib-compressed (level 1): its keys and kinds are repetitive text, a third of the bytes for a
+    few milliseconds."""
+    data = zlib.compress(pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    store.atomic_write_bytes(project.graph_path, data)
 
 
 def load_graph(project: Project) -> tuple[Any, dict[str, int]]:
-    """THE loader every later stage uses: the graph and its key -> vertex index map."""
+    """THE loader every later stage uses: the graph and its key -> vertex index map. Reads the compressed
+    pickle and the plain one earlier versions wrote (a pickle starts with 0x80, a zlib stream never does)."""
     try:
         data = project.graph_path.read_bytes()
     except FileNotFoundError:
         raise HragError(f"no graph in {project.root} yet: run 'hrag index DOCS' (or 'hrag resolve')") from None
     try:
-        graph = pickle.loads(data)
+        graph = pickle.loads(data if data[:1] == b"\x80" else zlib.decompress(data))
     except Exception as exc:  # a damaged pickle can raise nearly anything
         raise HragError(f"{project.graph_path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
     return graph, key_index(graph)
@@ -178,7 +180,6 @@ def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, floa
         sims.append(float(s))
     if new_edges:
         none = [None] * len(new_edges)
-        graph.add_edges(new_edges, attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims,
-                                               "key": none, "predicates": none, "keywords": none,
-                                               "description": none, "rel_type": none})
+        graph.add_edges(new_edges, attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims, "key": none,
+                                               "rel_type": none})
     return graph

@@ -111,7 +111,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     }
     if write:
         # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than
-        # the chunks they describe
-        store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks))
+        # the chunks they describe. Chunks are read whole (text is most of them), so they are compressed.
+        store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks), compress=True)
         store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
     return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents)

@@ -109,6 +109,10 @@ class ExtractionRecord:
     continuations: int = 0               # rounds that asked for the rest of an answer cut at max_tokens
 
     def to_json(self) -> dict:
+        """The cache line. Each distinct description is stored once, in `texts`, and rows name it by position:
+        the rules extractor gives every name and every pair of a sentence that sentence as description, which
+        made descriptions four fifths of the cache. Read it back with `from_json` (which also reads the older
+        lines that hold the descriptions inline)."""
         data = to_dict(self)
         for rel in data["relations"]:
             if not rel["rel_type"]:
@@ -116,13 +120,24 @@ class ExtractionRecord:
         for ent in data["entities"]:
             if not ent["aliases"]:
                 del ent["aliases"]     # nor does an entity without aliases change what was written before
+        texts: dict[str, int] = {}
+        for row in (*data["entities"], *data["relations"]):
+            row["description"] = texts.setdefault(row["description"], len(texts))
+        data["texts"] = list(texts)
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> "ExtractionRecord":
         rec = from_dict(cls, data)
-        rec.entities = [from_dict(ExtractedEntity, e) for e in data.get("entities", [])]
-        rec.relations = [from_dict(ExtractedRelation, r) for r in data.get("relations", [])]
+        texts = data.get("texts")
+
+        def row(kind: type, d: dict) -> Any:
+            if texts is not None:
+                d = {**d, "description": texts[d["description"]]}
+            return from_dict(kind, d)
+
+        rec.entities = [row(ExtractedEntity, e) for e in data.get("entities", [])]
+        rec.relations = [row(ExtractedRelation, r) for r in data.get("relations", [])]
         return rec
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,30 +117,43 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
-def write_jsonl(path: Path, records: Iterable[Any]) -> int:
-    """Atomically replace `path` with one JSON object per line; returns the number written."""
+_GZIP_MAGIC = b"\x1f\x8b"        # no JSON line starts with these bytes, so a reader can tell the two forms apart
+_WRITE_BLOCK = 1 << 20          # bytes gathered per write
+
+
+def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> int:
+    """Atomically replace `path` with one JSON object per line; returns the number written. `compress`
+    writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and read
+    whole, whose records repeat one another (a rules project's relations share their sentence): a quarter to
+    a third of the bytes, for about as much CPU again as writing them plain (measured on 17.7k relations:
+    59 -> 112 ms to write, 152 -> 253 ms to read). `read_jsonl` reads both forms."""
     n = 0
+    # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same bytes
+    packer = zlib.compressobj(1, wbits=31) if compress else None
     with atomic_writer(path) as fh:
+        buf = bytearray()
         for rec in records:
-            fh.write(orjson.dumps(rec, option=_DUMP_OPTS))
-            fh.write(b"\n")
+            buf += orjson.dumps(rec, option=_DUMP_OPTS)
+            buf += b"\n"
             n += 1
+            if len(buf) >= _WRITE_BLOCK:
+                fh.write(packer.compress(buf) if packer else buf)
+                buf.clear()
+        fh.write(packer.compress(buf) + packer.flush() if packer else buf)
     return n
 
 
 def read_jsonl(path: Path) -> Iterator[Any]:
     """Yield each record; a torn or unparsable last line (crash mid-append) is skipped, a bad line elsewhere
-    is skipped too, since one corrupt cache line must not make a whole cache unreadable."""
+    is skipped too, since one corrupt cache line must not make a whole cache unreadable. A compressed file
+    (`write_jsonl(compress=True)`) is read the same way; a cut or damaged one ends at its last whole line."""
     path = Path(path)
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         return
     with fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
-                # torn tail: the writer died before finishing this line
-                return
+        for line in _whole_lines(fh):
             line = line.strip()
             if not line:
                 continue
@@ -176,6 +190,29 @@ def read_jsonl_at(path: Path, offsets: Iterable[int]) -> Iterator[Any]:
         for at in offsets:
             fh.seek(at)
             yield orjson.loads(fh.readline())
+
+
+def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
+    """The newline-ended lines of a plain or gzip-compressed file. A torn last line (the writer died before
+    finishing it) is left out; so is whatever follows the break in a cut or damaged compressed file."""
+    compressed = fh.read(2) == _GZIP_MAGIC
+    fh.seek(0)
+    if not compressed:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                return
+            yield line
+        return
+    # blocks split by hand: gzip.GzipFile's readline is Python code per line, several times slower
+    unzip = zlib.decompressobj(wbits=31)          # 31: the gzip container
+    tail = b""
+    while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
+        try:
+            data = tail + unzip.decompress(block)
+        except zlib.error:
+            return
+        *lines, tail = data.split(b"\n")
+        yield from lines
 
 
 def repair_tail(path: Path) -> int:

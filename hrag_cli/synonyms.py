@@ -49,7 +49,6 @@ from .vectors import (FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIn
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
 DECISIONS_FILE = "synonym_decisions.jsonl"
-BM25_FILE = "bm25"          # the path query/index.py loads
 TSV_COLUMNS = ("a", "b", "a_name", "b_name", "similarity", "action")
 ACTIONS = ("link", "merge", "skip")
 
@@ -62,7 +61,9 @@ def settings_fingerprint(settings: Settings) -> str:
 
 # -- texts of the four indices (from the JSONL rows, so millions of them never become dataclasses) -----------
 def entity_text(name: str, description: str) -> str:
-    return f"{name}\n{description}"
+    """An entity without a description is its name: the same text the synonym pass embeds, so a cached
+    embedder (sentence-transformers, an API) encodes it once (OpenIE imports have no descriptions)."""
+    return f"{name}\n{description}" if description else name
 
 
 def relation_text(r: dict, names: dict[str, str]) -> str:
@@ -438,7 +439,7 @@ def _drop_name_graph(vectors_dir: Path) -> None:
 
 def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> dict:
     """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all)."""
-    from .bm25 import BM25Index
+    from .bm25 import BM25_FILE, BM25Index
 
     path = project.vectors_dir / BM25_FILE
     bm = None

@@ -27,7 +27,7 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
   sizes an exact scan per query takes milliseconds. So below `exact_below` items there is no graph at all; a dense
   index above it gets one (built on every core) because an exact scan of millions of dense rows is not cheap.
 - The builtin embedder hashes a text's words and n-grams into 2048 buckets and fills 20-500 of them: stored as
-  sparse rows (uint16 column + float16 value) a fact takes ~150 bytes instead of 8 KB, and a scan costs in
+  sparse rows (a one-byte column in its band + float16 value) a fact takes ~160 bytes instead of 8 KB, and a scan costs in
   proportion to the values stored. A sparse index never gets a graph (it would hold every vector dense).
 - float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
   gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
@@ -53,7 +53,7 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 2
+FORMAT = 3                    # 3: sparse columns as a byte within a band of 256 (2: two-byte columns)
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
@@ -136,17 +136,34 @@ class DenseRows:
             yield s, q @ np.asarray(mat[s:s + step], dtype=np.float32).T
 
 
+_BAND = 256                   # columns per band of a sparse row (one byte of column within it)
+
+
+def _n_bands(dim: int) -> int:
+    return max(1, (dim + _BAND - 1) // _BAND)
+
+
 class SparseRows:
-    """Unit rows in compressed sparse rows (float16 values, uint16 columns). The builtin embedder hashes a
-    text's few words and n-grams into 2048 buckets: a fact or a name fills 20-100 of them, so this is 10-40x
-    smaller than the dense rows, and a scan costs in proportion to the values stored."""
+    """Unit rows in compressed sparse rows, float16 values in column order. A value's column is stored as one
+    byte (its place within its band of 256 columns) plus, per row, how many values fall in each band (uint16,
+    8 per row at 2048 dims). The builtin embedder hashes a text's few words and n-grams into 2048 buckets: a
+    fact or a name fills 20-100 of them, a relation with its sentence ~150, so this is 10-40x smaller than
+    dense rows, the byte columns a quarter less than two-byte ones, and a scan costs in proportion to the
+    values stored."""
     kind = "sparse"
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, dim: int) -> None:
-        self.indptr, self.indices, self.data, self.dim = indptr, indices, data, dim
+    def __init__(self, indptr: np.ndarray, low: np.ndarray, bands: np.ndarray, data: np.ndarray, dim: int) -> None:
+        self.indptr, self.low, self.bands, self.data, self.dim = indptr, low, bands, data, dim
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
+
+    @staticmethod
+    def _cols(bands: np.ndarray, low: np.ndarray) -> np.ndarray:
+        """Columns (intp) of the values of consecutive rows whose band counts are `bands` (rows, n_bands)."""
+        bands = np.asarray(bands)
+        high = np.repeat(np.tile(np.arange(bands.shape[1], dtype=np.intp), len(bands)), bands.ravel())
+        return (high * _BAND) | np.asarray(low, dtype=np.intp)
 
     def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(values per row, columns, values) of `rows`, in that order."""
@@ -154,7 +171,7 @@ class SparseRows:
         starts = self.indptr[rows]
         lens = self.indptr[rows + 1] - starts
         pos = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()), dtype=np.int64)
-        return lens, self.indices[pos], self.data[pos]
+        return lens, self._cols(self.bands[rows], self.low[pos]).astype(np.uint16), self.data[pos]
 
     def dense(self, rows: np.ndarray) -> np.ndarray:
         lens, cols, vals = self.take(rows)
@@ -168,7 +185,7 @@ class SparseRows:
         for s in range(0, n, step):
             e = min(n, s + step)
             p0, p1 = int(self.indptr[s]), int(self.indptr[e])
-            cols = np.asarray(self.indices[p0:p1], dtype=np.intp)
+            cols = self._cols(self.bands[s:e], self.low[p0:p1])
             vals = np.asarray(self.data[p0:p1], dtype=np.float32)
             starts = np.asarray(self.indptr[s:e], dtype=np.int64) - p0
             out = np.zeros((len(q), e - s), dtype=np.float32)
@@ -185,15 +202,25 @@ def mostly_zero(b: np.ndarray) -> bool:
 
 
 def _sparsify(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(values per row, columns, float16 values) of a dense float32 block, row by row."""
+    """(values per row, columns, float16 values) of a dense float32 block, row by row in column order."""
     r, c = np.nonzero(b)
     return (np.bincount(r, minlength=len(b)).astype(np.int64), c.astype(np.uint16),
             b[r, c].astype(DTYPE))
 
 
 def _csr(lens: np.ndarray, cols: np.ndarray, vals: np.ndarray, dim: int) -> SparseRows:
-    """Sparse rows from each row's count of values and the columns and values in row order."""
-    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), cols, vals, dim)
+    """Sparse rows from each row's count of values and the columns (ascending within a row, as `_sparsify`
+    and `take` give them) and values in row order."""
+    n, nb = len(lens), _n_bands(dim)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    bands = np.empty((n, nb), dtype=np.uint16)
+    step = _SCAN_ROWS // 8            # rows per block: the temporaries stay a few MB at any size
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        row = np.repeat(np.arange(e - s, dtype=np.int64), lens[s:e])
+        band = np.asarray(cols[indptr[s]:indptr[e]], dtype=np.int64) // _BAND
+        bands[s:e] = np.bincount(row * nb + band, minlength=(e - s) * nb).reshape(e - s, nb)
+    return SparseRows(indptr, (np.asarray(cols) % _BAND).astype(np.uint8), bands, vals, dim)
 
 
 def sparse_rows(b: np.ndarray) -> SparseRows:
@@ -204,9 +231,10 @@ def sparse_rows(b: np.ndarray) -> SparseRows:
 def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
     """Sparse row blocks one after another."""
     if not parts:
-        return SparseRows(np.zeros(1, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
-    return _csr(np.concatenate([np.diff(p.indptr) for p in parts]), np.concatenate([p.indices for p in parts]),
-                np.concatenate([p.data for p in parts]), dim)
+        return _csr(np.zeros(0, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), dim)
+    lens = np.concatenate([np.diff(p.indptr) for p in parts])
+    return SparseRows(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), np.concatenate([p.low for p in parts]),
+                      np.concatenate([p.bands for p in parts]), np.concatenate([p.data for p in parts]), dim)
 
 
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -381,17 +409,13 @@ class VectorIndex:
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
             return DenseRows(dense_out)
-        if not parts:
-            return join_sparse([], self.dim)
-        # at most two copies of the rows at once (at 100k passages one is a gigabyte): the parts are let go
-        # once joined, and the rows are re-ordered only when they are not in `ids` order already (a first build)
-        pos, lens, cols, vals = (np.concatenate([x[i] for x in parts]) for i in range(4))
-        parts.clear()
-        rows = _csr(lens, cols, vals, self.dim)
-        del cols, vals
-        if (np.diff(pos) < 0).any():
-            rows = _csr(*rows.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
-        return rows
+        pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
+        lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
+        tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
+                   np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
+        if np.all(pos[1:] > pos[:-1]):          # already in `ids` order (a fresh build): no second copy
+            return tmp
+        return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
@@ -483,16 +507,19 @@ class VectorIndex:
         return Path(vectors_dir) / f"{name}.f16.npy"
 
     @staticmethod
-    def sparse_paths(vectors_dir: Path, name: str) -> tuple[Path, Path, Path]:
-        """The sparse rows: row starts, columns, float16 values."""
+    def sparse_paths(vectors_dir: Path, name: str) -> tuple[Path, Path, Path, Path]:
+        """The sparse rows: row starts, column bytes, values per band, float16 values."""
         d = Path(vectors_dir)
-        return d / f"{name}.csr-indptr.npy", d / f"{name}.csr-indices.npy", d / f"{name}.csr-data.npy"
+        return (d / f"{name}.csr-indptr.npy", d / f"{name}.csr-cols.npy", d / f"{name}.csr-bands.npy",
+                d / f"{name}.csr-data.npy")
 
     @classmethod
     def files(cls, vectors_dir: Path, name: str) -> list[Path]:
-        """Every file of one index, including format 1's <name>.npy, for removal."""
+        """Every file of one index, including format 1's <name>.npy and format 2's two-byte columns, for
+        removal."""
+        d = Path(vectors_dir)
         return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
-                *cls.sparse_paths(vectors_dir, name), Path(vectors_dir) / f"{name}.npy"]
+                *cls.sparse_paths(vectors_dir, name), d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
 
     def save(self, vectors_dir: Path) -> None:
         """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
@@ -507,7 +534,7 @@ class VectorIndex:
             hnsw_path.unlink(missing_ok=True)
         rs = self._rows
         arrays = ([(self.matrix_path(vectors_dir, self.name), rs.matrix)] if rs.kind == "dense" else
-                  list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.indices, rs.data))))
+                  list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.low, rs.bands, rs.data))))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
                 np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
@@ -523,7 +550,7 @@ class VectorIndex:
         graph = self._index is not None
         rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
                 for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
-        store.write_jsonl(ids_path, _chain([header], rows))
+        store.write_jsonl(ids_path, _chain([header], rows), compress=True)
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
@@ -580,11 +607,11 @@ class VectorIndex:
         except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
             arrays = []
         values = int(meta.get("values", -1))
-        if sparse and len(arrays) == 3:
-            indptr, indices, data = arrays
-            if (indptr.shape == (count + 1,) and len(indices) == len(data) == values and data.dtype == DTYPE
-                    and int(indptr[-1]) == values):
-                return SparseRows(indptr, indices, data, dim)
+        if sparse and len(arrays) == 4:
+            indptr, low, bands, data = arrays
+            if (indptr.shape == (count + 1,) and len(low) == len(data) == values and data.dtype == DTYPE
+                    and low.dtype == np.uint8 and bands.shape == (count, _n_bands(dim)) and int(indptr[-1]) == values):
+                return SparseRows(indptr, low, bands, data, dim)
         elif not sparse and len(arrays) == 1 and arrays[0].shape == (count, dim) and arrays[0].dtype == DTYPE:
             return DenseRows(arrays[0])
         raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "

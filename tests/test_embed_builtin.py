@@ -113,6 +113,15 @@ def test_idf_table_round_trip_and_fingerprint(tmp_path: Path) -> None:
     assert np.array_equal(BuiltinEmbedder(back).encode(TEXTS), BuiltinEmbedder(table).encode(TEXTS))
 
 
+def test_idf_of_some_buckets_is_that_of_the_whole_table() -> None:
+    """The embedder looks up the IDF of the buckets a word hits, not the whole 2**20 table (cold queries)."""
+    table = IdfTable.fit(TEXTS)
+    buckets = np.random.default_rng(1).integers(0, len(table.df), 5000)
+    buckets[:50] = np.flatnonzero(table.df)[:50]           # some buckets the texts did fill
+    for kind in ("plain", "smooth", "bm25"):
+        assert np.array_equal(table.idf(0.5, kind, buckets), table.idf(0.5, kind)[buckets])
+
+
 def test_load_rejects_other_features_and_garbage(tmp_path: Path) -> None:
     custom = FeatureConfig(char_weight=1.0)
     p = tmp_path / "idf.npz"

@@ -52,11 +52,11 @@ def make_tricky_project(root: Path, dim: int = 8) -> Project:
     pairs = [(ids[TRICKY_NAME], ids["Port Ellery"]), (ids["Port Ellery"], ids["Zoë Almqvist"]),
              (ids["Zoë Almqvist"], ids["Harrowgate; Institute"])]
     relations = []
-    for a, b in pairs:
+    for i, (a, b) in enumerate(pairs):
         s, t = sorted((a, b))
         relations.append(Relation(id=fingerprint("relation", s, t), src=s, tgt=t, predicates=["lives in", "said \"x\""],
                                   keywords=["k1", "ü\nk2"], description=f"rel {TRICKY}", weight=2.5,
-                                  source_ids=["c1"]))
+                                  source_ids=["c1"], rel_type="lives_in" if i == 0 else ""))
     facts = [Fact(id=fingerprint("fact", r.src, "p", r.tgt),
                   subject=next(e.name for e in entities if e.id == r.src), predicate="related to",
                   object=next(e.name for e in entities if e.id == r.tgt), relation_id=r.id, source_ids=["c1"])
@@ -66,7 +66,7 @@ def make_tricky_project(root: Path, dim: int = 8) -> Project:
     store.write_jsonl(project.docs_path, (to_dict(d) for d in docs))
     store.write_jsonl(project.chunks_path, (to_dict(c) for c in chunks))
     store.write_jsonl(project.entities_path, (to_dict(e) for e in entities))
-    store.write_jsonl(project.relations_path, (to_dict(r) for r in relations))
+    store.write_jsonl(project.relations_path, (r.to_json() for r in relations))
     store.write_jsonl(project.facts_path, (to_dict(f) for f in facts))
     g = build_graph(docs, [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in chunks], entities, relations, mentions)
     add_synonym_edges(g, [(ids["Port Ellery"], ids["Harrowgate; Institute"], 0.91)])

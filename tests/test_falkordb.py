@@ -156,9 +156,11 @@ def test_tricky_text_survives_load(tricky: Project, server: FalkorServer, db) ->
     eid = "entity:" + normalize_name(TRICKY_NAME)
     row = graph.query("MATCH (e:Entity {id: $id}) RETURN e.name, e.aliases", {"id": eid}).result_set
     assert row == [[TRICKY_NAME, [TRICKY_NAME.upper(), "a;b"]]]
-    row = graph.query("MATCH (e:Entity {name: $n})-[r:RELATION]-(o:Entity) RETURN r.keywords, r.predicates",
+    row = graph.query("MATCH (e:Entity {name: $n})-[r:RELATION]-(o:Entity) RETURN r.keywords, r.predicates, r.rel_type",
                       {"n": TRICKY_NAME}).result_set
-    assert row == [[["k1", "ü\nk2"], ["lives in", 'said "x"']]]
+    assert row == [[["k1", "ü\nk2"], ["lives in", 'said "x"'], "lives_in"]]
+    untyped = graph.query("MATCH ()-[r:RELATION]->() WHERE r.rel_type IS NULL RETURN count(r)").result_set
+    assert untyped == [[2]]
 
 
 def _run_script(graph, path: Path) -> None:

@@ -12,6 +12,7 @@ importing litellm costs seconds per process.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -28,6 +29,7 @@ import pytest
 from hrag_cli import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.project import Project
+from hrag_cli.records import ExtractionRecord
 from tests.stub_server import StubReply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,9 +125,12 @@ def extraction_lines(project: Path) -> list[dict]:
 
 
 def assert_jsonl_clean(project: Path) -> None:
-    """Every line of every JSONL artifact parses and ends with a newline (no torn tail left behind)."""
+    """Every line of every JSONL artifact parses and ends with a newline (no torn tail left behind); a
+    compressed one (store.write_jsonl(compress=True)) decompresses whole first."""
     for path in project.rglob("*.jsonl"):
         data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
         assert not data or data.endswith(b"\n"), path
         for line in data.splitlines():
             json.loads(line)
@@ -379,8 +384,8 @@ def test_gleaning_rounds_merge_and_stop_when_nothing_new(stub, tmp_path: Path) -
     assert [m["role"] for m in glean2] == ["system", "user", "assistant", "user", "assistant", "user"]
     [rec] = extraction_lines(proj)
     assert rec["gleaning_rounds"] == 2 and len(rec["llm_keys"]) == 3
-    names = {e["name"]: e for e in rec["entities"]}
-    assert "Lighthouse Keeper" in names and names["Selby"]["description"].endswith("name of a lighthouse.")
+    names = {e.name: e for e in ExtractionRecord.from_json(rec).entities}
+    assert "Lighthouse Keeper" in names and names["Selby"].description.endswith("name of a lighthouse.")
 
     # chunks shorter than glean_min_tokens (default 500) get no gleaning round (a new extractor fingerprint:
     # re-extracted)

@@ -45,7 +45,7 @@ USER_CHECKS = [("graph/entities.jsonl", "truncate"), ("graph/facts.jsonl", "trun
                ("graph/entities.jsonl", "empty"), ("vectors/facts.ids.jsonl", "delete"),
                ("vectors/chunks.f16.npy", "zero"), ("vectors/chunks.f16.npy", "empty"), ("vectors/bm25", "truncate"),
                ("manifest.json", "truncate"), ("manifest.json", "delete"), ("project.json", "empty")]
-OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entities.csr-indices.npy", "vectors/idf.npz",
+OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entities.csr-cols.npy", "vectors/idf.npz",
           "cache/extractions.jsonl"]
 
 

@@ -317,11 +317,9 @@ def _index(docs: Path, project: Path) -> None:
 
 def _graph_state(project: Path) -> dict:
     g, _ = load_graph(Project(project))
-    vertices = {(v["kind"], v["key"], v["path"], v["doc_id"], v["order"], v["name"], v["type"], v["description"],
-                 tuple(v["source_ids"] or ())) for v in g.vs}
+    vertices = {(v["kind"], v["key"], v["path"], v["doc_id"], v["order"], v["name"], v["type"]) for v in g.vs}
     keys = g.vs["key"]
-    edges = sorted((e["kind"], *sorted((keys[e.source], keys[e.target])), e["weight"], tuple(e["predicates"] or ()),
-                    tuple(e["keywords"] or ()), e["description"]) for e in g.es)
+    edges = sorted((e["kind"], *sorted((keys[e.source], keys[e.target])), e["weight"], e["key"] or "") for e in g.es)
     files = {name: sorted(store.read_jsonl(getattr(Project(project), name)), key=lambda r: r["id"])
              for name in ("entities_path", "relations_path", "facts_path")}
     return {"vertices": vertices, "edges": edges, "files": files}

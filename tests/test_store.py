@@ -103,3 +103,22 @@ def test_appender_without_lock_never_truncates(tmp_path: Path) -> None:
         app.append({"i": 3})
     assert path.read_bytes().startswith(b'{"i": 0}\n{"i": 1, "half\n')
     assert [r["i"] for r in store.read_jsonl(path)] == [0, 2, 3]
+
+
+def test_compressed_jsonl_reads_like_plain_and_a_cut_one_ends_cleanly(tmp_path: Path) -> None:
+    import gzip
+
+    recs = [{"i": i, "s": "the same sentence, again and again " * 3} for i in range(3000)]
+    plain, packed = tmp_path / "plain.jsonl", tmp_path / "packed.jsonl"
+    assert store.write_jsonl(plain, recs) == store.write_jsonl(packed, iter(recs), compress=True) == 3000
+    assert list(store.read_jsonl(packed)) == list(store.read_jsonl(plain)) == recs
+    assert packed.stat().st_size < plain.stat().st_size / 10
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()      # what `zcat` shows
+    store.write_jsonl(tmp_path / "again.jsonl", recs, compress=True)
+    assert (tmp_path / "again.jsonl").read_bytes() == packed.read_bytes()  # same records, same bytes
+    data = packed.read_bytes()
+    packed.write_bytes(data[: len(data) // 2])                             # cut: whole lines up to the break
+    got = list(store.read_jsonl(packed))
+    assert 0 < len(got) < 3000 and got == recs[: len(got)]
+    packed.write_bytes(data[:10] + b"\0" * 64 + data[74:])                 # damaged: no exception either
+    assert list(store.read_jsonl(packed)) == recs[: len(list(store.read_jsonl(packed)))]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pytest
 
 from hrag_cli.config import VectorSettings
 from hrag_cli.errors import HragError
-from hrag_cli.vectors import VectorIndex, exact_topk
+from hrag_cli.vectors import VectorIndex, exact_topk, sparse_rows
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -132,21 +134,56 @@ def test_chunk_matrix_is_saved_and_memory_mapped(tmp_path) -> None:
     assert VectorIndex.load(tmp_path, "facts", VectorSettings()).vectors().dtype == np.float16
 
 
+def test_sparse_rows_keep_every_column_across_bands(tmp_path) -> None:
+    """Columns are stored as a byte within a band of 256 plus per-row band counts: rows touching every band, a
+    full band (256 values, past a byte's count) and empty rows come back exactly, through save and load."""
+    rng = np.random.default_rng(12)
+    n, dim = 60, 2048
+    m = np.zeros((n, dim), np.float32)
+    for i in range(n):
+        cols = rng.choice(dim, size=int(rng.integers(1, 300)), replace=False)
+        m[i, cols] = rng.standard_normal(len(cols))
+    m[5, 256:512] = 1.0                              # one full band
+    m[9, 2047] = 1.0                                  # the last column alone
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    assert sparse_rows(m).bands.max() == 256
+    s = VectorSettings()
+    VectorIndex.build("facts", ids_of(n), m, s, "m").save(tmp_path)
+    back = VectorIndex.load(tmp_path, "facts", s)
+    assert back._rows.kind == "sparse" and back._rows.low.dtype == np.uint8
+    got = np.asarray(back.vectors(), np.float32)
+    assert np.array_equal(got != 0, m != 0) and np.allclose(got, m, atol=1e-3)     # every value in its column
+    rows = np.array([9, 5, 0, 59, 5])
+    assert np.array_equal(back._rows.dense(rows), got[rows])
+    q = rng.standard_normal((3, dim)).astype(np.float32)
+    for i in range(3):
+        assert np.allclose(back.scores(q[i]), got @ q[i], atol=1e-5)
+
+
+def _id_map_lines(path) -> list[str]:
+    """The id map's lines as text (it is stored gzip-compressed)."""
+    return gzip.decompress(path.read_bytes()).decode().splitlines()
+
+
+def _write_id_map(path, lines: list[str]) -> None:
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+
+
 @pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "row_keys"])
 def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) -> None:
     rng = np.random.default_rng(3)
     s = VectorSettings(exact_below=0)
     VectorIndex.build("chunks", ids_of(10), unit(rng, 10, 8), s, "m").save(tmp_path)
     hnsw, ids = VectorIndex.paths(tmp_path, "chunks")
-    lines = ids.read_text().splitlines()
+    lines = _id_map_lines(ids)
     if damage == "hnsw_same_size":
         hnsw.write_bytes(b"\0" * hnsw.stat().st_size)
     elif damage == "meta_keys":
-        lines[0] = '{"_meta": {"format": 2, "count": 10}}'
+        lines[0] = '{"_meta": {"format": 3, "count": 10}}'
     else:
         lines[1] = '{"x": 1}'
     if damage != "hnsw_same_size":
-        ids.write_text("\n".join(lines) + "\n")
+        _write_id_map(ids, lines)
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
     assert len(VectorIndex.load_or_create(tmp_path, "chunks", s, "m", 8)) == 0   # the stage rebuilds
@@ -171,11 +208,11 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
     assert np.allclose(idx.vectors(), want, atol=2e-3) and idx.ids == ids2
     with pytest.raises(ValueError, match="no stored vector"):
         idx.sync(ids2 + ["other"], hashes2 + ["x"], np.zeros((0, 16), np.float32), rows=np.zeros(0, np.int64))
-    # an index saved by format 1 is reported, never misread
+    # an index saved by an earlier format is reported, never misread
     _, id_map = VectorIndex.paths(tmp_path, "facts")
-    lines = id_map.read_text().splitlines()
-    lines[0] = lines[0].replace('"format":2', '"format":1')
-    id_map.write_text("\n".join(lines) + "\n")
+    lines = _id_map_lines(id_map)
+    lines[0] = lines[0].replace('"format":3', '"format":2')
+    _write_id_map(id_map, lines)
     with pytest.raises(HragError, match="another version"):
         VectorIndex.load(tmp_path, "facts", s)
 

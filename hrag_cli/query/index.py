@@ -82,6 +82,44 @@ class RowRecords(Mapping):
         return len(self._whole())
 
 
+class LazyRecords(Mapping):
+    """id -> record of a JSONL file read whole, kept as the parsed dicts and made a record only when one is
+    asked for: a ppr query tests thousands of names for membership and reads a handful of entities, and
+    building a record per entity was about a quarter of a cold MuSiQue query."""
+
+    def __init__(self, path: Path, cls: type) -> None:
+        self.cls = cls
+        self.raw: dict[str, dict] = {r["id"]: r for r in store.read_jsonl(path)}
+
+    def __getitem__(self, key: str) -> Any:
+        return from_dict(self.cls, self.raw[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+class ChunkCounts(Mapping):
+    """entity id -> how many distinct chunks mention it, worked out for the entities asked about."""
+
+    def __init__(self, entities: LazyRecords) -> None:
+        self.entities = entities
+
+    def __getitem__(self, key: str) -> int:
+        return max(len(set(self.entities.raw[key].get("source_ids") or ())), 1)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entities)
+
+    def __len__(self) -> int:
+        return len(self.entities)
+
+
 @dataclass
 class QueryIndex:
     project: Project
@@ -110,12 +148,15 @@ class QueryIndex:
         return out
 
     @cached_property
-    def entities(self) -> dict[str, Entity]:
-        return {e["id"]: from_dict(Entity, e) for e in store.read_jsonl(self.project.entities_path)}
+    def entities(self) -> LazyRecords:
+        t0 = time.perf_counter()
+        out = LazyRecords(self.project.entities_path, Entity)
+        self._timed("entities", t0)
+        return out
 
     @cached_property
-    def relations(self) -> dict[str, Relation]:
-        return {r["id"]: from_dict(Relation, r) for r in store.read_jsonl(self.project.relations_path)}
+    def relations(self) -> LazyRecords:
+        return LazyRecords(self.project.relations_path, Relation)
 
     @cached_property
     def facts(self) -> RowRecords:
@@ -159,10 +200,10 @@ class QueryIndex:
         return np.array([self.vertex.get(cid, -1) for cid in ids], dtype=np.int64)
 
     @cached_property
-    def entity_chunk_counts(self) -> dict[str, int]:
+    def entity_chunk_counts(self) -> ChunkCounts:
         """How many chunks mention each entity: a fact's seed weight is divided by it (HippoRAG 2), so a hub
         entity named in half the corpus does not drown the walk."""
-        return {eid: max(len(set(e.source_ids)), 1) for eid, e in self.entities.items()}
+        return ChunkCounts(self.entities)
 
     # -- dense -----------------------------------------------------------------------------------------------
     @cached_property
@@ -239,11 +280,9 @@ class QueryIndex:
     @cached_property
     def bm25(self) -> Any:
         """The BM25 index the synonyms stage saved, or None (then lexical fusion is skipped with a note)."""
-        from ..bm25 import BM25Index
+        from ..bm25 import BM25_FILE, BM25Index
 
         t0 = time.perf_counter()
-        from ..synonyms import BM25_FILE
-
         path = self.project.vectors_dir / BM25_FILE
         try:
             idx = BM25Index.load(path)
