@@ -1,12 +1,17 @@
 """Encode throughput of the built-in embedder (texts/second), the number issue 7 asks for.
 
 Usage: python bench/encode_speed.py [--n 20000] [--dim 2048 1024] [--corpus PATH]
+       python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE]   (needs hrag[local])
 
 Texts are passage-length: the MuSiQue corpus passages (title + "\\n" + text, ~80 words) when the
 shared bench file exists, otherwise deterministic synthetic passages of ~80 words. Reports, per dim:
 IDF fit time, a cold run (fresh embedder: every word's features are built), and the best of three
 warm runs (the word-feature cache is filled), as wall-clock and CPU-time texts/s. Encoding is
 single-threaded, so on a busy machine the CPU-time figure is the one that measures the code.
+
+With --st, the sentence-transformers back-end as hrag builds it (SentenceTransformerBackend) encodes n passages
+and n short names; run it beside another busy process with and without `--wait-policy ACTIVE` to see what the
+OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the variable once, so each setting is its own process).
 """
 
 from __future__ import annotations
@@ -41,14 +46,38 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None) -> None:
+    """Passages and short names through the local model hrag would use, texts/s wall and CPU."""
+    import os
+
+    if wait_policy:
+        os.environ["OMP_WAIT_POLICY"] = wait_policy
+    from hrag_cli.embed import SentenceTransformerBackend
+
+    backend = SentenceTransformerBackend(folder)
+    passages = load_texts(corpus, n)
+    names = sorted({w.strip(".,;:()") for t in passages for w in t.split() if w[:1].isupper()})[:n]
+    backend.encode_raw(passages[:8])   # load the model outside the timing
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    for label, texts in (("passages", passages), ("names", names)):
+        wall, cpu = timed(lambda: backend.encode_raw(texts))
+        print(f"{label:9s} {len(texts):6d} texts  {len(texts) / wall:7,.0f} texts/s (wall)  "
+              f"{len(texts) / cpu:7,.0f} texts/s (cpu)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=20000, help="texts per run")
+    ap.add_argument("--n", type=int, default=None, help="texts per run (20000; 500 with --st)")
     ap.add_argument("--dim", type=int, nargs="+", default=[2048, 1024])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--st", metavar="FOLDER", help="time a sentence-transformers model folder instead")
+    ap.add_argument("--wait-policy", choices=["ACTIVE", "PASSIVE"], help="with --st: OMP_WAIT_POLICY to force")
     args = ap.parse_args()
+    if args.st:
+        st_speed(args.st, args.n or 500, args.corpus, args.wait_policy)
+        return
 
-    texts = load_texts(args.corpus, args.n)
+    texts = load_texts(args.corpus, args.n or 20000)
     words = sum(len(t.split()) for t in texts) / len(texts)
     print(f"{len(texts)} texts, {words:.0f} words/text on average")
     wall, cpu = timed(lambda: IdfTable.fit(texts))

@@ -191,9 +191,13 @@ class SentenceTransformerBackend(_Backend):
     def __init__(self, spec: str) -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise UsageError(f"embedding model 'st:{spec}' needs sentence-transformers: install hrag[local]")
+        # never download; no progress bars in a cron log; OpenMP threads that sleep instead of spinning while
+        # they wait: with the default spin, two torch threads beside any other busy process encoded short
+        # texts about 8x slower than with it (bench/encode_speed.py --st; OpenMP reads it when torch is imported)
         for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
-                           ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error")):
-            os.environ.setdefault(var, value)   # never download; no progress bars in a cron log
+                           ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                           ("OMP_WAIT_POLICY", "PASSIVE")):
+            os.environ.setdefault(var, value)
         self.spec = spec
         path = Path(spec).expanduser()
         if path.is_dir():
