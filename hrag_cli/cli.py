@@ -152,8 +152,10 @@ def index(
         raise UsageError("--stop-after takes chunk, extract or resolve")
     proj, settings = _open(project, overrides, create=True)
     from .extract.stage import check_settings
+    from .prune import check_prune_settings
 
-    check_settings(settings)  # a bad --extractor fails before any stage writes
+    check_settings(settings)  # a bad --extractor or schema fails before any stage writes
+    check_prune_settings(settings)
     if (settings.embed.model or "builtin").strip() != "builtin" and stop_after is None:
         from .embed import get_embedder
 

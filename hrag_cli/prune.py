@@ -1,7 +1,7 @@
 """The prune step, between extract and resolve: holds each chunk's extraction to the schema and to its chunk.
 
-`prune_record` is a pure function applied to every record as resolve reads it (extract.stage
-.load_current_extractions), so nothing is copied: cache/extractions.jsonl keeps the raw extractions, and
+`prune_record` is a pure function applied to every record as resolve reads it (iter_pruned), so nothing is
+copied: cache/extractions.jsonl keeps the raw extractions, and
 switching `schema.mode` or `extract.grounding` re-prunes with no model call. The stage itself (run_prune) only
 counts what pruning does, for `hrag status` and `--json`, and gives resolve a digest that changes when the
 pruning does. With no schema and grounding off (rules extractor, OpenIE import) it reads nothing.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 from .config import Settings
 from .errors import UsageError
@@ -29,6 +29,7 @@ from .extract.grounding import Grounder
 from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
 from .extract.schema import Schema, schema_of
+from .extract.stage import current_extractor, iter_current_records
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -159,10 +160,20 @@ def settings_fingerprint(settings: Settings) -> str:
                        settings.extract.grounding)
 
 
+def iter_pruned(project: Project, settings: Settings) -> Iterator[ExtractionRecord]:
+    """What resolve merges, one record at a time in chunk_id order: each current chunk's latest usable record
+    (extract.stage.iter_current_records), pruned under `settings`."""
+    extractor = current_extractor(project)
+    if extractor is None:
+        return
+    spec = prune_spec(settings, extractor)
+    for chunk, rec in iter_current_records(project, extractor):
+        yield prune_record(rec, chunk.text, spec).record
+
+
 def run_prune(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
     """Count what pruning does to the current records (resolve applies it as it reads them). The output digest
     is the extract stage's when pruning is off, so resolve stays fresh; else it covers the pruning too."""
-    from .extract.stage import current_extractor, iter_current_records
     from .ingest import load_documents
 
     extract = project.stage("extract")

@@ -345,10 +345,14 @@ def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
 
 def load_records(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
     """The records resolve merges, one at a time in chunk_id order: the extract stage owns which record is
-    current, and prunes it (prune.py) under `settings` when given."""
-    from .extract.stage import iter_current_extractions
+    current, and prune.py prunes it under `settings` when given."""
+    if settings is None:
+        from .extract.stage import iter_current_extractions
 
-    return iter_current_extractions(project, settings)
+        return iter_current_extractions(project)
+    from .prune import iter_pruned
+
+    return iter_pruned(project, settings)
 
 
 def load_inputs(project: Project, settings: Settings | None = None

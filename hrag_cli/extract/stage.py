@@ -54,9 +54,6 @@ def check_settings(settings: Settings) -> None:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
         raise UsageError("--entity-types must name at least one type")
-    from ..prune import check_prune_settings
-
-    check_prune_settings(settings)
 
 
 def settings_fingerprint(settings: Settings) -> str:
@@ -134,26 +131,18 @@ def iter_current_records(project: Project, extractor: str) -> Iterator[tuple[Chu
         yield chunks[cid], ExtractionRecord.from_json(rec)
 
 
-def iter_current_extractions(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
-    """What resolve merges, one record at a time in chunk_id order: for every chunk in chunks.jsonl, the latest
-    usable record of the extractor recorded in the manifest's extract stage, pruned (prune.py) under `settings`
-    when given. Chunks without one are simply absent."""
+def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
+    """For every chunk in chunks.jsonl, the latest usable record of the extractor recorded in the manifest's
+    extract stage, one at a time in chunk_id order, as extracted (prune.iter_pruned is what resolve reads).
+    Chunks without one are simply absent."""
     extractor = current_extractor(project)
-    if extractor is None:
-        return
-    if settings is None:
+    if extractor is not None:
         yield from (rec for _, rec in iter_current_records(project, extractor))
-        return
-    from ..prune import prune_record, prune_spec
-
-    spec = prune_spec(settings, extractor)
-    for ch, rec in iter_current_records(project, extractor):
-        yield prune_record(rec, ch.text, spec).record
 
 
-def load_current_extractions(project: Project, settings: Settings | None = None) -> dict[str, ExtractionRecord]:
+def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
     """iter_current_extractions as a dict by chunk id."""
-    return {rec.chunk_id: rec for rec in iter_current_extractions(project, settings)}
+    return {rec.chunk_id: rec for rec in iter_current_extractions(project)}
 
 
 # ------------------------------------------------------------------------------------------- the stage
