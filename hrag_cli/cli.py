@@ -154,8 +154,8 @@ def index(
     from .extract.stage import check_settings
     from .prune import check_prune_settings
 
-    check_settings(settings)  # a bad --extractor or schema fails before any stage writes
-    check_prune_settings(settings)
+    check_settings(settings)  # a bad --extractor fails before any stage writes
+    check_prune_settings(settings)  # and so does a bad schema file, schema.mode or extract.grounding
     if (settings.embed.model or "builtin").strip() != "builtin" and stop_after is None:
         from .embed import get_embedder
 
