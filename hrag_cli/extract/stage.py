@@ -544,10 +544,8 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     if kind == "rules" or not todo:
         return out
     from ..chunking import count_tokens
-    from .llm_extractor import answer_budget, glean_rounds_for
+    from .llm_extractor import answer_budget, frame_of, glean_rounds_for
     from .prompts import build_extraction_messages, build_gleaning_message
-
-    from .llm_extractor import frame_of
 
     frame = frame_of(settings.extract)
     base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)
