@@ -207,13 +207,13 @@ def suggest_schema(project: Project, settings: Settings, reporter: Reporter, roo
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _key(name: str) -> str:
-    return name if _BARE_KEY.fullmatch(name) else json.dumps(name, ensure_ascii=False)
-
-
 def _string(s: str) -> str:
     """A TOML basic string (JSON's escapes are TOML's)."""
     return json.dumps(s, ensure_ascii=False)
+
+
+def _key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else _string(name)
 
 
 def _ranked(table: dict[str, TypeSeen]) -> list[tuple[str, TypeSeen]]:
