@@ -64,28 +64,24 @@ class Schema:
     def _find(self, kind: str, model_type: str, types: tuple[SchemaType, ...]) -> SchemaType | None:
         key = (kind, model_type)
         if key not in self._seen:
-            name = _lookup(_index(types), model_type)
-            self._seen[key] = next((t for t in types if t.name == name), None)
+            self._seen[key] = _lookup(_index(types), model_type)
         return self._seen[key]
 
 
-def _index(types: tuple[SchemaType, ...]) -> dict[str, str]:
+def _index(types: tuple[SchemaType, ...]) -> dict[str, SchemaType]:
     """Every accepted spelling (name and synonyms, normalised, with their singulars) -> the schema type."""
-    out: dict[str, str] = {}
+    out: dict[str, SchemaType] = {}
     for t in types:
         for word in (t.name, *t.synonyms):
             key = clean_type(word)
             for form in (key, *type_forms(key)):
-                out.setdefault(form, t.name)
+                out.setdefault(form, t)
     return out
 
 
-def _lookup(index: dict[str, str], model_type: str) -> str | None:
+def _lookup(index: dict[str, SchemaType], model_type: str) -> SchemaType | None:
     key = clean_type(model_type or "")
-    for form in (key, *type_forms(key)):
-        if form in index:
-            return index[form]
-    return None
+    return next((index[form] for form in (key, *type_forms(key)) if form in index), None)
 
 
 # ----------------------------------------------------------------------------------------------- reading
