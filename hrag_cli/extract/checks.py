@@ -5,8 +5,8 @@ parser cannot see because it needs the chunk, the configured types or the prompt
   example: dropped (`prompt_example`).
 - An entity type outside the configured list becomes `other` (counted in `retyped`); plural and British
   spellings of a configured type ("persons", "organisation") count as that type. A missing type stays
-  `unknown`.
-- A relation endpoint that is not one of the chunk's listed entities is kept only if the name occurs in the
+  `unknown`. With a schema, types are left as the model wrote them: the prune step maps them onto it.
+- A relation endpoint that is not one of the chunk's listed entities (by name or alias) is kept only if the name occurs in the
   chunk text as whole words and does not read like a predicate. "was founded by" as a target means the row
   lost its target and every field moved left (`shifted_fields`); a name in neither list nor text is
   `unlisted_endpoint`; an example name is `prompt_example`.
