@@ -176,9 +176,12 @@ def plan_merges(records: Iterable[ExtractionRecord]) -> MergeKeys:
         return out
 
     uf = _UnionFind()
+    weight: dict[Node, int] = {}                  # node -> entity rows
     for key, per in rows.items():
-        for t in per:
-            uf.add((key, t or out.dominant[key]))
+        for t, c in per.items():
+            n = (key, t or out.dominant[key])
+            uf.add(n)
+            weight[n] = weight.get(n, 0) + c
     via: dict[Node, list[list[str]]] = {}
     claims: dict[str, set[Node]] = {}
     for key, t, ak in links:
@@ -201,10 +204,6 @@ def plan_merges(records: Iterable[ExtractionRecord]) -> MergeKeys:
     groups: dict[Node, list[Node]] = {}
     for n in uf.parent:
         groups.setdefault(uf.find(n), []).append(n)
-    weight = {(k, t or out.dominant[k]): 0 for k, per in rows.items() for t in per}
-    for k, per in rows.items():
-        for t, c in per.items():
-            weight[(k, t or out.dominant[k])] += c
     # the group's id: its heaviest key; when two groups want one key, the heavier keeps it plain
     best: dict[Node, tuple[int, str]] = {}
     for root, members in groups.items():

@@ -403,7 +403,8 @@ def gc_paused() -> Iterator[None]:
 
 
 def run_resolve(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
-    """Rebuild graph/entities.jsonl, relations.jsonl, facts.jsonl and graph.pkl from the current records."""
+    """Rebuild graph/entities.jsonl, relations.jsonl, facts.jsonl, merges.jsonl and graph.pkl from the current
+    records."""
     with gc_paused():
         return _run_resolve(project, settings, reporter)
 
