@@ -356,9 +356,9 @@ def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
     adj = ix.__dict__.get("_rel_adj")
     if adj is None:
         adj = {}
-        for rid, rel in ix.relations.items():
-            adj.setdefault(rel.src, []).append(rid)
-            adj.setdefault(rel.tgt, []).append(rid)
+        for rid, rel in ix.relations.raw.items():   # the parsed dicts: no record built per relation
+            adj.setdefault(rel["src"], []).append(rid)
+            adj.setdefault(rel["tgt"], []).append(rid)
         ix.__dict__["_rel_adj"] = adj
     return adj
 
