@@ -356,9 +356,9 @@ def _relations_by_entity(ix: QueryIndex) -> dict[str, list[str]]:
     adj = ix.__dict__.get("_rel_adj")
     if adj is None:
         adj = {}
-        for rid, rel in ix.relations.items():
-            adj.setdefault(rel.src, []).append(rid)
-            adj.setdefault(rel.tgt, []).append(rid)
+        for rid, rel in ix.relations.raw.items():   # the parsed dicts: no record built per relation
+            adj.setdefault(rel["src"], []).append(rid)
+            adj.setdefault(rel["tgt"], []).append(rid)
         ix.__dict__["_rel_adj"] = adj
     return adj
 
@@ -424,14 +424,14 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     r.entities = [j for eid, sc in ents if (j := _entity_json(ix, eid, sc))]
     adj = _relations_by_entity(ix)
     deg = {eid: len(rids) for eid, rids in adj.items()}
-    rel_ids = dict.fromkeys(rid for eid, _ in ents for rid in adj.get(eid, []))
-    rels = sorted(rel_ids, key=lambda rid: (-(deg.get(ix.relations[rid].src, 0) + deg.get(ix.relations[rid].tgt, 0)),
-                                            -ix.relations[rid].weight))
-    r.relations = [j for rid in rels if (j := _relation_json(ix, rid, ix.relations[rid].weight))]
+    # each relation made a record once (ix.relations builds one per lookup)
+    rel = {rid: ix.relations[rid] for eid, _ in ents for rid in adj.get(eid, [])}
+    rels = sorted(rel, key=lambda rid: (-(deg.get(rel[rid].src, 0) + deg.get(rel[rid].tgt, 0)), -rel[rid].weight))
+    r.relations = [j for rid in rels if (j := _relation_json(ix, rid, rel[rid].weight))]
     # the chunks naming the entities, then those the entities' strongest relations came from (LightRAG reads
     # both: a fact about an entity is often stated where only its neighbour is named)
     sources = [*((ix.entities[eid].source_ids, sc) for eid, sc in ents),
-               *((ix.relations[rid].source_ids, 0.0) for rid in rels[: s.relation_top_k])]
+               *((rel[rid].source_ids, 0.0) for rid in rels[: s.relation_top_k])]
     r.chunks = pick(sources, limit)
     return sources
 
