@@ -398,12 +398,11 @@ def test_schema_without_relation_types_keeps_relation_rows_untyped(tmp_path: Pat
 
 
 def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
-    """Part 17b gives extracted entities `aliases`: a relation naming an entity by one meets its type, and an
-    entity found in the chunk only under an alias is grounded."""
+    """A relation naming an entity by one of its aliases meets its type, and an entity found in the chunk only
+    under an alias is grounded."""
     path = tmp_path / "s.toml"
     path.write_text(SCHEMA)
-    acme = ExtractedEntity("Acme Corporation", "organization", "")
-    acme.aliases = ["Acme"]          # the field part 17b adds; set here so this holds before and after it lands
+    acme = ExtractedEntity("Acme Corporation", "organization", "", ["Acme"])
     rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann Lee", "person", ""), acme],
                            [ExtractedRelation("Ann Lee", "Acme", "works at", [], "", rel_type="works_for")])
     pruned = prune_record(rec, "Ann Lee works at Acme.", PruneSpec(load_schema(path), "strict", "drop"))
