@@ -4,6 +4,7 @@ the one loader with its key map, and SYNONYM edge replacement."""
 from __future__ import annotations
 
 import pickle
+import zlib
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,9 @@ def test_save_load_roundtrip_and_key_map(tmp_path: Path) -> None:
     assert keys["bob"] == 7 and keys["d1"] == 0 and keys["k9"] == 5
     assert g2.vs[keys["zürich"]]["name"] == "Zürich"
     assert g2.es["weight"] == g.es["weight"]
-    assert project.graph_path.read_bytes()[:1] != b"\x80"         # stored compressed
+    stored = project.graph_path.read_bytes()
+    assert stored[:1] != b"\x80"                                   # stored compressed: a zlib stream of the pickle
+    assert pickle.loads(zlib.decompress(stored)).vs["key"] == g.vs["key"]
     project.graph_path.write_bytes(pickle.dumps(g))               # a plain pickle (earlier versions) still loads
     assert load_graph(project)[0].vs["key"] == g.vs["key"]
     project.graph_path.write_bytes(b"not a pickle")

@@ -402,7 +402,7 @@ def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
     under an alias is grounded."""
     path = tmp_path / "s.toml"
     path.write_text(SCHEMA)
-    acme = ExtractedEntity("Acme Corporation", "organization", "", aliases=["Acme"])
+    acme = ExtractedEntity("Acme Corporation", "organization", "", ["Acme"])
     rec = ExtractionRecord("c", "llm:x", [ExtractedEntity("Ann Lee", "person", ""), acme],
                            [ExtractedRelation("Ann Lee", "Acme", "works at", [], "", rel_type="works_for")])
     pruned = prune_record(rec, "Ann Lee works at Acme.", PruneSpec(load_schema(path), "strict", "drop"))

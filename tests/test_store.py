@@ -121,4 +121,5 @@ def test_compressed_jsonl_reads_like_plain_and_a_cut_one_ends_cleanly(tmp_path: 
     got = list(store.read_jsonl(packed))
     assert 0 < len(got) < 3000 and got == recs[: len(got)]
     packed.write_bytes(data[:10] + b"\0" * 64 + data[74:])                 # damaged: no exception either
-    assert list(store.read_jsonl(packed)) == recs[: len(list(store.read_jsonl(packed)))]
+    got = list(store.read_jsonl(packed))
+    assert got == recs[: len(got)]
