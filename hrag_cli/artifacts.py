@@ -14,14 +14,14 @@ from pathlib import Path
 
 STAGES = ("chunk", "extract", "prune", "resolve", "synonyms")
 # what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
-# stages belongs to the first (graph.pkl: resolve builds it, synonyms adds edges), which rebuilds it
+# stages belongs to the first (graph.pkl, walk.npz: resolve builds them, synonyms adds edges), which rebuilds it
 STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "chunk": ("docs.jsonl", "chunks.jsonl"),
     "extract": (),
     "prune": (),        # counts only (prune.py): nothing on disk to damage
     "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
-                "graph/graph.pkl"),
-    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "vectors"),
+                "graph/graph.pkl", "graph/walk.npz"),
+    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "vectors"),
 }
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
 _SAMPLE = 1 << 16

@@ -8,6 +8,7 @@ through a temp file in the same folder and os.replace, so a reader never sees ha
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import tempfile
 import zlib
@@ -213,6 +214,26 @@ def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
             return
         *lines, tail = data.split(b"\n")
         yield from lines
+
+
+def whole_lines_buffer(path: Path) -> Any:
+    """The bytes of a plain or compressed JSONL file as one buffer, for a reader that indexes its lines itself
+    (a query reading a few records of a large file): a plain file is memory-mapped (its pages are read only
+    when touched), a compressed one decompressed up to the last newline before any damage. Raises
+    FileNotFoundError."""
+    with open(path, "rb") as fh:
+        if fh.read(2) != _GZIP_MAGIC:
+            size = os.fstat(fh.fileno()).st_size
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        fh.seek(0)
+        unzip, parts = zlib.decompressobj(wbits=31), []
+        while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
+            try:
+                parts.append(unzip.decompress(block))
+            except zlib.error:
+                break
+    data = b"".join(parts)
+    return data[:data.rfind(b"\n") + 1]
 
 
 def repair_tail(path: Path) -> int:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hrag_cli.errors import HragError
-from hrag_cli.graph import (ChunkRef, add_synonym_edges, build_graph, edge_counts, load_graph, save_graph)
+from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, load_graph,
+                            save_graph)
 from hrag_cli.project import Project
 from hrag_cli.records import Document, Entity, Relation, Synonym
 
@@ -113,3 +114,39 @@ def test_add_synonym_edges_replaces_previous() -> None:
     assert edge_counts(g)["RELATION"] == 1               # other edges untouched
     add_synonym_edges(g, [])
     assert g.ecount() == n_before
+
+
+def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
+    """save_graph writes graph/walk.npz, the graph as a query walks it: every edge both ways with its weight
+    and kind, every key findable; a missing file (a project built before it) comes from graph.pkl, a damaged
+    one is an error naming the fix."""
+    from hrag_cli.walk import WalkGraph
+
+    project = Project(tmp_path / "p")
+    project.init()
+    g = add_synonym_edges(build_graph(*_sample()), [("acme", "bob", 0.9)])
+    save_graph(project, g)
+    walk = WalkGraph.load(project)
+    assert (walk.vcount(), walk.ecount()) == (g.vcount(), g.ecount())
+    assert [walk.key(v) for v in range(walk.vcount())] == g.vs["key"]
+    assert all(walk.vertex(k) == v for v, k in enumerate(g.vs["key"]))
+    assert walk.vertex("nobody") is None and walk.vertex("") is None and walk.vertex("zzz") is None
+    entries = sorted((walk.key(int(r)), walk.key(int(c)), float(w), int(k)) for r, c, w, k in
+                     zip(walk.row_of_entry(), walk.cols, walk.weight, walk.kind))
+    both_ways = sorted(t for e in g.es for t in (
+        (g.vs[e.source]["key"], g.vs[e.target]["key"], e["weight"], EDGE_KINDS.index(e["kind"])),
+        (g.vs[e.target]["key"], g.vs[e.source]["key"], e["weight"], EDGE_KINDS.index(e["kind"]))))
+    assert entries == both_ways
+    assert walk.keys_of_kind("chunk") == {"k1": 2, "k2": 3, "k3": 4, "k9": 5}
+    # entities: their line in entities.jsonl (id order), and the chunks naming them (MENTIONED_IN edges)
+    assert [walk.entity_row(k) for k in ("acme", "bob", "zürich", "k1", "nobody")] == [0, 1, 2, None, None]
+    assert [walk.degree_of_kind(walk.vertex(k), "MENTIONED_IN") for k in ("acme", "bob", "zürich")] == [2, 1, 1]
+    syn = walk.weights({"SYNONYM": 0.0})
+    assert sorted(syn[walk.kind == EDGE_KINDS.index("SYNONYM")].tolist()) == [0.0, 0.0] and float(syn.sum()) == float(walk.weight.sum()) - 1.8
+
+    project.walk_path.unlink()                                     # built before walk.npz existed
+    old = WalkGraph.load(project)
+    assert [old.key(v) for v in range(old.vcount())] == g.vs["key"] and (old.cols == walk.cols).all()
+    project.walk_path.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(HragError, match="walk.npz is damaged.*hrag resolve"):
+        WalkGraph.load(project)

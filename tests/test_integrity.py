@@ -146,7 +146,7 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
     assert len(_gens(root)) == 2                    # the pinned one and the current one, nothing in between
     ix.require_built()                              # still intact and still built: its files are untouched
     assert reader.entities_path.read_bytes() == before
-    assert len(ix.graph.vs) > 0 and ix.chunks
+    assert ix.walk.vcount() > 0 and ix.chunks
     assert load_export_graph(reader).counts() == exported      # export too: the same version, whole
     del reader, ix
     code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")

@@ -101,22 +101,23 @@ def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
 
 
 def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
+    from hrag_cli.graph import EDGE_KINDS, load_graph
+    from hrag_cli.walk import WalkGraph, walk_arrays
+
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())
-    g = ix.graph
-    assert ix.extractor.startswith("rules") and "SYNONYM" in g.es["kind"]
+    walk, syn = ix.walk, ix.walk.kind == EDGE_KINDS.index("SYNONYM")
+    assert ix.extractor.startswith("rules") and syn.any()
     assert walk_weights(ix, 1.0) is None                              # as built
     # weight 0 walks exactly as if the SYNONYM edges were not there; weight 2 doubles them
-    bare = g.copy()
+    bare = load_graph(project)[0]
     bare.delete_edges(bare.es.select(kind_eq="SYNONYM"))
-    reset = np.zeros(g.vcount())
-    for eid in list(ix.entities)[:5]:
-        reset[ix.vertex[eid]] = 1.0
-    np.testing.assert_allclose(personalized_pagerank(g, reset, 0.5, walk_weights(ix, 0.0)),
-                               personalized_pagerank(bare, reset, 0.5), atol=1e-12)
+    reset = np.zeros(walk.vcount())
+    reset[sorted(walk.keys_of_kind("entity").values())[:5]] = 1.0
+    np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.5, walk_weights(ix, 0.0)),
+                               personalized_pagerank(WalkGraph(walk_arrays(bare)), reset, 0.5), atol=1e-12)
     doubled = walk_weights(ix, 2.0)
-    assert [w for w, k in zip(doubled, g.es["kind"]) if k == "SYNONYM"] == \
-        [2 * w for w, k in zip(g.es["weight"], g.es["kind"]) if k == "SYNONYM"]
+    assert (doubled[syn] == 2 * walk.weight[syn]).all() and (doubled[~syn] == walk.weight[~syn]).all()
     # the setting reaches the walk: with the synonym edges doubled the ranking's scores change
     on = retrieve(ix, Q, _settings(project, rules_synonym_weight=2.0, rules_walk_weight=1.0), mode="ppr")
     off = retrieve(ix, Q, _settings(project, rules_synonym_weight=0.0, rules_walk_weight=1.0), mode="ppr")

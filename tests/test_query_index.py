@@ -1,4 +1,5 @@
-"""Query-side loading: facts read on demand by row, with a fallback when the file no longer matches the index."""
+"""Query-side loading: facts and entities read on demand by row, with a fallback when the file no longer matches
+the index."""
 
 from __future__ import annotations
 
@@ -17,10 +18,25 @@ def test_facts_are_read_by_row_and_fall_back_when_the_file_moved(tmp_path) -> No
     store.write_jsonl(path, (to_dict(f) for f in facts))
     m = np.eye(64, dtype=np.float32)[:50]
     idx = VectorIndex.build("facts", [f.id for f in facts], m, VectorSettings(), "m")
-    table = RowRecords(path, Fact, lambda: idx)
+    table = RowRecords(path, Fact, idx.position)
     assert table["f17"] == facts[17] and table.get("f3") == facts[3] and "f49" in table
     assert table._all is None                       # nothing but the two lines was parsed
     assert table.get("nope") is None and "nope" not in table
     store.write_jsonl(path, (to_dict(f) for f in reversed(facts)))        # rewritten in another order
-    moved = RowRecords(path, Fact, lambda: idx)
+    moved = RowRecords(path, Fact, idx.position)
     assert moved["f17"] == facts[17] and moved._all is not None and len(moved) == 50
+
+
+def test_complete_positions_answer_membership_without_reading(tmp_path) -> None:
+    """Entities: the graph knows every id, so a name that is no entity is absent without the file being read,
+    and a compressed file is read at its lines too."""
+    facts = [Fact(f"f{i}", f"S{i}", "founded", f"O{i}", f"r{i}", ["c1"]) for i in range(20)]
+    path = tmp_path / "facts.jsonl"
+    store.write_jsonl(path, (to_dict(f) for f in facts), compress=True)
+    rows = {f.id: i for i, f in enumerate(facts)}
+    table = RowRecords(path, Fact, rows.get, complete=True)
+    assert "nope" not in table and table.get("nope") is None and table._starts is None   # nothing read
+    assert "f4" in table and table._starts is None
+    assert table["f19"] == facts[19] and table.get("f0") == facts[0] and table._all is None
+    rows["f5"] = 6                                  # a line that is not the record asked for: the whole file
+    assert table["f5"] == facts[5] and table._all is not None

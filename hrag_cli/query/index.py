@@ -22,15 +22,18 @@ from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
 from ..ingest import load_chunks, load_documents
+from ..walk import WalkGraph
 
 
 class RowRecords(Mapping):
-    """id -> record of a JSONL file whose line i holds row i of a vector index (the synonyms stage embeds the
-    file's records in file order), read on demand through the line offsets. A line whose id does not match (the
-    file was rewritten after the index) falls back to reading the whole file once."""
+    """id -> record of a JSONL file whose line i holds the record `position(id)` names (facts: row i of their
+    vector index, which the synonyms stage fills in file order; entities: their graph vertices, which follow
+    the file's id order), read on demand through the line offsets. A line whose id does not match (the file
+    was rewritten since) falls back to reading the whole file once. `complete`: `position` knows every id, so
+    an id it does not know is absent without reading the file (a ppr query tests dozens of names)."""
 
-    def __init__(self, path: Path, cls: type, index: Callable[[], Any]) -> None:
-        self.path, self.cls, self._index = path, cls, index
+    def __init__(self, path: Path, cls: type, position: Callable[[str], int | None], complete: bool = False) -> None:
+        self.path, self.cls, self._position, self._complete = path, cls, position, complete
         self._all: dict[str, Any] | None = None
         self._starts: np.ndarray | None = None
         self._data: Any = None
@@ -43,12 +46,12 @@ class RowRecords(Mapping):
     def _line(self, row: int) -> bytes | None:
         if self._starts is None:
             try:
-                self._data = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
+                self._data = store.whole_lines_buffer(self.path)
             except FileNotFoundError:
                 return None
+            data = np.frombuffer(self._data, dtype=np.uint8) if len(self._data) else np.zeros(0, np.uint8)
             step = 1 << 24      # bytes per newline search: no mask the size of the whole file in a query
-            ends = (np.flatnonzero(np.asarray(self._data[s:s + step]) == 10) + s
-                    for s in range(0, len(self._data), step))
+            ends = (np.flatnonzero(data[s:s + step] == 10) + s for s in range(0, len(data), step))
             self._starts = np.concatenate([np.zeros(1, np.int64), *(e + 1 for e in ends)])
         if row + 1 >= len(self._starts):
             return None
@@ -56,19 +59,21 @@ class RowRecords(Mapping):
 
     def __getitem__(self, key: str) -> Any:
         if self._all is None:
-            idx = self._index()
-            row = idx.position(key) if idx is not None else None
-            if row is not None:
-                line = self._line(row)
-                try:
-                    rec = store.loads(line) if line else None
-                except ValueError:
-                    rec = None
-                if isinstance(rec, dict) and rec.get("id") == key:
-                    return from_dict(self.cls, rec)
+            row = self._position(key)
+            if row is None and self._complete:
+                raise KeyError(key)
+            line = self._line(row) if row is not None else None
+            try:
+                rec = store.loads(line) if line else None
+            except ValueError:
+                rec = None
+            if isinstance(rec, dict) and rec.get("id") == key:
+                return from_dict(self.cls, rec)
         return self._whole()[key]
 
     def __contains__(self, key: object) -> bool:
+        if self._all is None and self._complete:
+            return isinstance(key, str) and self._position(key) is not None
         try:
             self[key]   # type: ignore[index]
         except KeyError:
@@ -83,9 +88,8 @@ class RowRecords(Mapping):
 
 
 class LazyRecords(Mapping):
-    """id -> record of a JSONL file read whole, kept as the parsed dicts and made a record only when one is
-    asked for: a ppr query tests thousands of names for membership and reads a handful of entities, and
-    building a record per entity was about a quarter of a cold MuSiQue query."""
+    """id -> record of a JSONL file read whole (relations: local mode walks their endpoints), kept as the
+    parsed dicts and made a record only when one is asked for."""
 
     def __init__(self, path: Path, cls: type) -> None:
         self.cls = cls
@@ -105,19 +109,23 @@ class LazyRecords(Mapping):
 
 
 class ChunkCounts(Mapping):
-    """entity id -> how many distinct chunks mention it, worked out for the entities asked about."""
+    """entity id -> how many distinct chunks mention it (at least 1): its MENTIONED_IN edges, one per chunk
+    that names it (resolve.py), counted for the entities asked about."""
 
-    def __init__(self, entities: LazyRecords) -> None:
-        self.entities = entities
+    def __init__(self, walk: WalkGraph) -> None:
+        self.walk = walk
 
     def __getitem__(self, key: str) -> int:
-        return max(len(set(self.entities.raw[key].get("source_ids") or ())), 1)
+        v = self.walk.entity_vertex(key)
+        if v is None:
+            raise KeyError(key)
+        return max(self.walk.degree_of_kind(v, "MENTIONED_IN"), 1)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.entities)
+        raise TypeError("ChunkCounts is looked up by id, never listed")
 
     def __len__(self) -> int:
-        return len(self.entities)
+        return self.walk.entity_count()
 
 
 @dataclass
@@ -148,11 +156,10 @@ class QueryIndex:
         return out
 
     @cached_property
-    def entities(self) -> LazyRecords:
-        t0 = time.perf_counter()
-        out = LazyRecords(self.project.entities_path, Entity)
-        self._timed("entities", t0)
-        return out
+    def entities(self) -> RowRecords:
+        """Entities read one by one at their lines (the file is in id order, as their graph vertices are): a
+        ppr query tests dozens of names for membership, which the graph answers, and reads a handful."""
+        return RowRecords(self.project.entities_path, Entity, self.walk.entity_row, complete=True)
 
     @cached_property
     def relations(self) -> LazyRecords:
@@ -162,7 +169,11 @@ class QueryIndex:
     def facts(self) -> RowRecords:
         """Facts read on demand: ppr needs the few its fact search returned, and parsing every fact of a large
         project would dominate a cold query."""
-        return RowRecords(self.project.facts_path, Fact, lambda: self.vector_index("facts"))
+        def position(key: str) -> int | None:
+            idx = self.vector_index("facts")
+            return idx.position(key) if idx is not None else None
+
+        return RowRecords(self.project.facts_path, Fact, position)
 
     def doc_path(self, doc_id: str) -> str:
         doc = self.docs.get(doc_id)
@@ -177,33 +188,24 @@ class QueryIndex:
 
     # -- graph -----------------------------------------------------------------------------------------------
     @cached_property
-    def _graph_pair(self) -> tuple[Any, dict[str, int]]:
-        from ..graph import load_graph
-
+    def walk(self) -> WalkGraph:
+        """The graph as the walk reads it (graph/walk.npz): numpy arrays, no igraph and no pickle."""
         t0 = time.perf_counter()
-        pair = load_graph(self.project)
+        out = WalkGraph.load(self.project)
         self._timed("graph", t0)
-        return pair
-
-    @property
-    def graph(self) -> Any:
-        return self._graph_pair[0]
-
-    @property
-    def vertex(self) -> dict[str, int]:
-        return self._graph_pair[1]
+        return out
 
     @cached_property
     def chunk_vertices(self) -> np.ndarray:
         """Graph vertex of each row of the chunk vector index (-1 when the graph lacks it)."""
-        ids = self.chunk_ids
-        return np.array([self.vertex.get(cid, -1) for cid in ids], dtype=np.int64)
+        vertex = self.walk.keys_of_kind("chunk")
+        return np.array([vertex.get(cid, -1) for cid in self.chunk_ids], dtype=np.int64)
 
     @cached_property
     def entity_chunk_counts(self) -> ChunkCounts:
         """How many chunks mention each entity: a fact's seed weight is divided by it (HippoRAG 2), so a hub
         entity named in half the corpus does not drown the walk."""
-        return ChunkCounts(self.entities)
+        return ChunkCounts(self.walk)
 
     # -- dense -----------------------------------------------------------------------------------------------
     @cached_property

@@ -243,7 +243,7 @@ def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_sco
     return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
 
 
-def walk_weights(ix: QueryIndex, synonym_weight: float) -> list[float] | None:
+def walk_weights(ix: QueryIndex, synonym_weight: float) -> np.ndarray | None:
     """The walk's edge weights on a rules-extractor graph: SYNONYM edges scaled by `synonym_weight` (None: the
     stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
     2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
@@ -252,13 +252,7 @@ def walk_weights(ix: QueryIndex, synonym_weight: float) -> list[float] | None:
         return None
     cache = ix.__dict__.setdefault("_walk_weights", {})
     if synonym_weight not in cache:
-        from ..graph import SYNONYM
-
-        g = ix.graph
-        if not g.ecount() or "weight" not in g.es.attributes():
-            return None
-        cache[synonym_weight] = [w * synonym_weight if k == SYNONYM else w
-                                 for w, k in zip(g.es["weight"], g.es["kind"])]
+        cache[synonym_weight] = ix.walk.weights({"SYNONYM": synonym_weight})
     return cache[synonym_weight]
 
 
@@ -273,7 +267,7 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
 
     t0 = time.perf_counter()
     seeds = SeedWeights()
-    graph, vertex = ix.graph, ix.vertex
+    graph = ix.walk
     hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
     if facts and fact_filter is not None:
@@ -287,14 +281,14 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         ends = (_fact_entity(ix, fact.subject, fact.relation_id, "src"),
                 _fact_entity(ix, fact.object, fact.relation_id, "tgt"))
         for eid in ends:
-            v = vertex.get(eid) if eid else None
+            v = graph.vertex(eid) if eid else None
             if v is None:
                 continue
             seeds.entity[v] = seeds.entity.get(v, 0.0) + max(score, 0.0) / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
     if s.entity_name_seeds and s.entity_seed_weight > 0:
         for eid in name_seeds(ix, query):
-            v = vertex.get(eid)
+            v = graph.vertex(eid)
             if v is None:
                 continue
             seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
@@ -324,7 +318,7 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
     r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
-        e = ix.entities.get(graph.vs[v]["key"])
+        e = ix.entities.get(graph.key(v))
         if e is not None:
             r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
                                "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})

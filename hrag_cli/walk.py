@@ -1,0 +1,165 @@
+"""The query-time graph: what a walk reads, as flat numpy arrays next to graph.pkl (graph/walk.npz).
+
+Why it exists: a cold `hrag query --mode ppr` spent most of its time importing igraph, unpickling the whole
+graph (names, types, aliases, relation ids the walk never reads) and in igraph's PageRank call, which copies the
+graph into PRPACK's own form on every call. The walk needs only the adjacency, the edge weights and kinds, and
+each vertex's key, so resolve and synonyms write those beside the pickle (`save_walk`, called by
+`graph.save_graph`) and a query loads them with numpy alone.
+
+Layout (one uncompressed .npz, written atomically):
+  indptr  int64 (n + 1)   row v of the symmetric adjacency is entries indptr[v]:indptr[v + 1]
+  cols    int32 (nnz)     the neighbour of each entry (an undirected edge is two entries, a self-loop two on
+                          its own row, as igraph counts it)
+  weight  float64 (nnz)   the edge's stored weight
+  kind    uint8 (nnz)     the edge's kind, an index into graph.EDGE_KINDS
+  vkind   uint8 (n)       the vertex's kind, an index into VERTEX_KINDS
+  keys    uint8 (bytes)   every vertex key, UTF-8, one after another; key v is keys[koff[v]:koff[v + 1]]
+  koff    int64 (n + 1)
+  order   int64 (n)       vertices sorted by key, for a binary search from key to vertex
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import store
+from .errors import HragError
+from .graph import CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, load_graph
+
+VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)
+_ENTITY = VERTEX_KINDS.index(ENTITY)
+_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
+
+
+def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
+    """The arrays of the layout above from an igraph graph (undirected; every edge has kind and weight)."""
+    n, m = graph.vcount(), graph.ecount()
+    el = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
+    weight = np.asarray(graph.es["weight"], dtype=np.float64) if m else np.zeros(0)
+    kind_index = {k: i for i, k in enumerate(EDGE_KINDS)}
+    kind = np.fromiter((kind_index[k] for k in graph.es["kind"]), dtype=np.uint8, count=m) if m else \
+        np.zeros(0, np.uint8)
+    rows = np.concatenate([el[:, 0], el[:, 1]])
+    order = np.argsort(rows, kind="stable")
+    vkind_index = {k: i for i, k in enumerate(VERTEX_KINDS)}
+    keys = graph.vs["key"] if n else []
+    blobs = [k.encode("utf-8") for k in keys]
+    koff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=koff[1:])
+    return {
+        "indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64),
+        "cols": np.concatenate([el[:, 1], el[:, 0]])[order].astype(np.int32),
+        "weight": np.concatenate([weight, weight])[order],
+        "kind": np.concatenate([kind, kind])[order],
+        "vkind": np.fromiter((vkind_index[k] for k in graph.vs["kind"]), dtype=np.uint8, count=n) if n else
+        np.zeros(0, np.uint8),
+        "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+        "koff": koff,
+        "order": np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64),
+    }
+
+
+def save_walk(project: Any, graph: Any) -> None:
+    """Write graph/walk.npz for `graph` (atomically: temp file, then rename)."""
+    with store.atomic_writer(project.walk_path) as fh:
+        np.savez(fh, **walk_arrays(graph))
+
+
+class WalkGraph:
+    """The walk's view of the graph: adjacency in CSR form, vertex keys, and Personalized PageRank."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.indptr, self.cols, self.weight, self.kind = (arrays[k] for k in ("indptr", "cols", "weight", "kind"))
+        self.vkind, self._keys, self._koff, self._order = (arrays[k] for k in ("vkind", "keys", "koff", "order"))
+        self._keybytes = self._keys.tobytes()
+        self._koff_list: list[int] | None = None
+        self._rows: np.ndarray | None = None
+
+    @classmethod
+    def load(cls, project: Any) -> "WalkGraph":
+        """graph/walk.npz; a project built before it existed gets the same arrays from graph.pkl (slower)."""
+        path = project.walk_path
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in _ARRAYS}
+        except FileNotFoundError:
+            return cls(walk_arrays(load_graph(project)[0]))
+        except Exception as exc:   # a damaged zip or array raises many kinds of errors
+            raise HragError(f"{path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
+        walk = cls(arrays)
+        if not walk._consistent():
+            raise HragError(f"{path} is damaged (its arrays do not fit together); run 'hrag resolve' to rebuild it")
+        return walk
+
+    def _consistent(self) -> bool:
+        n, nnz = self.vcount(), len(self.cols)
+        return (len(self.indptr) == n + 1 and int(self.indptr[-1]) == nnz == len(self.weight) == len(self.kind)
+                and len(self._koff) == n + 1 and len(self._order) == n and int(self._koff[-1]) == len(self._keys)
+                and (nnz == 0 or (int(self.cols.min()) >= 0 and int(self.cols.max()) < n)))
+
+    # -- vertices --------------------------------------------------------------------------------------------
+    def vcount(self) -> int:
+        return len(self.vkind)
+
+    def ecount(self) -> int:
+        """Edges (each undirected edge is two entries)."""
+        return len(self.cols) // 2
+
+    def key(self, v: int) -> str:
+        return self._keybytes[int(self._koff[v]):int(self._koff[v + 1])].decode("utf-8")
+
+    def vertex(self, key: str) -> int | None:
+        """The vertex whose key is `key` (binary search over the sorted keys), or None."""
+        lo, hi = 0, len(self._order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.key(int(self._order[mid])) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self._order) and self.key(int(self._order[lo])) == key:
+            return int(self._order[lo])
+        return None
+
+    def entity_vertex(self, key: str) -> int | None:
+        v = self.vertex(key)
+        return v if v is not None and self.vkind[v] == _ENTITY else None
+
+    def entity_count(self) -> int:
+        return int(np.count_nonzero(self.vkind == _ENTITY))
+
+    def entity_row(self, key: str) -> int | None:
+        """The entity's place among the entity vertices, which is its line in entities.jsonl (both in id
+        order: resolve writes them so), or None when no entity has this id."""
+        v = self.entity_vertex(key)
+        return None if v is None else v - (self.vcount() - self.entity_count())
+
+    def keys_of_kind(self, kind: str) -> dict[str, int]:
+        """key -> vertex of every vertex of one kind (e.g. the chunks, to align them with the chunk vectors)."""
+        if self._koff_list is None:
+            self._koff_list = self._koff.tolist()
+        off, blob = self._koff_list, self._keybytes
+        return {blob[off[v]:off[v + 1]].decode("utf-8"): int(v)
+                for v in np.flatnonzero(self.vkind == VERTEX_KINDS.index(kind)).tolist()}
+
+    def degree_of_kind(self, v: int, edge_kind: str) -> int:
+        """Entries of one edge kind on vertex v's row (for an entity's MENTIONED_IN: the chunks naming it)."""
+        s, e = int(self.indptr[v]), int(self.indptr[v + 1])
+        return int(np.count_nonzero(self.kind[s:e] == EDGE_KINDS.index(edge_kind)))
+
+    # -- edges -----------------------------------------------------------------------------------------------
+    def row_of_entry(self) -> np.ndarray:
+        """The vertex whose row holds each entry (the CSR rows spelled out; made once)."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(self.vcount()), np.diff(self.indptr))
+        return self._rows
+
+    def weights(self, scale: dict[str, float] | None = None) -> np.ndarray:
+        """Each entry's weight, with the kinds in `scale` multiplied by their factor."""
+        w = self.weight
+        for k, f in (scale or {}).items():
+            if f != 1.0:
+                w = np.where(self.kind == EDGE_KINDS.index(k), w * f, w)
+        return w
