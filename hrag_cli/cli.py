@@ -423,7 +423,10 @@ def main() -> None:
     """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
     from .offline import setup
 
+    from .cli_args import install
+
     setup()
+    install()
     try:
         rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it
         if rc == 130:                    # typer's Exit(130) for Ctrl-C

@@ -216,24 +216,61 @@ def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
         yield from lines
 
 
-def whole_lines_buffer(path: Path) -> Any:
-    """The bytes of a plain or compressed JSONL file as one buffer, for a reader that indexes its lines itself
-    (a query reading a few records of a large file): a plain file is memory-mapped (its pages are read only
-    when touched), a compressed one decompressed up to the last newline before any damage. Raises
-    FileNotFoundError."""
-    with open(path, "rb") as fh:
-        if fh.read(2) != _GZIP_MAGIC:
-            size = os.fstat(fh.fileno()).st_size
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        fh.seek(0)
-        unzip, parts = zlib.decompressobj(wbits=31), []
-        while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
-            try:
-                parts.append(unzip.decompress(block))
-            except zlib.error:
-                break
+def _whole_lines_buffer(fh: BinaryIO) -> Any:
+    """The bytes of a plain or compressed JSONL file as one buffer: a plain file memory-mapped (its pages are
+    read only when touched), a compressed one decompressed up to the last newline before any damage."""
+    if fh.read(2) != _GZIP_MAGIC:
+        size = os.fstat(fh.fileno()).st_size
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    fh.seek(0)
+    unzip, parts = zlib.decompressobj(wbits=31), []
+    while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
+        try:
+            parts.append(unzip.decompress(block))
+        except zlib.error:
+            break
     data = b"".join(parts)
     return data[:data.rfind(b"\n") + 1]
+
+
+class JsonlLines:
+    """Random access to the whole lines of a plain or compressed JSONL file, for a reader that wants a few
+    records of a large file by line number (a query: the facts its search found, the entities it seeds) and
+    must not parse the rest. The newlines are found once, with numpy, when first needed. A torn last line is
+    not a line."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as fh:          # FileNotFoundError passes through
+            self._data = _whole_lines_buffer(fh)
+        self._starts: Any = None
+
+    def _index(self) -> Any:
+        if self._starts is None:
+            import numpy as np
+
+            data = np.frombuffer(self._data, dtype=np.uint8) if len(self._data) else np.zeros(0, np.uint8)
+            step = 1 << 24      # bytes per newline search: no mask the size of the whole file
+            ends = [np.flatnonzero(data[s:s + step] == 10) + s + 1 for s in range(0, len(data), step)]
+            self._starts = np.concatenate([np.zeros(1, np.int64), *ends])
+        return self._starts
+
+    def __len__(self) -> int:
+        return len(self._index()) - 1
+
+    def raw(self, i: int) -> bytes | None:
+        """Line i as bytes, or None past the end."""
+        starts = self._index()
+        if not 0 <= i < len(starts) - 1:
+            return None
+        return bytes(self._data[int(starts[i]):int(starts[i + 1])])
+
+    def record(self, i: int) -> Any:
+        """Line i parsed (None past the end, for a blank line or one that is not JSON)."""
+        line = self.raw(i)
+        try:
+            return orjson.loads(line) if line and line.strip() else None
+        except orjson.JSONDecodeError:
+            return None
 
 
 def repair_tail(path: Path) -> int:

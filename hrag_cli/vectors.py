@@ -43,7 +43,8 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +262,7 @@ class VectorIndex:
         self.m = settings.m
         self.ef_construction = settings.ef_construction
         self._pos: dict[str, int] | None = None
+        self._found: dict[str, int] = {}  # id -> row of the ids searches returned (position() asks here first)
         self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
@@ -440,6 +442,10 @@ class VectorIndex:
         return self._pos
 
     def position(self, item_id: str) -> int | None:
+        """The row of an id; an id a search just returned is answered from that search, so a query never
+        builds the map of every id (see `_LazyColumn`)."""
+        if self._pos is None and item_id in self._found:
+            return self._found[item_id]
         return self._positions().get(item_id)
 
     def vectors(self) -> np.ndarray:
@@ -473,7 +479,10 @@ class VectorIndex:
         ids_out: list[list[str]] = []
         for r in range(len(q)):
             valid = rows[r] >= 0
-            ids_out.append([self.ids[int(p)] for p in rows[r][valid]])
+            found = [int(p) for p in rows[r][valid]]
+            ids_out.append([self.ids[p] for p in found])
+            if self._pos is None:
+                self._found.update(zip(ids_out[-1], found))
             sims_out[r, : int(valid.sum())] = sims[r][valid]
         return ids_out, sims_out
 
@@ -553,14 +562,17 @@ class VectorIndex:
         store.write_jsonl(ids_path, _chain([header], rows), compress=True)
 
     @classmethod
-    def load(cls, vectors_dir: Path, name: str, settings: VectorSettings) -> "VectorIndex | None":
+    def load(cls, vectors_dir: Path, name: str, settings: VectorSettings,
+             lazy_ids: bool = False) -> "VectorIndex | None":
         """The saved index, or None when it was never built. A damaged set or an earlier format raises
-        HragError naming the fix."""
+        HragError naming the fix. `lazy_ids` (a query, which never writes): ids and hashes are read from
+        the id map when asked for instead of all at once (`_LazyColumn`)."""
         hnsw_path, ids_path = cls.paths(vectors_dir, name)
         if not ids_path.exists():
             return None
-        rows = iter(store.read_jsonl(ids_path))
-        header = next(rows, None)
+        lines = store.JsonlLines(ids_path) if lazy_ids else None
+        rows = iter(store.read_jsonl(ids_path)) if lines is None else iter(())
+        header = next(rows, None) if lines is None else lines.record(0)
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
@@ -569,12 +581,17 @@ class VectorIndex:
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
             graph = bool(meta.get("hnsw_bytes"))
+            count = int(meta["count"])
+            if lines is not None:
+                idx.ids = _LazyColumn(ids_path, lines, "id")         # type: ignore[assignment]
+                idx.hashes = _LazyColumn(ids_path, lines, "h")       # type: ignore[assignment]
+                rows = (lines.record(i) for i in range(1, len(lines) if graph else 1))
             for r in rows:
-                idx.ids.append(r["id"])
-                idx.hashes.append(r.get("h", ""))
+                if lines is None:
+                    idx.ids.append(r["id"])
+                    idx.hashes.append(r.get("h", ""))
                 if graph:
                     labels.append(int(r["label"]))
-            count = int(meta["count"])
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
         if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count:
@@ -616,6 +633,38 @@ class VectorIndex:
             return DenseRows(arrays[0])
         raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
                         f"run 'hrag synonyms' to rebuild it")
+
+
+class _LazyColumn(Sequence):
+    """One field ("id" or "h") of every row of a saved id map, read at its line when asked for: a query wants
+    the ids of a few search hits, and parsing a whole map (a million facts at 100k passages) was most of a cold
+    query. Listing it parses every line once."""
+
+    def __init__(self, path: Path, lines: store.JsonlLines, key: str) -> None:
+        self._path, self._lines, self._key = path, lines, key
+        self._all: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._lines) - 1           # line 0 is the header
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._all is not None or isinstance(i, slice):
+            return self._listed()[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        rec = self._lines.record(i % n + 1)
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise HragError(f"{self._path} is damaged; run 'hrag synonyms' to rebuild it")
+        return rec.get(self._key, "")
+
+    def _listed(self) -> list[str]:
+        if self._all is None:
+            self._all = [self[i] for i in range(len(self))]
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listed())
 
 
 def _chain(*iters):

@@ -35,8 +35,8 @@ def test_complete_positions_answer_membership_without_reading(tmp_path) -> None:
     store.write_jsonl(path, (to_dict(f) for f in facts), compress=True)
     rows = {f.id: i for i, f in enumerate(facts)}
     table = RowRecords(path, Fact, rows.get, complete=True)
-    assert "nope" not in table and table.get("nope") is None and table._starts is None   # nothing read
-    assert "f4" in table and table._starts is None
+    assert "nope" not in table and table.get("nope") is None and table._lines is None   # nothing read
+    assert "f4" in table and table._lines is None
     assert table["f19"] == facts[19] and table.get("f0") == facts[0] and table._all is None
     rows["f5"] = 6                                  # a line that is not the record asked for: the whole file
     assert table["f5"] == facts[5] and table._all is not None

@@ -35,38 +35,27 @@ class RowRecords(Mapping):
     def __init__(self, path: Path, cls: type, position: Callable[[str], int | None], complete: bool = False) -> None:
         self.path, self.cls, self._position, self._complete = path, cls, position, complete
         self._all: dict[str, Any] | None = None
-        self._starts: np.ndarray | None = None
-        self._data: Any = None
+        self._lines: store.JsonlLines | None = None
 
     def _whole(self) -> dict[str, Any]:
         if self._all is None:
             self._all = {r["id"]: from_dict(self.cls, r) for r in store.read_jsonl(self.path)}
         return self._all
 
-    def _line(self, row: int) -> bytes | None:
-        if self._starts is None:
+    def _record(self, row: int) -> Any:
+        if self._lines is None:
             try:
-                self._data = store.whole_lines_buffer(self.path)
+                self._lines = store.JsonlLines(self.path)
             except FileNotFoundError:
                 return None
-            data = np.frombuffer(self._data, dtype=np.uint8) if len(self._data) else np.zeros(0, np.uint8)
-            step = 1 << 24      # bytes per newline search: no mask the size of the whole file in a query
-            ends = (np.flatnonzero(data[s:s + step] == 10) + s for s in range(0, len(data), step))
-            self._starts = np.concatenate([np.zeros(1, np.int64), *(e + 1 for e in ends)])
-        if row + 1 >= len(self._starts):
-            return None
-        return bytes(self._data[self._starts[row]:self._starts[row + 1]])
+        return self._lines.record(row)
 
     def __getitem__(self, key: str) -> Any:
         if self._all is None:
             row = self._position(key)
             if row is None and self._complete:
                 raise KeyError(key)
-            line = self._line(row) if row is not None else None
-            try:
-                rec = store.loads(line) if line else None
-            except ValueError:
-                rec = None
+            rec = self._record(row) if row is not None else None
             if isinstance(rec, dict) and rec.get("id") == key:
                 return from_dict(self.cls, rec)
         return self._whole()[key]
@@ -225,7 +214,7 @@ class QueryIndex:
             from ..vectors import VectorIndex
 
             t0 = time.perf_counter()
-            idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors)
+            idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors, lazy_ids=True)
             if idx is not None and len(idx) and (idx.model_id != self.embedder.model_id
                                                  or idx.dim != self.embedder.dim):
                 raise UsageError(f"the {name} index was built with embedder {idx.model_id!r} but the query uses "
