@@ -21,25 +21,26 @@ from ..config import Settings
 from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
-from ..ingest import load_chunks, load_documents
+from ..ingest import load_documents
 from ..walk import WalkGraph
 
 
 class RowRecords(Mapping):
-    """id -> record of a JSONL file whose line i holds the record `position(id)` names (facts: row i of their
-    vector index, which the synonyms stage fills in file order; entities: their graph vertices, which follow
-    the file's id order), read on demand through the line offsets. A line whose id does not match (the file
+    """id -> record of a JSONL file whose line i holds the record `position(id)` names (facts and chunks: row i
+    of their vector index, which the synonyms stage fills in file order; entities: their graph vertices, which
+    follow the file's id order), read on demand through the line offsets. A line whose id does not match (the file
     was rewritten since) falls back to reading the whole file once. `complete`: `position` knows every id, so
     an id it does not know is absent without reading the file (a ppr query tests dozens of names)."""
 
-    def __init__(self, path: Path, cls: type, position: Callable[[str], int | None], complete: bool = False) -> None:
-        self.path, self.cls, self._position, self._complete = path, cls, position, complete
+    def __init__(self, path: Path, cls: type, position: Callable[[str], int | None], complete: bool = False,
+                 id_key: str = "id") -> None:
+        self.path, self.cls, self._position, self._complete, self._id = path, cls, position, complete, id_key
         self._all: dict[str, Any] | None = None
         self._lines: store.JsonlLines | None = None
 
     def _whole(self) -> dict[str, Any]:
         if self._all is None:
-            self._all = {r["id"]: from_dict(self.cls, r) for r in store.read_jsonl(self.path)}
+            self._all = {r[self._id]: from_dict(self.cls, r) for r in store.read_jsonl(self.path)}
         return self._all
 
     def _record(self, row: int) -> Any:
@@ -56,7 +57,7 @@ class RowRecords(Mapping):
             if row is None and self._complete:
                 raise KeyError(key)
             rec = self._record(row) if row is not None else None
-            if isinstance(rec, dict) and rec.get("id") == key:
+            if isinstance(rec, dict) and rec.get(self._id) == key:
                 return from_dict(self.cls, rec)
         return self._whole()[key]
 
@@ -138,11 +139,9 @@ class QueryIndex:
         return {d.doc_id: d for d in load_documents(self.project)}
 
     @cached_property
-    def chunks(self) -> dict[str, Chunk]:
-        t0 = time.perf_counter()
-        out = {c.chunk_id: c for c in load_chunks(self.project)}
-        self._timed("chunks", t0)
-        return out
+    def chunks(self) -> RowRecords:
+        """Chunks read at their lines, in the chunk vector index's order: a query shows a few dozen."""
+        return RowRecords(self.project.chunks_path, Chunk, self.chunk_row.get, id_key="chunk_id")
 
     @cached_property
     def entities(self) -> RowRecords:
