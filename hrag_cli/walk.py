@@ -68,14 +68,13 @@ def save_walk(project: Any, graph: Any) -> None:
 
 
 class WalkGraph:
-    """The walk's view of the graph: adjacency in CSR form, vertex keys, and Personalized PageRank."""
+    """The walk's view of the graph: adjacency in CSR form and vertex keys (query/ppr.py walks it)."""
 
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
         self.indptr, self.cols, self.weight, self.kind = (arrays[k] for k in ("indptr", "cols", "weight", "kind"))
         self.vkind, self._keys, self._koff, self._order = (arrays[k] for k in ("vkind", "keys", "koff", "order"))
         self._keybytes = self._keys.tobytes()
         self._koff_list: list[int] | None = None
-        self._rows: np.ndarray | None = None
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -150,12 +149,6 @@ class WalkGraph:
         return int(np.count_nonzero(self.kind[s:e] == EDGE_KINDS.index(edge_kind)))
 
     # -- edges -----------------------------------------------------------------------------------------------
-    def row_of_entry(self) -> np.ndarray:
-        """The vertex whose row holds each entry (the CSR rows spelled out; made once)."""
-        if self._rows is None:
-            self._rows = np.repeat(np.arange(self.vcount()), np.diff(self.indptr))
-        return self._rows
-
     def weights(self, scale: dict[str, float] | None = None) -> np.ndarray:
         """Each entry's weight, with the kinds in `scale` multiplied by their factor."""
         w = self.weight

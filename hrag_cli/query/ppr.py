@@ -46,17 +46,22 @@ def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, w
     if len(w) and float(w.min()) < 0:
         raise ValueError("edge weights must not be negative")
     r = reset / reset.sum()
-    strength = np.bincount(graph.row_of_entry(), weights=w, minlength=n) if len(w) else np.zeros(n)
-    live = strength > 0
-    inv = np.divide(1.0, strength, out=np.zeros(n), where=live)
     starts = graph.indptr[:-1]
     nonempty = np.flatnonzero(starts < graph.indptr[1:])
     firsts = starts[nonempty]
+    strength = np.zeros(n)
+    if len(nonempty):
+        strength[nonempty] = np.add.reduceat(w, firsts)
+    live = strength > 0
+    inv = np.divide(1.0, strength, out=np.zeros(n), where=live)
+    flow = np.empty(len(w))             # one entry's share of the walk, reused by every step
+    spread = np.zeros(n)
     p = r
     for _ in range(max_iter):
-        spread = np.zeros(n)
         if len(nonempty):
-            spread[nonempty] = np.add.reduceat(w * (p * inv)[graph.cols], firsts)
+            np.take(p * inv, graph.cols, out=flow)
+            flow *= w
+            spread[nonempty] = np.add.reduceat(flow, firsts)
         nxt = (1.0 - damping) * r + damping * (spread + p[~live].sum() * r)
         nxt /= nxt.sum()
         done = float(np.abs(nxt - p).sum()) < tol
