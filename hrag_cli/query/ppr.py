@@ -46,23 +46,16 @@ def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, w
     if len(w) and float(w.min()) < 0:
         raise ValueError("edge weights must not be negative")
     r = reset / reset.sum()
-    starts = graph.indptr[:-1]
-    nonempty = np.flatnonzero(starts < graph.indptr[1:])
-    firsts = starts[nonempty]
-    strength = np.zeros(n)
-    if len(nonempty):
-        strength[nonempty] = np.add.reduceat(w, firsts)
+    rows = graph.rows()
+    strength = np.bincount(rows, weights=w, minlength=n)
     live = strength > 0
     inv = np.divide(1.0, strength, out=np.zeros(n), where=live)
-    flow = np.empty(len(w))             # one entry's share of the walk, reused by every step
-    spread = np.zeros(n)
+    flow = np.empty(len(w))             # each entry's share of a step, in one buffer reused by every step
     p = r
     for _ in range(max_iter):
-        if len(nonempty):
-            np.take(p * inv, graph.cols, out=flow)
-            flow *= w
-            spread[nonempty] = np.add.reduceat(flow, firsts)
-        nxt = (1.0 - damping) * r + damping * (spread + p[~live].sum() * r)
+        np.take(p * inv, graph.cols, out=flow)
+        flow *= w
+        nxt = (1.0 - damping) * r + damping * (np.bincount(rows, weights=flow, minlength=n) + p[~live].sum() * r)
         nxt /= nxt.sum()
         done = float(np.abs(nxt - p).sum()) < tol
         p = nxt
