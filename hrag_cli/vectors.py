@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -277,7 +277,7 @@ class VectorIndex:
         self.m = settings.m
         self.ef_construction = settings.ef_construction
         self._pos: dict[str, int] | None = None
-        self._found: dict[str, int] = {}  # id -> row of the ids searches returned (position() asks here first)
+        self._found: dict[str, int] = {}  # lazily loaded: id -> row of the ids searches returned
         self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
@@ -496,7 +496,7 @@ class VectorIndex:
             valid = rows[r] >= 0
             found = [int(p) for p in rows[r][valid]]
             ids_out.append([self.ids[p] for p in found])
-            if self._pos is None:
+            if isinstance(self.ids, _LazyColumn):       # read-only (a query's): rows never move
                 self._found.update(zip(ids_out[-1], found))
             sims_out[r, : int(valid.sum())] = sims[r][valid]
         return ids_out, sims_out

@@ -98,24 +98,16 @@ class LazyRecords(Mapping):
         return len(self.raw)
 
 
-class ChunkCounts(Mapping):
+class ChunkCounts:
     """entity id -> how many distinct chunks mention it (at least 1): its MENTIONED_IN edges, one per chunk
     that names it (resolve.py), counted for the entities asked about."""
 
     def __init__(self, walk: WalkGraph) -> None:
         self.walk = walk
 
-    def __getitem__(self, key: str) -> int:
+    def get(self, key: str, default: int | None = None) -> int | None:
         v = self.walk.entity_vertex(key)
-        if v is None:
-            raise KeyError(key)
-        return max(self.walk.degree_of_kind(v, "MENTIONED_IN"), 1)
-
-    def __iter__(self) -> Iterator[str]:
-        raise TypeError("ChunkCounts is looked up by id, never listed")
-
-    def __len__(self) -> int:
-        return self.walk.entity_count()
+        return default if v is None else max(self.walk.degree_of_kind(v, "MENTIONED_IN"), 1)
 
 
 @dataclass
