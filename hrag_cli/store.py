@@ -257,6 +257,13 @@ class JsonlLines:
     def __len__(self) -> int:
         return len(self._index()) - 1
 
+    def all(self) -> list[Any]:
+        """Every line parsed, in order (a blank or unparsable line as None): one pass, for a reader that
+        turns out to need them all."""
+        end = int(self._index()[-1])
+        return [orjson.loads(line) if line.strip() else None
+                for line in bytes(self._data[:end]).split(b"\n")[:-1]] if end else []
+
     def raw(self, i: int) -> bytes | None:
         """Line i as bytes, or None past the end."""
         starts = self._index()

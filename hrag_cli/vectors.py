@@ -157,6 +157,7 @@ class SparseRows:
     def __init__(self, indptr: np.ndarray, low: np.ndarray, bands: np.ndarray, data: np.ndarray, dim: int) -> None:
         self.indptr, self.low, self.bands, self.data, self.dim = indptr, low, bands, data, dim
         self._cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._scans = 0
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -183,10 +184,12 @@ class SparseRows:
         return out
 
     def _scan(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Every value's column (uint16) and value (float32), kept across scans for an index of up to
-        _SPARSE_CACHE_VALUES values: a batch of queries otherwise spells the columns out of the band counts
-        and widens the float16 values again for every query, half the cost of a fact search."""
-        if self._cache is None and len(self.data) <= _SPARSE_CACHE_VALUES:
+        """From the second scan on, every value's column (uint16) and value (float32), kept for an index of
+        up to _SPARSE_CACHE_VALUES values: a batch of queries otherwise spells the columns out of the band
+        counts and widens the float16 values again for every query, half the cost of a fact search (a single
+        cold query streams its one scan instead)."""
+        self._scans += 1
+        if self._cache is None and self._scans > 1 and len(self.data) <= _SPARSE_CACHE_VALUES:
             self._cache = (self._cols(self.bands, self.low).astype(np.uint16),
                            np.asarray(self.data, dtype=np.float32))
         return self._cache
@@ -675,7 +678,11 @@ class _LazyColumn(Sequence):
 
     def _listed(self) -> list[str]:
         if self._all is None:
-            self._all = [self[i] for i in range(len(self))]
+            try:
+                rows = self._lines.all()[1:]
+                self._all = [r["id"] for r in rows] if self._key == "id" else [r.get(self._key, "") for r in rows]
+            except (AttributeError, KeyError, TypeError):
+                raise HragError(f"{self._path} is damaged; run 'hrag synonyms' to rebuild it") from None
         return self._all
 
     def __iter__(self) -> Iterator[str]:

@@ -21,7 +21,6 @@ from ..config import Settings
 from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
-from ..ingest import load_documents
 from ..walk import WalkGraph
 
 
@@ -78,12 +77,12 @@ class RowRecords(Mapping):
 
 
 class LazyRecords(Mapping):
-    """id -> record of a JSONL file read whole (relations: local mode walks their endpoints), kept as the
-    parsed dicts and made a record only when one is asked for."""
+    """id -> record of a JSONL file read whole (relations: local mode walks their endpoints; documents: not
+    in any order a search could use), kept as the parsed dicts and made a record only when one is asked for."""
 
-    def __init__(self, path: Path, cls: type) -> None:
+    def __init__(self, path: Path, cls: type, id_key: str = "id") -> None:
         self.cls = cls
-        self.raw: dict[str, dict] = {r["id"]: r for r in store.read_jsonl(path)}
+        self.raw: dict[str, dict] = {r[id_key]: r for r in store.read_jsonl(path)}
 
     def __getitem__(self, key: str) -> Any:
         return from_dict(self.cls, self.raw[key])
@@ -127,8 +126,8 @@ class QueryIndex:
 
     # -- text records ----------------------------------------------------------------------------------------
     @cached_property
-    def docs(self) -> dict[str, Document]:
-        return {d.doc_id: d for d in load_documents(self.project)}
+    def docs(self) -> LazyRecords:
+        return LazyRecords(self.project.docs_path, Document, id_key="doc_id")
 
     @cached_property
     def chunks(self) -> RowRecords:
