@@ -140,6 +140,7 @@ class Project:
         self.merges_path = self.graph_dir / "merges.jsonl"      # which names resolve joined or split
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
+        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve_state.py)
         self.vectors_dir = gen / "vectors"
 
     def _gen_numbers(self) -> list[int]:

@@ -22,6 +22,7 @@ Merge rules (LightRAG semantics, DESIGN.md §4):
 
 from __future__ import annotations
 
+import bisect
 import gc
 import hashlib
 import math
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from . import store
+from . import resolve_state, store
 from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
@@ -60,19 +61,18 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 class _EntityAcc:
-    __slots__ = ("names", "types", "descs", "sources", "last", "aliases")
+    __slots__ = ("names", "types", "descs", "sources", "aliases")
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}     # surface form -> mentions
         self.types: dict[str, int] = {}     # type -> entity rows
         self.descs: dict[str, int] = {}     # description -> entity rows
-        self.sources: list[str] = []        # chunk ids, ascending (chunks are visited in order)
-        self.last = ""
+        self.sources: list[str] = []        # chunk ids, ascending (see _add_source)
         self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
 class _RelationAcc:
-    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last", "types")
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "types")
 
     def __init__(self) -> None:
         self.weight = 0.0
@@ -80,17 +80,15 @@ class _RelationAcc:
         self.keywords: list[str] = []
         self.descs: dict[str, int] = {}
         self.sources: list[str] = []
-        self.last = ""
         self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
 
 
 class _FactAcc:
-    __slots__ = ("predicates", "sources", "last")
+    __slots__ = ("predicates", "sources")
 
     def __init__(self) -> None:
         self.predicates: dict[str, int] = {}
         self.sources: list[str] = []
-        self.last = ""
 
 
 @dataclass
@@ -105,6 +103,9 @@ class Merged:
     self_loops: int = 0
     records: int = 0
     keys: MergeKeys = field(default_factory=MergeKeys)
+    # relations that summed a strength with a fraction: their float weight depends on the order of the sum,
+    # so a later merge cannot add to it and match a fresh build (resolve_state.py then merges from scratch)
+    inexact: set[tuple[str, str]] = field(default_factory=set)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -142,14 +143,31 @@ def merge_records(records: Callable[[], Iterable[ExtractionRecord]]) -> Merged:
     return _merge(records(), None) or _merge(records(), plan_merges(records()))
 
 
-def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merged | None:
-    """One pass; keys None: unplanned, and None back at the first record that needs a plan. The loop is
-    written out flat (no helper calls per mention, plain dicts instead of Counters): it runs once per mention,
-    millions of times at scale."""
-    m = Merged(keys=keys or MergeKeys())
+def _add_source(sources: list[str], chunk_id: str) -> None:
+    """Keep `sources` ascending and distinct. Records come in chunk_id order, so in a full merge this only
+    ever appends; a later merge of new chunks (resolve_state.py) inserts."""
+    if not sources or sources[-1] < chunk_id:
+        sources.append(chunk_id)
+    elif sources[-1] != chunk_id:
+        i = bisect.bisect_left(sources, chunk_id)
+        if sources[i] != chunk_id:
+            sources.insert(i, chunk_id)
+
+
+def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Merged | None = None
+           ) -> Merged | None:
+    """One pass; keys None: unplanned, and None back at the first record that needs a plan. `into`: add the
+    records to what an earlier merge accumulated (records of chunks it did not see); None back, and `into`
+    half-changed, when a record needs a plan or a strength with a fraction meets a relation (the float sum
+    would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
+    out-of-order source, plain dicts instead of Counters): it runs once per mention, millions of times at
+    scale."""
+    m = into or Merged(keys=keys or MergeKeys())
     ents, rels, facts = m.entities, m.relations, m.facts
-    mentions = m.mentions
-    ident, phrase, entity_id = _ident, _phrase, m.keys.entity_id
+    mentions: list[tuple[str, str, int]] = [] if into else m.mentions
+    inexact = m.inexact
+    born: set[tuple[str, str]] = set()     # relations this `into` merge created: all their strengths are here
+    ident, phrase, entity_id, add_source = _ident, _phrase, m.keys.entity_id, _add_source
     dropped = loops = n_records = 0
 
     for rec in records:
@@ -169,9 +187,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
             acc.names[sf] = acc.names.get(sf, 0) + 1
-            if acc.last != chunk_id:
-                acc.sources.append(chunk_id)
-                acc.last = chunk_id
+            src = acc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                add_source(src, chunk_id)
             per_chunk[eid] = per_chunk.get(eid, 0) + 1
             t = e.type.strip() if isinstance(e.type, str) else ""
             acc.types[t] = acc.types.get(t, 0) + 1
@@ -200,9 +220,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
                 if acc is None:
                     acc = ents[eid] = _EntityAcc()
                 acc.names[sf] = acc.names.get(sf, 0) + 1
-                if acc.last != chunk_id:
-                    acc.sources.append(chunk_id)
-                    acc.last = chunk_id
+                src = acc.sources
+                if not src or src[-1] < chunk_id:
+                    src.append(chunk_id)
+                elif src[-1] != chunk_id:
+                    add_source(src, chunk_id)
                 per_chunk[eid] = per_chunk.get(eid, 0) + 1
             if s == t:
                 loops += 1
@@ -211,7 +233,14 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             racc = rels.get(pair)
             if racc is None:
                 racc = rels[pair] = _RelationAcc()
-            racc.weight += _strength(r.strength)
+                if into is not None:
+                    born.add(pair)
+            w = _strength(r.strength)
+            if not (w.is_integer() and -1e9 < w < 1e9) or pair in inexact:   # integer sums are exact
+                if into is not None and pair not in born:
+                    return None
+                inexact.add(pair)
+            racc.weight += w
             pred = phrase(r.predicate) if isinstance(r.predicate, str) else ""
             if pred and pred not in racc.predicates:
                 racc.predicates.append(pred)
@@ -223,9 +252,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             d = r.description.strip() if isinstance(r.description, str) else ""
             if d:
                 racc.descs[d] = racc.descs.get(d, 0) + 1
-            if racc.last != chunk_id:
-                racc.sources.append(chunk_id)
-                racc.last = chunk_id
+            src = racc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                add_source(src, chunk_id)
             if r.rel_type and isinstance(r.rel_type, str):
                 types = racc.types = racc.types or {}
                 types[r.rel_type] = types.get(r.rel_type, 0) + 1
@@ -236,14 +267,34 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             if facc is None:
                 facc = facts[fkey] = _FactAcc()
             facc.predicates[pred] = facc.predicates.get(pred, 0) + 1
-            if facc.last != chunk_id:
-                facc.sources.append(chunk_id)
-                facc.last = chunk_id
+            src = facc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                add_source(src, chunk_id)
         for eid, n in per_chunk.items():
             mentions.append((chunk_id, eid, n))
-    m.records = n_records
-    m.dropped_rows, m.self_loops = dropped, loops
+    m.records += n_records
+    m.dropped_rows += dropped
+    m.self_loops += loops
+    if into is not None:
+        _insert_mentions(m.mentions, mentions)
     return m
+
+
+def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:
+    """Put new chunks' mentions where a merge in chunk_id order would have them (each chunk's run stays whole
+    and in its own order). `new` is in chunk_id order, so inserting from the back keeps earlier positions."""
+    runs: dict[str, list[tuple[str, str, int]]] = {}
+    for m in new:
+        runs.setdefault(m[0], []).append(m)
+    for chunk_id in sorted(runs, reverse=True):
+        at = bisect.bisect_left(mentions, chunk_id, key=_first)
+        mentions[at:at] = runs[chunk_id]
+
+
+def _first(t: tuple) -> str:
+    return t[0]
 
 
 def _top(counts: dict[str, int]) -> str:
@@ -366,6 +417,64 @@ def load_inputs(project: Project, settings: Settings | None = None
 # ----------------------------------------------------------------------------------------------- stage
 
 
+def _merge_current(project: Project, settings: Settings, reporter: Reporter, keep_state: bool
+                   ) -> tuple[Merged, int | None]:
+    """The current records merged, and how many were merged into the saved state (None: all, from scratch).
+    With `keep_state`, the accumulators are saved for the next run (before finalize empties them); else any
+    saved state is removed (an LLM may summarise: descriptions are decided over every item, so each run
+    merges from scratch)."""
+    from .extract.stage import CurrentRecords, current_extractor, current_records
+    from .prune import iter_pruned, prune_spec
+
+    path = project.resolve_state_path
+    extractor = current_extractor(project)
+    current = current_records(project, extractor) if extractor else CurrentRecords({}, [], [])
+    base = resolve_state.basis(settings_fingerprint(settings), prune_spec(settings, extractor or "").describe(),
+                               extractor)
+    merged = added = None
+    if keep_state:
+        new = _new_since_state(project, reporter, base, current)
+        if new is not None:
+            merged = _load_state(project, reporter)
+            if merged is not None:
+                merged = _merge(iter_pruned(project, settings, current.only(new)), None, merged)
+                added = len(new)
+    if merged is None:
+        added = None
+        merged = merge_records(lambda: iter_pruned(project, settings, current))
+    if keep_state and not merged.keys.node_ids and not merged.keys.alias_only:
+        header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
+                                           *resolve_state.cache_mark(project.extractions_path))
+        resolve_state.save(path, header, merged)
+    else:
+        path.unlink(missing_ok=True)
+    return merged, added
+
+
+def _new_since_state(project: Project, reporter: Reporter, base: str, current: Any) -> set[str] | None:
+    """The chunks whose records the saved state lacks, when adding them is all that changed; else None."""
+    try:
+        header = resolve_state.read_header(project.resolve_state_path)
+    except resolve_state.Damaged as exc:
+        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+        return None
+    if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
+        return None
+    now = dict(zip(current.ids, current.offsets))
+    if any(now.get(cid) != at for cid, at in header.offsets.items()):
+        return None     # a chunk's record changed or went away: its old contribution cannot be taken out
+    return {cid for cid in current.ids if cid not in header.offsets}
+
+
+def _load_state(project: Project, reporter: Reporter) -> Merged | None:
+    try:
+        return resolve_state.load(project.resolve_state_path, Merged,
+                                  {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc})
+    except resolve_state.Damaged as exc:
+        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+        return None
+
+
 def _file_digest(h: "hashlib._Hash", path) -> None:
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):
@@ -411,10 +520,11 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
-    docs, chunks, records = load_inputs(project, settings)
-    merged = merge_records(records)
-    reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
+    docs, chunks, _ = load_inputs(project)
     summarizer = Summarizer(project, settings, reporter)
+    merged, added = _merge_current(project, settings, reporter, keep_state=not summarizer.enabled)
+    how = "full merge" if added is None else f"{added} new records merged into the saved state"
+    reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks ({how})")
     resolved = finalize(merged, summarizer)
     del merged
     sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations), "facts": resolved.fact_count}
