@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import gc
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from . import resolve_state, store
+from . import resolve_patch, resolve_state, store
 from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
@@ -103,9 +104,25 @@ class Merged:
     self_loops: int = 0
     records: int = 0
     keys: MergeKeys = field(default_factory=MergeKeys)
-    # relations that summed a strength with a fraction: their float weight depends on the order of the sum,
+    # relations that summed a strength that is not a multiple of 1/1024: their float weight depends on the order
+    # of the sum,
     # so a later merge cannot add to it and match a fresh build (resolve_state.py then merges from scratch)
     inexact: set[tuple[str, str]] = field(default_factory=set)
+    touched: Touched | None = None     # set by a merge `into` saved state: what it changed
+
+
+@dataclass
+class Touched:
+    """The keys a merge into saved state changed (their records must be made again), and which of them it
+    created (they have no line in the previous files)."""
+
+    records: int
+    entities: set[str]
+    relations: set[tuple[str, str]]
+    facts: set[tuple[str, str, str]]
+    new_entities: set[str]
+    new_relations: set[tuple[str, str]]
+    new_facts: set[tuple[str, str, str]]
 
 
 @lru_cache(maxsize=1_000_000)
@@ -167,6 +184,9 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     mentions: list[tuple[str, str, int]] = [] if into else m.mentions
     inexact = m.inexact
     born: set[tuple[str, str]] = set()     # relations this `into` merge created: all their strengths are here
+    t_rel: set[tuple[str, str]] = set()
+    t_fact: set[tuple[str, str, str]] = set()
+    sizes = (len(ents), len(rels), len(facts))
     ident, phrase, entity_id, add_source = _ident, _phrase, m.keys.entity_id, _add_source
     dropped = loops = n_records = 0
 
@@ -236,11 +256,14 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 if into is not None:
                     born.add(pair)
             w = _strength(r.strength)
-            if not (w.is_integer() and -1e9 < w < 1e9) or pair in inexact:   # integer sums are exact
+            # sums of multiples of 1/1024 below 2^42 are exact in any order (the rules extractor gives 1 and 0.5)
+            if not ((w * 1024.0).is_integer() and -1e4 < w < 1e4) or pair in inexact:
                 if into is not None and pair not in born:
                     return None
                 inexact.add(pair)
             racc.weight += w
+            if into is not None:
+                t_rel.add(pair)
             pred = phrase(r.predicate) if isinstance(r.predicate, str) else ""
             if pred and pred not in racc.predicates:
                 racc.predicates.append(pred)
@@ -267,6 +290,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             if facc is None:
                 facc = facts[fkey] = _FactAcc()
             facc.predicates[pred] = facc.predicates.get(pred, 0) + 1
+            if into is not None:
+                t_fact.add(fkey)
             src = facc.sources
             if not src or src[-1] < chunk_id:
                 src.append(chunk_id)
@@ -279,6 +304,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     m.self_loops += loops
     if into is not None:
         _insert_mentions(m.mentions, mentions)
+        m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, *(
+            set(itertools.islice(reversed(d), len(d) - n)) for d, n in zip((ents, rels, facts), sizes)))
     return m
 
 
@@ -336,6 +363,7 @@ class Resolved:
     mentions: list[tuple[str, str, int]]
     stats: dict
     merges: list[dict] = field(default_factory=list)    # aliases.MergeKeys.report()
+    records: int = 0                                     # extraction records merged
 
 
 def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
@@ -358,37 +386,46 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
     entities: list[Entity] = []
     unknown = 0
     for eid in sorted(merged.entities):   # each accumulator let go once its record is made
-        acc = merged.entities.pop(eid)
-        etype = _vote_type(acc.types)
-        unknown += etype == UNKNOWN
-        name = names[eid]
-        entities.append(Entity(id=eid, name=name, type=etype, description=text(entity_desc.pop(eid)),
-                               aliases=_aliases(name, acc), source_ids=acc.sources))
+        e = entity_record(eid, merged.entities.pop(eid), names[eid], text(entity_desc.pop(eid)))
+        unknown += e.type == UNKNOWN
+        entities.append(e)
     relations: list[Relation] = []
     rel_ids: dict[tuple[str, str], str] = {}
     for pair in sorted(merged.relations):
-        racc = merged.relations.pop(pair)
-        rid = fingerprint("relation", pair[0], pair[1])
-        rel_ids[pair] = rid
-        relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
-                                  keywords=_union(racc.keywords), description=text(relation_desc.pop(pair)),
-                                  weight=racc.weight, source_ids=racc.sources,
-                                  rel_type=_top(racc.types) if racc.types else ""))
-    stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
-             "dropped_rows": merged.dropped_rows, "summaries": len(jobs), **merged.keys.stats()}
+        r = relation_record(pair, merged.relations.pop(pair), text(relation_desc.pop(pair)))
+        rel_ids[pair] = r.id
+        relations.append(r)
     return Resolved(entities, relations, _facts(merged.facts, names, rel_ids), len(merged.facts), merged.mentions,
-                    stats, merged.keys.report())
+                    _stats(merged, unknown, len(jobs)), merged.keys.report(), merged.records)
+
+
+def _stats(merged: Merged, unknown: int, summaries: int) -> dict:
+    return {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
+            "dropped_rows": merged.dropped_rows, "summaries": summaries, **merged.keys.stats()}
+
+
+def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
+    return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
+                  aliases=_aliases(name, acc), source_ids=acc.sources)
+
+
+def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
+    return Relation(id=fingerprint("relation", pair[0], pair[1]), src=pair[0], tgt=pair[1],
+                    predicates=_union(racc.predicates), keywords=_union(racc.keywords), description=description,
+                    weight=racc.weight, source_ids=racc.sources, rel_type=_top(racc.types) if racc.types else "")
+
+
+def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:
+    return Fact(id=fingerprint("fact", *fkey), subject=subject, predicate=_top(facc.predicates), object=obj,
+                relation_id=relation_id, source_ids=facc.sources)
 
 
 def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
            rel_ids: dict[tuple[str, str], str]) -> Iterator[Fact]:
     """The fact records in key order, each accumulator let go once its record is made."""
     for fkey in sorted(accs):
-        facc = accs.pop(fkey)
         s, _, o = fkey
-        pair = (s, o) if s < o else (o, s)
-        yield Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
-                   object=names[o], relation_id=rel_ids[pair], source_ids=facc.sources)
+        yield fact_record(fkey, accs.pop(fkey), names[s], names[o], rel_ids[(s, o) if s < o else (o, s)])
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -417,38 +454,34 @@ def load_inputs(project: Project, settings: Settings | None = None
 # ----------------------------------------------------------------------------------------------- stage
 
 
-def _merge_current(project: Project, settings: Settings, reporter: Reporter, keep_state: bool
-                   ) -> tuple[Merged, int | None]:
-    """The current records merged, and how many were merged into the saved state (None: all, from scratch).
-    With `keep_state`, the accumulators are saved for the next run (before finalize empties them); else any
-    saved state is removed (an LLM may summarise: descriptions are decided over every item, so each run
-    merges from scratch)."""
+def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool
+                   ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged]]:
+    """The current records merged: into the saved state when `use_state` and adding is all that happened
+    (then `merged.touched` says what changed), else from scratch; the header to save the result under; and
+    the merge from scratch, for when the saved outputs turn out not to match the state."""
     from .extract.stage import CurrentRecords, current_extractor, current_records
     from .prune import iter_pruned, prune_spec
 
-    path = project.resolve_state_path
     extractor = current_extractor(project)
     current = current_records(project, extractor) if extractor else CurrentRecords({}, [], [])
     base = resolve_state.basis(settings_fingerprint(settings), prune_spec(settings, extractor or "").describe(),
                                extractor)
-    merged = added = None
-    if keep_state:
+    header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
+                                       *resolve_state.cache_mark(project.extractions_path))
+
+    def full() -> Merged:
+        return merge_records(lambda: iter_pruned(project, settings, current))
+
+    if use_state:
         new = _new_since_state(project, reporter, base, current)
         if new is not None:
-            merged = _load_state(project, reporter)
-            if merged is not None:
-                merged = _merge(iter_pruned(project, settings, current.only(new)), None, merged)
-                added = len(new)
-    if merged is None:
-        added = None
-        merged = merge_records(lambda: iter_pruned(project, settings, current))
-    if keep_state and not merged.keys.node_ids and not merged.keys.alias_only:
-        header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
-                                           *resolve_state.cache_mark(project.extractions_path))
-        resolve_state.save(path, header, merged)
-    else:
-        path.unlink(missing_ok=True)
-    return merged, added
+            saved = _load_state(project, reporter)
+            if saved is not None:
+                header.unknown = saved[1]
+                merged = _merge(iter_pruned(project, settings, current.only(new)), None, saved[0])
+                if merged is not None:
+                    return merged, header, full
+    return full(), header, full
 
 
 def _new_since_state(project: Project, reporter: Reporter, base: str, current: Any) -> set[str] | None:
@@ -466,7 +499,7 @@ def _new_since_state(project: Project, reporter: Reporter, base: str, current: A
     return {cid for cid in current.ids if cid not in header.offsets}
 
 
-def _load_state(project: Project, reporter: Reporter) -> Merged | None:
+def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:
     try:
         return resolve_state.load(project.resolve_state_path, Merged,
                                   {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc})
@@ -522,17 +555,45 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     docs, chunks, _ = load_inputs(project)
     summarizer = Summarizer(project, settings, reporter)
-    merged, added = _merge_current(project, settings, reporter, keep_state=not summarizer.enabled)
-    how = "full merge" if added is None else f"{added} new records merged into the saved state"
-    reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks ({how})")
-    resolved = finalize(merged, summarizer)
-    del merged
-    sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations), "facts": resolved.fact_count}
-
+    merged, header, full = _merge_current(project, settings, reporter, use_state=not summarizer.enabled)
+    # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
+    # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
+    keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only
     # graph.pkl is about to lose its SYNONYM edges: the synonyms stage must rerun even when this output's
     # digest comes out unchanged (otherwise a stopped or failed synonyms run leaves it "fresh" forever)
     project.forget_stage("synonyms")
-    graph = write_outputs(project, resolved, docs, chunks)
+    graph = None
+    if merged.touched is not None:
+        reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
+                      f"{merged.touched.records} new ones merged into the saved state")
+        try:
+            graph_ents, graph_rels, unknown = resolve_patch.patch_outputs(project, merged, summarizer)
+        except resolve_patch.OutOfStep as exc:
+            reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
+                          "merging every record again")
+            merged = full()
+        else:
+            header.unknown += unknown
+            sizes = {"entities": len(merged.entities), "relations": len(merged.relations),
+                     "facts": len(merged.facts)}
+            stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
+            resolve_state.save(project.resolve_state_path, header, merged)
+            graph = build_graph(docs, chunks, graph_ents, graph_rels, merged.mentions)
+            del graph_ents, graph_rels, merged
+            save_graph(project, graph)
+    if graph is None:
+        reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
+        if keep:
+            header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
+            resolve_state.save(project.resolve_state_path, header, merged)
+        else:
+            project.resolve_state_path.unlink(missing_ok=True)
+        resolved = finalize(merged, summarizer)
+        del merged
+        sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
+                 "facts": resolved.fact_count}
+        stats = {**resolved.stats, "records_merged": resolved.records}
+        graph = write_outputs(project, resolved, docs, chunks)
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
@@ -546,7 +607,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         "vertices": graph.vcount(),
         "edges": graph.ecount(),
         **{f"edges_{k.lower()}": v for k, v in ec.items() if k != "SYNONYM"},
-        **resolved.stats,
+        **stats,
         "summaries_llm_calls": summarizer.llm_calls,
         "summaries_cached": summarizer.cached,
     }

@@ -15,6 +15,7 @@ A file that does not read back whole is damage: one warning, and a merge from sc
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import struct
 import sys
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import store
-from .artifacts import quick_sum
 from .project import fingerprint
 
 STATE_VERSION = 1
@@ -39,22 +39,34 @@ class StateHeader:
     offsets: dict[str, int]     # chunk id -> offset of the record that was merged
     cache_size: int             # cache/extractions.jsonl's size then, and its quick hash over that size
     cache_sum: str
+    unknown: int = 0            # entities typed UNKNOWN (a count resolve reports, kept up to date)
 
 
 def basis(*parts: Any) -> str:
     return fingerprint("resolve-state", STATE_VERSION, sys.version_info[:2], marshal.version, *parts)
 
 
+def _prefix_sum(path: Path, size: int) -> str:
+    """A hash of the file's first `size` bytes, sampled (64 KiB at each end, 4 KiB at eight points between):
+    catches a cache that was deleted and made again, or cut, without reading gigabytes."""
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as fh:
+        for pos, n in [(0, 1 << 16), *((size * i // 9, 4096) for i in range(1, 9)), (max(0, size - (1 << 16)), 1 << 16)]:
+            fh.seek(pos)
+            h.update(fh.read(max(0, min(n, size - pos))))
+    return h.hexdigest()
+
+
 def cache_mark(path: Path) -> tuple[int, str]:
     size = path.stat().st_size if path.exists() else 0
-    return size, quick_sum(path, size) if size else ""
+    return size, _prefix_sum(path, size) if size else ""
 
 
 def cache_grew_only(path: Path, header: StateHeader) -> bool:
     """The cache still begins with the bytes it had when the state was saved (appends only since)."""
     size = path.stat().st_size if path.exists() else 0
     return size >= header.cache_size and (not header.cache_size or
-                                          quick_sum(path, header.cache_size) == header.cache_sum)
+                                          _prefix_sum(path, header.cache_size) == header.cache_sum)
 
 
 # -------------------------------------------------------------------------------------------- writing
@@ -89,7 +101,7 @@ def save(path: Path, header: StateHeader, merged: Any) -> None:
     }
     with store.atomic_writer(path) as fh:
         _frame(fh, {"basis": header.basis, "offsets": header.offsets, "cache_size": header.cache_size,
-                    "cache_sum": header.cache_sum, "records": merged.records, "dropped_rows": merged.dropped_rows,
+                    "cache_sum": header.cache_sum, "unknown": header.unknown, "records": merged.records, "dropped_rows": merged.dropped_rows,
                     "self_loops": merged.self_loops, "inexact": list(merged.inexact)})
         counts = {}
         for name, items in sections.items():
@@ -139,9 +151,9 @@ def read_header(path: Path) -> StateHeader | None:
     return StateHeader(h["basis"], h["offsets"], h["cache_size"], h["cache_sum"])
 
 
-def load(path: Path, merged_cls: type, accs: dict[str, type]) -> Any:
-    """The Merged the file holds (accumulator classes given by the caller: resolve owns them). Raises
-    Damaged."""
+def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]:
+    """The Merged the file holds (accumulator classes given by the caller: resolve owns them) and the header's
+    UNKNOWN count. Raises Damaged."""
     m = merged_cls()
     ents, rels, facts, mentions = m.entities, m.relations, m.facts, m.mentions
     ent_cls, rel_cls, fact_cls = accs["entities"], accs["relations"], accs["facts"]
@@ -161,7 +173,7 @@ def load(path: Path, merged_cls: type, accs: dict[str, type]) -> Any:
             if name == "end":
                 if batch != counts:
                     raise Damaged("counts differ")
-                return m
+                return m, h["unknown"]
             counts[name] = counts.get(name, 0) + len(batch)
             try:
                 if name == "entities":
