@@ -146,9 +146,10 @@ def read_header(path: Path) -> StateHeader | None:
         return None
     with fh:
         h = next(_frames(fh), None)
-    if not isinstance(h, dict) or not isinstance(h.get("offsets"), dict):
-        raise Damaged("no header")
-    return StateHeader(h["basis"], h["offsets"], h["cache_size"], h["cache_sum"])
+    try:
+        return StateHeader(h["basis"], dict(h["offsets"]), int(h["cache_size"]), h["cache_sum"])
+    except (TypeError, KeyError, ValueError):
+        raise Damaged("no header") from None
 
 
 def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]:
@@ -161,10 +162,12 @@ def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]
     with open(path, "rb") as fh:
         frames = _frames(fh)
         h = next(frames, None)
-        if not isinstance(h, dict):
-            raise Damaged("no header")
-        m.records, m.dropped_rows, m.self_loops = h["records"], h["dropped_rows"], h["self_loops"]
-        m.inexact = set(map(tuple, h["inexact"]))
+        try:
+            m.records, m.dropped_rows, m.self_loops = h["records"], h["dropped_rows"], h["self_loops"]
+            m.inexact = set(map(tuple, h["inexact"]))
+            unknown = h["unknown"]
+        except (TypeError, KeyError):
+            raise Damaged("no header") from None
         for frame in frames:
             try:
                 name, batch = frame
@@ -173,7 +176,7 @@ def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]
             if name == "end":
                 if batch != counts:
                     raise Damaged("counts differ")
-                return m, h["unknown"]
+                return m, unknown
             counts[name] = counts.get(name, 0) + len(batch)
             try:
                 if name == "entities":

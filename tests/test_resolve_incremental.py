@@ -61,3 +61,78 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
     _index(docs, inc)
     assert _merged(inc) == 2      # one chunk per new document: only their records were merged
     _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_the_state_again(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    everything = _merged(inc)
+    (docs / "people" / "zoe_almqvist.txt").unlink()                        # delete
+    miravel = docs / "places" / "miravel.txt"                               # edit
+    miravel.write_text("Miravel also hosts the Quillon Fair, run by Edric Solano.\n\n"
+                       + miravel.read_text(encoding="utf-8"), encoding="utf-8")
+    _index(docs, inc)
+    assert _merged(inc) > everything - 5     # every record again: a chunk's contribution cannot be taken out
+    _same_as_fresh(docs, inc, tmp_path)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["truncate", "garbage"])
+def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    state = Project(inc).resolve_state_path
+    data = state.read_bytes()
+    state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
+    state.write_bytes(data[: len(data) // 2] if how == "truncate" else data[:8] + b"\x00" * (len(data) - 8))
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    out = _index(docs, inc)
+    assert "resolve_state.bin" in out and _merged(inc) > 1
+    _same_as_fresh(docs, inc, tmp_path)
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_a_schema_is_part_of_the_state(tmp_path: Path) -> None:
+    """The rules extractor under a schema: pruned records merge into the state; switching the schema off
+    merges from scratch (the state was pruned under it)."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    schema = ("--schema", str(SAMPLE / "schema.toml"))
+    _index(docs, inc, *schema)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc, *schema)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path, *schema)
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _index(docs, inc, "--schema", "")
+    assert _merged(inc) > 1
+    _same_as_fresh(docs, inc, tmp_path, "--schema", "")
+
+
+def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp_path: Path) -> None:
+    from tests.test_aliases import DOCS, scripted
+
+    stub.set_chat(scripted)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text(DOCS["a.txt"])
+    llm = ("--llm-model", "openai/stub-model", "--llm-api-base", stub.url)
+    inc = tmp_path / "inc"
+    _index(docs, inc, *llm)
+    assert not Project(inc).resolve_state_path.exists()
+    (docs / "b.txt").write_text(DOCS["b.txt"])
+    _index(docs, inc, *llm)
+    assert not Project(inc).resolve_state_path.exists() and _merged(inc) == 2
+    assert Project(inc).merges_path.read_bytes()      # the alias joined two names
+    _same_as_fresh(docs, inc, tmp_path, *llm)
