@@ -567,7 +567,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
                       f"{merged.touched.records} new ones merged into the saved state")
         try:
-            graph_ents, graph_rels, unknown = resolve_patch.patch_outputs(project, merged, summarizer)
+            keys = resolve_state.sorted_keys(merged)
+            graph_ents, graph_rels, unknown = resolve_patch.patch_outputs(project, merged, summarizer, keys)
         except resolve_patch.OutOfStep as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")
@@ -577,7 +578,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             sizes = {"entities": len(merged.entities), "relations": len(merged.relations),
                      "facts": len(merged.facts)}
             stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
-            resolve_state.save(project.resolve_state_path, header, merged)
+            resolve_state.save(project.resolve_state_path, header, merged, keys)
+            del keys
             graph = build_graph(docs, chunks, graph_ents, graph_rels, merged.mentions)
             del graph_ents, graph_rels, merged
             save_graph(project, graph)
@@ -585,7 +587,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
         if keep:
             header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
-            resolve_state.save(project.resolve_state_path, header, merged)
+            resolve_state.save(project.resolve_state_path, header, merged, resolve_state.sorted_keys(merged))
         else:
             project.resolve_state_path.unlink(missing_ok=True)
         resolved = finalize(merged, summarizer)

@@ -4,9 +4,10 @@ each, making records again only for the keys the merge touched and copying every
 entities.jsonl, relations.jsonl and facts.jsonl are sorted by key (entity id, entity pair, fact key), and the
 saved state holds every key, so walking the state's keys in order walks the old file's lines in step (a key
 the merge created has no old line). A fact names its subject and object, so a fact whose entity changed its
-display name is made again too. What the graph needs of every entity and relation is read off the lines on
-the way. The result is the file a full resolve would write; a line whose key is not the one expected (the file
-does not belong to the state) raises OutOfStep, and resolve merges from scratch instead.
+display name is made again too. What the graph needs of every entity and relation comes from the state's
+accumulators. The result is the file a full resolve would write; a file with fewer or more lines than the
+state has keys, or a replaced line whose key is not the one expected, raises OutOfStep, and resolve merges from
+scratch instead.
 """
 
 from __future__ import annotations
@@ -32,21 +33,29 @@ def _old_lines(path: Path) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
 
 
-def _next(lines: Iterator[bytes], key: str, field: str = "id") -> tuple[bytes, dict]:
+def _next(lines: Iterator[bytes]) -> bytes:
     line = next(lines, None)
     if line is None:
         raise OutOfStep("ends early")
+    return line
+
+
+def _parse(line: bytes, field: str, key: str) -> dict:
+    """An old line about to be replaced, checked to be about `key` (the lines copied as they are are not
+    parsed: parsing every one cost more than the rest of the pass)."""
     rec = orjson.loads(line)
     if rec.get(field) != key:
         raise OutOfStep(f"has {rec.get(field)!r} where {key!r} belongs")
-    return line, rec
+    return rec
 
 
-def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
+def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[str, list]
                   ) -> tuple[list[GraphEntity], list[GraphRelation], int]:
-    """Rewrite the three record files for `merged.touched`; returns the graph's entities and relations and
-    how many entities changed between UNKNOWN and a real type (+1 became UNKNOWN)."""
-    from .resolve import UNKNOWN, _top, entity_record, fact_record, relation_record
+    """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
+    graph's entities and relations and how many entities changed between UNKNOWN and a real type (+1 became
+    UNKNOWN)."""
+    from .project import fingerprint
+    from .resolve import UNKNOWN, _aliases, _top, _vote_type, entity_record, fact_record, relation_record
 
     t = merged.touched
     ents, rels, facts = merged.entities, merged.relations, merged.facts
@@ -58,13 +67,15 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
     def entity_lines() -> Iterator[Any]:
         nonlocal unknown
         old = _old_lines(project.entities_path)
-        for eid in sorted(ents):
-            line, rec = (None, None) if eid in t.new_entities else _next(old, eid)
-            if eid not in t.entities:
-                graph_ents.append(GraphEntity(eid, rec["name"], rec["type"], rec["aliases"]))
+        for eid in keys["entities"]:
+            line = None if eid in t.new_entities else _next(old)
+            acc = ents[eid]
+            if eid not in t.entities:   # what entity_record would say, without the description
+                name = _top(acc.names)
+                graph_ents.append(GraphEntity(eid, name, _vote_type(acc.types), _aliases(name, acc)))
                 yield orjson.Fragment(line)
                 continue
-            acc = ents[eid]
+            rec = None if line is None else _parse(line, "id", eid)
             name = names[eid] = _top(acc.names)
             e = entity_record(eid, acc, name, summarizer.describe("entity", name, acc.descs) if acc.descs else "")
             if rec is not None and rec["name"] != name:
@@ -86,15 +97,16 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
 
     def relation_lines() -> Iterator[Any]:
         old = _old_lines(project.relations_path)
-        for pair in sorted(rels):
-            line, rec = (None, None) if pair in t.new_relations else _next(old, pair[0], "src")
-            if rec is not None and rec["tgt"] != pair[1]:
-                raise OutOfStep(f"has {rec['tgt']!r} where {pair[1]!r} belongs")
-            if pair not in t.relations:
-                graph_rels.append(GraphRelation(rec["id"], pair[0], pair[1], rec["weight"], rec.get("rel_type", "")))
+        for pair in keys["relations"]:
+            line = None if pair in t.new_relations else _next(old)
+            racc = rels[pair]
+            if pair not in t.relations:   # what relation_record would say
+                graph_rels.append(GraphRelation(fingerprint("relation", *pair), pair[0], pair[1], racc.weight,
+                                                _top(racc.types) if racc.types else ""))
                 yield orjson.Fragment(line)
                 continue
-            racc = rels[pair]
+            if line is not None:
+                _parse(line, "id", fingerprint("relation", *pair))
             desc = (summarizer.describe("relation", f"{name_of(pair[0])} and {name_of(pair[1])}", racc.descs)
                     if racc.descs else "")
             r = relation_record(pair, racc, desc)
@@ -105,15 +117,9 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
             raise OutOfStep("has lines past the last key")
 
     def fact_lines() -> Iterator[Any]:
-        from .project import fingerprint
-
         old = _old_lines(project.facts_path)
-        for fkey in sorted(facts):
-            line = None
-            if fkey not in t.new_facts:
-                line = next(old, None)
-                if line is None:
-                    raise OutOfStep("ends early")
+        for fkey in keys["facts"]:
+            line = None if fkey in t.new_facts else _next(old)
             s, _, o = fkey
             if fkey not in t.facts and s not in renamed and o not in renamed:
                 yield orjson.Fragment(line)
@@ -121,8 +127,8 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
             pair = (s, o) if s < o else (o, s)
             rid = rel_ids.get(pair) or fingerprint("relation", *pair)
             f = fact_record(fkey, facts[fkey], name_of(s), name_of(o), rid)
-            if line is not None and orjson.loads(line).get("id") != f.id:
-                raise OutOfStep("a fact line is not the one expected")
+            if line is not None:
+                _parse(line, "id", f.id)
             yield f
         if next(old, None) is not None:
             raise OutOfStep("has lines past the last key")
