@@ -1,8 +1,10 @@
 """The resolve stage: the current chunks' extraction records -> entities, relations, facts and the graph.
 
-Resolve is a pure function of (current chunks, their extraction records, the summary cache, settings):
-nothing is patched incrementally, so after any add/change/delete the result equals a from-scratch build.
-Chunks are visited in chunk_id order, which makes even float weight sums independent of document order.
+The outputs are a pure function of (current chunks, their extraction records, the summary cache, settings):
+after any add/change/delete they equal a from-scratch build, byte for byte. Chunks are visited in chunk_id
+order, which makes even float weight sums independent of document order. When documents were only added, the
+new chunks' records are merged into the accumulators the last run saved (resolve_state.py) and the record
+files patched for the keys they touched (resolve_patch.py); anything else merges from scratch.
 
 Merge rules (LightRAG semantics, DESIGN.md §4):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
@@ -68,7 +70,7 @@ class _EntityAcc:
         self.names: dict[str, int] = {}     # surface form -> mentions
         self.types: dict[str, int] = {}     # type -> entity rows
         self.descs: dict[str, int] = {}     # description -> entity rows
-        self.sources: list[str] = []        # chunk ids, ascending (see _add_source)
+        self.sources: list[str] = []        # chunk ids, ascending (see _insert_source)
         self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
@@ -105,8 +107,7 @@ class Merged:
     records: int = 0
     keys: MergeKeys = field(default_factory=MergeKeys)
     # relations that summed a strength that is not a multiple of 1/1024: their float weight depends on the order
-    # of the sum,
-    # so a later merge cannot add to it and match a fresh build (resolve_state.py then merges from scratch)
+    # of the sum, so a later merge cannot add to it and match a fresh build (resolve then merges from scratch)
     inexact: set[tuple[str, str]] = field(default_factory=set)
     touched: Touched | None = None     # set by a merge `into` saved state: what it changed
 
@@ -160,23 +161,20 @@ def merge_records(records: Callable[[], Iterable[ExtractionRecord]]) -> Merged:
     return _merge(records(), None) or _merge(records(), plan_merges(records()))
 
 
-def _add_source(sources: list[str], chunk_id: str) -> None:
-    """Keep `sources` ascending and distinct. Records come in chunk_id order, so in a full merge this only
-    ever appends; a later merge of new chunks (resolve_state.py) inserts."""
-    if not sources or sources[-1] < chunk_id:
-        sources.append(chunk_id)
-    elif sources[-1] != chunk_id:
-        i = bisect.bisect_left(sources, chunk_id)
-        if sources[i] != chunk_id:
-            sources.insert(i, chunk_id)
+def _insert_source(sources: list[str], chunk_id: str) -> None:
+    """A chunk id that sorts before the last of `sources` goes in its place, once. Records come in chunk_id
+    order, so only a merge into saved state (new chunks among old ones) meets one; the merge loop appends."""
+    i = bisect.bisect_left(sources, chunk_id)
+    if sources[i] != chunk_id:
+        sources.insert(i, chunk_id)
 
 
 def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Merged | None = None
            ) -> Merged | None:
     """One pass; keys None: unplanned, and None back at the first record that needs a plan. `into`: add the
     records to what an earlier merge accumulated (records of chunks it did not see); None back, and `into`
-    half-changed, when a record needs a plan or a strength with a fraction meets a relation (the float sum
-    would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
+    half-changed, when a record needs a plan or a strength that is not a multiple of 1/1024 meets a relation
+    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
     out-of-order source, plain dicts instead of Counters): it runs once per mention, millions of times at
     scale."""
     m = into or Merged(keys=keys or MergeKeys())
@@ -186,8 +184,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     born: set[tuple[str, str]] = set()     # relations this `into` merge created: all their strengths are here
     t_rel: set[tuple[str, str]] = set()
     t_fact: set[tuple[str, str, str]] = set()
-    sizes = (len(ents), len(rels), len(facts))
-    ident, phrase, entity_id, add_source = _ident, _phrase, m.keys.entity_id, _add_source
+    sizes = (len(ents), len(facts))
+    ident, phrase, entity_id, insert_source = _ident, _phrase, m.keys.entity_id, _insert_source
     dropped = loops = n_records = 0
 
     for rec in records:
@@ -211,7 +209,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             if not src or src[-1] < chunk_id:
                 src.append(chunk_id)
             elif src[-1] != chunk_id:
-                add_source(src, chunk_id)
+                insert_source(src, chunk_id)
             per_chunk[eid] = per_chunk.get(eid, 0) + 1
             t = e.type.strip() if isinstance(e.type, str) else ""
             acc.types[t] = acc.types.get(t, 0) + 1
@@ -244,7 +242,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 if not src or src[-1] < chunk_id:
                     src.append(chunk_id)
                 elif src[-1] != chunk_id:
-                    add_source(src, chunk_id)
+                    insert_source(src, chunk_id)
                 per_chunk[eid] = per_chunk.get(eid, 0) + 1
             if s == t:
                 loops += 1
@@ -279,7 +277,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             if not src or src[-1] < chunk_id:
                 src.append(chunk_id)
             elif src[-1] != chunk_id:
-                add_source(src, chunk_id)
+                insert_source(src, chunk_id)
             if r.rel_type and isinstance(r.rel_type, str):
                 types = racc.types = racc.types or {}
                 types[r.rel_type] = types.get(r.rel_type, 0) + 1
@@ -296,7 +294,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             if not src or src[-1] < chunk_id:
                 src.append(chunk_id)
             elif src[-1] != chunk_id:
-                add_source(src, chunk_id)
+                insert_source(src, chunk_id)
         for eid, n in per_chunk.items():
             mentions.append((chunk_id, eid, n))
     m.records += n_records
@@ -304,8 +302,9 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     m.self_loops += loops
     if into is not None:
         _insert_mentions(m.mentions, mentions)
-        m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, *(
-            set(itertools.islice(reversed(d), len(d) - n)) for d, n in zip((ents, rels, facts), sizes)))
+        new_ents, new_facts = (set(itertools.islice(reversed(d), len(d) - n))   # dicts keep insertion order
+                               for d, n in ((ents, sizes[0]), (facts, sizes[1])))
+        m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts)
     return m
 
 
@@ -366,8 +365,10 @@ class Resolved:
     records: int = 0                                     # extraction records merged
 
 
-def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
-    """Decide names, types and descriptions (summaries run here, all at once) and build the records."""
+def finalize(merged: Merged, summarizer: Summarizer, keys: dict[str, list] | None = None) -> Resolved:
+    """Decide names, types and descriptions (summaries run here, all at once) and build the records, in key
+    order (`keys`: resolve_state.sorted_keys, when already made)."""
+    keys = keys or resolve_state.sorted_keys(merged)
     names = {eid: _top(acc.names) for eid, acc in merged.entities.items()}
     entity_desc: dict[str, str | SummaryJob] = {}
     for eid, acc in merged.entities.items():
@@ -385,17 +386,18 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
 
     entities: list[Entity] = []
     unknown = 0
-    for eid in sorted(merged.entities):   # each accumulator let go once its record is made
+    for eid in keys["entities"]:   # each accumulator let go once its record is made
         e = entity_record(eid, merged.entities.pop(eid), names[eid], text(entity_desc.pop(eid)))
         unknown += e.type == UNKNOWN
         entities.append(e)
     relations: list[Relation] = []
     rel_ids: dict[tuple[str, str], str] = {}
-    for pair in sorted(merged.relations):
+    for pair in keys["relations"]:
         r = relation_record(pair, merged.relations.pop(pair), text(relation_desc.pop(pair)))
         rel_ids[pair] = r.id
         relations.append(r)
-    return Resolved(entities, relations, _facts(merged.facts, names, rel_ids), len(merged.facts), merged.mentions,
+    return Resolved(entities, relations, _facts(merged.facts, keys["facts"], names, rel_ids), len(merged.facts),
+                    merged.mentions,
                     _stats(merged, unknown, len(jobs)), merged.keys.report(), merged.records)
 
 
@@ -420,10 +422,10 @@ def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: s
                 relation_id=relation_id, source_ids=facc.sources)
 
 
-def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
+def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, str, str]], names: dict[str, str],
            rel_ids: dict[tuple[str, str], str]) -> Iterator[Fact]:
     """The fact records in key order, each accumulator let go once its record is made."""
-    for fkey in sorted(accs):
+    for fkey in order:
         s, _, o = fkey
         yield fact_record(fkey, accs.pop(fkey), names[s], names[o], rel_ids[(s, o) if s < o else (o, s)])
 
@@ -585,13 +587,14 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             save_graph(project, graph)
     if graph is None:
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
+        keys = resolve_state.sorted_keys(merged)
         if keep:
             header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
-            resolve_state.save(project.resolve_state_path, header, merged, resolve_state.sorted_keys(merged))
+            resolve_state.save(project.resolve_state_path, header, merged, keys)
         else:
             project.resolve_state_path.unlink(missing_ok=True)
-        resolved = finalize(merged, summarizer)
-        del merged
+        resolved = finalize(merged, summarizer, keys)
+        del keys, merged
         sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
                  "facts": resolved.fact_count}
         stats = {**resolved.stats, "records_merged": resolved.records}
