@@ -412,9 +412,17 @@ def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Ent
 
 
 def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
-    return Relation(id=fingerprint("relation", pair[0], pair[1]), src=pair[0], tgt=pair[1],
-                    predicates=_union(racc.predicates), keywords=_union(racc.keywords), description=description,
-                    weight=racc.weight, source_ids=racc.sources, rel_type=_top(racc.types) if racc.types else "")
+    return Relation(id=relation_id(pair), src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
+                    keywords=_union(racc.keywords), description=description, weight=racc.weight,
+                    source_ids=racc.sources, rel_type=relation_type(racc))
+
+
+def relation_id(pair: tuple[str, str]) -> str:
+    return fingerprint("relation", pair[0], pair[1])
+
+
+def relation_type(racc: _RelationAcc) -> str:
+    return _top(racc.types) if racc.types else ""
 
 
 def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:

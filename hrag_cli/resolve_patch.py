@@ -54,8 +54,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
     graph's entities and relations and how many entities changed between UNKNOWN and a real type (+1 became
     UNKNOWN)."""
-    from .project import fingerprint
-    from .resolve import UNKNOWN, _aliases, _top, _vote_type, entity_record, fact_record, relation_record
+    from .resolve import UNKNOWN, _top, entity_record, fact_record, relation_id, relation_record, relation_type
 
     t = merged.touched
     ents, rels, facts = merged.entities, merged.relations, merged.facts
@@ -70,9 +69,9 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         for eid in keys["entities"]:
             line = None if eid in t.new_entities else _next(old)
             acc = ents[eid]
-            if eid not in t.entities:   # what entity_record would say, without the description
-                name = _top(acc.names)
-                graph_ents.append(GraphEntity(eid, name, _vote_type(acc.types), _aliases(name, acc)))
+            if eid not in t.entities:   # the graph needs all but the description
+                e = entity_record(eid, acc, _top(acc.names), "")
+                graph_ents.append(GraphEntity(eid, e.name, e.type, e.aliases))
                 yield orjson.Fragment(line)
                 continue
             rec = None if line is None else _parse(line, "id", eid)
@@ -100,13 +99,13 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         for pair in keys["relations"]:
             line = None if pair in t.new_relations else _next(old)
             racc = rels[pair]
-            if pair not in t.relations:   # what relation_record would say
-                graph_rels.append(GraphRelation(fingerprint("relation", *pair), pair[0], pair[1], racc.weight,
-                                                _top(racc.types) if racc.types else ""))
+            if pair not in t.relations:   # the graph's part of relation_record
+                graph_rels.append(GraphRelation(relation_id(pair), pair[0], pair[1], racc.weight,
+                                                relation_type(racc)))
                 yield orjson.Fragment(line)
                 continue
             if line is not None:
-                _parse(line, "id", fingerprint("relation", *pair))
+                _parse(line, "id", relation_id(pair))
             desc = (summarizer.describe("relation", f"{name_of(pair[0])} and {name_of(pair[1])}", racc.descs)
                     if racc.descs else "")
             r = relation_record(pair, racc, desc)
@@ -125,7 +124,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
                 yield orjson.Fragment(line)
                 continue
             pair = (s, o) if s < o else (o, s)
-            rid = rel_ids.get(pair) or fingerprint("relation", *pair)
+            rid = rel_ids.get(pair) or relation_id(pair)
             f = fact_record(fkey, facts[fkey], name_of(s), name_of(o), rid)
             if line is not None:
                 _parse(line, "id", f.id)
