@@ -5,8 +5,8 @@ What is kept: every entity, relation and fact accumulator, the mentions, the cou
 chunk's contribution came from (its byte offset in the append-only cache/extractions.jsonl, plus a sampled hash
 of the cache up to the size it had, so a cache that was deleted or rewritten is noticed). The state is only
 used when adding is all that happened: a chunk whose record changed or went away, a record that needs an alias
-plan, a fraction added to a relation's weight, different settings or an LLM that may summarise make resolve
-merge from scratch. Either way the outputs equal a fresh build's, byte for byte.
+plan, a strength that is not a multiple of 1/1024 added to a relation seen before, different settings or an LLM
+that may summarise make resolve merge from scratch. Either way the outputs equal a fresh build's, byte for byte.
 
 Format: frames of (8-byte length, zlib(marshal(batch))), the header first and an end frame last; marshal is
 fast for plain dicts, lists and tuples and its format belongs to the Python version, which the header records.
