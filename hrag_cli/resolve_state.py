@@ -101,16 +101,17 @@ def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) ->
     ents, rels, facts = merged.entities, merged.relations, merged.facts
     sections = {
         "entities": ((k, a.names, a.types, a.descs, a.sources, a.aliases)
-                     for k, a in ((k, ents[k]) for k in keys["entities"])),
+                     for k in keys["entities"] for a in (ents[k],)),
         "relations": ((k, a.weight, a.predicates, a.keywords, a.descs, a.sources, a.types)
-                      for k, a in ((k, rels[k]) for k in keys["relations"])),
-        "facts": ((k, a.predicates, a.sources) for k, a in ((k, facts[k]) for k in keys["facts"])),
+                      for k in keys["relations"] for a in (rels[k],)),
+        "facts": ((k, a.predicates, a.sources) for k in keys["facts"] for a in (facts[k],)),
         "mentions": iter(merged.mentions),
     }
     with store.atomic_writer(path) as fh:
         _frame(fh, {"basis": header.basis, "offsets": header.offsets, "cache_size": header.cache_size,
-                    "cache_sum": header.cache_sum, "unknown": header.unknown, "records": merged.records, "dropped_rows": merged.dropped_rows,
-                    "self_loops": merged.self_loops, "inexact": list(merged.inexact)})
+                    "cache_sum": header.cache_sum, "unknown": header.unknown, "records": merged.records,
+                    "dropped_rows": merged.dropped_rows, "self_loops": merged.self_loops,
+                    "inexact": list(merged.inexact)})
         counts = {}
         for name, items in sections.items():
             n = 0
