@@ -136,3 +136,25 @@ def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp
     assert not Project(inc).resolve_state_path.exists() and _merged(inc) == 2
     assert Project(inc).merges_path.read_bytes()      # the alias joined two names
     _same_as_fresh(docs, inc, tmp_path, *llm)
+
+
+def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path) -> None:
+    """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut at any
+    frame boundary or inside one, or garbage, is Damaged, never a half-loaded state."""
+    from hrag_cli import resolve_state
+    from hrag_cli.resolve import _EntityAcc, _FactAcc, _RelationAcc, Merged
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    _index(docs, tmp_path / "p")
+    path = Project(tmp_path / "p").resolve_state_path
+    accs = {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc}
+    merged, _ = resolve_state.load(path, Merged, accs)
+    assert merged.entities and merged.mentions
+    data = path.read_bytes()
+    for n, bad in enumerate([data[:len(data) - 1], data[:len(data) // 2], data[:20],
+                             data[:8] + b"\x00" * (len(data) - 8), b"\x00" * 16]):
+        broken = tmp_path / f"broken{n}.bin"
+        broken.write_bytes(bad)
+        with pytest.raises(resolve_state.Damaged):
+            resolve_state.load(broken, Merged, accs)
