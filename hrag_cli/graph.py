@@ -15,6 +15,7 @@ description in the pickle was a third of a rules project's graph folder and no w
 from __future__ import annotations
 
 import pickle
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,8 +40,29 @@ class ChunkRef:
     order: int
 
 
-def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity], relations: list[Relation],
-                mentions: Iterable[tuple[str, str, int]]) -> Any:
+@dataclass(slots=True)
+class GraphEntity:
+    """What the graph needs of an entity (an Entity has these fields too)."""
+
+    id: str
+    name: str
+    type: str
+    aliases: list[str]
+
+
+@dataclass(slots=True)
+class GraphRelation:
+    """What the graph needs of a relation (a Relation has these fields too)."""
+
+    id: str
+    src: str
+    tgt: str
+    weight: float
+    rel_type: str
+
+
+def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity] | list[GraphEntity],
+                relations: list[Relation] | list[GraphRelation], mentions: Iterable[tuple[str, str, int]]) -> Any:
     """Vertices: documents (sorted by doc_id), chunks (by doc_id, order; one vertex per chunk_id even when
     the same text occurs in two documents), entities (sorted by id). `mentions` = (chunk_id, entity_id, count).
     Edges in the order PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, so equal inputs give equal graphs."""
@@ -96,23 +118,27 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
 
     g = igraph.Graph(n=n, edges=edges, directed=False)
     del edges
+    # every string interned: pickle writes a string once per object, so equal strings must be one object
+    # whichever way the inputs were made (resolve builds them from records or, after additions, from its files)
+    # for equal graphs to pickle to equal bytes
+    s = sys.intern
     none_d, none_c, none_e = [None] * nd, [None] * nc, [None] * ne
     g.vs["kind"] = [DOCUMENT] * nd + [CHUNK] * nc + [ENTITY] * ne
-    g.vs["key"] = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks] + [e.id for e in entities]
-    g.vs["path"] = [d.path for d in docs] + none_c + none_e
-    g.vs["doc_id"] = none_d + [c.doc_id for c in uchunks] + none_e
+    g.vs["key"] = [s(d.doc_id) for d in docs] + [s(c.chunk_id) for c in uchunks] + [s(e.id) for e in entities]
+    g.vs["path"] = [s(d.path) for d in docs] + none_c + none_e
+    g.vs["doc_id"] = none_d + [s(c.doc_id) for c in uchunks] + none_e
     g.vs["order"] = none_d + [c.order for c in uchunks] + none_e
-    g.vs["name"] = none_d + none_c + [e.name for e in entities]
-    g.vs["type"] = none_d + none_c + [e.type for e in entities]
-    g.vs["aliases"] = none_d + none_c + [list(e.aliases) for e in entities]
+    g.vs["name"] = none_d + none_c + [s(e.name) for e in entities]
+    g.vs["type"] = none_d + none_c + [s(e.type) for e in entities]
+    g.vs["aliases"] = none_d + none_c + [[s(a) for a in e.aliases] for e in entities]
 
     m = g.ecount()
     n_rel = len(relations)
     pad_front, pad_back = [None] * n_before_rel, [None] * (m - n_before_rel - n_rel)
     g.es["kind"] = kinds
     g.es["weight"] = weights
-    g.es["key"] = pad_front + [r.id for r in relations] + pad_back
-    g.es["rel_type"] = pad_front + [r.rel_type or None for r in relations] + pad_back
+    g.es["key"] = pad_front + [s(r.id) for r in relations] + pad_back
+    g.es["rel_type"] = pad_front + [s(r.rel_type) if r.rel_type else None for r in relations] + pad_back
     return g
 
 

@@ -29,7 +29,7 @@ from .extract.grounding import Grounder
 from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
 from .extract.schema import Schema, schema_of
-from .extract.stage import current_extractor, iter_current_records
+from .extract.stage import CurrentRecords, current_extractor, iter_current_records
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -160,14 +160,15 @@ def settings_fingerprint(settings: Settings) -> str:
                        settings.extract.grounding)
 
 
-def iter_pruned(project: Project, settings: Settings) -> Iterator[ExtractionRecord]:
+def iter_pruned(project: Project, settings: Settings, current: CurrentRecords | None = None
+                ) -> Iterator[ExtractionRecord]:
     """What resolve merges, one record at a time in chunk_id order: each current chunk's latest usable record
-    (extract.stage.iter_current_records), pruned under `settings`."""
+    (extract.stage.iter_current_records; only those of `current` when given), pruned under `settings`."""
     extractor = current_extractor(project)
     if extractor is None:
         return
     spec = prune_spec(settings, extractor)
-    for chunk, rec in iter_current_records(project, extractor):
+    for chunk, rec in iter_current_records(project, extractor, current):
         yield prune_record(rec, chunk.text, spec).record
 
 

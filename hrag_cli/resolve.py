@@ -1,8 +1,10 @@
 """The resolve stage: the current chunks' extraction records -> entities, relations, facts and the graph.
 
-Resolve is a pure function of (current chunks, their extraction records, the summary cache, settings):
-nothing is patched incrementally, so after any add/change/delete the result equals a from-scratch build.
-Chunks are visited in chunk_id order, which makes even float weight sums independent of document order.
+The outputs are a pure function of (current chunks, their extraction records, the summary cache, settings):
+after any add/change/delete they equal a from-scratch build, byte for byte. Chunks are visited in chunk_id
+order, which makes even float weight sums independent of document order. When documents were only added, the
+new chunks' records are merged into the accumulators the last run saved (resolve_state.py) and the record
+files patched for the keys they touched (resolve_patch.py); anything else merges from scratch.
 
 Merge rules (LightRAG semantics, DESIGN.md §4):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
@@ -22,8 +24,10 @@ Merge rules (LightRAG semantics, DESIGN.md §4):
 
 from __future__ import annotations
 
+import bisect
 import gc
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from . import store
+from . import resolve_patch, resolve_state, store
 from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
@@ -60,19 +64,18 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 class _EntityAcc:
-    __slots__ = ("names", "types", "descs", "sources", "last", "aliases")
+    __slots__ = ("names", "types", "descs", "sources", "aliases")
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}     # surface form -> mentions
         self.types: dict[str, int] = {}     # type -> entity rows
         self.descs: dict[str, int] = {}     # description -> entity rows
-        self.sources: list[str] = []        # chunk ids, ascending (chunks are visited in order)
-        self.last = ""
+        self.sources: list[str] = []        # chunk ids, ascending (see _insert_source)
         self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
 class _RelationAcc:
-    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "last", "types")
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "types")
 
     def __init__(self) -> None:
         self.weight = 0.0
@@ -80,17 +83,15 @@ class _RelationAcc:
         self.keywords: list[str] = []
         self.descs: dict[str, int] = {}
         self.sources: list[str] = []
-        self.last = ""
         self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
 
 
 class _FactAcc:
-    __slots__ = ("predicates", "sources", "last")
+    __slots__ = ("predicates", "sources")
 
     def __init__(self) -> None:
         self.predicates: dict[str, int] = {}
         self.sources: list[str] = []
-        self.last = ""
 
 
 @dataclass
@@ -105,6 +106,24 @@ class Merged:
     self_loops: int = 0
     records: int = 0
     keys: MergeKeys = field(default_factory=MergeKeys)
+    # relations that summed a strength that is not a multiple of 1/1024: their float weight depends on the order
+    # of the sum, so a later merge cannot add to it and match a fresh build (resolve then merges from scratch)
+    inexact: set[tuple[str, str]] = field(default_factory=set)
+    touched: Touched | None = None     # set by a merge `into` saved state: what it changed
+
+
+@dataclass
+class Touched:
+    """The keys a merge into saved state changed (their records must be made again), and which of them it
+    created (they have no line in the previous files)."""
+
+    records: int
+    entities: set[str]
+    relations: set[tuple[str, str]]
+    facts: set[tuple[str, str, str]]
+    new_entities: set[str]
+    new_relations: set[tuple[str, str]]
+    new_facts: set[tuple[str, str, str]]
 
 
 @lru_cache(maxsize=1_000_000)
@@ -142,14 +161,31 @@ def merge_records(records: Callable[[], Iterable[ExtractionRecord]]) -> Merged:
     return _merge(records(), None) or _merge(records(), plan_merges(records()))
 
 
-def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merged | None:
-    """One pass; keys None: unplanned, and None back at the first record that needs a plan. The loop is
-    written out flat (no helper calls per mention, plain dicts instead of Counters): it runs once per mention,
-    millions of times at scale."""
-    m = Merged(keys=keys or MergeKeys())
+def _insert_source(sources: list[str], chunk_id: str) -> None:
+    """A chunk id that sorts before the last of `sources` goes in its place, once. Records come in chunk_id
+    order, so only a merge into saved state (new chunks among old ones) meets one; the merge loop appends."""
+    i = bisect.bisect_left(sources, chunk_id)
+    if sources[i] != chunk_id:
+        sources.insert(i, chunk_id)
+
+
+def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Merged | None = None
+           ) -> Merged | None:
+    """One pass; keys None: unplanned, and None back at the first record that needs a plan. `into`: add the
+    records to what an earlier merge accumulated (records of chunks it did not see); None back, and `into`
+    half-changed, when a record needs a plan or a strength that is not a multiple of 1/1024 meets a relation
+    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
+    out-of-order source, plain dicts instead of Counters): it runs once per mention, millions of times at
+    scale."""
+    m = into or Merged(keys=keys or MergeKeys())
     ents, rels, facts = m.entities, m.relations, m.facts
-    mentions = m.mentions
-    ident, phrase, entity_id = _ident, _phrase, m.keys.entity_id
+    mentions: list[tuple[str, str, int]] = [] if into else m.mentions
+    inexact = m.inexact
+    born: set[tuple[str, str]] = set()     # relations this `into` merge created: all their strengths are here
+    t_rel: set[tuple[str, str]] = set()
+    t_fact: set[tuple[str, str, str]] = set()
+    sizes = (len(ents), len(facts))
+    ident, phrase, entity_id, insert_source = _ident, _phrase, m.keys.entity_id, _insert_source
     dropped = loops = n_records = 0
 
     for rec in records:
@@ -169,9 +205,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
             acc.names[sf] = acc.names.get(sf, 0) + 1
-            if acc.last != chunk_id:
-                acc.sources.append(chunk_id)
-                acc.last = chunk_id
+            src = acc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                insert_source(src, chunk_id)
             per_chunk[eid] = per_chunk.get(eid, 0) + 1
             t = e.type.strip() if isinstance(e.type, str) else ""
             acc.types[t] = acc.types.get(t, 0) + 1
@@ -200,9 +238,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
                 if acc is None:
                     acc = ents[eid] = _EntityAcc()
                 acc.names[sf] = acc.names.get(sf, 0) + 1
-                if acc.last != chunk_id:
-                    acc.sources.append(chunk_id)
-                    acc.last = chunk_id
+                src = acc.sources
+                if not src or src[-1] < chunk_id:
+                    src.append(chunk_id)
+                elif src[-1] != chunk_id:
+                    insert_source(src, chunk_id)
                 per_chunk[eid] = per_chunk.get(eid, 0) + 1
             if s == t:
                 loops += 1
@@ -211,7 +251,17 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             racc = rels.get(pair)
             if racc is None:
                 racc = rels[pair] = _RelationAcc()
-            racc.weight += _strength(r.strength)
+                if into is not None:
+                    born.add(pair)
+            w = _strength(r.strength)
+            # sums of multiples of 1/1024 below 2^42 are exact in any order (the rules extractor gives 1 and 0.5)
+            if not ((w * 1024.0).is_integer() and -1e4 < w < 1e4) or pair in inexact:
+                if into is not None and pair not in born:
+                    return None
+                inexact.add(pair)
+            racc.weight += w
+            if into is not None:
+                t_rel.add(pair)
             pred = phrase(r.predicate) if isinstance(r.predicate, str) else ""
             if pred and pred not in racc.predicates:
                 racc.predicates.append(pred)
@@ -223,9 +273,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             d = r.description.strip() if isinstance(r.description, str) else ""
             if d:
                 racc.descs[d] = racc.descs.get(d, 0) + 1
-            if racc.last != chunk_id:
-                racc.sources.append(chunk_id)
-                racc.last = chunk_id
+            src = racc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                insert_source(src, chunk_id)
             if r.rel_type and isinstance(r.rel_type, str):
                 types = racc.types = racc.types or {}
                 types[r.rel_type] = types.get(r.rel_type, 0) + 1
@@ -236,14 +288,39 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None) -> Merge
             if facc is None:
                 facc = facts[fkey] = _FactAcc()
             facc.predicates[pred] = facc.predicates.get(pred, 0) + 1
-            if facc.last != chunk_id:
-                facc.sources.append(chunk_id)
-                facc.last = chunk_id
+            if into is not None:
+                t_fact.add(fkey)
+            src = facc.sources
+            if not src or src[-1] < chunk_id:
+                src.append(chunk_id)
+            elif src[-1] != chunk_id:
+                insert_source(src, chunk_id)
         for eid, n in per_chunk.items():
             mentions.append((chunk_id, eid, n))
-    m.records = n_records
-    m.dropped_rows, m.self_loops = dropped, loops
+    m.records += n_records
+    m.dropped_rows += dropped
+    m.self_loops += loops
+    if into is not None:
+        _insert_mentions(m.mentions, mentions)
+        new_ents, new_facts = (set(itertools.islice(reversed(d), len(d) - n))   # dicts keep insertion order
+                               for d, n in ((ents, sizes[0]), (facts, sizes[1])))
+        m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts)
     return m
+
+
+def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:
+    """Put new chunks' mentions where a merge in chunk_id order would have them (each chunk's run stays whole
+    and in its own order). `new` is in chunk_id order, so inserting from the back keeps earlier positions."""
+    runs: dict[str, list[tuple[str, str, int]]] = {}
+    for m in new:
+        runs.setdefault(m[0], []).append(m)
+    for chunk_id in sorted(runs, reverse=True):
+        at = bisect.bisect_left(mentions, chunk_id, key=_first)
+        mentions[at:at] = runs[chunk_id]
+
+
+def _first(t: tuple) -> str:
+    return t[0]
 
 
 def _top(counts: dict[str, int]) -> str:
@@ -285,10 +362,13 @@ class Resolved:
     mentions: list[tuple[str, str, int]]
     stats: dict
     merges: list[dict] = field(default_factory=list)    # aliases.MergeKeys.report()
+    records: int = 0                                     # extraction records merged
 
 
-def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
-    """Decide names, types and descriptions (summaries run here, all at once) and build the records."""
+def finalize(merged: Merged, summarizer: Summarizer, keys: dict[str, list] | None = None) -> Resolved:
+    """Decide names, types and descriptions (summaries run here, all at once) and build the records, in key
+    order (`keys`: resolve_state.sorted_keys, when already made)."""
+    keys = keys or resolve_state.sorted_keys(merged)
     names = {eid: _top(acc.names) for eid, acc in merged.entities.items()}
     entity_desc: dict[str, str | SummaryJob] = {}
     for eid, acc in merged.entities.items():
@@ -306,38 +386,56 @@ def finalize(merged: Merged, summarizer: Summarizer) -> Resolved:
 
     entities: list[Entity] = []
     unknown = 0
-    for eid in sorted(merged.entities):   # each accumulator let go once its record is made
-        acc = merged.entities.pop(eid)
-        etype = _vote_type(acc.types)
-        unknown += etype == UNKNOWN
-        name = names[eid]
-        entities.append(Entity(id=eid, name=name, type=etype, description=text(entity_desc.pop(eid)),
-                               aliases=_aliases(name, acc), source_ids=acc.sources))
+    for eid in keys["entities"]:   # each accumulator let go once its record is made
+        e = entity_record(eid, merged.entities.pop(eid), names[eid], text(entity_desc.pop(eid)))
+        unknown += e.type == UNKNOWN
+        entities.append(e)
     relations: list[Relation] = []
     rel_ids: dict[tuple[str, str], str] = {}
-    for pair in sorted(merged.relations):
-        racc = merged.relations.pop(pair)
-        rid = fingerprint("relation", pair[0], pair[1])
-        rel_ids[pair] = rid
-        relations.append(Relation(id=rid, src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
-                                  keywords=_union(racc.keywords), description=text(relation_desc.pop(pair)),
-                                  weight=racc.weight, source_ids=racc.sources,
-                                  rel_type=_top(racc.types) if racc.types else ""))
-    stats = {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
-             "dropped_rows": merged.dropped_rows, "summaries": len(jobs), **merged.keys.stats()}
-    return Resolved(entities, relations, _facts(merged.facts, names, rel_ids), len(merged.facts), merged.mentions,
-                    stats, merged.keys.report())
+    for pair in keys["relations"]:
+        r = relation_record(pair, merged.relations.pop(pair), text(relation_desc.pop(pair)))
+        rel_ids[pair] = r.id
+        relations.append(r)
+    return Resolved(entities, relations, _facts(merged.facts, keys["facts"], names, rel_ids), len(merged.facts),
+                    merged.mentions,
+                    _stats(merged, unknown, len(jobs)), merged.keys.report(), merged.records)
 
 
-def _facts(accs: dict[tuple[str, str, str], _FactAcc], names: dict[str, str],
+def _stats(merged: Merged, unknown: int, summaries: int) -> dict:
+    return {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
+            "dropped_rows": merged.dropped_rows, "summaries": summaries, **merged.keys.stats()}
+
+
+def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
+    return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
+                  aliases=_aliases(name, acc), source_ids=acc.sources)
+
+
+def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
+    return Relation(id=relation_id(pair), src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
+                    keywords=_union(racc.keywords), description=description, weight=racc.weight,
+                    source_ids=racc.sources, rel_type=relation_type(racc))
+
+
+def relation_id(pair: tuple[str, str]) -> str:
+    return fingerprint("relation", pair[0], pair[1])
+
+
+def relation_type(racc: _RelationAcc) -> str:
+    return _top(racc.types) if racc.types else ""
+
+
+def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:
+    return Fact(id=fingerprint("fact", *fkey), subject=subject, predicate=_top(facc.predicates), object=obj,
+                relation_id=relation_id, source_ids=facc.sources)
+
+
+def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, str, str]], names: dict[str, str],
            rel_ids: dict[tuple[str, str], str]) -> Iterator[Fact]:
     """The fact records in key order, each accumulator let go once its record is made."""
-    for fkey in sorted(accs):
-        facc = accs.pop(fkey)
+    for fkey in order:
         s, _, o = fkey
-        pair = (s, o) if s < o else (o, s)
-        yield Fact(id=fingerprint("fact", *fkey), subject=names[s], predicate=_top(facc.predicates),
-                   object=names[o], relation_id=rel_ids[pair], source_ids=facc.sources)
+        yield fact_record(fkey, accs.pop(fkey), names[s], names[o], rel_ids[(s, o) if s < o else (o, s)])
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -364,6 +462,60 @@ def load_inputs(project: Project, settings: Settings | None = None
 
 
 # ----------------------------------------------------------------------------------------------- stage
+
+
+def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool
+                   ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged]]:
+    """The current records merged: into the saved state when `use_state` and adding is all that happened
+    (then `merged.touched` says what changed), else from scratch; the header to save the result under; and
+    the merge from scratch, for when the saved outputs turn out not to match the state."""
+    from .extract.stage import CurrentRecords, current_extractor, current_records
+    from .prune import iter_pruned, prune_spec
+
+    extractor = current_extractor(project)
+    current = current_records(project, extractor) if extractor else CurrentRecords({}, [], [])
+    base = resolve_state.basis(settings_fingerprint(settings), prune_spec(settings, extractor or "").describe(),
+                               extractor)
+    header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
+                                       *resolve_state.cache_mark(project.extractions_path))
+
+    def full() -> Merged:
+        return merge_records(lambda: iter_pruned(project, settings, current))
+
+    if use_state:
+        new = _new_since_state(project, reporter, base, current)
+        if new is not None:
+            saved = _load_state(project, reporter)
+            if saved is not None:
+                header.unknown = saved[1]
+                merged = _merge(iter_pruned(project, settings, current.only(new)), None, saved[0])
+                if merged is not None:
+                    return merged, header, full
+    return full(), header, full
+
+
+def _new_since_state(project: Project, reporter: Reporter, base: str, current: Any) -> set[str] | None:
+    """The chunks whose records the saved state lacks, when adding them is all that changed; else None."""
+    try:
+        header = resolve_state.read_header(project.resolve_state_path)
+    except resolve_state.Damaged as exc:
+        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+        return None
+    if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
+        return None
+    now = dict(zip(current.ids, current.offsets))
+    if any(now.get(cid) != at for cid, at in header.offsets.items()):
+        return None     # a chunk's record changed or went away: its old contribution cannot be taken out
+    return {cid for cid in current.ids if cid not in header.offsets}
+
+
+def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:
+    try:
+        return resolve_state.load(project.resolve_state_path, Merged,
+                                  {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc})
+    except resolve_state.Damaged as exc:
+        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+        return None
 
 
 def _file_digest(h: "hashlib._Hash", path) -> None:
@@ -411,18 +563,50 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
-    docs, chunks, records = load_inputs(project, settings)
-    merged = merge_records(records)
-    reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
+    docs, chunks, _ = load_inputs(project)
     summarizer = Summarizer(project, settings, reporter)
-    resolved = finalize(merged, summarizer)
-    del merged
-    sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations), "facts": resolved.fact_count}
-
+    merged, header, full = _merge_current(project, settings, reporter, use_state=not summarizer.enabled)
+    # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
+    # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
+    keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only
     # graph.pkl is about to lose its SYNONYM edges: the synonyms stage must rerun even when this output's
     # digest comes out unchanged (otherwise a stopped or failed synonyms run leaves it "fresh" forever)
     project.forget_stage("synonyms")
-    graph = write_outputs(project, resolved, docs, chunks)
+    graph = None
+    if merged.touched is not None:
+        reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
+                      f"{merged.touched.records} new ones merged into the saved state")
+        try:
+            keys = resolve_state.sorted_keys(merged)
+            graph_ents, graph_rels, unknown = resolve_patch.patch_outputs(project, merged, summarizer, keys)
+        except resolve_patch.OutOfStep as exc:
+            reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
+                          "merging every record again")
+            merged = full()
+        else:
+            header.unknown += unknown
+            sizes = {"entities": len(merged.entities), "relations": len(merged.relations),
+                     "facts": len(merged.facts)}
+            stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
+            resolve_state.save(project.resolve_state_path, header, merged, keys)
+            del keys
+            graph = build_graph(docs, chunks, graph_ents, graph_rels, merged.mentions)
+            del graph_ents, graph_rels, merged
+            save_graph(project, graph)
+    if graph is None:
+        reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
+        keys = resolve_state.sorted_keys(merged)
+        if keep:
+            header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
+            resolve_state.save(project.resolve_state_path, header, merged, keys)
+        else:
+            project.resolve_state_path.unlink(missing_ok=True)
+        resolved = finalize(merged, summarizer, keys)
+        del keys, merged
+        sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
+                 "facts": resolved.fact_count}
+        stats = {**resolved.stats, "records_merged": resolved.records}
+        graph = write_outputs(project, resolved, docs, chunks)
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
@@ -436,7 +620,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         "vertices": graph.vcount(),
         "edges": graph.ecount(),
         **{f"edges_{k.lower()}": v for k, v in ec.items() if k != "SYNONYM"},
-        **resolved.stats,
+        **stats,
         "summaries_llm_calls": summarizer.llm_calls,
         "summaries_cached": summarizer.cached,
     }

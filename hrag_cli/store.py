@@ -164,6 +164,17 @@ def read_jsonl(path: Path) -> Iterator[Any]:
                 continue
 
 
+def iter_lines(path: Path) -> Iterator[bytes]:
+    """The whole lines of a plain or compressed JSONL file as bytes, unparsed (for a caller that copies most
+    of them as they are); nothing when the file is missing."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        yield from _whole_lines(fh)
+
+
 def scan_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """(byte offset, record) of each record read_jsonl yields from a plain (append-only) file, so a caller can
     keep offsets instead of records (a 100k-chunk extraction cache is gigabytes as objects) and read the ones

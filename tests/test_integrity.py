@@ -334,11 +334,17 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
     assert stub.count(CHAT) == paid + 2                     # the chunk extracted before the stop is not asked again
 
 
-def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("where", ["resolve_patch.patch_outputs", "resolve.write_outputs"])
+def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           where: str) -> None:
+    """Killed after the record files were written, before the graph: resolve merging into its saved state
+    (patch_outputs), and from scratch (write_outputs: the state file is gone, which the run reads as damage)."""
     root = _copy(built[0], tmp_path / "p")
     current = os.readlink(root / "current")
-    _interrupt_after(monkeypatch, "hrag_cli.resolve", "write_outputs")
+    if where == "resolve.write_outputs":
+        (root / "graph" / "resolve_state.bin").unlink()
+    module, name = where.split(".")
+    _interrupt_after(monkeypatch, f"hrag_cli.{module}", name)
     code, _, err = cli("resolve", "-p", str(root), "-q")
     assert code == 130 and "interrupted" in err and "run the same command to resume" in err
     assert os.readlink(root / "current") == current

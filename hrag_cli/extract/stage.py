@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,21 +115,41 @@ def current_extractor(project: Project) -> str | None:
     return _current_extractor(project, None, None)
 
 
-def iter_current_records(project: Project, extractor: str) -> Iterator[tuple[Chunk, ExtractionRecord]]:
-    """Every current chunk with the latest usable record (ok, or partial: a gleaning round was lost) of
-    `extractor`, in chunk_id order; chunks without one are skipped. One pass notes where each latest record
-    is; records are then read back one by one, so memory does not grow with the extraction cache (at 100k
-    chunks, gigabytes as objects)."""
+@dataclass
+class CurrentRecords:
+    """Where each current chunk's latest usable record of one extractor is in cache/extractions.jsonl. The
+    cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
+    records changed since it last merged (resolve_state.py)."""
+
+    chunks: dict[str, Chunk]
+    ids: list[str]          # chunk ids, ascending
+    offsets: list[int]      # their records' byte offsets
+
+    def only(self, ids: set[str]) -> "CurrentRecords":
+        pick = [i for i, cid in enumerate(self.ids) if cid in ids]
+        return CurrentRecords(self.chunks, [self.ids[i] for i in pick], [self.offsets[i] for i in pick])
+
+
+def current_records(project: Project, extractor: str) -> CurrentRecords:
+    """One pass over the cache noting where each current chunk's latest record is (usable: ok, or partial: a
+    gleaning round was lost); chunks whose latest record is not usable are left out."""
     chunks = {ch.chunk_id: ch for ch in load_chunks(project)}
     where: dict[str, tuple[int, bool]] = {}          # chunk id -> (offset of its latest record, usable)
     for at, rec in store.scan_jsonl(project.extractions_path):
         if isinstance(rec, dict) and rec.get("extractor") == extractor and rec.get("chunk_id") in chunks:
             where[rec["chunk_id"]] = (at, rec.get("status", "ok") in USABLE)
     ids = [cid for cid in sorted(where) if where[cid][1]]
-    offsets = [where[cid][0] for cid in ids]
-    del where
-    for cid, rec in zip(ids, store.read_jsonl_at(project.extractions_path, offsets)):
-        yield chunks[cid], ExtractionRecord.from_json(rec)
+    return CurrentRecords(chunks, ids, [where[cid][0] for cid in ids])
+
+
+def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
+                         ) -> Iterator[tuple[Chunk, ExtractionRecord]]:
+    """Every current chunk with the latest usable record of `extractor` (or those of `current`), in chunk_id
+    order; chunks without one are skipped. Records are read back one by one at their offsets, so memory does
+    not grow with the extraction cache (at 100k chunks, gigabytes as objects)."""
+    current = current or current_records(project, extractor)
+    for cid, rec in zip(current.ids, store.read_jsonl_at(project.extractions_path, current.offsets)):
+        yield current.chunks[cid], ExtractionRecord.from_json(rec)
 
 
 def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:

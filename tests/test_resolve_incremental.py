@@ -1,0 +1,160 @@
+"""Resolve after new documents merges only their records into the saved state (resolve_state.py) and patches
+the record files (resolve_patch.py): the graph files must equal a fresh build's byte for byte, whatever
+happened in between (additions, an edit, a deletion, a damaged or missing state)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hrag_cli.project import Project
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_corpus"
+COMPARED = ("entities_path", "relations_path", "facts_path", "merges_path", "graph_path")
+
+
+def _index(docs: Path, project: Path, *extra: str) -> str:
+    from typer.testing import CliRunner
+
+    from hrag_cli.cli import app
+
+    result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--stop-after", "resolve",
+                                      "--chunk-tokens", "120", "--chunk-overlap", "10", *extra],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _files(project: Path) -> dict[str, bytes]:
+    p = Project(project)
+    return {name: getattr(p, name).read_bytes() for name in COMPARED}
+
+
+def _same_as_fresh(docs: Path, project: Path, tmp_path: Path, *extra: str) -> None:
+    fresh = tmp_path / f"fresh{len(list(tmp_path.glob('fresh*')))}"
+    _index(docs, fresh, *extra)
+    got, want = _files(project), _files(fresh)
+    assert [n for n in COMPARED if got[n] != want[n]] == [], (project, fresh)
+
+
+def _merged(project: Path) -> int:
+    return Project(project).stage("resolve").counts["records_merged"]
+
+
+def _add(docs: Path, name: str, text: str) -> None:
+    (docs / name).write_text(text, encoding="utf-8")
+
+
+def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    assert Project(inc).resolve_state_path.is_file()
+    # new names, and names the corpus already has (their records and facts change; Hana's display name may)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive. "
+                            "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired Edric Solano.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 2      # one chunk per new document: only their records were merged
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_the_state_again(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    everything = _merged(inc)
+    (docs / "people" / "zoe_almqvist.txt").unlink()                        # delete
+    miravel = docs / "places" / "miravel.txt"                               # edit
+    miravel.write_text("Miravel also hosts the Quillon Fair, run by Edric Solano.\n\n"
+                       + miravel.read_text(encoding="utf-8"), encoding="utf-8")
+    _index(docs, inc)
+    assert _merged(inc) > everything - 5     # every record again: a chunk's contribution cannot be taken out
+    _same_as_fresh(docs, inc, tmp_path)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["truncate", "garbage"])
+def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    state = Project(inc).resolve_state_path
+    data = state.read_bytes()
+    state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
+    state.write_bytes(data[: len(data) // 2] if how == "truncate" else data[:8] + b"\x00" * (len(data) - 8))
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    out = _index(docs, inc)
+    assert "resolve_state.bin" in out and _merged(inc) > 1
+    _same_as_fresh(docs, inc, tmp_path)
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_a_schema_is_part_of_the_state(tmp_path: Path) -> None:
+    """The rules extractor under a schema: pruned records merge into the state; switching the schema off
+    merges from scratch (the state was pruned under it)."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    schema = ("--schema", str(SAMPLE / "schema.toml"))
+    _index(docs, inc, *schema)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc, *schema)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path, *schema)
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _index(docs, inc, "--schema", "")
+    assert _merged(inc) > 1
+    _same_as_fresh(docs, inc, tmp_path, "--schema", "")
+
+
+def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp_path: Path) -> None:
+    from tests.test_aliases import DOCS, scripted
+
+    stub.set_chat(scripted)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text(DOCS["a.txt"])
+    llm = ("--llm-model", "openai/stub-model", "--llm-api-base", stub.url)
+    inc = tmp_path / "inc"
+    _index(docs, inc, *llm)
+    assert not Project(inc).resolve_state_path.exists()
+    (docs / "b.txt").write_text(DOCS["b.txt"])
+    _index(docs, inc, *llm)
+    assert not Project(inc).resolve_state_path.exists() and _merged(inc) == 2
+    assert Project(inc).merges_path.read_bytes()      # the alias joined two names
+    _same_as_fresh(docs, inc, tmp_path, *llm)
+
+
+def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path) -> None:
+    """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut at any
+    frame boundary or inside one, or garbage, is Damaged, never a half-loaded state."""
+    from hrag_cli import resolve_state
+    from hrag_cli.resolve import _EntityAcc, _FactAcc, _RelationAcc, Merged
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    _index(docs, tmp_path / "p")
+    path = Project(tmp_path / "p").resolve_state_path
+    accs = {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc}
+    merged, _ = resolve_state.load(path, Merged, accs)
+    assert merged.entities and merged.mentions
+    data = path.read_bytes()
+    for n, bad in enumerate([data[:len(data) - 1], data[:len(data) // 2], data[:20],
+                             data[:8] + b"\x00" * (len(data) - 8), b"\x00" * 16]):
+        broken = tmp_path / f"broken{n}.bin"
+        broken.write_bytes(bad)
+        with pytest.raises(resolve_state.Damaged):
+            resolve_state.load(broken, Merged, accs)
