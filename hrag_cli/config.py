@@ -154,6 +154,9 @@ class QuerySettings:
     fusion_k: float = 1.0
     fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
+    # ppr: a fact seeds with its score x (score / the best fact's score) ** this: facts far below the best
+    # match count less (0 = the raw score, as HippoRAG 2). Chosen on the three builtin dev sets (bench/retrieval.py)
+    fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
 
 
@@ -202,6 +205,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_seed_weight": (0, 1_000_000),
     "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
+    "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
     "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),

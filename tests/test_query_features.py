@@ -21,8 +21,8 @@ from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.ppr import SeedWeights, personalized_pagerank
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import (chunk_pick_boost, fuse_ranks, retrieve, rrf_scores, walk_share,
-                                      walk_weights)
+from hrag_cli.query.retrieval import (chunk_pick_boost, fact_seed_weights, fuse_ranks, retrieve, rrf_scores,
+                                      walk_share, walk_weights)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -83,6 +83,31 @@ def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
     named = SeedWeights({1: 0.3}, {1: ["name in query"]})
     assert walk_share(s, True, named, [0.1]) == pytest.approx(0.6)    # a name from the query is a strong seed
     assert walk_share(replace(s, seed_confidence=0.0), True, seeds, []) == pytest.approx(0.6)
+
+
+def test_fact_seed_weights_favour_the_best_match() -> None:
+    assert fact_seed_weights([0.8, 0.4, -0.1], 2.0) == pytest.approx([0.8, 0.4 * 0.25, 0.0])
+    assert fact_seed_weights([0.8, 0.4, -0.1], 0.0) == pytest.approx([0.8, 0.4, 0.0])    # 0: the raw scores
+    assert fact_seed_weights([], 2.0) == [] and fact_seed_weights([-0.2], 2.0) == [0.0]
+
+
+def test_fact_seed_sharpness_reaches_the_seeds(sample_project: Path) -> None:
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    raw = retrieve(ix, Q, _settings(project, fact_seed_sharpness=0.0, entity_name_seeds=False), mode="ppr")
+    sharp = retrieve(ix, Q, _settings(project, fact_seed_sharpness=2.0, entity_name_seeds=False), mode="ppr")
+    facts = {f["id"]: f["score"] for f in raw.facts}
+    assert facts == {f["id"]: f["score"] for f in sharp.facts}     # the facts and their shown scores stay
+    best = max(facts.values())
+    before = {e["id"]: e for e in raw.entities}
+    ratios = []
+    for e in sharp.entities:
+        (fid,) = e["seeded_by"] if len(e["seeded_by"]) == 1 else (None,)
+        if fid is not None and before[e["id"]]["score"] > 1e-3:
+            ratios.append((e["score"] / before[e["id"]]["score"], (facts[fid] / best) ** 2))
+    assert ratios and any(want < 0.99 for _, want in ratios)        # some seed came from a weaker fact
+    for got, want in ratios:
+        assert got == pytest.approx(want, rel=0.01)
 
 
 def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
