@@ -155,7 +155,8 @@ class QuerySettings:
     fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
     # ppr: a fact seeds with its score x (score / the best fact's score) ** this: facts far below the best
-    # match count less (0 = the raw score, as HippoRAG 2). Chosen on the three builtin dev sets (bench/retrieval.py)
+    # match count less (0 = the raw score). Chosen on the builtin dev sets and MuSiQue OpenIE with MiniLM
+    # together (bench/retrieval.py; README, Retrieval quality)
     fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
 

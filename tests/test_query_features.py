@@ -101,10 +101,10 @@ def test_fact_seed_sharpness_reaches_the_seeds(sample_project: Path) -> None:
     best = max(facts.values())
     before = {e["id"]: e for e in raw.entities}
     ratios = []
-    for e in sharp.entities:
-        (fid,) = e["seeded_by"] if len(e["seeded_by"]) == 1 else (None,)
-        if fid is not None and before[e["id"]]["score"] > 1e-3:
-            ratios.append((e["score"] / before[e["id"]]["score"], (facts[fid] / best) ** 2))
+    for e in sharp.entities:     # an entity seeded by one fact: its seed shrinks by (score / best) ** 2
+        if len(e["seeded_by"]) == 1 and before[e["id"]]["score"] > 1e-3:
+            want = (facts[e["seeded_by"][0]] / best) ** 2
+            ratios.append((e["score"] / before[e["id"]]["score"], want))
     assert ratios and any(want < 0.99 for _, want in ratios)        # some seed came from a weaker fact
     for got, want in ratios:
         assert got == pytest.approx(want, rel=0.01)
