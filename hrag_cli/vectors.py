@@ -328,7 +328,8 @@ class VectorIndex:
         """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
         `missing` returned) a row per listed position only, the other rows being kept from the index (which
         must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
-        millions of texts without holding them all. Returns counts: added, removed, kept, rebuilt (0/1: the
+        millions of texts without holding them all; a block may be SparseRows of unit rows (`sparse_rows` of
+        an embedder's output), which a worker process can hand back at a fraction of the dense bytes. Returns counts: added, removed, kept, rebuilt (0/1: the
         graph was built from scratch)."""
         n = len(ids)
         if len(set(ids)) != n:
@@ -342,7 +343,7 @@ class VectorIndex:
             else vectors
         first = next(blocks, None) if len(todo) else None
         if first is not None and self.dim == 0:
-            self.dim = int(np.asarray(first).shape[-1])
+            self.dim = first.dim if isinstance(first, SparseRows) else int(np.asarray(first).shape[-1])
         pos = self._positions()
         is_new = np.zeros(n, dtype=bool)
         is_new[todo] = True
@@ -395,7 +396,9 @@ class VectorIndex:
                ) -> DenseRows | SparseRows:
         """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
         Sparse when the first incoming block (else the current store) is under a quarter full."""
-        if first is not None:
+        if isinstance(first, SparseRows):
+            b0, sparse = first, True
+        elif first is not None:
             b0 = _as_matrix(first, self.dim)
             sparse = mostly_zero(b0)
         else:
@@ -415,11 +418,16 @@ class VectorIndex:
                 dense_out[pos] = self._rows.dense(old_row[pos])
         block = b0
         while block is not None:
-            b = _unit(_as_matrix(block, self.dim))
+            if isinstance(block, SparseRows) and block.dim != self.dim:
+                raise ValueError(f"expected vectors of dimension {self.dim}, got {block.dim}")
+            b = block if isinstance(block, SparseRows) and sparse else _unit(_as_matrix(
+                block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
             if done + len(b) > len(todo):
                 raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
             pos = todo[done:done + len(b)]
-            if sparse:
+            if isinstance(b, SparseRows):
+                parts.append((pos, *b.take(np.arange(len(b)))))
+            elif sparse:
                 parts.append((pos, *_sparsify(b)))
             else:
                 dense_out[pos] = b
