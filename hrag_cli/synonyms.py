@@ -47,8 +47,7 @@ from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import Entity, fact_text, from_dict
-from .vectors import (FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, mostly_zero,
-                      sparse_rows)
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -102,6 +101,7 @@ class KnnLists:
         self.plan = plan                      # None: no cells yet, the next pass fits them
         self.cells = cells if cells is not None else np.zeros((n, 0), dtype=np.int32)
         self.cell_settings = cell_settings    # (cells_per_entity, cell_size) the plan was fitted with
+        self.changed = np.zeros(n, dtype=bool)   # rows whose list this pass recomputed or extended (not saved)
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
@@ -225,10 +225,12 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     for s in range(0, len(found.rows), batch):
         rows = found.rows[s:s + batch]
         out.nbr[rows], out.sim[rows] = best_k(found.nbr[s:s + batch], found.sim[s:s + batch], k)
+    out.changed[found.rows] = True
     if len(found.offer_to):
         targets, osrc, osim = _group_offers(found.offer_to, found.offer_from, found.offer_sim, k)
         out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
                                                     np.concatenate([out.sim[targets], osim], axis=1), k)
+        out.changed[targets] = True
     return out, len(found.rows)
 
 
@@ -240,50 +242,43 @@ FOLD_MARGIN = 0.3
 EXACT_MARGIN = 1e-3    # unfolded vectors are searched at their own cosines: float rounding only
 
 
-def _rows_dense(rows: np.ndarray | SparseRows, which) -> np.ndarray:
-    return rows.dense(np.asarray(which, dtype=np.int64)) if isinstance(rows, SparseRows) else rows[which]
-
-
-def name_vectors(emb: Embedder, names: list[str], reporter: Reporter) -> tuple[np.ndarray | SparseRows,
-                                                                                np.ndarray | None]:
-    """The entity-name vectors, and the matrix the neighbour search runs on (None: the vectors themselves).
-    Sparse vectors (the builtin embedder's: a name fills 10-60 of 2048 hashed buckets) are kept as sparse rows
-    and searched folded to FOLD_DIM columns (bucket b adds into b mod FOLD_DIM, i.e. the same features hashed
-    into fewer buckets): the self-join, which costs in proportion to the width, runs 8x narrower, and `rescore`
-    puts the exact 2048-wide cosines back, so thresholds and edge weights are unchanged."""
-    if not names:
-        return np.zeros((0, emb.backend.known_dim() or 0), np.float32), None
-    batches = (names[i:i + _EMBED_BLOCK] for i in range(0, len(names), _EMBED_BLOCK))
-    parts = list(embed_blocks(emb, batches, len(names), reporter))
-    dim = parts[0].dim if isinstance(parts[0], SparseRows) else parts[0].shape[1]
-    if dim <= FOLD_DIM or dim % FOLD_DIM or not (isinstance(parts[0], SparseRows) or mostly_zero(parts[0])):
-        return np.concatenate([_rows_dense(p, np.arange(len(p))) for p in parts]), None
-    folded = np.empty((len(names), FOLD_DIM), dtype=np.float32)
-    at = 0
-    for i, part in enumerate(parts):
-        part = parts[i] = part if isinstance(part, SparseRows) else sparse_rows(part)
-        lens, cols, vals = part.take(np.arange(len(part)))
-        cell = np.repeat(np.arange(len(part), dtype=np.int64), lens) * FOLD_DIM + cols % FOLD_DIM
-        f = np.bincount(cell, weights=vals.astype(np.float64), minlength=len(part) * FOLD_DIM
-                        ).reshape(len(part), FOLD_DIM).astype(np.float32)
+def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
+    """The matrix the neighbour search runs on for sparse name vectors (None: search the vectors themselves).
+    The builtin embedder's names fill 10-60 of 2048 hashed buckets; folded to FOLD_DIM columns (bucket b adds
+    into b mod FOLD_DIM, i.e. the same features hashed into fewer buckets) the self-join, which costs in
+    proportion to the width, runs 8x narrower, and `rescore` puts the exact full-width cosines back, so
+    thresholds and edge weights are unchanged."""
+    if not isinstance(rows, SparseRows) or rows.dim <= FOLD_DIM or rows.dim % FOLD_DIM:
+        return None
+    n = len(rows)
+    out = np.empty((n, FOLD_DIM), dtype=np.float32)
+    for s in range(0, n, _EMBED_BLOCK):
+        e = min(n, s + _EMBED_BLOCK)
+        lens, cols, vals = rows.take(np.arange(s, e))
+        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + cols % FOLD_DIM
+        f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
+                        ).reshape(e - s, FOLD_DIM).astype(np.float32)
         norms = np.linalg.norm(f, axis=1, keepdims=True)
-        folded[at:at + len(part)] = f / np.where(norms > 0, norms, 1)
-        at += len(part)
-    return join_sparse(parts, dim), folded
+        out[s:e] = f / np.where(norms > 0, norms, 1)
+    return out
 
 
-def rescore(knn: KnnLists, full: SparseRows, block: int = 1024) -> None:
-    """Replace the lists' cosines by exact ones from the full vectors and re-order each list by them."""
+def rescore(knn: KnnLists, full: DenseRows | SparseRows, rows: np.ndarray | None = None, block: int = 1024
+            ) -> None:
+    """Replace the cosines of the lists of `rows` (default: all) by exact ones from the full vectors and
+    re-order each list by them."""
     n, k = knn.nbr.shape
-    for s in range(0, n, block):
-        nbr = knn.nbr[s:s + block]
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    for s in range(0, len(rows), block):
+        at = rows[s:s + block]
+        nbr = knn.nbr[at]
         ok = nbr >= 0
-        a = full.dense(np.arange(s, min(n, s + block)))
+        a = full.dense(at)
         b = full.dense(np.where(ok, nbr, 0).ravel().astype(np.int64)).reshape(len(nbr), k, -1)
         sims = np.where(ok, np.einsum("id,ikd->ik", a, b), -np.inf).astype(np.float32)
         order = np.lexsort((np.where(ok, nbr, np.iinfo(np.int32).max), -sims), axis=1)
-        knn.nbr[s:s + block] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
-        knn.sim[s:s + block] = np.take_along_axis(sims, order, 1)
+        knn.nbr[at] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
+        knn.sim[at] = np.take_along_axis(sims, order, 1)
 
 
 def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
@@ -496,7 +491,7 @@ def _jsonl_items(path: Path, text: Callable[[dict], str]) -> Callable[[], Iterat
 
 def _drop_name_graph(vectors_dir: Path) -> None:
     """Earlier versions kept an HNSW graph of the name vectors; the cells replaced it, so its files go."""
-    for path in (*VectorIndex.files(vectors_dir, NAMES), vectors_dir / f"{NAMES}.pca.npy"):
+    for path in (VectorIndex.paths(vectors_dir, NAMES)[0], vectors_dir / f"{NAMES}.pca.npy"):
         path.unlink(missing_ok=True)
 
 
@@ -577,9 +572,14 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
 
     # -- synonym edges --
     s = settings.synonyms
-    ent_ids, name_texts = [e.id for e in entities_list], [e.name for e in entities_list]
-    ent_hashes = [text_hash(t) for t in name_texts]
-    names_full, search_matrix = name_vectors(emb, name_texts, reporter)
+    # The name vectors are an index of their own (never searched at query time), so a later run embeds only
+    # new or renamed entities; its hashes double as the neighbour lists' keys.
+    _drop_name_graph(project.vectors_dir)
+    names_idx, _ = _sync_index(project, settings, emb, NAMES, lambda: ((e.id, e.name) for e in entities_list),
+                               reporter)
+    ent_ids, ent_hashes = names_idx.ids, names_idx.hashes
+    names_full = names_idx.rows()
+    search_matrix = fold(names_full)
     counts["embedded_now"] = emb.stats["embedded"]
     counts["cached"] = emb.stats["cached"]
     digests[NAMES] = fingerprint(ent_ids, ent_hashes)
@@ -587,12 +587,13 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
-    knn, queried = update_knn(prev, ent_ids, ent_hashes, search_matrix if search_matrix is not None else names_full,
+    knn, queried = update_knn(prev, ent_ids, ent_hashes,
+                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_ids))),
                               s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim)
     if search_matrix is not None:
-        rescore(knn, names_full)
+        rescore(knn, names_full, np.flatnonzero(knn.changed))
+    del names_idx, search_matrix
     knn.save(knn_path)
-    _drop_name_graph(project.vectors_dir)
     counts["entities_queried"] = queried
     auto = candidate_pairs(knn, linkable(entities, s.min_name_chars), s.threshold)
 
@@ -604,7 +605,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
             if sim is None:   # a pair the reviewer added by hand: its real cosine
-                va, vb = _rows_dense(names_full, [row_of[a], row_of[b]])
+                va, vb = names_full.dense(np.array([row_of[a], row_of[b]]))
                 sim = round(float(va @ vb), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)

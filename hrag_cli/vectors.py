@@ -474,6 +474,10 @@ class VectorIndex:
             return self._found[item_id]
         return self._positions().get(item_id)
 
+    def rows(self) -> DenseRows | SparseRows:
+        """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]."""
+        return self._rows
+
     def vectors(self) -> np.ndarray:
         """All live vectors (unit rows, float16), row i = self.ids[i]: memory-mapped when stored dense."""
         if self._rows.kind == "dense":
