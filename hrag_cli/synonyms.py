@@ -11,7 +11,9 @@
    sentence look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both
    have >= `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours
    come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
-   entities), with exact cosines. Neighbour lists, the cells and their centroids are kept as arrays in
+   entities), with exact cosines. The name vectors are kept as a vector index of their own
+   (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
+   entities. The builtin embedder runs in one worker process per core (`embed_blocks`). Neighbour lists, the cells and their centroids are kept as arrays in
    vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run joins only new or changed
    entities (and entities whose neighbours changed or vanished) with the members of their cells and offers
    each to the kept entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
@@ -46,7 +48,7 @@ from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
-from .records import Entity, fact_text, from_dict
+from .records import fact_text
 from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
@@ -281,9 +283,10 @@ def rescore(knn: KnnLists, full: DenseRows | SparseRows, rows: np.ndarray | None
         knn.sim[at] = np.take_along_axis(sims, order, 1)
 
 
-def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
-    """Entities whose names are long enough to be linked (short names like "US" or "1" match too much)."""
-    return {i for i, e in entities.items() if name_chars(e.name) >= min_chars}
+def linkable(names: dict[str, str], min_chars: int) -> set[str]:
+    """Entities (id -> name) whose names are long enough to be linked (short names like "US" or "1" match too
+    much)."""
+    return {i for i, name in names.items() if name_chars(name) >= min_chars}
 
 
 def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple[str, str], float]:
@@ -314,12 +317,11 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> None:
+def write_review(path: Path, rows: list[dict], names: dict[str, str]) -> None:
     lines = ["\t".join(TSV_COLUMNS)]
     for r in rows:
         a, b = r["a"], r["b"]
-        lines.append("\t".join([a, b, _cell(entities[a].name if a in entities else a),
-                                _cell(entities[b].name if b in entities else b),
+        lines.append("\t".join([a, b, _cell(names.get(a, a)), _cell(names.get(b, b)),
                                 f"{r['similarity']:.4f}", r["action"]]))
     try:
         store.atomic_write_text(Path(path), "\n".join(lines) + "\n")
@@ -327,7 +329,7 @@ def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> N
         raise UsageError(f"cannot write review file {path}: {exc.strerror or exc}") from None
 
 
-def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
+def read_review(path: Path, names: dict[str, str]) -> list[dict]:
     """Parse a reviewed TSV; every problem is a one-line UsageError raised before anything is written."""
     text = store.read_input_text(path, "--accept")
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
@@ -347,7 +349,7 @@ def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
         if action not in ACTIONS:
             raise UsageError(f"{path}:{n}: action must be link, merge or skip, not {action!r}")
         for x in (a, b):
-            if x not in entities:
+            if x not in names:
                 raise UsageError(f"{path}:{n}: unknown entity id {x!r}")
         if a == b:
             raise UsageError(f"{path}:{n}: an entity cannot be its own synonym")
@@ -377,12 +379,12 @@ def save_decisions(project: Project, decisions: dict[tuple[str, str], dict]) -> 
 
 
 def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[str, str], dict],
-                    entities: dict[str, Entity]) -> tuple[dict[tuple[str, str], float], int, int]:
+                    names: dict[str, str]) -> tuple[dict[tuple[str, str], float], int, int]:
     """Auto pairs overridden by reviewed decisions; returns (pairs, links added, merges)."""
     out = dict(pairs)
     added = merges = 0
     for key, d in decisions.items():
-        if key[0] not in entities or key[1] not in entities:
+        if key[0] not in names or key[1] not in names:
             continue
         if d["action"] == "skip":
             out.pop(key, None)
@@ -398,10 +400,6 @@ def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[s
 
 
 # -- the stage --------------------------------------------------------------------------------------------
-def _load(path: Path, cls: type) -> list:
-    return [from_dict(cls, r) for r in store.read_jsonl(path)]
-
-
 _EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
 _PARALLEL_MIN = 4 * _EMBED_BLOCK    # fewer texts than this are embedded in this process (a pool costs a fork)
 _pool_embedder: Embedder | None = None   # set before the pool forks; its workers inherit it
@@ -537,23 +535,22 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     check_settings(settings)
     if review_path is not None and accept_path is not None:
         raise UsageError("--review and --accept cannot be used together: review first, then accept the file")
-    entities_list: list[Entity] = _load(project.entities_path, Entity)
-    entities = {e.id: e for e in entities_list}
-    accepted = read_review(accept_path, entities) if accept_path is not None else None
+    # entity id -> name: the one thing every step needs (rows are streamed from the JSONL, never held)
+    names = {r["id"]: r["name"] for r in store.read_jsonl(project.entities_path)}
+    accepted = read_review(accept_path, names) if accept_path is not None else None
 
     chunk_texts: dict[str, str] = {}
     n_chunk_rows = 0
     for c in store.read_jsonl(project.chunks_path):
         chunk_texts.setdefault(c["chunk_id"], c["text"])
         n_chunk_rows += 1
-    names = {e.id: e.name for e in entities_list}
 
     idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
                       reporter)
     emb = get_embedder(project, settings, cache_writes=True)
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
         "chunks": lambda: chunk_texts.items(),
-        "entities": lambda: ((e.id, entity_text(e.name, e.description)) for e in entities_list),
+        "entities": _jsonl_items(project.entities_path, lambda r: entity_text(r["name"], r["description"])),
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
         "facts": _jsonl_items(project.facts_path, _fact_row_text),
     }
@@ -575,8 +572,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     # The name vectors are an index of their own (never searched at query time), so a later run embeds only
     # new or renamed entities; its hashes double as the neighbour lists' keys.
     _drop_name_graph(project.vectors_dir)
-    names_idx, _ = _sync_index(project, settings, emb, NAMES, lambda: ((e.id, e.name) for e in entities_list),
-                               reporter)
+    names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter)
     ent_ids, ent_hashes = names_idx.ids, names_idx.hashes
     names_full = names_idx.rows()
     search_matrix = fold(names_full)
@@ -595,7 +591,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     del names_idx, search_matrix
     knn.save(knn_path)
     counts["entities_queried"] = queried
-    auto = candidate_pairs(knn, linkable(entities, s.min_name_chars), s.threshold)
+    auto = candidate_pairs(knn, linkable(names, s.min_name_chars), s.threshold)
 
     decisions = load_decisions(project)
     if accepted is not None:
@@ -617,15 +613,15 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             d = decisions.get(key)
             rows.append({"a": key[0], "b": key[1], "similarity": sim, "action": d["action"] if d else "link"})
         for key, d in decisions.items():
-            if key not in auto and key[0] in entities and key[1] in entities:
+            if key not in auto and key[0] in names and key[1] in names:
                 rows.append({"a": key[0], "b": key[1], "similarity": d.get("similarity") or 0.0,
                              "action": d["action"]})
         rows.sort(key=lambda r: (-r["similarity"], r["a"], r["b"]))
-        write_review(review_path, rows, entities)
+        write_review(review_path, rows, names)
         counts.update({"review_pairs": len(rows), "review_file": str(review_path), "review_only": 1})
         return StageOutcome(counts=counts, output_digest="")
 
-    pairs, forced, merges = apply_decisions(auto, decisions, entities)
+    pairs, forced, merges = apply_decisions(auto, decisions, names)
     ordered = sorted(pairs.items())
     records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
     store.write_jsonl(project.synonyms_path, records)
