@@ -108,7 +108,7 @@ class KnnLists:
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        np.savez(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
+        np.savez_compressed(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
                  hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
                  nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
                  centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count), cells=self.cells,
