@@ -413,14 +413,15 @@ def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
     return (sparse_rows(m) if mostly_zero(m) else m), emb.stats["embedded"] - before
 
 
-def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, reporter: Reporter
-                 ) -> Iterator[np.ndarray | SparseRows]:
+def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, reporter: Reporter,
+                 min_parallel: int = _PARALLEL_MIN) -> Iterator[np.ndarray | SparseRows]:
     """The embedded batches, in order. The builtin embedder (no cache, pure Python and numpy, 60 % of the stage
     at 10k passages) runs in one forked worker per core, each handing back sparse rows (a few % of the dense
-    bytes); a cached or remote embedder, a single core, or a small job stays in this process. At most two
-    batches per worker are in flight, so memory stays bounded whatever the total."""
+    bytes); a cached or remote embedder, a single core, or a job under `min_parallel` texts stays in this
+    process. At most two batches per worker are in flight, so memory stays bounded whatever the total."""
     workers = os.cpu_count() or 1
-    if emb.cache is not None or workers < 2 or total < _PARALLEL_MIN or "fork" not in multiprocessing.get_all_start_methods():
+    if (emb.cache is not None or workers < 2 or total < min_parallel
+            or "fork" not in multiprocessing.get_all_start_methods()):
         for batch in batches:
             yield emb.encode(batch, reporter=reporter)
         return

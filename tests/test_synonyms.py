@@ -331,3 +331,28 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     got, want = candidate_pairs(knn, ok, 0.8), candidate_pairs(exact, ok, 0.8)
     assert want and set(got) == set(want)
     assert np.allclose([got[k] for k in want], [want[k] for k in want], atol=2e-3)
+
+
+def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) -> None:
+    """The builtin embedder runs in one forked worker per core for a large job, handing back sparse rows: the
+    same vectors, in the same order, as embedding in this process (float16 values)."""
+    import numpy as np
+
+    from hrag_cli.embed import BuiltinBackend, Embedder
+    from hrag_cli.synonyms import embed_blocks
+    from hrag_cli.vectors import SparseRows
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)          # a one-core CI machine still takes the pool path
+    texts = [f"Name{i} Person{i % 13} of Place{i % 7}" for i in range(700)]
+
+    def batches():
+        return (texts[i:i + 100] for i in range(0, len(texts), 100))
+
+    one = Embedder(BuiltinBackend(None), None)
+    serial = np.concatenate(list(embed_blocks(one, batches(), len(texts), QUIET, min_parallel=10 ** 9)))
+    emb = Embedder(BuiltinBackend(None), None)
+    blocks = list(embed_blocks(emb, batches(), len(texts), QUIET, min_parallel=1))
+    assert len(blocks) == 7 and all(isinstance(b, SparseRows) for b in blocks)
+    pooled = np.concatenate([b.dense(np.arange(len(b))) for b in blocks])
+    assert pooled.shape == serial.shape and np.abs(pooled - serial).max() < 2e-3
+    assert emb.stats["embedded"] == one.stats["embedded"] == len(texts)
