@@ -13,10 +13,11 @@
    come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
    entities), with exact cosines. The name vectors are kept as a vector index of their own
    (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
-   entities. The builtin embedder runs in one worker process per core (`embed_blocks`). Neighbour lists, the cells and their centroids are kept as arrays in
-   vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run joins only new or changed
-   entities (and entities whose neighbours changed or vanished) with the members of their cells and offers
-   each to the kept entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
+   entities. The builtin embedder runs in one worker process per core (`embed_blocks`). Neighbour lists, the
+   cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
+   hash): a later run joins only new or changed entities (and entities whose neighbours changed or vanished)
+   with the members of their cells and offers each to the kept entities there, instead of comparing everything
+   again. Written to graph/synonyms.jsonl
    and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
@@ -109,10 +110,11 @@ class KnnLists:
         buf = io.BytesIO()
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
         np.savez_compressed(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
-                 hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
-                 nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
-                 centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count), cells=self.cells,
-                 cell_settings=np.array(self.cell_settings, dtype=np.int64), has_plan=np.bool_(self.plan is not None))
+                            hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
+                            nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
+                            centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count),
+                            cells=self.cells, cell_settings=np.array(self.cell_settings, dtype=np.int64),
+                            has_plan=np.bool_(self.plan is not None))
         store.atomic_write_bytes(path, buf.getvalue())
 
     @classmethod

@@ -329,8 +329,8 @@ class VectorIndex:
         `missing` returned) a row per listed position only, the other rows being kept from the index (which
         must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
         millions of texts without holding them all; a block may be SparseRows of unit rows (`sparse_rows` of
-        an embedder's output), which a worker process can hand back at a fraction of the dense bytes. Returns counts: added, removed, kept, rebuilt (0/1: the
-        graph was built from scratch)."""
+        an embedder's output), which a worker process can hand back at a fraction of the dense bytes. Returns
+        counts: added, removed, kept, rebuilt (0/1: the graph was built from scratch)."""
         n = len(ids)
         if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
