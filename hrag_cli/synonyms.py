@@ -33,6 +33,7 @@ import gc
 import io
 import multiprocessing
 import os
+import signal
 import zipfile
 from collections import deque
 from dataclasses import asdict
@@ -430,7 +431,9 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
     global _pool_embedder
     _pool_embedder = emb
     gc.freeze()     # the workers' collector then leaves the parent's objects (and their shared pages) alone
-    pool = multiprocessing.get_context("fork").Pool(workers)
+    # Ctrl-C reaches the whole process group: the parent stops the workers, so they ignore it themselves
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=signal.signal,
+                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
     try:
         with reporter.task(f"embed {emb.model_id}", total=total) as task:
             pending: deque = deque()
