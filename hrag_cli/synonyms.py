@@ -404,6 +404,7 @@ def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[s
 
 # -- the stage --------------------------------------------------------------------------------------------
 _EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
+_HELD_TEXTS = 16 * _EMBED_BLOCK     # texts to embed kept from the hashing pass (else read again)
 _PARALLEL_MIN = 4 * _EMBED_BLOCK    # fewer texts than this are embedded in this process (a pool costs a fork)
 _pool_embedder: Embedder | None = None   # set before the pool forks; its workers inherit it
 
@@ -461,19 +462,30 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
                 items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter) -> tuple[VectorIndex, dict]:
     """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
-    the saved index lacks (a second pass, in blocks), save. `items()` yields (id, text) afresh on each call."""
-    ids: list[str] = []
-    hashes: list[str] = []
-    for item_id, text in items():
-        ids.append(item_id)
-        hashes.append(text_hash(text))
+    the saved index lacks, save. `items()` yields (id, text) afresh on each call. The pass keeps the texts to
+    embed while they are few (a later run adds a few %); past _HELD_TEXTS it drops them and a second pass
+    streams them in blocks, so a first build of millions of items never holds its texts."""
     idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id,
                                      emb.backend.known_dim() or 0)
+    ids: list[str] = []
+    hashes: list[str] = []
+    held: list[str] | None = []
+    for item_id, text in items():
+        h = text_hash(text)
+        if held is not None and not idx.holds(item_id, h):
+            held.append(text)
+            if len(held) > _HELD_TEXTS:
+                held = None
+        ids.append(item_id)
+        hashes.append(h)
     todo = idx.missing(ids, hashes)
     wanted = np.zeros(len(ids), dtype=bool)
     wanted[todo] = True
 
     def batches() -> Iterator[list[str]]:
+        if held is not None:
+            yield from (held[i:i + _EMBED_BLOCK] for i in range(0, len(held), _EMBED_BLOCK))
+            return
         batch: list[str] = []
         for p, (_, text) in enumerate(items()):
             if wanted[p]:

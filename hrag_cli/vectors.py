@@ -352,9 +352,13 @@ class VectorIndex:
 
     def missing(self, ids: list[str], hashes: list[str]) -> np.ndarray:
         """Positions in `ids` whose (id, hash) this index does not hold: the texts to embed before `sync`."""
-        pos, have = self._positions(), self.hashes
-        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes))
-                            if (r := pos.get(i)) is None or have[r] != h), dtype=np.int64)
+        holds = self.holds
+        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes)) if not holds(i, h)), dtype=np.int64)
+
+    def holds(self, item_id: str, text_hash: str) -> bool:
+        """Whether this index has a vector for this id made from a text with this hash."""
+        r = self._positions().get(item_id)
+        return r is not None and self.hashes[r] == text_hash
 
     def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None) -> dict:
         """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
