@@ -10,7 +10,8 @@ reuse across passages (within a generation) and the sentence structure stay thos
 Each stage runs as its own `hrag` process (rules extractor, builtin embedder, no network), measured with
 wait4: wall, CPU (user + system), peak RSS, then the project's bytes on disk and the manifest's item counts.
 The chunk, extract and resolve processes each re-scan the documents first (a no-op chunk pass), as a cron
-job's `hrag index` would. Then an incremental run (1 % new documents added, `hrag index` again), and query
+job's `hrag index` would. Then an incremental run (1 % new documents added, `hrag index` again, through
+resolve and then the synonyms stage, so each one's share shows), and query
 timings: cold `hrag query` (median of 3 fresh processes), batch p50 over `hrag query --file`, batch peak RSS.
 
     .venv/bin/python bench/scale.py --passages 1000 3000            # sizes side by side, CPU/passage ratio
@@ -183,7 +184,11 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     if incremental and not as_is:
         add = max(1, n // 100)
         write_corpus(docs, real, n, n + add, as_is)
-        inc = run(["index", str(docs), *p])
+        parts = {"to_resolve": run(["index", str(docs), "--stop-after", "resolve", *p]),
+                 "synonyms": run(["index", str(docs), *p])}     # the synonyms stage's own share, measured apart
+        inc = {key: round(sum(part[key] for part in parts.values()), 2) for key in ("wall_s", "cpu_s")}
+        inc["peak_rss_mb"] = max(part["peak_rss_mb"] for part in parts.values())
+        inc["stages"] = parts
         inc["added_passages"] = add
         inc["cpu_share_of_full"] = round(inc["cpu_s"] / max(total["cpu_s"], 1e-9), 3)
         inc["wall_share_of_full"] = round(inc["wall_s"] / max(total["wall_s"], 1e-9), 3)

@@ -11,10 +11,13 @@
    sentence look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both
    have >= `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours
    come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
-   entities), with exact cosines. Neighbour lists, the cells and their centroids are kept as arrays in
-   vectors/entity_names.knn.npz keyed by (entity id, text hash): a later run joins only new or changed
-   entities (and entities whose neighbours changed or vanished) with the members of their cells and offers
-   each to the kept entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
+   entities), with exact cosines. The name vectors are kept as a vector index of their own
+   (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
+   entities. The builtin embedder runs in one worker process per core (`embed_blocks`). Neighbour lists, the
+   cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
+   hash): a later run joins only new or changed entities (and entities whose neighbours changed or vanished)
+   with the members of their cells and offers each to the kept entities there, instead of comparing everything
+   again. Written to graph/synonyms.jsonl
    and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
@@ -26,8 +29,13 @@
 
 from __future__ import annotations
 
+import gc
 import io
+import multiprocessing
+import os
+import signal
 import zipfile
+from collections import deque
 from dataclasses import asdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -42,9 +50,8 @@ from .embed import Embedder, get_embedder, refresh_idf
 from .errors import UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
-from .records import Entity, fact_text, from_dict
-from .vectors import (FORMAT as VECTOR_FORMAT, INDEX_NAMES, SparseRows, VectorIndex, join_sparse, mostly_zero,
-                      sparse_rows)
+from .records import fact_text
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -98,15 +105,17 @@ class KnnLists:
         self.plan = plan                      # None: no cells yet, the next pass fits them
         self.cells = cells if cells is not None else np.zeros((n, 0), dtype=np.int32)
         self.cell_settings = cell_settings    # (cells_per_entity, cell_size) the plan was fitted with
+        self.changed = np.zeros(n, dtype=bool)   # rows whose list this pass recomputed or extended (not saved)
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        np.savez(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
-                 hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
-                 nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
-                 centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count), cells=self.cells,
-                 cell_settings=np.array(self.cell_settings, dtype=np.int64), has_plan=np.bool_(self.plan is not None))
+        np.savez_compressed(buf, ids=np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
+                            hashes=np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
+                            nbr=self.nbr, sim=self.sim, k=np.int64(self.k), model_id=np.array(self.model_id),
+                            centroids=plan.centroids, mean=plan.mean, fit_count=np.int64(plan.fit_count),
+                            cells=self.cells, cell_settings=np.array(self.cell_settings, dtype=np.int64),
+                            has_plan=np.bool_(self.plan is not None))
         store.atomic_write_bytes(path, buf.getvalue())
 
     @classmethod
@@ -172,11 +181,13 @@ def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
 
 
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
-               reporter: Reporter, per_entity: int, cell_size: int) -> tuple[KnnLists, int]:
+               reporter: Reporter, per_entity: int, cell_size: int, min_sim: float = -np.inf
+               ) -> tuple[KnnLists, int]:
     """New neighbour lists for the current entities (rows of `ids`/`matrix`, unit vectors); returns them and
     how many entities were queried: the new or changed ones, and those that lost a neighbour; all of them when
     the cells are (re)fitted, which happens when there are none yet, when the settings changed, and each time
-    the entity count doubles, so the centroids follow the corpus at a geometric cost."""
+    the entity count doubles, so the centroids follow the corpus at a geometric cost. A list holds only
+    neighbours at or above `min_sim` (the lists must have been computed with the same `min_sim`)."""
     n = len(ids)
     out = KnnLists(k, prev.model_id, ids, hashes)
     if n == 0:
@@ -213,68 +224,72 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     # A queried entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own
     # top k need not show (x may be 12th for q), so the join offers q to the kept entities of its cells.
     with reporter.task("synonyms: nearest entities", total=int(query.sum()) * out.cells.shape[1]) as task:
-        found = join(matrix, out.cells, plan.cells, query, k, out.sim[:, k - 1], on_cell=task.advance)
+        found = join(matrix, out.cells, plan.cells, query, k, out.sim[:, k - 1], on_cell=task.advance,
+                     min_sim=min_sim)
     batch = 50_000
     for s in range(0, len(found.rows), batch):
         rows = found.rows[s:s + batch]
         out.nbr[rows], out.sim[rows] = best_k(found.nbr[s:s + batch], found.sim[s:s + batch], k)
+    out.changed[found.rows] = True
     if len(found.offer_to):
         targets, osrc, osim = _group_offers(found.offer_to, found.offer_from, found.offer_sim, k)
         out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
                                                     np.concatenate([out.sim[targets], osim], axis=1), k)
+        out.changed[targets] = True
     return out, len(found.rows)
 
 
 FOLD_DIM = 256     # columns the neighbour search of sparse (builtin) name vectors runs in
+# How far below the threshold the neighbour search keeps candidates: only neighbours at or above the threshold
+# become pairs, so weaker ones are never listed. Folded cosines stray from the exact ones: on a 10k-passage
+# bench/scale.py corpus the 73k listed pairs at >= 0.8 had folded cosines >= 0.657, so 0.3 leaves room.
+FOLD_MARGIN = 0.3
+EXACT_MARGIN = 1e-3    # unfolded vectors are searched at their own cosines: float rounding only
 
 
-def _rows_dense(rows: np.ndarray | SparseRows, which) -> np.ndarray:
-    return rows.dense(np.asarray(which, dtype=np.int64)) if isinstance(rows, SparseRows) else rows[which]
-
-
-def name_vectors(emb: Embedder, names: list[str], reporter: Reporter) -> tuple[np.ndarray | SparseRows,
-                                                                                np.ndarray | None]:
-    """The entity-name vectors, and the matrix the neighbour search runs on (None: the vectors themselves).
-    Sparse vectors (the builtin embedder's: a name fills 10-60 of 2048 hashed buckets) are kept as sparse rows
-    and searched folded to FOLD_DIM columns (bucket b adds into b mod FOLD_DIM, i.e. the same features hashed
-    into fewer buckets): the self-join, which costs in proportion to the width, runs 8x narrower, and `rescore`
-    puts the exact 2048-wide cosines back, so thresholds and edge weights are unchanged."""
-    if not names:
-        return np.zeros((0, emb.backend.known_dim() or 0), np.float32), None
-    first = emb.encode(names[:_EMBED_BLOCK], reporter=reporter)
-    dim = first.shape[1]
-    if dim <= FOLD_DIM or dim % FOLD_DIM or not mostly_zero(first):
-        rest = [emb.encode(names[i:i + _EMBED_BLOCK], reporter=reporter)
-                for i in range(_EMBED_BLOCK, len(names), _EMBED_BLOCK)]
-        return np.concatenate([first, *rest]) if rest else first, None
-    folded = np.empty((len(names), FOLD_DIM), dtype=np.float32)
-    parts = []
-    for i in range(0, len(names), _EMBED_BLOCK):
-        block = first if i == 0 else emb.encode(names[i:i + _EMBED_BLOCK], reporter=reporter)
-        f = block.reshape(len(block), dim // FOLD_DIM, FOLD_DIM).sum(axis=1)
+def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
+    """The matrix the neighbour search runs on for sparse name vectors (None: search the vectors themselves).
+    The builtin embedder's names fill 10-60 of 2048 hashed buckets; folded to FOLD_DIM columns (bucket b adds
+    into b mod FOLD_DIM, i.e. the same features hashed into fewer buckets) the self-join, which costs in
+    proportion to the width, runs 8x narrower, and `rescore` puts the exact full-width cosines back, so
+    thresholds and edge weights are unchanged."""
+    if not isinstance(rows, SparseRows) or rows.dim <= FOLD_DIM or rows.dim % FOLD_DIM:
+        return None
+    n = len(rows)
+    out = np.empty((n, FOLD_DIM), dtype=np.float32)
+    for s in range(0, n, _EMBED_BLOCK):
+        e = min(n, s + _EMBED_BLOCK)
+        lens, cols, vals = rows.take(np.arange(s, e))
+        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + cols % FOLD_DIM
+        f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
+                        ).reshape(e - s, FOLD_DIM).astype(np.float32)
         norms = np.linalg.norm(f, axis=1, keepdims=True)
-        folded[i:i + len(block)] = f / np.where(norms > 0, norms, 1)
-        parts.append(sparse_rows(block))
-    return join_sparse(parts, dim), folded
+        out[s:e] = f / np.where(norms > 0, norms, 1)
+    return out
 
 
-def rescore(knn: KnnLists, full: SparseRows, block: int = 1024) -> None:
-    """Replace the lists' cosines by exact ones from the full vectors and re-order each list by them."""
+def rescore(knn: KnnLists, full: DenseRows | SparseRows, rows: np.ndarray | None = None, block: int = 1024
+            ) -> None:
+    """Replace the cosines of the lists of `rows` (default: all) by exact ones from the full vectors and
+    re-order each list by them."""
     n, k = knn.nbr.shape
-    for s in range(0, n, block):
-        nbr = knn.nbr[s:s + block]
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    for s in range(0, len(rows), block):
+        at = rows[s:s + block]
+        nbr = knn.nbr[at]
         ok = nbr >= 0
-        a = full.dense(np.arange(s, min(n, s + block)))
+        a = full.dense(at)
         b = full.dense(np.where(ok, nbr, 0).ravel().astype(np.int64)).reshape(len(nbr), k, -1)
         sims = np.where(ok, np.einsum("id,ikd->ik", a, b), -np.inf).astype(np.float32)
         order = np.lexsort((np.where(ok, nbr, np.iinfo(np.int32).max), -sims), axis=1)
-        knn.nbr[s:s + block] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
-        knn.sim[s:s + block] = np.take_along_axis(sims, order, 1)
+        knn.nbr[at] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
+        knn.sim[at] = np.take_along_axis(sims, order, 1)
 
 
-def linkable(entities: dict[str, Entity], min_chars: int) -> set[str]:
-    """Entities whose names are long enough to be linked (short names like "US" or "1" match too much)."""
-    return {i for i, e in entities.items() if name_chars(e.name) >= min_chars}
+def linkable(names: dict[str, str], min_chars: int) -> set[str]:
+    """Entities (id -> name) whose names are long enough to be linked (short names like "US" or "1" match too
+    much)."""
+    return {i for i, name in names.items() if name_chars(name) >= min_chars}
 
 
 def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple[str, str], float]:
@@ -305,12 +320,11 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> None:
+def write_review(path: Path, rows: list[dict], names: dict[str, str]) -> None:
     lines = ["\t".join(TSV_COLUMNS)]
     for r in rows:
         a, b = r["a"], r["b"]
-        lines.append("\t".join([a, b, _cell(entities[a].name if a in entities else a),
-                                _cell(entities[b].name if b in entities else b),
+        lines.append("\t".join([a, b, _cell(names.get(a, a)), _cell(names.get(b, b)),
                                 f"{r['similarity']:.4f}", r["action"]]))
     try:
         store.atomic_write_text(Path(path), "\n".join(lines) + "\n")
@@ -318,7 +332,7 @@ def write_review(path: Path, rows: list[dict], entities: dict[str, Entity]) -> N
         raise UsageError(f"cannot write review file {path}: {exc.strerror or exc}") from None
 
 
-def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
+def read_review(path: Path, names: dict[str, str]) -> list[dict]:
     """Parse a reviewed TSV; every problem is a one-line UsageError raised before anything is written."""
     text = store.read_input_text(path, "--accept")
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
@@ -338,7 +352,7 @@ def read_review(path: Path, entities: dict[str, Entity]) -> list[dict]:
         if action not in ACTIONS:
             raise UsageError(f"{path}:{n}: action must be link, merge or skip, not {action!r}")
         for x in (a, b):
-            if x not in entities:
+            if x not in names:
                 raise UsageError(f"{path}:{n}: unknown entity id {x!r}")
         if a == b:
             raise UsageError(f"{path}:{n}: an entity cannot be its own synonym")
@@ -368,12 +382,12 @@ def save_decisions(project: Project, decisions: dict[tuple[str, str], dict]) -> 
 
 
 def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[str, str], dict],
-                    entities: dict[str, Entity]) -> tuple[dict[tuple[str, str], float], int, int]:
+                    names: dict[str, str]) -> tuple[dict[tuple[str, str], float], int, int]:
     """Auto pairs overridden by reviewed decisions; returns (pairs, links added, merges)."""
     out = dict(pairs)
     added = merges = 0
     for key, d in decisions.items():
-        if key[0] not in entities or key[1] not in entities:
+        if key[0] not in names or key[1] not in names:
             continue
         if d["action"] == "skip":
             out.pop(key, None)
@@ -389,40 +403,100 @@ def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[s
 
 
 # -- the stage --------------------------------------------------------------------------------------------
-def _load(path: Path, cls: type) -> list:
-    return [from_dict(cls, r) for r in store.read_jsonl(path)]
-
-
 _EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
+_HELD_TEXTS = 16 * _EMBED_BLOCK     # texts to embed kept from the hashing pass (else read again)
+_PARALLEL_MIN = 4 * _EMBED_BLOCK    # fewer texts than this are embedded in this process (a pool costs a fork)
+_pool_embedder: Embedder | None = None   # set before the pool forks; its workers inherit it
+
+
+def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
+    emb = _pool_embedder
+    assert emb is not None
+    before = emb.stats["embedded"]
+    m = emb.encode(texts)
+    return (sparse_rows(m) if mostly_zero(m) else m), emb.stats["embedded"] - before
+
+
+def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, reporter: Reporter,
+                 min_parallel: int = _PARALLEL_MIN) -> Iterator[np.ndarray | SparseRows]:
+    """The embedded batches, in order. The builtin embedder (no cache, pure Python and numpy, 60 % of the stage
+    at 10k passages) runs in one forked worker per core, each handing back sparse rows (a few % of the dense
+    bytes); a cached or remote embedder, a single core, or a job under `min_parallel` texts stays in this
+    process. At most two batches per worker are in flight, so memory stays bounded whatever the total."""
+    workers = os.cpu_count() or 1
+    if (emb.cache is not None or workers < 2 or total < min_parallel
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        for batch in batches:
+            yield emb.encode(batch, reporter=reporter)
+        return
+    global _pool_embedder
+    _pool_embedder = emb
+    gc.freeze()     # the workers' collector then leaves the parent's objects (and their shared pages) alone
+    # Ctrl-C reaches the whole process group: the parent stops the workers, so they ignore it themselves
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=signal.signal,
+                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
+    try:
+        with reporter.task(f"embed {emb.model_id}", total=total) as task:
+            pending: deque = deque()
+
+            def oldest() -> np.ndarray | SparseRows:
+                block, embedded = pending.popleft().get()
+                emb.stats["embedded"] += embedded
+                task.advance(len(block))
+                return block
+
+            for batch in batches:
+                pending.append(pool.apply_async(_encode_in_worker, (batch,)))
+                while len(pending) > 2 * workers or (pending and pending[0].ready()):
+                    yield oldest()
+            while pending:
+                yield oldest()
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+        gc.unfreeze()
+        _pool_embedder = None
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
                 items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter) -> tuple[VectorIndex, dict]:
     """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
-    the saved index lacks (a second pass, in blocks), save. `items()` yields (id, text) afresh on each call."""
-    ids: list[str] = []
-    hashes: list[str] = []
-    for item_id, text in items():
-        ids.append(item_id)
-        hashes.append(text_hash(text))
+    the saved index lacks, save. `items()` yields (id, text) afresh on each call. The pass keeps the texts to
+    embed while they are few (a later run adds a few %); past _HELD_TEXTS it drops them and a second pass
+    streams them in blocks, so a first build of millions of items never holds its texts."""
     idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id,
                                      emb.backend.known_dim() or 0)
+    ids: list[str] = []
+    hashes: list[str] = []
+    held: list[str] | None = []
+    for item_id, text in items():
+        h = text_hash(text)
+        if held is not None and not idx.holds(item_id, h):
+            held.append(text)
+            if len(held) > _HELD_TEXTS:
+                held = None
+        ids.append(item_id)
+        hashes.append(h)
     todo = idx.missing(ids, hashes)
     wanted = np.zeros(len(ids), dtype=bool)
     wanted[todo] = True
 
-    def blocks() -> Iterator[np.ndarray]:
+    def batches() -> Iterator[list[str]]:
+        if held is not None:
+            yield from (held[i:i + _EMBED_BLOCK] for i in range(0, len(held), _EMBED_BLOCK))
+            return
         batch: list[str] = []
         for p, (_, text) in enumerate(items()):
             if wanted[p]:
                 batch.append(text)
                 if len(batch) >= _EMBED_BLOCK:
-                    yield emb.encode(batch, reporter=reporter)
+                    yield batch
                     batch = []
         if batch:
-            yield emb.encode(batch, reporter=reporter)
+            yield batch
 
-    counts = idx.sync(ids, hashes, blocks(), rows=todo)
+    counts = idx.sync(ids, hashes, embed_blocks(emb, batches(), len(todo), reporter), rows=todo)
     idx.save(project.vectors_dir)
     return idx, counts
 
@@ -433,7 +507,7 @@ def _jsonl_items(path: Path, text: Callable[[dict], str]) -> Callable[[], Iterat
 
 def _drop_name_graph(vectors_dir: Path) -> None:
     """Earlier versions kept an HNSW graph of the name vectors; the cells replaced it, so its files go."""
-    for path in (*VectorIndex.files(vectors_dir, NAMES), vectors_dir / f"{NAMES}.pca.npy"):
+    for path in (VectorIndex.paths(vectors_dir, NAMES)[0], vectors_dir / f"{NAMES}.pca.npy"):
         path.unlink(missing_ok=True)
 
 
@@ -479,23 +553,22 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     check_settings(settings)
     if review_path is not None and accept_path is not None:
         raise UsageError("--review and --accept cannot be used together: review first, then accept the file")
-    entities_list: list[Entity] = _load(project.entities_path, Entity)
-    entities = {e.id: e for e in entities_list}
-    accepted = read_review(accept_path, entities) if accept_path is not None else None
+    # entity id -> name: the one thing every step needs (rows are streamed from the JSONL, never held)
+    names = {r["id"]: r["name"] for r in store.read_jsonl(project.entities_path)}
+    accepted = read_review(accept_path, names) if accept_path is not None else None
 
     chunk_texts: dict[str, str] = {}
     n_chunk_rows = 0
     for c in store.read_jsonl(project.chunks_path):
         chunk_texts.setdefault(c["chunk_id"], c["text"])
         n_chunk_rows += 1
-    names = {e.id: e.name for e in entities_list}
 
     idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
                       reporter)
     emb = get_embedder(project, settings, cache_writes=True)
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
         "chunks": lambda: chunk_texts.items(),
-        "entities": lambda: ((e.id, entity_text(e.name, e.description)) for e in entities_list),
+        "entities": _jsonl_items(project.entities_path, lambda r: entity_text(r["name"], r["description"])),
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
         "facts": _jsonl_items(project.facts_path, _fact_row_text),
     }
@@ -514,23 +587,29 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
 
     # -- synonym edges --
     s = settings.synonyms
-    ent_ids, name_texts = [e.id for e in entities_list], [e.name for e in entities_list]
-    ent_hashes = [text_hash(t) for t in name_texts]
-    names_full, search_matrix = name_vectors(emb, name_texts, reporter)
+    # The name vectors are an index of their own (never searched at query time), so a later run embeds only
+    # new or renamed entities; its hashes double as the neighbour lists' keys.
+    _drop_name_graph(project.vectors_dir)
+    names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter)
+    ent_ids, ent_hashes = names_idx.ids, names_idx.hashes
+    names_full = names_idx.rows()
+    search_matrix = fold(names_full)
     counts["embedded_now"] = emb.stats["embedded"]
     counts["cached"] = emb.stats["cached"]
     digests[NAMES] = fingerprint(ent_ids, ent_hashes)
     knn_path = project.vectors_dir / KNN_FILE
-    knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "")
+    min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
+    knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
-    knn, queried = update_knn(prev, ent_ids, ent_hashes, search_matrix if search_matrix is not None else names_full,
-                              s.top_k, reporter, s.cells_per_entity, s.cell_size)
+    knn, queried = update_knn(prev, ent_ids, ent_hashes,
+                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_ids))),
+                              s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim)
     if search_matrix is not None:
-        rescore(knn, names_full)
+        rescore(knn, names_full, np.flatnonzero(knn.changed))
+    del names_idx, search_matrix
     knn.save(knn_path)
-    _drop_name_graph(project.vectors_dir)
     counts["entities_queried"] = queried
-    auto = candidate_pairs(knn, linkable(entities, s.min_name_chars), s.threshold)
+    auto = candidate_pairs(knn, linkable(names, s.min_name_chars), s.threshold)
 
     decisions = load_decisions(project)
     if accepted is not None:
@@ -540,7 +619,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             key = (a, b) if a < b else (b, a)
             sim = r["similarity"] if r["similarity"] is not None else auto.get(key)
             if sim is None:   # a pair the reviewer added by hand: its real cosine
-                va, vb = _rows_dense(names_full, [row_of[a], row_of[b]])
+                va, vb = names_full.dense(np.array([row_of[a], row_of[b]]))
                 sim = round(float(va @ vb), 6)
             decisions[key] = {"a": key[0], "b": key[1], "action": r["action"], "similarity": sim}
         save_decisions(project, decisions)
@@ -552,15 +631,15 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             d = decisions.get(key)
             rows.append({"a": key[0], "b": key[1], "similarity": sim, "action": d["action"] if d else "link"})
         for key, d in decisions.items():
-            if key not in auto and key[0] in entities and key[1] in entities:
+            if key not in auto and key[0] in names and key[1] in names:
                 rows.append({"a": key[0], "b": key[1], "similarity": d.get("similarity") or 0.0,
                              "action": d["action"]})
         rows.sort(key=lambda r: (-r["similarity"], r["a"], r["b"]))
-        write_review(review_path, rows, entities)
+        write_review(review_path, rows, names)
         counts.update({"review_pairs": len(rows), "review_file": str(review_path), "review_only": 1})
         return StageOutcome(counts=counts, output_digest="")
 
-    pairs, forced, merges = apply_decisions(auto, decisions, entities)
+    pairs, forced, merges = apply_decisions(auto, decisions, names)
     ordered = sorted(pairs.items())
     records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
     store.write_jsonl(project.synonyms_path, records)

@@ -256,6 +256,38 @@ def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
                       np.concatenate([p.bands for p in parts]), np.concatenate([p.data for p in parts]), dim)
 
 
+def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
+    """Rows in position order: position p is the next row of `new` where is_new[p], else row old_of[p] of `old`.
+    Written block by block into arrays of the final size: an incremental run of a 2M-row index touches each
+    value once, with no whole-index temporaries."""
+    n = len(is_new)
+    new_of = np.cumsum(is_new) - 1
+    lens = np.empty(n, dtype=np.int64)
+    lens[~is_new] = old.indptr[old_of[~is_new] + 1] - old.indptr[old_of[~is_new]]
+    lens[is_new] = np.diff(new.indptr)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    low = np.empty(int(indptr[-1]), dtype=np.uint8)
+    data = np.empty(int(indptr[-1]), dtype=DTYPE)
+    bands = np.empty((n, old.bands.shape[1]), dtype=np.uint16)
+    step = _SCAN_ROWS
+    for s in range(0, n, step):
+        pos = np.arange(s, min(n, s + step))
+        for src, mask, rows in ((old, ~is_new[pos], old_of[pos]), (new, is_new[pos], new_of[pos])):
+            if not mask.any():
+                continue
+            at, rows = pos[mask], rows[mask]
+            starts = src.indptr[rows]
+            count = src.indptr[rows + 1] - starts
+            offset = np.cumsum(count) - count
+            inner = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(offset, count)
+            take = np.repeat(starts, count) + inner
+            put = np.repeat(indptr[at], count) + inner
+            low[put] = src.low[take]
+            data[put] = src.data[take]
+            bands[at] = src.bands[rows]
+    return SparseRows(indptr, low, bands, data, old.dim)
+
+
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine top-k over a DenseRows or SparseRows: (rows int64 (nq, k), sims float32), best first."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
@@ -320,16 +352,21 @@ class VectorIndex:
 
     def missing(self, ids: list[str], hashes: list[str]) -> np.ndarray:
         """Positions in `ids` whose (id, hash) this index does not hold: the texts to embed before `sync`."""
-        pos, have = self._positions(), self.hashes
-        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes))
-                            if (r := pos.get(i)) is None or have[r] != h), dtype=np.int64)
+        holds = self.holds
+        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes)) if not holds(i, h)), dtype=np.int64)
+
+    def holds(self, item_id: str, text_hash: str) -> bool:
+        """Whether this index has a vector for this id made from a text with this hash."""
+        r = self._positions().get(item_id)
+        return r is not None and self.hashes[r] == text_hash
 
     def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None) -> dict:
         """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
         `missing` returned) a row per listed position only, the other rows being kept from the index (which
         must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
-        millions of texts without holding them all. Returns counts: added, removed, kept, rebuilt (0/1: the
-        graph was built from scratch)."""
+        millions of texts without holding them all; a block may be SparseRows of unit rows (`sparse_rows` of
+        an embedder's output), which a worker process can hand back at a fraction of the dense bytes. Returns
+        counts: added, removed, kept, rebuilt (0/1: the graph was built from scratch)."""
         n = len(ids)
         if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
@@ -342,7 +379,7 @@ class VectorIndex:
             else vectors
         first = next(blocks, None) if len(todo) else None
         if first is not None and self.dim == 0:
-            self.dim = int(np.asarray(first).shape[-1])
+            self.dim = first.dim if isinstance(first, SparseRows) else int(np.asarray(first).shape[-1])
         pos = self._positions()
         is_new = np.zeros(n, dtype=bool)
         is_new[todo] = True
@@ -395,7 +432,9 @@ class VectorIndex:
                ) -> DenseRows | SparseRows:
         """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
         Sparse when the first incoming block (else the current store) is under a quarter full."""
-        if first is not None:
+        if isinstance(first, SparseRows):
+            b0, sparse = first, True
+        elif first is not None:
             b0 = _as_matrix(first, self.dim)
             sparse = mostly_zero(b0)
         else:
@@ -403,39 +442,43 @@ class VectorIndex:
         kept = np.flatnonzero(~is_new)
         done = 0
         dense_out = None if sparse else np.empty((n, self.dim), dtype=DTYPE)
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []   # (positions, lens, cols, vals)
-        step = _SCAN_ROWS if sparse and self._rows.kind == "sparse" else _dense_rows(self.dim)
-        for s in range(0, len(kept), step):                        # kept rows, in blocks (old may be a memmap)
-            pos = kept[s:s + step]
-            if sparse and self._rows.kind == "sparse":
-                parts.append((pos, *self._rows.take(old_row[pos])))
-            elif sparse:
-                parts.append((pos, *_sparsify(self._rows.dense(old_row[pos]))))
-            else:
+        old_rows, old_of = self._rows, old_row      # where kept rows come from: a store and a row per position
+        if sparse and self._rows.kind != "sparse" and len(kept):   # dense to sparse (rare): convert the kept rows
+            step = _dense_rows(self.dim)
+            old_rows = join_sparse([sparse_rows(self._rows.dense(old_row[kept[s:s + step]]))
+                                    for s in range(0, len(kept), step)], self.dim)
+            old_of = np.full(n, -1, dtype=np.int64)
+            old_of[kept] = np.arange(len(kept))
+        elif not sparse:
+            for s in range(0, len(kept), _dense_rows(self.dim)):   # kept rows, in blocks (old may be a memmap)
+                pos = kept[s:s + _dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # new rows: (lens, cols, vals)
         block = b0
         while block is not None:
-            b = _unit(_as_matrix(block, self.dim))
+            if isinstance(block, SparseRows) and block.dim != self.dim:
+                raise ValueError(f"expected vectors of dimension {self.dim}, got {block.dim}")
+            b = block if isinstance(block, SparseRows) and sparse else _unit(_as_matrix(
+                block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
             if done + len(b) > len(todo):
                 raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
-            pos = todo[done:done + len(b)]
-            if sparse:
-                parts.append((pos, *_sparsify(b)))
+            if isinstance(b, SparseRows):
+                parts.append(b.take(np.arange(len(b))))
+            elif sparse:
+                parts.append(_sparsify(b))
             else:
-                dense_out[pos] = b
+                dense_out[todo[done:done + len(b)]] = b
             done += len(b)
             block = next(blocks, None)
         if done != len(todo):
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
             return DenseRows(dense_out)
-        pos = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, np.int64)
-        lens = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0, np.int64)
-        tmp = _csr(lens, np.concatenate([x[2] for x in parts]) if parts else np.zeros(0, np.uint16),
-                   np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, DTYPE), self.dim)
-        if np.all(pos[1:] > pos[:-1]):          # already in `ids` order (a fresh build): no second copy
-            return tmp
-        return _csr(*tmp.take(np.argsort(pos, kind="stable")), self.dim)      # into `ids` order
+        new = _csr(*(np.concatenate(x) for x in zip(*parts)), self.dim) if parts else \
+            _csr(np.zeros(0, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), self.dim)
+        if not len(kept):                        # a fresh build: the new rows are all the rows, in order
+            return new
+        return _merge_sparse(is_new, old_rows, old_of, new)
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
@@ -465,6 +508,10 @@ class VectorIndex:
         if self._pos is None and item_id in self._found:
             return self._found[item_id]
         return self._positions().get(item_id)
+
+    def rows(self) -> DenseRows | SparseRows:
+        """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]."""
+        return self._rows
 
     def vectors(self) -> np.ndarray:
         """All live vectors (unit rows, float16), row i = self.ids[i]: memory-mapped when stored dense."""

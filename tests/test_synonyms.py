@@ -107,7 +107,8 @@ def test_threshold_short_names_dedup_and_graph(tmp_path: Path, stub) -> None:
     out = run(p, settings_for(stub))
     got = pairs_in_file(p)
     assert set(got) == {AB, AC, BC, DE}                      # NY (2 letters) skipped, each pair once
-    assert got[AB] == pytest.approx(0.95, abs=1e-4) and got[BC] == pytest.approx(0.8075, abs=1e-4)
+    # the name vectors are stored as float16 unit rows (vectors.py): cosines move by < 1e-3
+    assert got[AB] == pytest.approx(0.95, abs=1e-3) and got[BC] == pytest.approx(0.8075, abs=1e-3)
     assert pairs_in_graph(p) == pytest.approx(got)           # the graph gains exactly the listed edges
     assert out.counts["synonym_pairs"] == 4 and out.counts["vectors_entities"] == len(NAMES)
     assert out.counts["vectors_chunks"] == 2 and out.output_digest
@@ -142,7 +143,9 @@ def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_ind
         f.write_bytes(b"old")
     first = run(p, s)
     assert first.counts["entities_queried"] == len(NAMES)
-    assert not any(f.exists() for f in old_graph)
+    assert not old_graph[0].exists() and not old_graph[2].exists()
+    names = VectorIndex.load(p.vectors_dir, "entity_names", s.vectors)     # the name vectors, kept for next time
+    assert names is not None and len(names) == len(NAMES)
     requests = stub.count("/embeddings")
     again = run(p, s)
     assert again.counts["embedded_now"] == 0 and again.counts["entities_queried"] == 0
@@ -307,7 +310,8 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     import numpy as np
 
     from hrag_cli.embed import BuiltinBackend, Embedder
-    from hrag_cli.synonyms import KnnLists, candidate_pairs, name_vectors, rescore, update_knn
+    from hrag_cli.config import VectorSettings
+    from hrag_cli.synonyms import KnnLists, candidate_pairs, fold, rescore, update_knn
 
     stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat",
              "Bank of Ellery", "Sankt Orrin", "Kestrel Island", "Ruth Calloway", "Zoë Almqvist"]
@@ -315,9 +319,10 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
                                                             " Bridge", " of Miravel", " Street", " Road")]
     names += [f"Name{i} Person{i * 7 % 13}" for i in range(200)]
     emb = Embedder(BuiltinBackend(None), None)
-    full, folded = name_vectors(emb, names, QUIET)
-    assert folded is not None and folded.shape == (len(names), 256)
     ids, hashes = [f"e{i}" for i in range(len(names))], [str(i) for i in range(len(names))]
+    full = VectorIndex.build("names", ids, emb.encode(names), VectorSettings(), "m", hashes).rows()
+    folded = fold(full)
+    assert folded is not None and folded.shape == (len(names), 256)
     knn, _ = update_knn(KnnLists(10, "m"), ids, hashes, folded, 10, QUIET, 10, 1250)
     rescore(knn, full)
     dense = emb.encode(names)
@@ -326,3 +331,28 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     got, want = candidate_pairs(knn, ok, 0.8), candidate_pairs(exact, ok, 0.8)
     assert want and set(got) == set(want)
     assert np.allclose([got[k] for k in want], [want[k] for k in want], atol=2e-3)
+
+
+def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) -> None:
+    """The builtin embedder runs in one forked worker per core for a large job, handing back sparse rows: the
+    same vectors, in the same order, as embedding in this process (float16 values)."""
+    import numpy as np
+
+    from hrag_cli.embed import BuiltinBackend, Embedder
+    from hrag_cli.synonyms import embed_blocks
+    from hrag_cli.vectors import SparseRows
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)          # a one-core CI machine still takes the pool path
+    texts = [f"Name{i} Person{i % 13} of Place{i % 7}" for i in range(700)]
+
+    def batches():
+        return (texts[i:i + 100] for i in range(0, len(texts), 100))
+
+    one = Embedder(BuiltinBackend(None), None)
+    serial = np.concatenate(list(embed_blocks(one, batches(), len(texts), QUIET, min_parallel=10 ** 9)))
+    emb = Embedder(BuiltinBackend(None), None)
+    blocks = list(embed_blocks(emb, batches(), len(texts), QUIET, min_parallel=1))
+    assert len(blocks) == 7 and all(isinstance(b, SparseRows) for b in blocks)
+    pooled = np.concatenate([b.dense(np.arange(len(b))) for b in blocks])
+    assert pooled.shape == serial.shape and np.abs(pooled - serial).max() < 2e-3
+    assert emb.stats["embedded"] == one.stats["embedded"] == len(texts)

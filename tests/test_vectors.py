@@ -256,3 +256,33 @@ def test_sparse_rows_are_stored_sparse_and_search_like_dense(tmp_path) -> None:
     assert back.sync(ids3, hashes3, dense, rows=todo)["added"] == 3 and back._rows.kind == "dense"
     assert np.allclose(np.asarray(back.vectors(), np.float32), np.vstack([m2, dense]), atol=2e-3)
     assert back.search(dense[1], 1)[0] == [[ids3[-2]]]
+
+
+def test_sparse_sync_interleaves_new_rows_with_kept_ones_in_any_order() -> None:
+    """An incremental sync of sparse rows places new rows between kept ones, and kept rows in a new order,
+    row for row as a fresh build would (new rows arrive in blocks, some as SparseRows)."""
+    rng = np.random.default_rng(5)
+    dim = 512                                              # two bands of columns
+
+    def sparse_unit(k: int) -> np.ndarray:
+        m = np.zeros((k, dim), np.float32)
+        for i in range(k):
+            m[i, rng.choice(dim, size=int(rng.integers(1, 30)), replace=False)] = rng.standard_normal()
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    m = sparse_unit(300)
+    ids = ids_of(300)
+    idx = VectorIndex.build("facts", ids, m, VectorSettings(), "m", hashes=list(ids))
+    order = rng.permutation(300)[:250]                     # 50 gone, the rest shuffled
+    fresh = sparse_unit(40)
+    ids2 = [ids[i] for i in order] + ids_of(40, "n")
+    perm = rng.permutation(len(ids2))                      # new rows land anywhere
+    ids2 = [ids2[i] for i in perm]
+    want = np.vstack([m[order], fresh])[perm]
+    todo = idx.missing(ids2, list(ids2))
+    assert len(todo) == 40
+    new_rows = want[todo]
+    blocks = iter([sparse_rows(new_rows[:15]), new_rows[15:]])
+    assert idx.sync(ids2, list(ids2), blocks, rows=todo) == {"added": 40, "removed": 50, "kept": 250, "rebuilt": 0}
+    assert idx.rows().kind == "sparse" and idx.ids == ids2
+    assert np.allclose(np.asarray(idx.vectors(), np.float32), want, atol=2e-3)
