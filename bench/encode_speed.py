@@ -1,7 +1,7 @@
 """Encode throughput of the built-in embedder (texts/second), the number issue 7 asks for.
 
 Usage: python bench/encode_speed.py [--n 20000] [--dim 2048 1024] [--corpus PATH]
-       python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE]   (needs hrag[local])
+       python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE] [--batch 32 128]   (hrag[local])
 
 Texts are passage-length: the MuSiQue corpus passages (title + "\\n" + text, ~80 words) when the
 shared bench file exists, otherwise deterministic synthetic passages of ~80 words. Reports, per dim:
@@ -9,8 +9,8 @@ IDF fit time, a cold run (fresh embedder: every word's features are built), and 
 warm runs (the word-feature cache is filled), as wall-clock and CPU-time texts/s. Encoding is
 single-threaded, so on a busy machine the CPU-time figure is the one that measures the code.
 
-With --st, the sentence-transformers back-end as hrag builds it (SentenceTransformerBackend) encodes n passages
-and n short names; run it beside another busy process with and without `--wait-policy ACTIVE` to see what the
+With --st, the sentence-transformers back-end as hrag builds it (SentenceTransformerBackend) encodes n passages,
+n fact-length texts and n short names, at each --batch size; run it beside another busy process with and without `--wait-policy ACTIVE` to see what the
 OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the variable once, so each setting is its own process).
 """
 
@@ -22,6 +22,7 @@ import random
 import time
 from pathlib import Path
 
+from hrag_cli.embed import ST_BATCH
 from hrag_cli.embed_builtin import BuiltinEmbedder, IdfTable
 
 DEFAULT_CORPUS = Path("/work/shared/bench/musique_train_corpus.json")
@@ -46,8 +47,9 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None) -> None:
-    """Passages and short names through the local model hrag would use, texts/s wall and CPU."""
+def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None, batches: list[int]) -> None:
+    """Passages, facts and short names through the local model hrag would use, texts/s wall and CPU, per batch
+    size (texts per forward pass)."""
     import os
 
     if wait_policy:
@@ -56,13 +58,18 @@ def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None) -> None
 
     backend = SentenceTransformerBackend(folder)
     passages = load_texts(corpus, n)
-    names = sorted({w.strip(".,;:()") for t in passages for w in t.split() if w[:1].isupper()})[:n]
+    words = [w.strip(".,;:()") for t in passages for w in t.split()]
+    names = sorted({w for w in words if w[:1].isupper()})[:n]
+    facts = [f"({words[i]}, {words[i + 1]} {words[i + 2]}, {words[i + 3]} {words[i + 4]})"   # fact-length texts
+             for i in range(0, min(len(words) - 5, 5 * n), 5)][:n]
     backend.encode_raw(passages[:8])   # load the model outside the timing
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
-    for label, texts in (("passages", passages), ("names", names)):
-        wall, cpu = timed(lambda: backend.encode_raw(texts))
-        print(f"{label:9s} {len(texts):6d} texts  {len(texts) / wall:7,.0f} texts/s (wall)  "
-              f"{len(texts) / cpu:7,.0f} texts/s (cpu)")
+    for batch in batches:
+        backend.batch_size = batch
+        for label, texts in (("passages", passages), ("facts", facts), ("names", names)):
+            wall, cpu = timed(lambda: backend.encode_raw(texts))
+            print(f"batch {batch:4d} {label:9s} {len(texts):6d} texts  {len(texts) / wall:7,.0f} texts/s (wall)  "
+                  f"{len(texts) / cpu:7,.0f} texts/s (cpu)", flush=True)
 
 
 def main() -> None:
@@ -72,9 +79,11 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--st", metavar="FOLDER", help="time a sentence-transformers model folder instead")
     ap.add_argument("--wait-policy", choices=["ACTIVE", "PASSIVE"], help="with --st: OMP_WAIT_POLICY to force")
+    ap.add_argument("--batch", type=int, nargs="+", default=None,
+                    help=f"with --st: texts per forward pass to compare (default hrag's, {ST_BATCH})")
     args = ap.parse_args()
     if args.st:
-        st_speed(args.st, args.n or 500, args.corpus, args.wait_policy)
+        st_speed(args.st, args.n or 500, args.corpus, args.wait_policy, args.batch or [ST_BATCH])
         return
 
     texts = load_texts(args.corpus, args.n or 20000)

@@ -97,6 +97,10 @@ class VectorSettings:
     ef_construction: int = 200
     ef_search: int = 128
     exact_below: int = 50_000        # below this many items an index has no HNSW graph: exact float16 matrix search
+    # Vectors of the relations themselves (LightRAG's global mode searches them): "on", "off", or "auto" = on
+    # only for an LLM extractor, whose relations carry descriptions and keywords of their own. Rules and OpenIE
+    # relations restate their facts, so global mode ranks them through the fact vectors instead (synonyms.py).
+    relations: str = "auto"
 
 
 @dataclass
@@ -213,8 +217,12 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
+RELATION_VECTORS = ("auto", "on", "off")     # vectors.relations
+
+
 def check_ranges(settings: Settings) -> None:
-    """Every numeric setting finite and inside RANGES; a usage error naming the setting and its range."""
+    """Every numeric setting finite and inside RANGES, and vectors.relations one of its choices; a usage error
+    naming the setting and what it takes."""
     for key, (lo, hi) in RANGES.items():
         section, _, name = key.partition(".")
         value = getattr(getattr(settings, section), name)
@@ -222,6 +230,9 @@ def check_ranges(settings: Settings) -> None:
         ok = ok and (lo is None or value >= lo) and (hi is None or value <= hi)
         if not ok:
             raise UsageError(f"setting {key}: {value!r} is out of range; use a value from {lo} to {hi}")
+    if settings.vectors.relations.strip().lower() not in RELATION_VECTORS:
+        raise UsageError(f"setting vectors.relations: {settings.vectors.relations!r} must be one of "
+                         f"{', '.join(RELATION_VECTORS)}")
     if settings.chunk.overlap >= settings.chunk.tokens:
         raise UsageError(f"setting chunk.overlap: {settings.chunk.overlap} must be smaller than chunk.tokens "
                          f"({settings.chunk.tokens})")

@@ -50,6 +50,7 @@ from .project import Project
 IDF_FILE = "idf.npz"
 _KEY_BYTES = 16
 _BLOCK = 4096          # texts per cache append for local back-ends (bounds memory and crash loss)
+ST_BATCH = 32          # texts per forward pass of a sentence-transformers model (it sorts each block by length)
 
 
 def _normalise(m: np.ndarray) -> np.ndarray:
@@ -212,6 +213,7 @@ class SentenceTransformerBackend(_Backend):
             self.location = spec
         self._model: Any = None
         self._lock = threading.Lock()
+        self.batch_size = ST_BATCH
 
     def _load(self) -> Any:
         with self._lock:
@@ -242,7 +244,7 @@ class SentenceTransformerBackend(_Backend):
         return int(fn())
 
     def encode_raw(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
-        return np.asarray(self._load().encode(texts, batch_size=32, convert_to_numpy=True,
+        return np.asarray(self._load().encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
                                               normalize_embeddings=True, show_progress_bar=False), np.float32)
 
 

@@ -82,6 +82,15 @@ def _fact_row_text(f: dict) -> str:
     return fact_text(f["subject"], f["predicate"], f["object"])
 
 
+def relation_vectors(settings: Settings, extractor: str) -> bool:
+    """Whether relations get vectors of their own (`vectors.relations`). `auto`: only for an LLM extractor,
+    whose relations carry a description and keywords of their own. A rules or OpenIE relation restates its
+    facts (the same names and predicate, or the sentence they came from), so its vectors cost a third of the
+    texts embedded and of a rules project's bytes for a ranking global mode gets from the fact vectors."""
+    mode = settings.vectors.relations.strip().lower()
+    return extractor.startswith("llm:") if mode == "auto" else mode == "on"
+
+
 def name_chars(name: str) -> int:
     return sum(ch.isalnum() for ch in name)
 
@@ -566,16 +575,22 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
                       reporter)
     emb = get_embedder(project, settings, cache_writes=True)
+    extract = project.stage("extract")
+    with_relations = relation_vectors(settings, str(extract.counts.get("extractor", "")) if extract else "")
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
         "chunks": lambda: chunk_texts.items(),
         "entities": _jsonl_items(project.entities_path, lambda r: entity_text(r["name"], r["description"])),
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
         "facts": _jsonl_items(project.facts_path, _fact_row_text),
     }
-    counts: dict[str, Any] = {}
+    if not with_relations:
+        del items["relations"]
+        for path in VectorIndex.files(project.vectors_dir, "relations"):   # an earlier run's: never read stale
+            path.unlink(missing_ok=True)
+    counts: dict[str, Any] = {"relation_vectors": "on" if with_relations else "off"}
     digests: dict[str, Any] = {"model_id": emb.model_id}
     added = 0
-    for name in INDEX_NAMES:
+    for name in (n for n in INDEX_NAMES if n in items):
         idx, c = _sync_index(project, settings, emb, name, items[name], reporter)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]

@@ -253,9 +253,10 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     res = runner.invoke(app, ["index", str(ROOT / "sample_corpus"), "-p", str(proj), "-q", "--json"])
     assert res.exit_code == 0, res.output
     p = Project(proj)
-    for name in ("chunks", "entities", "relations", "facts"):
+    for name in ("chunks", "entities", "facts"):
         idx = VectorIndex.load(p.vectors_dir, name, Settings().vectors)
         assert idx is not None and len(idx) > 0 and idx.model_id.startswith("builtin")
+    assert VectorIndex.load(p.vectors_dir, "relations", Settings().vectors) is None   # rules: through facts
     n_pairs = len(list(store.read_jsonl(p.synonyms_path)))
     assert n_pairs > 0 and len(pairs_in_graph(p)) == n_pairs
     manifest = p.manifest_path.read_bytes()

@@ -443,10 +443,30 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     return sources
 
 
+FACTS_PER_RELATION = 3      # facts searched per relation wanted when relations are ranked through their facts
+
+
+def relation_hits(ix: QueryIndex, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The k relations most like the query: from their own vectors when the project embedded them
+    (`vectors.relations`), else through the fact vectors, a relation scoring as its best fact (a rules or OpenIE
+    relation restates its facts, so the synonyms stage embeds only those)."""
+    if ix.vector_index("relations") is not None:
+        return [(rid, sc) for rid, sc in ix.search("relations", qvec, k) if rid in ix.relations]
+    best: dict[str, float] = {}
+    for fid, sc in ix.search("facts", qvec, k * FACTS_PER_RELATION):   # best first: a relation's first is its max
+        fact = ix.facts.get(fid)
+        rid = fact.relation_id if fact is not None else ""
+        if rid in ix.relations and rid not in best:
+            best[rid] = sc
+            if len(best) == k:
+                break
+    return list(best.items())
+
+
 def retrieve_global(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrieval, limit: int,
                     pick: ChunkPicker) -> list[tuple[Sequence[str], float]]:
     """Relations like the high-level keywords; their endpoint entities; the chunks the relations came from."""
-    hits = [(rid, sc) for rid, sc in ix.search("relations", qvec, s.relation_top_k) if rid in ix.relations]
+    hits = relation_hits(ix, qvec, s.relation_top_k)
     r.relations = [j for rid, sc in hits if (j := _relation_json(ix, rid, sc))]
     seen: dict[str, float] = {}
     for rid, sc in hits:
