@@ -10,8 +10,9 @@ warm runs (the word-feature cache is filled), as wall-clock and CPU-time texts/s
 single-threaded, so on a busy machine the CPU-time figure is the one that measures the code.
 
 With --st, the sentence-transformers back-end as hrag builds it (SentenceTransformerBackend) encodes n passages,
-n fact-length texts and n short names, at each --batch size; run it beside another busy process with and without `--wait-policy ACTIVE` to see what the
-OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the variable once, so each setting is its own process).
+n fact-length texts and n short names, at each --batch size; run it beside another busy process with and without
+`--wait-policy ACTIVE` to see what the OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the variable once, so
+each setting is its own process).
 """
 
 from __future__ import annotations
