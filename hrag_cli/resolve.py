@@ -483,7 +483,7 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
         return merge_records(lambda: iter_pruned(project, settings, current))
 
     if use_state:
-        new = _new_since_state(project, reporter, base, current)
+        new = _new_since_state(project, reporter, base, header.offsets)
         if new is not None:
             saved = _load_state(project, reporter)
             if saved is not None:
@@ -494,8 +494,9 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
     return full(), header, full
 
 
-def _new_since_state(project: Project, reporter: Reporter, base: str, current: Any) -> set[str] | None:
-    """The chunks whose records the saved state lacks, when adding them is all that changed; else None."""
+def _new_since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]) -> set[str] | None:
+    """The chunks whose records the saved state lacks, when adding them is all that changed; else None.
+    `now`: chunk id -> offset of its current record."""
     try:
         header = resolve_state.read_header(project.resolve_state_path)
     except resolve_state.Damaged as exc:
@@ -503,10 +504,9 @@ def _new_since_state(project: Project, reporter: Reporter, base: str, current: A
         return None
     if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
         return None
-    now = dict(zip(current.ids, current.offsets))
     if any(now.get(cid) != at for cid, at in header.offsets.items()):
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
-    return {cid for cid in current.ids if cid not in header.offsets}
+    return now.keys() - header.offsets.keys()
 
 
 def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:
