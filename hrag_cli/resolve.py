@@ -174,9 +174,9 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     """One pass; keys None: unplanned, and None back at the first record that needs a plan. `into`: add the
     records to what an earlier merge accumulated (records of chunks it did not see); None back, and `into`
     half-changed, when a record needs a plan or a strength that is not a multiple of 1/1024 meets a relation
-    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
-    out-of-order source, plain dicts instead of Counters): it runs once per mention, millions of times at
-    scale."""
+    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper
+    calls per mention but the rare out-of-order source, plain dicts instead of Counters): it runs once per
+    mention, millions of times at scale."""
     m = into or Merged(keys=keys or MergeKeys())
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions: list[tuple[str, str, int]] = [] if into else m.mentions
