@@ -174,9 +174,9 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     """One pass; keys None: unplanned, and None back at the first record that needs a plan. `into`: add the
     records to what an earlier merge accumulated (records of chunks it did not see); None back, and `into`
     half-changed, when a record needs a plan or a strength that is not a multiple of 1/1024 meets a relation
-    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper calls per mention but the rare
-    out-of-order source, plain dicts instead of Counters): it runs once per mention, millions of times at
-    scale."""
+    seen before (the float sum would not equal a fresh build's). The loop is written out flat (no helper
+    calls per mention but the rare out-of-order source, plain dicts instead of Counters): it runs once per
+    mention, millions of times at scale."""
     m = into or Merged(keys=keys or MergeKeys())
     ents, rels, facts = m.entities, m.relations, m.facts
     mentions: list[tuple[str, str, int]] = [] if into else m.mentions
@@ -483,7 +483,7 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
         return merge_records(lambda: iter_pruned(project, settings, current))
 
     if use_state:
-        new = _new_since_state(project, reporter, base, current)
+        new = _new_since_state(project, reporter, base, header.offsets)
         if new is not None:
             saved = _load_state(project, reporter)
             if saved is not None:
@@ -494,8 +494,9 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
     return full(), header, full
 
 
-def _new_since_state(project: Project, reporter: Reporter, base: str, current: Any) -> set[str] | None:
-    """The chunks whose records the saved state lacks, when adding them is all that changed; else None."""
+def _new_since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]) -> set[str] | None:
+    """The chunks whose records the saved state lacks, when adding them is all that changed; else None.
+    `now`: chunk id -> offset of its current record."""
     try:
         header = resolve_state.read_header(project.resolve_state_path)
     except resolve_state.Damaged as exc:
@@ -503,10 +504,9 @@ def _new_since_state(project: Project, reporter: Reporter, base: str, current: A
         return None
     if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
         return None
-    now = dict(zip(current.ids, current.offsets))
     if any(now.get(cid) != at for cid, at in header.offsets.items()):
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
-    return {cid for cid in current.ids if cid not in header.offsets}
+    return now.keys() - header.offsets.keys()
 
 
 def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:

@@ -338,7 +338,7 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
 def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            where: str) -> None:
     """Killed after the record files were written, before the graph: resolve merging into its saved state
-    (patch_outputs), and from scratch (write_outputs: the state file is gone, which the run reads as damage)."""
+    (patch_outputs), and from scratch (write_outputs: with the state file gone there is nothing to merge into)."""
     root = _copy(built[0], tmp_path / "p")
     current = os.readlink(root / "current")
     if where == "resolve.write_outputs":
