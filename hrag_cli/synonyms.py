@@ -36,7 +36,7 @@ import os
 import signal
 import zipfile
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -469,13 +469,14 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
-                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter) -> tuple[VectorIndex, dict]:
+                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter, graph: bool = True
+                ) -> tuple[VectorIndex, dict]:
     """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
     the saved index lacks, save. `items()` yields (id, text) afresh on each call. The pass keeps the texts to
     embed while they are few (a later run adds a few %); past _HELD_TEXTS it drops them and a second pass
     streams them in blocks, so a first build of millions of items never holds its texts."""
-    idx = VectorIndex.load_or_create(project.vectors_dir, name, settings.vectors, emb.model_id,
-                                     emb.backend.known_dim() or 0)
+    vs = settings.vectors if graph else replace(settings.vectors, exact_below=1 << 62)   # never an HNSW graph
+    idx = VectorIndex.load_or_create(project.vectors_dir, name, vs, emb.model_id, emb.backend.known_dim() or 0)
     ids: list[str] = []
     hashes: list[str] = []
     held: list[str] | None = []
@@ -605,7 +606,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     # The name vectors are an index of their own (never searched at query time), so a later run embeds only
     # new or renamed entities; its hashes double as the neighbour lists' keys.
     _drop_name_graph(project.vectors_dir)
-    names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter)
+    names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter, graph=False)
     ent_ids, ent_hashes = names_idx.ids, names_idx.hashes
     names_full = names_idx.rows()
     search_matrix = fold(names_full)

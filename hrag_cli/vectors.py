@@ -453,7 +453,7 @@ class VectorIndex:
             for s in range(0, len(kept), _dense_rows(self.dim)):   # kept rows, in blocks (old may be a memmap)
                 pos = kept[s:s + _dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # new rows: (lens, cols, vals)
+        parts: list[SparseRows] = []                 # new rows, when sparse
         block = b0
         while block is not None:
             if isinstance(block, SparseRows) and block.dim != self.dim:
@@ -462,10 +462,8 @@ class VectorIndex:
                 block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
             if done + len(b) > len(todo):
                 raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
-            if isinstance(b, SparseRows):
-                parts.append(b.take(np.arange(len(b))))
-            elif sparse:
-                parts.append(_sparsify(b))
+            if sparse:
+                parts.append(b if isinstance(b, SparseRows) else sparse_rows(b))
             else:
                 dense_out[todo[done:done + len(b)]] = b
             done += len(b)
@@ -474,8 +472,7 @@ class VectorIndex:
             raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
         if not sparse:
             return DenseRows(dense_out)
-        new = _csr(*(np.concatenate(x) for x in zip(*parts)), self.dim) if parts else \
-            _csr(np.zeros(0, np.int64), np.zeros(0, np.uint16), np.zeros(0, DTYPE), self.dim)
+        new = join_sparse(parts, self.dim)
         if not len(kept):                        # a fresh build: the new rows are all the rows, in order
             return new
         return _merge_sparse(is_new, old_rows, old_of, new)
