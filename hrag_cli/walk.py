@@ -78,6 +78,7 @@ class WalkGraph:
         self._koff_list: list[int] | None = None       # koff and order as lists: a search reads ~20 of each
         self._order_list: list[int] = []
         self._rows: np.ndarray | None = None
+        self._n_entities: int | None = None             # counted once: entity_row asks for it per name
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -112,12 +113,17 @@ class WalkGraph:
     def key(self, v: int) -> str:
         return self._keybytes[int(self._koff[v]):int(self._koff[v + 1])].decode("utf-8")
 
+    def _lists(self) -> tuple[list[int], list[int]]:
+        """koff and order as Python lists, made on first use: a key search reads ~20 entries of each."""
+        if self._koff_list is None:
+            self._koff_list, self._order_list = self._koff.tolist(), self._order.tolist()
+        return self._koff_list, self._order_list
+
     def vertex(self, key: str) -> int | None:
         """The vertex whose key is `key` (binary search over the sorted keys, compared as UTF-8 bytes, whose
         order is the strings' order), or None."""
-        if self._koff_list is None:
-            self._koff_list, self._order_list = self._koff.tolist(), self._order.tolist()
-        off, order, blob, want = self._koff_list, self._order_list, self._keybytes, key.encode("utf-8")
+        off, order = self._lists()
+        blob, want = self._keybytes, key.encode("utf-8")
         lo, hi = 0, len(order)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -135,7 +141,9 @@ class WalkGraph:
         return v if v is not None and self.vkind[v] == _ENTITY else None
 
     def entity_count(self) -> int:
-        return int(np.count_nonzero(self.vkind == _ENTITY))
+        if self._n_entities is None:
+            self._n_entities = int(np.count_nonzero(self.vkind == _ENTITY))
+        return self._n_entities
 
     def entity_row(self, key: str) -> int | None:
         """The entity's place among the entity vertices, which is its line in entities.jsonl (both in id
@@ -145,7 +153,7 @@ class WalkGraph:
 
     def keys_of_kind(self, kind: str) -> dict[str, int]:
         """key -> vertex of every vertex of one kind (e.g. the chunks, to align them with the chunk vectors)."""
-        off, blob = self._koff.tolist(), self._keybytes
+        off, blob = self._lists()[0], self._keybytes
         return {blob[off[v]:off[v + 1]].decode("utf-8"): int(v)
                 for v in np.flatnonzero(self.vkind == VERTEX_KINDS.index(kind)).tolist()}
 
