@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import store
 from .errors import HragError
 from .project import Project
@@ -152,9 +154,44 @@ def save_graph(project: Project, graph: Any) -> None:
     few milliseconds; then graph/walk.npz, the arrays a query walks."""
     data = zlib.compress(pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL), 1)
     store.atomic_write_bytes(project.graph_path, data)
-    from .walk import save_walk   # the arrays a query walks (walk.py imports this module)
-
     save_walk(project, graph)
+
+
+VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)    # walk.npz's vertex kind codes (layout: walk.py)
+
+
+def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
+    """The arrays of the layout above from an igraph graph (undirected; every edge has kind and weight)."""
+    n, m = graph.vcount(), graph.ecount()
+    el = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
+    weight = np.asarray(graph.es["weight"], dtype=np.float64) if m else np.zeros(0)
+    kind_index = {k: i for i, k in enumerate(EDGE_KINDS)}
+    kind = np.fromiter((kind_index[k] for k in graph.es["kind"]), dtype=np.uint8, count=m) if m else \
+        np.zeros(0, np.uint8)
+    rows = np.concatenate([el[:, 0], el[:, 1]])
+    order = np.argsort(rows, kind="stable")
+    vkind_index = {k: i for i, k in enumerate(VERTEX_KINDS)}
+    keys = graph.vs["key"] if n else []
+    blobs = [k.encode("utf-8") for k in keys]
+    koff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=koff[1:])
+    return {
+        "indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64),
+        "cols": np.concatenate([el[:, 1], el[:, 0]])[order].astype(np.int32),
+        "weight": np.concatenate([weight, weight])[order],
+        "kind": np.concatenate([kind, kind])[order],
+        "vkind": np.fromiter((vkind_index[k] for k in graph.vs["kind"]), dtype=np.uint8, count=n) if n else
+        np.zeros(0, np.uint8),
+        "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+        "koff": koff,
+        "order": np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64),
+    }
+
+
+def save_walk(project: Project, graph: Any) -> None:
+    """Write graph/walk.npz for `graph` (atomically: temp file, then rename)."""
+    with store.atomic_writer(project.walk_path) as fh:
+        np.savez(fh, **walk_arrays(graph))
 
 
 def load_graph(project: Project) -> tuple[Any, dict[str, int]]:

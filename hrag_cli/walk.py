@@ -3,7 +3,7 @@
 Why it exists: a cold `hrag query --mode ppr` spent most of its time importing igraph, unpickling the whole
 graph (names, types, aliases, relation ids the walk never reads) and in igraph's PageRank call, which copies the
 graph into PRPACK's own form on every call. The walk needs only the adjacency, the edge weights and kinds, and
-each vertex's key, so resolve and synonyms write those beside the pickle (`save_walk`, called by
+each vertex's key, so resolve and synonyms write those beside the pickle (`graph.save_walk`, called by
 `graph.save_graph`) and a query loads them with numpy alone.
 
 Layout (one uncompressed .npz, written atomically):
@@ -24,47 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from . import store
 from .errors import HragError
-from .graph import CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, load_graph
+from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_graph, walk_arrays
 
-VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 _ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
-
-
-def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
-    """The arrays of the layout above from an igraph graph (undirected; every edge has kind and weight)."""
-    n, m = graph.vcount(), graph.ecount()
-    el = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
-    weight = np.asarray(graph.es["weight"], dtype=np.float64) if m else np.zeros(0)
-    kind_index = {k: i for i, k in enumerate(EDGE_KINDS)}
-    kind = np.fromiter((kind_index[k] for k in graph.es["kind"]), dtype=np.uint8, count=m) if m else \
-        np.zeros(0, np.uint8)
-    rows = np.concatenate([el[:, 0], el[:, 1]])
-    order = np.argsort(rows, kind="stable")
-    vkind_index = {k: i for i, k in enumerate(VERTEX_KINDS)}
-    keys = graph.vs["key"] if n else []
-    blobs = [k.encode("utf-8") for k in keys]
-    koff = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in blobs], out=koff[1:])
-    return {
-        "indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64),
-        "cols": np.concatenate([el[:, 1], el[:, 0]])[order].astype(np.int32),
-        "weight": np.concatenate([weight, weight])[order],
-        "kind": np.concatenate([kind, kind])[order],
-        "vkind": np.fromiter((vkind_index[k] for k in graph.vs["kind"]), dtype=np.uint8, count=n) if n else
-        np.zeros(0, np.uint8),
-        "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
-        "koff": koff,
-        "order": np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64),
-    }
-
-
-def save_walk(project: Any, graph: Any) -> None:
-    """Write graph/walk.npz for `graph` (atomically: temp file, then rename)."""
-    with store.atomic_writer(project.walk_path) as fh:
-        np.savez(fh, **walk_arrays(graph))
 
 
 class WalkGraph:

@@ -127,7 +127,8 @@ def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
 
 def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
     from hrag_cli.graph import EDGE_KINDS, load_graph
-    from hrag_cli.walk import WalkGraph, walk_arrays
+    from hrag_cli.graph import walk_arrays
+    from hrag_cli.walk import WalkGraph
 
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, personalized_pagerank
-from hrag_cli.walk import WalkGraph, walk_arrays
+from hrag_cli.graph import walk_arrays
+from hrag_cli.walk import WalkGraph
 
 
 def power_iteration(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
