@@ -44,12 +44,10 @@ from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
 from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
+from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
+                              fact_record, relation_record)
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
 from .ingest import load_documents
-
-UNKNOWN = "UNKNOWN"
-_PLACEHOLDER_TYPES = {"", "unknown"}
-
 
 def settings_fingerprint(settings: Settings) -> str:
     """Resolve settings; the model, language, context size and prompt wording only when summaries can run."""
@@ -61,37 +59,6 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- merging
-
-
-class _EntityAcc:
-    __slots__ = ("names", "types", "descs", "sources", "aliases")
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}     # surface form -> mentions
-        self.types: dict[str, int] = {}     # type -> entity rows
-        self.descs: dict[str, int] = {}     # description -> entity rows
-        self.sources: list[str] = []        # chunk ids, ascending (see _insert_source)
-        self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
-
-
-class _RelationAcc:
-    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "types")
-
-    def __init__(self) -> None:
-        self.weight = 0.0
-        self.predicates: list[str] = []     # distinct; lists, not sets: a third of the memory, and short
-        self.keywords: list[str] = []
-        self.descs: dict[str, int] = {}
-        self.sources: list[str] = []
-        self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
-
-
-class _FactAcc:
-    __slots__ = ("predicates", "sources")
-
-    def __init__(self) -> None:
-        self.predicates: dict[str, int] = {}
-        self.sources: list[str] = []
 
 
 @dataclass
@@ -323,36 +290,6 @@ def _first(t: tuple) -> str:
     return t[0]
 
 
-def _top(counts: dict[str, int]) -> str:
-    """Most frequent, ties broken by the smallest text."""
-    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-
-
-def _vote_type(types: dict[str, int]) -> str:
-    real = {t: c for t, c in types.items() if t.casefold() not in _PLACEHOLDER_TYPES}
-    return _top(real) if real else UNKNOWN
-
-
-def _aliases(name: str, acc: _EntityAcc) -> list[str]:
-    """Every other surface form the entity was mentioned by, then the declared aliases not among them
-    (case-insensitively), sorted."""
-    out = [n for n in acc.names if n != name]
-    if acc.aliases:
-        seen = {n.casefold() for n in acc.names}
-        out += [a for a in acc.aliases if a and a.casefold() not in seen]
-    return sorted(out)
-
-
-def _union(values: list[str]) -> list[str]:
-    """Case-insensitive union (the smallest spelling of each wins), sorted case-insensitively."""
-    best: dict[str, str] = {}
-    for v in values:
-        k = v.casefold()
-        if k not in best or v < best[k]:
-            best[k] = v
-    return [best[k] for k in sorted(best)]
-
-
 @dataclass
 class Resolved:
     entities: list[Entity]
@@ -404,30 +341,6 @@ def finalize(merged: Merged, summarizer: Summarizer, keys: dict[str, list] | Non
 def _stats(merged: Merged, unknown: int, summaries: int) -> dict:
     return {"unknown_entities": unknown, "self_loops_dropped": merged.self_loops,
             "dropped_rows": merged.dropped_rows, "summaries": summaries, **merged.keys.stats()}
-
-
-def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
-    return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
-                  aliases=_aliases(name, acc), source_ids=acc.sources)
-
-
-def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
-    return Relation(id=relation_id(pair), src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
-                    keywords=_union(racc.keywords), description=description, weight=racc.weight,
-                    source_ids=racc.sources, rel_type=relation_type(racc))
-
-
-def relation_id(pair: tuple[str, str]) -> str:
-    return fingerprint("relation", pair[0], pair[1])
-
-
-def relation_type(racc: _RelationAcc) -> str:
-    return _top(racc.types) if racc.types else ""
-
-
-def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:
-    return Fact(id=fingerprint("fact", *fkey), subject=subject, predicate=_top(facc.predicates), object=obj,
-                relation_id=relation_id, source_ids=facc.sources)
 
 
 def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, str, str]], names: dict[str, str],

@@ -20,6 +20,7 @@ import orjson
 
 from . import store
 from .graph import GraphEntity, GraphRelation
+from .resolve_records import UNKNOWN, _top, entity_record, fact_record, relation_id, relation_record, relation_type
 from .summaries import Summarizer
 
 
@@ -54,8 +55,6 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
     graph's entities and relations and how many entities changed between UNKNOWN and a real type (+1 became
     UNKNOWN)."""
-    from .resolve import UNKNOWN, _top, entity_record, fact_record, relation_id, relation_record, relation_type
-
     t = merged.touched
     ents, rels, facts = merged.entities, merged.relations, merged.facts
     names: dict[str, str] = {}        # display names of touched entities

@@ -1,0 +1,99 @@
+"""What resolve keeps per merged key, and the record each key becomes.
+
+The accumulators are filled by resolve's merge (and saved between runs by resolve_state.py); the record makers
+turn one accumulator into its entity, relation or fact. Both a full resolve and the patch after additions
+(resolve_patch.py) make records here, so the two paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from .project import fingerprint
+from .records import Entity, Fact, Relation
+
+UNKNOWN = "UNKNOWN"
+_PLACEHOLDER_TYPES = {"", "unknown"}
+
+
+class _EntityAcc:
+    __slots__ = ("names", "types", "descs", "sources", "aliases")
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}     # surface form -> mentions
+        self.types: dict[str, int] = {}     # type -> entity rows
+        self.descs: dict[str, int] = {}     # description -> entity rows
+        self.sources: list[str] = []        # chunk ids, ascending (resolve._insert_source)
+        self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
+
+
+class _RelationAcc:
+    __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "types")
+
+    def __init__(self) -> None:
+        self.weight = 0.0
+        self.predicates: list[str] = []     # distinct; lists, not sets: a third of the memory, and short
+        self.keywords: list[str] = []
+        self.descs: dict[str, int] = {}
+        self.sources: list[str] = []
+        self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
+
+
+class _FactAcc:
+    __slots__ = ("predicates", "sources")
+
+    def __init__(self) -> None:
+        self.predicates: dict[str, int] = {}
+        self.sources: list[str] = []
+
+
+def _top(counts: dict[str, int]) -> str:
+    """Most frequent, ties broken by the smallest text."""
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _vote_type(types: dict[str, int]) -> str:
+    real = {t: c for t, c in types.items() if t.casefold() not in _PLACEHOLDER_TYPES}
+    return _top(real) if real else UNKNOWN
+
+
+def _aliases(name: str, acc: _EntityAcc) -> list[str]:
+    """Every other surface form the entity was mentioned by, then the declared aliases not among them
+    (case-insensitively), sorted."""
+    out = [n for n in acc.names if n != name]
+    if acc.aliases:
+        seen = {n.casefold() for n in acc.names}
+        out += [a for a in acc.aliases if a and a.casefold() not in seen]
+    return sorted(out)
+
+
+def _union(values: list[str]) -> list[str]:
+    """Case-insensitive union (the smallest spelling of each wins), sorted case-insensitively."""
+    best: dict[str, str] = {}
+    for v in values:
+        k = v.casefold()
+        if k not in best or v < best[k]:
+            best[k] = v
+    return [best[k] for k in sorted(best)]
+
+
+def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
+    return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
+                  aliases=_aliases(name, acc), source_ids=acc.sources)
+
+
+def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
+    return Relation(id=relation_id(pair), src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
+                    keywords=_union(racc.keywords), description=description, weight=racc.weight,
+                    source_ids=racc.sources, rel_type=relation_type(racc))
+
+
+def relation_id(pair: tuple[str, str]) -> str:
+    return fingerprint("relation", pair[0], pair[1])
+
+
+def relation_type(racc: _RelationAcc) -> str:
+    return _top(racc.types) if racc.types else ""
+
+
+def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:
+    return Fact(id=fingerprint("fact", *fkey), subject=subject, predicate=_top(facc.predicates), object=obj,
+                relation_id=relation_id, source_ids=facc.sources)
