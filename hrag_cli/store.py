@@ -148,20 +148,14 @@ def read_jsonl(path: Path) -> Iterator[Any]:
     """Yield each record; a torn or unparsable last line (crash mid-append) is skipped, a bad line elsewhere
     is skipped too, since one corrupt cache line must not make a whole cache unreadable. A compressed file
     (`write_jsonl(compress=True)`) is read the same way; a cut or damaged one ends at its last whole line."""
-    path = Path(path)
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in _whole_lines(fh):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
+    for line in iter_lines(path):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
 
 
 def iter_lines(path: Path) -> Iterator[bytes]:
