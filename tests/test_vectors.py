@@ -286,3 +286,28 @@ def test_sparse_sync_interleaves_new_rows_with_kept_ones_in_any_order() -> None:
     assert idx.sync(ids2, list(ids2), blocks, rows=todo) == {"added": 40, "removed": 50, "kept": 250, "rebuilt": 0}
     assert idx.rows().kind == "sparse" and idx.ids == ids2
     assert np.allclose(np.asarray(idx.vectors(), np.float32), want, atol=2e-3)
+
+
+def test_an_index_whose_first_block_is_a_third_full_stays_sparse_without_a_graph() -> None:
+    """Builtin entity texts sorted by id start with numbers and sums of money whose long descriptions fill a
+    third of the buckets; the rest fill a few %. The index stays sparse rows (no HNSW graph at any size) and
+    searches like the dense vectors; a dense embedder's blocks (every cell filled) stay dense."""
+    rng = np.random.default_rng(8)
+    dim = 256
+
+    def filled(k: int, per_row: int) -> np.ndarray:
+        m = np.zeros((k, dim), np.float32)
+        for i in range(k):
+            m[i, rng.choice(dim, size=per_row, replace=False)] = rng.standard_normal(per_row)
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    m = np.vstack([filled(50, 85), filled(250, 8)])       # first block 33 % full, the whole 8 %
+    ids = ids_of(300)
+    idx = VectorIndex.create("entities", dim, VectorSettings(exact_below=10), "m")
+    idx.sync(ids, list(ids), iter([m[:50], m[50:]]), rows=np.arange(300))
+    assert idx.rows().kind == "sparse" and idx._index is None
+    got, sims = idx.search(m[::7], 3)
+    rows, exact = exact_topk(m, m[::7], 3)
+    assert [g[0] for g in got] == [ids[r] for r in rows[:, 0]] and np.allclose(sims, exact, atol=2e-3)
+    dense = VectorIndex.build("chunks", ids, unit(rng, 300, dim), VectorSettings(exact_below=10), "m", list(ids))
+    assert dense.rows().kind == "dense" and dense._index is not None
