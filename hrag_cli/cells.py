@@ -20,7 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import forkpool
+
 BLOCK_CELLS = 1 << 22        # cosines per matrix product (16 MB of float32)
+PARALLEL_MIN = 1 << 26       # cosines (~1 s) a join or a cell assignment computes below which it stays in-process
+TASKS_PER_WORKER = 8         # cell ranges per worker process: a slow range (a big cell) does not idle the others
 
 
 @dataclass
@@ -81,45 +85,57 @@ def fit_cells(matrix: np.ndarray, per_vector: int, cell_size: int, seed: int = 0
     return CellPlan(cent, mean, n)
 
 
-def nearest_cells(matrix: np.ndarray, plan: CellPlan, r: int, block: int = 8192,
-                  on_rows: Callable[[int], None] | None = None) -> np.ndarray:
+def nearest_cells(matrix: np.ndarray, plan: CellPlan, r: int, block: int | None = None,
+                  on_rows: Callable[[int], None] | None = None, parallel_min: int | None = None) -> np.ndarray:
     """(n, r) int32: per row the r cells whose centroids are nearest to it, in no particular order; [[0]] per
-    row for the single cell. `on_rows(count)` reports progress."""
+    row for the single cell. At least `parallel_min` cosines (rows x cells; default PARALLEL_MIN) are computed
+    in forked workers, one per core. `on_rows(count)` reports progress."""
     n = len(matrix)
-    centroids = plan.centroids
-    if len(centroids) == 0:
+    if len(plan.centroids) == 0:
         if on_rows is not None:
             on_rows(n)
         return np.zeros((n, 1), dtype=np.int32)
-    r = min(r, len(centroids))
+    r = min(r, len(plan.centroids))
     out = np.empty((n, r), dtype=np.int32)
-    for s in range(0, n, block):
-        if r == len(centroids):
-            out[s:s + block] = np.arange(r, dtype=np.int32)
-        else:
-            sims = _centred(matrix[s:s + block], plan.mean) @ centroids.T
-            if r == 1:
-                out[s:s + block, 0] = sims.argmax(axis=1)
-            else:
-                # partition finds each row's r-th best cosine; a mask then picks the cells at or above it
-                # (faster than argpartition on wide rows), keeping the first r where ties give more
-                kth = np.partition(sims, -r, axis=1)[:, -r]
-                rows, cols = np.nonzero(sims >= kth[:, None])
-                slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
-                ok = slot < r
-                out[s + rows[ok], slot[ok]] = cols[ok]
+    parallel = n * len(plan.centroids) >= (PARALLEL_MIN if parallel_min is None else parallel_min)
+    block = block or min(8192, max(64, 4 * BLOCK_CELLS // len(plan.centroids)))    # 64 MB of cosines at most
+    blocks = [(s, min(n, s + block)) for s in range(0, n, block)]
+    for s, near in forkpool.run_tasks(_nearest_block, (matrix, plan, r), blocks, parallel):
+        out[s:s + len(near)] = near
         if on_rows is not None:
-            on_rows(min(block, n - s))
+            on_rows(len(near))
     return out
 
 
-def members(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, bounds): rows[bounds[c]:bounds[c + 1]] are the rows in cell c, ascending."""
+def _nearest_block(job: tuple[np.ndarray, CellPlan, int], span: tuple[int, int]) -> tuple[int, np.ndarray]:
+    """(first row, nearest cells) of the rows s <= row < e."""
+    matrix, plan, r = job
+    s, e = span
+    centroids = plan.centroids
+    if r == len(centroids):
+        return s, np.broadcast_to(np.arange(r, dtype=np.int32), (e - s, r)).copy()
+    sims = _centred(matrix[s:e], plan.mean) @ centroids.T
+    if r == 1:
+        return s, sims.argmax(axis=1).astype(np.int32)[:, None]
+    # partition finds each row's r-th best cosine; a mask then picks the cells at or above it (faster than
+    # argpartition on wide rows), keeping the first r where ties give more
+    out = np.empty((e - s, r), dtype=np.int32)
+    kth = np.partition(sims, -r, axis=1)[:, -r]
+    rows, cols = np.nonzero(sims >= kth[:, None])
+    slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    ok = slot < r
+    out[rows[ok], slot[ok]] = cols[ok]
+    return s, out
+
+
+def members(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, slots, bounds): rows[bounds[c]:bounds[c + 1]] are the rows in cell c, ascending, and c is
+    cells[row, slot] (which of the row's cells it is)."""
     flat = cells.ravel()
     order = np.argsort(flat, kind="stable")
     rows = (order // cells.shape[1]).astype(np.int64)
     bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
-    return rows, bounds
+    return rows, (order % cells.shape[1]).astype(np.int64), bounds
 
 
 @dataclass
@@ -133,31 +149,37 @@ class Joined:
     offer_sim: np.ndarray     # ... at this cosine
 
 
-def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int, floor: np.ndarray,
-         on_cell: Callable[[int], None] | None = None, min_sim: float = -np.inf) -> Joined:
-    """Compare each queried row (`query`, a bool mask) with every row sharing one of its cells. An unqueried
-    member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
-    so far: a later run adds a few entities to cells of thousands, and most members need none of them).
-    Neighbours below `min_sim` are never kept: a caller that only wants neighbours above a threshold lets the
-    join pick candidates with one comparison per cosine instead of a partition of every row (at 66k entities
-    the partition was a third of the join). `on_cell(done_rows)` reports progress."""
-    n = len(matrix)
-    qrows = np.nonzero(query)[0]
-    slots = cells.shape[1]
-    nbr = np.full((len(qrows), slots * k), -1, dtype=np.int32)
-    sim = np.full((len(qrows), slots * k), -np.inf, dtype=np.float32)
-    qpos = np.full(n, -1, dtype=np.int64)
-    qpos[qrows] = np.arange(len(qrows))
-    slot_of = np.zeros(n, dtype=np.int64)      # per row, how many of its cells have been done
-    rows_in, bounds = members(cells, n_cells)
+
+
+@dataclass
+class _Join:
+    """One join's inputs and outputs, read by the workers forked from the process that made it: each cell range
+    writes the candidate slots of its own (row, cell) pairs into `nbr` and `sim` (shared arrays when forked)."""
+    matrix: np.ndarray
+    query: np.ndarray
+    qpos: np.ndarray          # row -> its row in nbr/sim (-1: not queried)
+    rows_in: np.ndarray
+    slot_in: np.ndarray
+    bounds: np.ndarray
+    k: int
+    floor: np.ndarray
+    min_sim: float
+    nbr: np.ndarray
+    sim: np.ndarray
+
+
+def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Join the cells c0 <= c < c1: (queried rows done, offers to unqueried members)."""
+    k, matrix, query = j.k, j.matrix, j.query
+    done = 0
     offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for c in range(n_cells):
-        mem = rows_in[bounds[c]:bounds[c + 1]]
+    for c in range(*span):
+        b0, b1 = j.bounds[c], j.bounds[c + 1]
+        mem, mslot = j.rows_in[b0:b1], j.slot_in[b0:b1]
         qmask = query[mem]
-        q = mem[qmask]
+        q, qslot = mem[qmask], mslot[qmask]
+        done += len(q)
         if len(q) == 0 or len(mem) < 2:
-            if on_cell is not None:
-                on_cell(len(q))
             continue
         kept = mem[~qmask]
         width = min(k, len(mem) - 1)
@@ -170,16 +192,16 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
             part = q[s:s + step]
             sims = matrix[part] @ vectors_t
             sims[np.arange(len(part)), self_col[s:s + step]] = -np.inf    # never its own neighbour
-            r, c = np.nonzero(sims >= min_sim)              # row-major: r ascending
-            v = sims[r, c]
-            order = np.lexsort((-v, r))                      # per row, best first
-            r, c, v = r[order], c[order], v[order]
+            r, col = np.nonzero(sims >= j.min_sim)            # row-major: r ascending
+            v = sims[r, col]
+            order = np.lexsort((-v, r))                        # per row, best first
+            r, col, v = r[order], col[order], v[order]
             rank = np.arange(len(r)) - np.searchsorted(r, r)
             top = rank < width
             r, rank = r[top], rank[top]
-            at, col = qpos[part][r], slot_of[part][r] * k + rank
-            nbr[at, col] = mem[c[top]]
-            sim[at, col] = v[top]
+            at, slot = j.qpos[part][r], qslot[s:s + step][r] * k + rank
+            j.nbr[at, slot] = mem[col[top]]
+            j.sim[at, slot] = v[top]
             if len(kept):
                 ks = sims[:, ~qmask]
                 if len(part) > k:
@@ -189,16 +211,57 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
                 else:
                     best_src.append(np.broadcast_to(part[:, None], ks.shape))
                     best_sim.append(ks)
-        slot_of[q] += 1
         if len(kept):
             src, cos = np.concatenate(best_src), np.concatenate(best_sim)
             if len(src) > k:     # several row blocks: the k best over all of them
                 pick = np.argpartition(cos, -k, axis=0)[-k:]
                 src, cos = np.take_along_axis(src, pick, 0), np.take_along_axis(cos, pick, 0)
-            better = (cos > floor[kept]) & (cos >= min_sim)
+            better = (cos > j.floor[kept]) & (cos >= j.min_sim)
             offers.append((np.broadcast_to(kept, src.shape)[better], src[better], cos[better]))
+    return done, offers
+
+
+def spans(cost: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of items (cells) of about equal total cost, at most `parts` of them, none empty."""
+    if len(cost) == 0:
+        return []
+    total = np.cumsum(cost, dtype=np.float64)
+    ends = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts) + 1     # after the item reaching it
+    cuts = np.unique(np.concatenate([[0], ends, [len(cost)]]))
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int, floor: np.ndarray,
+         on_cell: Callable[[int], None] | None = None, min_sim: float = -np.inf,
+         parallel_min: int = PARALLEL_MIN) -> Joined:
+    """Compare each queried row (`query`, a bool mask) with every row sharing one of its cells. An unqueried
+    member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
+    so far: a later run adds a few entities to cells of thousands, and most members need none of them).
+    Neighbours below `min_sim` are never kept: a caller that only wants neighbours above a threshold lets the
+    join pick candidates with one comparison per cosine instead of a partition of every row (at 66k entities
+    the partition was a third of the join). A join of at least `parallel_min` cosines runs its cells in
+    forked workers, one per core (forkpool.py), each writing the slots of its own (row, cell) pairs.
+    `on_cell(done_rows)` reports progress."""
+    n = len(matrix)
+    qrows = np.nonzero(query)[0]
+    rows_in, slot_in, bounds = members(cells, n_cells)
+    upto = np.concatenate([[0], np.cumsum(query[rows_in], dtype=np.int64)])
+    cost = (upto[bounds[1:]] - upto[bounds[:-1]]) * np.diff(bounds)     # per cell: queried rows x members
+    parallel = int(cost.sum()) >= parallel_min and forkpool.workers() > 1
+    shape = (len(qrows), cells.shape[1] * k)
+    nbr = forkpool.shared_array(shape, np.int32, -1) if parallel else np.full(shape, -1, dtype=np.int32)
+    sim = forkpool.shared_array(shape, np.float32, -np.inf) if parallel else np.full(shape, -np.inf, np.float32)
+    qpos = np.full(n, -1, dtype=np.int64)
+    qpos[qrows] = np.arange(len(qrows))
+    work = _Join(matrix, query, qpos, rows_in, slot_in, bounds, k, floor, min_sim, nbr, sim)
+    tasks = spans(cost, TASKS_PER_WORKER * max(2, forkpool.workers()))    # in-process too: progress per range
+    offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for done, found in forkpool.run_tasks(_join_cells, work, tasks, parallel):
+        offers.extend(found)
         if on_cell is not None:
-            on_cell(len(q))
+            on_cell(done)
+    if parallel:     # out of the shared mappings, which the workers are done with
+        nbr, sim = np.array(nbr), np.array(sim)
     if offers:
         return Joined(qrows, nbr, sim, *(np.concatenate(x) for x in zip(*offers)))
     none = np.zeros(0, dtype=np.int64)

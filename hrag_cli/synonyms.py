@@ -29,11 +29,7 @@
 
 from __future__ import annotations
 
-import gc
 import io
-import multiprocessing
-import os
-import signal
 import zipfile
 from collections import deque
 from dataclasses import asdict, replace
@@ -43,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from . import store
+from . import forkpool, store
 from .cells import CellPlan, cell_count, fit_cells, join, nearest_cells
 from .config import Settings
 from .embed import Embedder, get_embedder, refresh_idf
@@ -415,12 +411,8 @@ def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[s
 _EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
 _HELD_TEXTS = 16 * _EMBED_BLOCK     # texts to embed kept from the hashing pass (else read again)
 _PARALLEL_MIN = 4 * _EMBED_BLOCK    # fewer texts than this are embedded in this process (a pool costs a fork)
-_pool_embedder: Embedder | None = None   # set before the pool forks; its workers inherit it
-
-
 def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
-    emb = _pool_embedder
-    assert emb is not None
+    emb: Embedder = forkpool.state()
     before = emb.stats["embedded"]
     m = emb.encode(texts)
     return (sparse_rows(m) if mostly_zero(m) else m), emb.stats["embedded"] - before
@@ -429,43 +421,28 @@ def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
 def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, reporter: Reporter,
                  min_parallel: int = _PARALLEL_MIN) -> Iterator[np.ndarray | SparseRows]:
     """The embedded batches, in order. The builtin embedder (no cache, pure Python and numpy, 60 % of the stage
-    at 10k passages) runs in one forked worker per core, each handing back sparse rows (a few % of the dense
-    bytes); a cached or remote embedder, a single core, or a job under `min_parallel` texts stays in this
-    process. At most two batches per worker are in flight, so memory stays bounded whatever the total."""
-    workers = os.cpu_count() or 1
-    if (emb.cache is not None or workers < 2 or total < min_parallel
-            or "fork" not in multiprocessing.get_all_start_methods()):
+    at 10k passages) runs in one forked worker per core (forkpool.py), each handing back sparse rows (a few % of
+    the dense bytes); a cached or remote embedder, a single core, or a job under `min_parallel` texts stays in
+    this process. At most two batches per worker are in flight, so memory stays bounded whatever the total."""
+    if emb.cache is not None or forkpool.workers() < 2 or total < min_parallel:
         for batch in batches:
             yield emb.encode(batch, reporter=reporter)
         return
-    global _pool_embedder
-    _pool_embedder = emb
-    gc.freeze()     # the workers' collector then leaves the parent's objects (and their shared pages) alone
-    # Ctrl-C reaches the whole process group: the parent stops the workers, so they ignore it themselves
-    pool = multiprocessing.get_context("fork").Pool(workers, initializer=signal.signal,
-                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
-    try:
-        with reporter.task(f"embed {emb.model_id}", total=total) as task:
-            pending: deque = deque()
+    with forkpool.forked_pool(emb) as pool, reporter.task(f"embed {emb.model_id}", total=total) as task:
+        pending: deque = deque()
 
-            def oldest() -> np.ndarray | SparseRows:
-                block, embedded = pending.popleft().get()
-                emb.stats["embedded"] += embedded
-                task.advance(len(block))
-                return block
+        def oldest() -> np.ndarray | SparseRows:
+            block, embedded = pending.popleft().get()
+            emb.stats["embedded"] += embedded
+            task.advance(len(block))
+            return block
 
-            for batch in batches:
-                pending.append(pool.apply_async(_encode_in_worker, (batch,)))
-                while len(pending) > 2 * workers or (pending and pending[0].ready()):
-                    yield oldest()
-            while pending:
+        for batch in batches:
+            pending.append(pool.apply_async(_encode_in_worker, (batch,)))
+            while len(pending) > 2 * forkpool.workers() or (pending and pending[0].ready()):
                 yield oldest()
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
-        gc.unfreeze()
-        _pool_embedder = None
+        while pending:
+            yield oldest()
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.cells import cell_count, fit_cells, nearest_cells
+from hrag_cli.cells import cell_count, fit_cells, join, nearest_cells, spans
 from hrag_cli.progress import Reporter
 from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, update_knn
 
@@ -142,6 +142,47 @@ def test_nearest_cells_and_fit() -> None:
     assert tiny.cells == 50 and nearest_cells(m[:50], tiny, 10).shape == (50, 10)
     single = fit_cells(m[:100], 4, 200)
     assert single.cells == 1 and nearest_cells(m[:5], single, 4).tolist() == [[0]] * 5
+
+
+def test_nearest_cells_in_worker_processes_match_one_process(monkeypatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    m = planted(np.random.default_rng(7), 2000, dim=16)
+    plan = fit_cells(m, 3, 50)
+    serial = nearest_cells(m, plan, 3, block=300)
+    assert np.array_equal(nearest_cells(m, plan, 3, block=300, parallel_min=0), serial)
+    assert np.array_equal(nearest_cells(m, plan, 1, block=300, parallel_min=0), nearest_cells(m, plan, 1))
+
+
+def test_join_in_worker_processes_matches_one_process(monkeypatch) -> None:
+    """A large join runs its cell ranges in forked workers writing into shared arrays: the same candidate lists
+    and the same offers to unqueried rows as the join in this process."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)          # a one-core CI machine still takes the pool path
+    rng = np.random.default_rng(6)
+    m = planted(rng, 800)
+    plan = fit_cells(m, 3, 40)
+    cells = nearest_cells(m, plan, 3)
+    query = rng.random(800) < 0.7
+    floor = np.full(800, 0.2, dtype=np.float32)
+
+    def run(parallel_min: int):
+        j = join(m, cells, plan.cells, query, K, floor, min_sim=0.1, parallel_min=parallel_min)
+        offers = sorted(zip(j.offer_to.tolist(), j.offer_from.tolist(), np.round(j.offer_sim, 5).tolist()))
+        return j.rows, *best_k(j.nbr, j.sim, K), offers
+
+    serial, pooled = run(10 ** 12), run(0)
+    assert np.array_equal(serial[0], np.flatnonzero(query)) and np.array_equal(serial[0], pooled[0])
+    assert np.array_equal(serial[1], pooled[1]) and np.allclose(serial[2], pooled[2], atol=1e-6)
+    assert serial[3] and serial[3] == pooled[3]
+    assert (serial[1] >= 0).sum() > 0.5 * serial[1].size
+
+
+def test_spans_split_cost_evenly_and_cover_every_cell() -> None:
+    assert spans(np.array([5, 5, 5, 5]), 2) == [(0, 2), (2, 4)]
+    assert spans(np.array([100, 1, 1, 1]), 4) == [(0, 1), (1, 4)]
+    assert spans(np.zeros(0), 4) == []
+    for cost in (np.zeros(3), np.array([0, 7, 0, 0, 3, 9, 1])):
+        got = spans(cost, 4)
+        assert got[0][0] == 0 and got[-1][1] == len(cost) and all(a[1] == b[0] for a, b in zip(got, got[1:]))
 
 
 def test_best_k_keeps_distinct_neighbours_best_first() -> None:
