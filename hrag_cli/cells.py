@@ -233,13 +233,13 @@ def spans(cost: np.ndarray, parts: int) -> list[tuple[int, int]]:
 
 def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int, floor: np.ndarray,
          on_cell: Callable[[int], None] | None = None, min_sim: float = -np.inf,
-         parallel_min: int = PARALLEL_MIN) -> Joined:
+         parallel_min: int | None = None) -> Joined:
     """Compare each queried row (`query`, a bool mask) with every row sharing one of its cells. An unqueried
     member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
     so far: a later run adds a few entities to cells of thousands, and most members need none of them).
     Neighbours below `min_sim` are never kept: a caller that only wants neighbours above a threshold lets the
     join pick candidates with one comparison per cosine instead of a partition of every row (at 66k entities
-    the partition was a third of the join). A join of at least `parallel_min` cosines runs its cells in
+    the partition was a third of the join). A join of at least `parallel_min` cosines (default PARALLEL_MIN) runs its cells in
     forked workers, one per core (forkpool.py), each writing the slots of its own (row, cell) pairs.
     `on_cell(done_rows)` reports progress."""
     n = len(matrix)
@@ -247,7 +247,7 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
     rows_in, slot_in, bounds = members(cells, n_cells)
     upto = np.concatenate([[0], np.cumsum(query[rows_in], dtype=np.int64)])
     cost = (upto[bounds[1:]] - upto[bounds[:-1]]) * np.diff(bounds)     # per cell: queried rows x members
-    parallel = int(cost.sum()) >= parallel_min and forkpool.workers() > 1
+    parallel = int(cost.sum()) >= (PARALLEL_MIN if parallel_min is None else parallel_min) and forkpool.workers() > 1
     shape = (len(qrows), cells.shape[1] * k)
     nbr = forkpool.shared_array(shape, np.int32, -1) if parallel else np.full(shape, -1, dtype=np.int32)
     sim = forkpool.shared_array(shape, np.float32, -np.inf) if parallel else np.full(shape, -np.inf, np.float32)

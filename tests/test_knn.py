@@ -176,6 +176,25 @@ def test_join_in_worker_processes_matches_one_process(monkeypatch) -> None:
     assert (serial[1] >= 0).sum() > 0.5 * serial[1].size
 
 
+def test_a_whole_pass_in_worker_processes_matches_one_process(monkeypatch) -> None:
+    """Cells, join and ranking all in forked workers (every threshold at 0): the same lists, full and then
+    incremental."""
+    rng = np.random.default_rng(9)
+    m = planted(rng, 600)
+    ids, hashes = [f"e{i:03d}" for i in range(600)], [f"h{i}" for i in range(600)]
+    m2, ids2, hashes2, _ = edit(rng, m, ids, hashes)
+    first, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
+    serial, _ = update_knn(first, ids2, hashes2, m2, K, QUIET, *CELLS)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("hrag_cli.cells.PARALLEL_MIN", 0)
+    monkeypatch.setattr("hrag_cli.synonyms._BEST_K_PARALLEL", 0)
+    pfirst, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
+    pooled, _ = update_knn(pfirst, ids2, hashes2, m2, K, QUIET, *CELLS)
+    for a, b in ((first, pfirst), (serial, pooled)):
+        assert np.array_equal(a.cells, b.cells) and np.array_equal(a.nbr, b.nbr)
+        assert np.allclose(a.sim, b.sim, atol=1e-6)
+
+
 def test_spans_split_cost_evenly_and_cover_every_cell() -> None:
     assert spans(np.array([5, 5, 5, 5]), 2) == [(0, 2), (2, 4)]
     assert spans(np.array([100, 1, 1, 1]), 4) == [(0, 1), (1, 4)]

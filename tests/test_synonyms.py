@@ -326,6 +326,12 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     assert folded is not None and folded.shape == (len(names), 256)
     knn, _ = update_knn(KnnLists(10, "m"), ids, hashes, folded, 10, QUIET, 10, 1250)
     rescore(knn, full)
+    stored = full.dense(np.arange(len(names)))                # the float16 values the index keeps
+    listed = knn.nbr >= 0
+    rows = np.repeat(np.arange(len(names)), 10).reshape(-1, 10)
+    want_sims = (stored[rows[listed]] * stored[knn.nbr[listed]]).sum(1)
+    assert listed.sum() > len(names) and np.allclose(knn.sim[listed], want_sims, atol=1e-5)
+    assert (np.diff(knn.sim, axis=1) <= 1e-7).all()           # re-ordered best first
     dense = emb.encode(names)
     exact, _ = update_knn(KnnLists(10, "m"), ids, hashes, dense, 10, QUIET, 10, 1250)
     ok = set(ids)
