@@ -13,7 +13,8 @@
    come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
    entities), with exact cosines. The name vectors are kept as a vector index of their own
    (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
-   entities. The builtin embedder runs in one worker process per core (`embed_blocks`). Neighbour lists, the
+   entities. The builtin embedder, the cells, the join and the ranking of its candidates run in one forked
+   worker process per core (forkpool.py) when the work is large. Neighbour lists, the
    cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
    hash): a later run joins only new or changed entities (and entities whose neighbours changed or vanished)
    with the members of their cells and offers each to the kept entities there, instead of comparing everything
