@@ -97,6 +97,16 @@ def test_titles_regnal_names_works_and_awards_get_types() -> None:
     assert e["London College of Printing"] == "organization"
 
 
+def test_life_dates_and_nationality_adjectives_get_types() -> None:
+    """The cues after a name: a birth or death date makes a person, a lone word used as an adjective before a
+    lowercase word (a demonym's ending, or after "a"/"an") a nationality; a lone name with no cue stays unknown."""
+    e = ents("The queen Jewapa (died 11 November 875) ruled. Kerrigan Vale( born 3 May 1950) is an American film "
+             "director. It was a British crime film. Bihoz is a Niki professional club. They played for Bihoz.")
+    assert e["Jewapa"] == "person" and e["Kerrigan Vale"] == "person"
+    assert e["American"] == "nationality" and e["British"] == "nationality" and e["Niki"] == "nationality"
+    assert e["Bihoz"] == "unknown"
+
+
 def test_forked_map_yields_every_result_in_order() -> None:
     from hrag_cli.forked import forked_map
 
