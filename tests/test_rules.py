@@ -95,3 +95,39 @@ def test_titles_regnal_names_works_and_awards_get_types() -> None:
     assert e["Maximilian I of Mexico"] == "person"
     assert e["Prisoner"] == "work" and e["Golden Globe Award for Best Actor"] == "award"
     assert e["London College of Printing"] == "organization"
+
+
+def test_life_dates_and_nationality_adjectives_get_types() -> None:
+    """The cues after a name: a birth or death date makes a person, a lone word used as an adjective before a
+    lowercase word (a demonym's ending, or after "a"/"an") a nationality; a lone name with no cue stays unknown."""
+    e = ents("The queen Jewapa (died 11 November 875) ruled. Kerrigan Vale( born 3 May 1950) is an American film "
+             "director. It was a British crime film. Bihoz is a Niki professional club. They played for Bihoz.")
+    assert e["Jewapa"] == "person" and e["Kerrigan Vale"] == "person"
+    assert e["American"] == "nationality" and e["British"] == "nationality" and e["Niki"] == "nationality"
+    assert e["Bihoz"] == "unknown"
+
+
+def test_forked_map_yields_every_result_in_order() -> None:
+    from hrag_cli.forked import forked_map
+
+    assert list(forked_map(lambda i: (i, i * i), 37, workers=2)) == [(i, i * i) for i in range(37)]
+    assert list(forked_map(lambda i: i, 0)) == []
+
+
+def test_rules_extract_in_forked_workers_writes_what_one_process_writes(tmp_path: Path, monkeypatch) -> None:
+    """Records come back from the workers in chunk order: the cache is byte for byte the in-process one."""
+    from hrag_cli.extract import stage
+    from hrag_cli.pipeline import IndexOptions, run_index
+    from hrag_cli.progress import Reporter
+    from hrag_cli.project import Project
+
+    corpus = Path(__file__).resolve().parent.parent / "sample_corpus"
+    caches = []
+    for parallel_min in (1 << 30, 1):               # in this process; then forked, 2 chunks per job
+        monkeypatch.setattr(stage, "RULES_PARALLEL_MIN", parallel_min)
+        monkeypatch.setattr(stage, "RULES_BATCH", 2)
+        proj = Project(tmp_path / f"p{parallel_min}")
+        proj.init()
+        run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[corpus], stop_after="extract"))
+        caches.append(proj.extractions_path.read_bytes())
+    assert caches[0] == caches[1] and caches[0].count(b"\n") > 4
