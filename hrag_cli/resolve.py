@@ -378,10 +378,11 @@ def load_inputs(project: Project, settings: Settings | None = None
 
 
 def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool
-                   ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged]]:
+                   ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
     """The current records merged: into the saved state when `use_state` and adding is all that happened
-    (then `merged.touched` says what changed), else from scratch; the header to save the result under; and
-    the merge from scratch, for when the saved outputs turn out not to match the state."""
+    (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
+    result under; the merge from scratch, for when the saved outputs turn out not to match the state; and
+    the delta to write instead of saving the state whole (None: save it whole)."""
     from .extract.stage import CurrentRecords, current_extractor, current_records
     from .prune import iter_pruned, prune_spec
 
@@ -395,31 +396,47 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
     def full() -> Merged:
         return merge_records(lambda: iter_pruned(project, settings, current))
 
-    if use_state:
-        new = _new_since_state(project, reporter, base, header.offsets)
-        if new is not None:
-            saved = _load_state(project, reporter)
-            if saved is not None:
-                header.unknown = saved[1]
-                merged = _merge(iter_pruned(project, settings, current.only(new)), None, saved[0])
-                if merged is not None:
-                    return merged, header, full
-    return full(), header, full
+    since = _since_state(project, reporter, base, header.offsets) if use_state else None
+    saved = _load_state(project, reporter) if since is not None else None
+    if since is not None and saved is not None:
+        state, replay, new, unknown = since
+        merged: Merged | None = saved[0]
+        header.unknown = saved[1] if unknown is None else unknown
+        if replay:      # the last runs' delta, already in the outputs: merged again, not "touched"
+            merged = _merge(iter_pruned(project, settings, current.only(replay)), None, merged)
+            if merged is not None:
+                merged.touched = None
+        if merged is not None:
+            merged = _merge(iter_pruned(project, settings, current.only(new)), None, merged)
+        if merged is not None:
+            added = replay | new
+            small = len(added) <= resolve_state.RESAVE_SHARE * len(state.offsets)
+            delta = resolve_state.Delta(resolve_state.header_id(state), {c: header.offsets[c] for c in added},
+                                        header.unknown) if small else None
+            return merged, header, full, delta
+    return full(), header, full, None
 
 
-def _new_since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]) -> set[str] | None:
-    """The chunks whose records the saved state lacks, when adding them is all that changed; else None.
-    `now`: chunk id -> offset of its current record."""
+def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]
+                 ) -> tuple[resolve_state.StateHeader, set[str], set[str], int | None] | None:
+    """When adding is all that happened since the saved state: its header, the chunks its delta merged
+    after it was saved, the chunks neither has (`now`: chunk id -> offset of its current record), and the
+    delta's UNKNOWN count (None without a delta); else None."""
+    path = project.resolve_state_path
     try:
-        header = resolve_state.read_header(project.resolve_state_path)
+        header = resolve_state.read_header(path)
+        if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path,
+                                                                                        header):
+            return None
+        delta = resolve_state.read_delta(path, header)
     except resolve_state.Damaged as exc:
-        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+        reporter.warn(f"{path} is damaged ({exc}); merging every record again")
         return None
-    if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
-        return None
-    if any(now.get(cid) != at for cid, at in header.offsets.items()):
+    merged_before = {**header.offsets, **(delta.offsets if delta else {})}
+    if any(now.get(cid) != at for cid, at in merged_before.items()):
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
-    return now.keys() - header.offsets.keys()
+    return (header, set(delta.offsets) if delta else set(), now.keys() - merged_before.keys(),
+            delta.unknown if delta else None)
 
 
 def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:
@@ -478,7 +495,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     docs, chunks, _ = load_inputs(project)
     summarizer = Summarizer(project, settings, reporter)
-    merged, header, full = _merge_current(project, settings, reporter, use_state=not summarizer.enabled)
+    merged, header, full, delta = _merge_current(project, settings, reporter, use_state=not summarizer.enabled)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
     # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
     keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only
@@ -501,7 +518,12 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             sizes = {"entities": len(merged.entities), "relations": len(merged.relations),
                      "facts": len(merged.facts)}
             stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
-            resolve_state.save(project.resolve_state_path, header, merged, keys)
+            if delta is not None:   # the state file stays as it is (a hard link to the last generation's)
+                delta.unknown = header.unknown
+                resolve_state.save_delta(project.resolve_state_path, delta)
+            else:
+                resolve_state.save(project.resolve_state_path, header, merged, keys)
+                resolve_state.drop_delta(project.resolve_state_path)
             del keys
             graph = build_graph(docs, chunks, graph_ents, graph_rels, merged.mentions)
             del graph_ents, graph_rels, merged
@@ -514,6 +536,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             resolve_state.save(project.resolve_state_path, header, merged, keys)
         else:
             project.resolve_state_path.unlink(missing_ok=True)
+        resolve_state.drop_delta(project.resolve_state_path)
         resolved = finalize(merged, summarizer, keys)
         del keys, merged
         sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),

@@ -8,6 +8,13 @@ used when adding is all that happened: a chunk whose record changed or went away
 plan, a strength that is not a multiple of 1/1024 added to a relation seen before, different settings or an LLM
 that may summarise make resolve merge from scratch. Either way the outputs equal a fresh build's, byte for byte.
 
+Saving the whole state costs about as much as loading it (at 100k passages a fifth of an incremental resolve),
+so a run that adds a few records does not re-save it: it writes graph/resolve_delta.json instead, the chunks
+(and their record offsets) merged since the state file was saved, tied to that file by its header's id. The
+next run loads the state, merges the delta's records again (one merge: the same result, since records merge
+in chunk_id order), then its own new ones. The state is saved whole again once the delta holds more than
+RESAVE_SHARE of the state's chunks, so the replay stays a small part of a run.
+
 Format: frames of (8-byte length, zlib(marshal(batch))), the header first and an end frame last; marshal is
 fast for plain dicts, lists and tuples and its format belongs to the Python version, which the header records.
 A file that does not read back whole is damage: one warning, and a merge from scratch.
@@ -29,6 +36,7 @@ from . import store
 from .project import fingerprint
 
 STATE_VERSION = 1
+RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: save the state whole again
 _BATCH = 20_000
 _LEN = struct.Struct("<Q")
 
@@ -120,6 +128,53 @@ def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) ->
                 n += len(batch)
             counts[name] = n
         _frame(fh, ("end", counts))
+
+
+def header_id(header: StateHeader) -> str:
+    """What a delta names its state by: the basis, the cache mark and every chunk's record offset."""
+    h = hashlib.blake2b(marshal.dumps((header.basis, header.cache_size, header.cache_sum,
+                                       sorted(header.offsets.items()))), digest_size=16)
+    return h.hexdigest()
+
+
+@dataclass
+class Delta:
+    """Chunks merged since the state file was saved (graph/resolve_delta.json)."""
+
+    state: str                  # header_id of the state file it adds to
+    offsets: dict[str, int]     # chunk id -> offset of the record that was merged
+    unknown: int                # entities typed UNKNOWN after it (the state's own count is older)
+
+
+def delta_path(state_path: Path) -> Path:
+    return state_path.with_name("resolve_delta.json")
+
+
+def save_delta(state_path: Path, delta: Delta) -> None:
+    store.write_json(delta_path(state_path), {"state": delta.state, "offsets": delta.offsets,
+                                              "unknown": delta.unknown})
+
+
+def drop_delta(state_path: Path) -> None:
+    delta_path(state_path).unlink(missing_ok=True)
+
+
+def read_delta(state_path: Path, header: StateHeader) -> Delta | None:
+    """The delta for the state whose header is `header`; None when there is none. Raises Damaged when it
+    does not parse or belongs to another state file (the outputs then match neither)."""
+    try:
+        d = store.read_json(delta_path(state_path))
+    except ValueError:
+        raise Damaged("its delta does not parse") from None
+    if d is None:
+        return None
+    try:
+        delta = Delta(str(d["state"]), {str(k): int(v) for k, v in d["offsets"].items()}, int(d["unknown"]))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise Damaged("its delta has the wrong shape") from None
+    if delta.state != header_id(header):
+        raise Damaged("its delta belongs to another state")
+    return delta
 
 
 # -------------------------------------------------------------------------------------------- reading

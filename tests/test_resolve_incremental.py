@@ -158,3 +158,51 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
         broken.write_bytes(bad)
         with pytest.raises(resolve_state.Damaged):
             resolve_state.load(broken, Merged, accs)
+
+
+def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
+        tmp_path: Path) -> None:
+    """A few new chunks leave resolve_state.bin as it was and list themselves in resolve_delta.json; the next
+    run merges the delta's records again before its own, and once the delta passes RESAVE_SHARE of the state's
+    chunks the state is saved whole. Every step equals a fresh build; a delta that does not parse is damage."""
+    from hrag_cli import resolve_state
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    p = Project(inc)
+    state_bytes = p.resolve_state_path.read_bytes()
+    chunks = len(resolve_state.read_header(p.resolve_state_path).offsets)
+    fits = int(resolve_state.RESAVE_SHARE * chunks)
+    assert fits >= 2, chunks
+    texts = ["Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n",
+             "Quillon Vesk founded the Amberline Guild in Port Ellery.\n",
+             "HANA OKAFOR met Edric Solano at the Quillon Fair.\n",
+             "The Amberline Guild hired Edric Solano in Miravel.\n"]
+    for n, text in enumerate(texts[:fits], start=1):
+        _add(docs, f"new_{n}.txt", text)
+        _index(docs, inc)
+        p = Project(inc)
+        assert _merged(inc) == 1
+        assert p.resolve_state_path.read_bytes() == state_bytes
+        delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path))
+        assert delta is not None and len(delta.offsets) == n
+    _same_as_fresh(docs, inc, tmp_path)
+    for n in range(fits + 1, chunks):      # past the share: saved whole, no delta
+        _add(docs, f"new_{n}.txt", f"Orvan Pell{n} sailed from Port Ellery to Miravel.\n")
+        _index(docs, inc)
+        if not resolve_state.delta_path(Project(inc).resolve_state_path).exists():
+            break
+    assert _merged(inc) == 1 and Project(inc).resolve_state_path.read_bytes() != state_bytes
+    _add(docs, "late.txt", texts[-1])
+    _index(docs, inc)
+    _same_as_fresh(docs, inc, tmp_path)     # a delta over the state saved again
+    delta = resolve_state.delta_path(Project(inc).resolve_state_path)
+    data = delta.read_bytes()
+    delta.unlink()          # damage on disk: a new file, not the generation's hard link
+    delta.write_bytes(data[: len(data) // 2])
+    _add(docs, "later.txt", "Edric Solano left the Quillon Fair.\n")
+    out = _index(docs, inc)
+    assert "resolve_delta.json" in out and _merged(inc) > 2
+    _same_as_fresh(docs, inc, tmp_path)
