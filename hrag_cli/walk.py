@@ -20,6 +20,10 @@ Layout (one uncompressed .npz, written atomically):
 
 from __future__ import annotations
 
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +33,34 @@ from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_graph, walk_arrays
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 _ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
+_LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
+
+
+def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed .npz memory-mapped in place (np.load reads every member whole: 120 MB
+    at 100,000 passages, most of which a query never touches). A compressed member is read whole."""
+    out: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
+        for info in zf.infolist():
+            name = info.filename.removesuffix(".npy")
+            if info.compress_type != zipfile.ZIP_STORED:
+                out[name] = np.load(zf.open(info), allow_pickle=False)
+                continue
+            fh.seek(info.header_offset)
+            sig, name_len, extra_len = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+            if sig != b"PK\x03\x04":
+                raise ValueError("bad zip member header")
+            fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+            version = np.lib.format.read_magic(fh)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+            if dtype.hasobject:
+                raise ValueError("object arrays are not walk arrays")
+            count = int(np.prod(shape))
+            out[name] = (np.memmap(fh, dtype=dtype, mode="r", offset=fh.tell(), shape=shape,
+                                   order="F" if fortran else "C") if count else np.zeros(shape, dtype))
+    return out
 
 
 class WalkGraph:
@@ -36,21 +68,21 @@ class WalkGraph:
 
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
         self.indptr, self.weight, self.kind = (arrays[k] for k in ("indptr", "weight", "kind"))
-        self.cols = arrays["cols"].astype(np.intp)      # int32 on disk; a gather by int32 indices is ~9x slower
+        self._cols32 = arrays["cols"]
         self.vkind, self._keys, self._koff, self._order = (arrays[k] for k in ("vkind", "keys", "koff", "order"))
-        self._keybytes = self._keys.tobytes()
-        self._koff_list: list[int] | None = None       # koff and order as lists: a search reads ~20 of each
-        self._order_list: list[int] = []
+        self._cols: np.ndarray | None = None
         self._rows: np.ndarray | None = None
         self._n_entities: int | None = None             # counted once: entity_row asks for it per name
+        self._steps: dict[int, tuple[Any, Callable[[np.ndarray], np.ndarray], np.ndarray]] = {}
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
-        """graph/walk.npz; a project built before it existed gets the same arrays from graph.pkl (slower)."""
+        """graph/walk.npz, memory-mapped (a query reads the pages it touches); a project built before it
+        existed gets the same arrays from graph.pkl (slower)."""
         path = project.walk_path
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in _ARRAYS}
+            arrays = _mapped_npz(path)
+            arrays = {k: arrays[k] for k in _ARRAYS}
         except FileNotFoundError:
             return cls(walk_arrays(load_graph(project)[0]))
         except Exception as exc:   # a damaged zip or array raises many kinds of errors
@@ -60,11 +92,19 @@ class WalkGraph:
             raise HragError(f"{path} is damaged (its arrays do not fit together); run 'hrag resolve' to rebuild it")
         return walk
 
+    @property
+    def cols(self) -> np.ndarray:
+        """The neighbour of each entry as native integers (int32 on disk; a gather by int32 indices is ~9x
+        slower), made on first use: a query that only looks up keys never reads them."""
+        if self._cols is None:
+            self._cols = self._cols32.astype(np.intp)
+        return self._cols
+
     def _consistent(self) -> bool:
-        n, nnz = self.vcount(), len(self.cols)
+        n, nnz = self.vcount(), len(self._cols32)
         return (len(self.indptr) == n + 1 and int(self.indptr[-1]) == nnz == len(self.weight) == len(self.kind)
                 and len(self._koff) == n + 1 and len(self._order) == n and int(self._koff[-1]) == len(self._keys)
-                and (nnz == 0 or (int(self.cols.min()) >= 0 and int(self.cols.max()) < n)))
+                and (nnz == 0 or (int(self._cols32.min()) >= 0 and int(self._cols32.max()) < n)))
 
     # -- vertices --------------------------------------------------------------------------------------------
     def vcount(self) -> int:
@@ -72,33 +112,28 @@ class WalkGraph:
 
     def ecount(self) -> int:
         """Edges (each undirected edge is two entries)."""
-        return len(self.cols) // 2
+        return len(self._cols32) // 2
 
     def key(self, v: int) -> str:
-        return self._keybytes[int(self._koff[v]):int(self._koff[v + 1])].decode("utf-8")
-
-    def _lists(self) -> tuple[list[int], list[int]]:
-        """koff and order as Python lists, made on first use: a key search reads ~20 entries of each."""
-        if self._koff_list is None:
-            self._koff_list, self._order_list = self._koff.tolist(), self._order.tolist()
-        return self._koff_list, self._order_list
+        return bytes(self._keys[int(self._koff[v]):int(self._koff[v + 1])]).decode("utf-8")
 
     def vertex(self, key: str) -> int | None:
         """The vertex whose key is `key` (binary search over the sorted keys, compared as UTF-8 bytes, whose
-        order is the strings' order), or None."""
-        off, order = self._lists()
-        blob, want = self._keybytes, key.encode("utf-8")
+        order is the strings' order), or None. Reads ~20 keys of the mapped arrays, never all of them."""
+        keys, off, order, want = self._keys, self._koff, self._order, key.encode("utf-8")
+
+        def at(i: int) -> bytes:
+            v = int(order[i])
+            return bytes(keys[int(off[v]):int(off[v + 1])])
+
         lo, hi = 0, len(order)
         while lo < hi:
             mid = (lo + hi) // 2
-            v = order[mid]
-            if blob[off[v]:off[v + 1]] < want:
+            if at(mid) < want:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < len(order) and blob[off[order[lo]]:off[order[lo] + 1]] == want:
-            return order[lo]
-        return None
+        return int(order[lo]) if lo < len(order) and at(lo) == want else None
 
     def entity_vertex(self, key: str) -> int | None:
         v = self.vertex(key)
@@ -117,9 +152,13 @@ class WalkGraph:
 
     def keys_of_kind(self, kind: str) -> dict[str, int]:
         """key -> vertex of every vertex of one kind (e.g. the chunks, to align them with the chunk vectors)."""
-        off, blob = self._lists()[0], self._keybytes
-        return {blob[off[v]:off[v + 1]].decode("utf-8"): int(v)
-                for v in np.flatnonzero(self.vkind == VERTEX_KINDS.index(kind)).tolist()}
+        vs = np.flatnonzero(self.vkind == VERTEX_KINDS.index(kind))
+        if not len(vs):
+            return {}
+        first, last = int(vs[0]), int(vs[-1])       # resolve numbers each kind's vertices in one run
+        lo = int(self._koff[first])
+        blob, off = bytes(self._keys[lo:int(self._koff[last + 1])]), (np.asarray(self._koff[first:last + 2]) - lo).tolist()
+        return {blob[off[v - first]:off[v - first + 1]].decode("utf-8"): v for v in vs.tolist()}
 
     def degree_of_kind(self, v: int, edge_kind: str) -> int:
         """Entries of one edge kind on vertex v's row (for an entity's MENTIONED_IN: the chunks naming it)."""
@@ -141,3 +180,36 @@ class WalkGraph:
             if f != 1.0:
                 w = np.where(self.kind == EDGE_KINDS.index(k), w * f, w)
         return w
+
+    def transition(self, weights: np.ndarray | None = None) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+        """One step of the walk for edge weights `weights` (None: the stored ones) and which vertices have a
+        usable edge: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over its
+        edges in proportion to their weights. Made once per weights array (a query batch reuses it): each
+        entry's share w / strength of its far end, precomputed, so a step is one gather, one product and one
+        segmented sum over the rows that have entries."""
+        hit = self._steps.get(id(weights))
+        if hit is not None and hit[0] is weights:
+            return hit[1], hit[2]
+        n, cols = self.vcount(), self.cols
+        w = np.asarray(self.weight if weights is None else weights, dtype=np.float64)
+        if len(w) and float(w.min()) < 0:
+            raise ValueError("edge weights must not be negative")
+        filled = np.flatnonzero(np.diff(self.indptr) > 0)
+        starts = np.asarray(self.indptr[filled])
+        strength = np.zeros(n)
+        if len(filled):
+            strength[filled] = np.add.reduceat(w, starts)
+        live = strength > 0
+        share = (w * np.divide(1.0, strength, out=np.zeros(n), where=live)[cols]).astype(np.float32)
+        flow = np.empty(len(w), dtype=np.float32)
+
+        def step(p: np.ndarray) -> np.ndarray:
+            out = np.zeros(n, dtype=np.float32)
+            if len(filled):
+                np.take(p, cols, out=flow)
+                np.multiply(flow, share, out=flow)
+                out[filled] = np.add.reduceat(flow, starts)
+            return out
+
+        self._steps[id(weights)] = (weights, step, live)
+        return step, live

@@ -1,4 +1,5 @@
-"""PPR core: our numpy PageRank over the walk arrays, against igraph's PRPACK and a dense power iteration."""
+"""PPR core: our float32 numpy PageRank over the walk arrays, against igraph's PRPACK and a dense power iteration
+(to float32 precision: relative 2e-5)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,9 @@ def test_ppr_matches_power_iteration(damping: float) -> None:
     n = 9  # vertex 8 has no edges
     reset = np.array([0, 0, 0.2, 0, 0.05, 0, 0.6, 0, 0.1])
     got = personalized_pagerank(_graph(n, edges), reset, damping)
-    np.testing.assert_allclose(got, power_iteration(n, edges, reset, damping), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(got, _prpack(n, edges, reset, damping), rtol=1e-8, atol=1e-12)
-    assert abs(got.sum() - 1) < 1e-9
+    np.testing.assert_allclose(got, power_iteration(n, edges, reset, damping), rtol=2e-5, atol=1e-7)
+    np.testing.assert_allclose(got, _prpack(n, edges, reset, damping), rtol=2e-5, atol=1e-7)
+    assert abs(got.sum() - 1) < 1e-6
 
 
 def test_self_loops_and_zero_weights_as_prpack_counts_them() -> None:
@@ -67,8 +68,8 @@ def test_self_loops_and_zero_weights_as_prpack_counts_them() -> None:
     edges = [(0, 1, 1.0), (1, 1, 2.0), (1, 2, 1.0), (2, 3, 0.5), (3, 3, 1.0), (3, 4, 0.0), (4, 4, 0.0)]
     reset = np.array([0.1, 0.0, 0.5, 0.3, 0.1])
     got = personalized_pagerank(_graph(5, edges), reset, 0.5)
-    np.testing.assert_allclose(got, _prpack(5, edges, reset, 0.5), rtol=1e-8, atol=1e-12)
-    np.testing.assert_allclose(got, power_iteration(5, edges, reset, 0.5), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got, _prpack(5, edges, reset, 0.5), rtol=2e-5, atol=1e-7)
+    np.testing.assert_allclose(got, power_iteration(5, edges, reset, 0.5), rtol=2e-5, atol=1e-7)
 
 
 def test_random_graphs_match_prpack() -> None:
@@ -80,11 +81,11 @@ def test_random_graphs_match_prpack() -> None:
         reset[0] += 0.5
         walk = _graph(n, edges)
         np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.5), _prpack(n, edges, reset, 0.5),
-                                   rtol=1e-8, atol=1e-13)
+                                   rtol=2e-5, atol=1e-7)
         scaled = walk.weights({"SYNONYM": 0.0})          # the rules-graph walk: SYNONYM edges not taken
         kept = [(a, b, 0.0 if i % 3 == 2 else w) for i, (a, b, w) in enumerate(edges)]
         np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.85, scaled), _prpack(n, kept, reset, 0.85),
-                                   rtol=1e-7, atol=1e-13)
+                                   rtol=2e-5, atol=1e-7)
 
 
 def test_parallel_edges_add_their_weights() -> None:

@@ -29,39 +29,37 @@ def minmax(scores: np.ndarray) -> np.ndarray:
 
 
 def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, weights: np.ndarray | None = None,
-                          tol: float = 1e-13, max_iter: int = 10_000) -> np.ndarray:
+                          tol: float = 1e-7, max_iter: int = 10_000) -> np.ndarray:
     """Personalized PageRank of the undirected weighted graph as igraph's PRPACK computes it (tests compare
     the two): from each vertex the walk follows an edge with probability proportional to its weight
     (`weights`, one per CSR entry, in place of the stored ones; an edge of weight 0 is never taken), jumps
     back to the normalised `reset` with probability 1 - damping, and a vertex with no usable edge sends all
     its mass back to `reset`. Power iteration until the L1 change is below `tol`: numpy alone, so a query
-    never imports igraph, and about five times faster than igraph's call on MuSiQue's graph."""
+    never imports igraph.
+
+    Why float32 and tol 1e-7: at 100,000 passages a step is a gather and a segmented sum over 6.9M entries,
+    bound by memory traffic, so half the bytes is half the time (34 against 67 ms a step), and with
+    damping 0.5 the change halves each step, so 1e-7 takes 24 steps where 1e-13 took 43. The ranking it
+    gives has the float64 one's top 5 chunks on every question of the three dev sets (README, Queries)."""
     n = graph.vcount()
     reset = np.asarray(reset, dtype=np.float64)
     if reset.shape != (n,):
         raise ValueError(f"reset has {reset.shape} entries, graph has {n} vertices")
     if reset.sum() <= 0:
         raise ValueError("reset vector is all zeros")
-    w = graph.weight if weights is None else np.asarray(weights, dtype=np.float64)
-    if len(w) and float(w.min()) < 0:
-        raise ValueError("edge weights must not be negative")
-    r = reset / reset.sum()
-    rows = graph.rows()
-    strength = np.bincount(rows, weights=w, minlength=n)
-    live = strength > 0
-    inv = np.divide(1.0, strength, out=np.zeros(n), where=live)
-    flow = np.empty(len(w))             # each entry's share of a step, in one buffer reused by every step
+    step, live = graph.transition(weights)
+    r = (reset / reset.sum()).astype(np.float32)
     p = r
     for _ in range(max_iter):
-        np.take(p * inv, graph.cols, out=flow)
-        flow *= w
-        nxt = (1.0 - damping) * r + damping * (np.bincount(rows, weights=flow, minlength=n) + p[~live].sum() * r)
-        nxt /= nxt.sum()
-        done = float(np.abs(nxt - p).sum()) < tol
+        nxt = step(p)
+        nxt *= damping
+        nxt += ((1.0 - damping) + damping * float(p[~live].sum(dtype=np.float64))) * r
+        nxt /= nxt.sum(dtype=np.float64)
+        done = float(np.abs(nxt - p).sum(dtype=np.float64)) < tol
         p = nxt
         if done:
             break
-    return p
+    return p.astype(np.float64)
 
 
 @dataclass
