@@ -1,7 +1,8 @@
 """Encode throughput of the built-in embedder (texts/second), the number issue 7 asks for.
 
 Usage: python bench/encode_speed.py [--n 20000] [--dim 2048 1024] [--corpus PATH]
-       python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE] [--batch 32 128]   (hrag[local])
+       python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE] [--tokens 4096 8192]
+                                    [--precision bf16 float32]   (hrag[local])
 
 Texts are passage-length: the MuSiQue corpus passages (title + "\\n" + text, ~80 words) when the
 shared bench file exists, otherwise deterministic synthetic passages of ~80 words. Reports, per dim:
@@ -10,9 +11,10 @@ warm runs (the word-feature cache is filled), as wall-clock and CPU-time texts/s
 single-threaded, so on a busy machine the CPU-time figure is the one that measures the code.
 
 With --st, the sentence-transformers back-end as hrag builds it (SentenceTransformerBackend) encodes n passages,
-n fact-length texts and n short names, at each --batch size; run it beside another busy process with and without
-`--wait-policy ACTIVE` to see what the OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the variable once, so
-each setting is its own process).
+n fact-length texts and n short names, at each --precision and --tokens (tokens per forward pass), and prints the
+cosine of each precision's vectors to the first one's (mean and worst); run it beside another busy process with
+and without `--wait-policy ACTIVE` to see what the OMP_WAIT_POLICY=PASSIVE default buys (OpenMP reads the
+variable once, so each setting is its own process).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import random
 import time
 from pathlib import Path
 
-from hrag_cli.embed import ST_BATCH
+from hrag_cli.embed import ST_TOKENS
 from hrag_cli.embed_builtin import BuiltinEmbedder, IdfTable
 
 DEFAULT_CORPUS = Path("/work/shared/bench/musique_train_corpus.json")
@@ -48,29 +50,38 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None, batches: list[int]) -> None:
-    """Passages, facts and short names through the local model hrag would use, texts/s wall and CPU, per batch
-    size (texts per forward pass)."""
+def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None, tokens: list[int],
+             precisions: list[str]) -> None:
+    """Passages, facts and short names through the local model hrag would use, texts/s wall and CPU, per
+    precision and token budget per forward pass; cosine of each precision's vectors to the first precision's."""
     import os
+
+    import numpy as np
 
     if wait_policy:
         os.environ["OMP_WAIT_POLICY"] = wait_policy
     from hrag_cli.embed import SentenceTransformerBackend
 
-    backend = SentenceTransformerBackend(folder)
     passages = load_texts(corpus, n)
     words = [w.strip(".,;:()") for t in passages for w in t.split()]
     names = sorted({w for w in words if w[:1].isupper()})[:n]
     facts = [f"({words[i]}, {words[i + 1]} {words[i + 2]}, {words[i + 3]} {words[i + 4]})"   # fact-length texts
              for i in range(0, min(len(words) - 5, 5 * n), 5)][:n]
-    backend.encode_raw(passages[:8])   # load the model outside the timing
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
-    for batch in batches:
-        backend.batch_size = batch
-        for label, texts in (("passages", passages), ("facts", facts), ("names", names)):
-            wall, cpu = timed(lambda: backend.encode_raw(texts))
-            print(f"batch {batch:4d} {label:9s} {len(texts):6d} texts  {len(texts) / wall:7,.0f} texts/s (wall)  "
-                  f"{len(texts) / cpu:7,.0f} texts/s (cpu)", flush=True)
+    first: dict[str, np.ndarray] = {}
+    for precision in precisions:
+        backend = SentenceTransformerBackend(folder, precision)
+        backend.encode_raw(passages[:8])   # load the model outside the timing
+        print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}  model_id {backend.model_id}")
+        for budget in tokens:
+            backend.tokens_per_pass = budget
+            for label, texts in (("passages", passages), ("facts", facts), ("names", names)):
+                box: dict[str, np.ndarray] = {}
+                wall, cpu = timed(lambda: box.setdefault("v", backend.encode_raw(texts)))
+                v = box["v"] / np.linalg.norm(box["v"], axis=1, keepdims=True)
+                cos = (v * first.setdefault(label, v)).sum(axis=1)
+                print(f"{precision:8s} tokens {budget:6d} {label:9s} {len(texts):6d} texts  {len(texts) / wall:7,.0f} "
+                      f"texts/s (wall)  {len(texts) / cpu:7,.0f} texts/s (cpu)  cosine to {precisions[0]}: "
+                      f"mean {cos.mean():.6f} worst {cos.min():.6f}", flush=True)
 
 
 def main() -> None:
@@ -80,11 +91,13 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--st", metavar="FOLDER", help="time a sentence-transformers model folder instead")
     ap.add_argument("--wait-policy", choices=["ACTIVE", "PASSIVE"], help="with --st: OMP_WAIT_POLICY to force")
-    ap.add_argument("--batch", type=int, nargs="+", default=None,
-                    help=f"with --st: texts per forward pass to compare (default hrag's, {ST_BATCH})")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[ST_TOKENS],
+                    help=f"with --st: tokens per forward pass to compare (default hrag's, {ST_TOKENS})")
+    ap.add_argument("--precision", nargs="+", default=["bf16"], choices=["bf16", "float32"],
+                    help="with --st: embed.precision values to compare (the first is the cosine reference)")
     args = ap.parse_args()
     if args.st:
-        st_speed(args.st, args.n or 500, args.corpus, args.wait_policy, args.batch or [ST_BATCH])
+        st_speed(args.st, args.n or 500, args.corpus, args.wait_policy, args.tokens, args.precision)
         return
 
     texts = load_texts(args.corpus, args.n or 20000)

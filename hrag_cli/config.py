@@ -89,6 +89,7 @@ class EmbedSettings:
     batch_size: int = 64
     concurrency: int = 4
     idf_refresh_growth: float = 0.2  # builtin: refit IDF when the corpus grew by this fraction
+    precision: str = "bf16"          # st: models: "bf16" (bfloat16 autocast, ~2x less CPU) or "float32"
 
 
 @dataclass
@@ -218,11 +219,12 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 
 
 RELATION_VECTORS = ("auto", "on", "off")     # vectors.relations
+EMBED_PRECISIONS = ("bf16", "float32")       # embed.precision (st: models)
 
 
 def check_ranges(settings: Settings) -> None:
-    """Every numeric setting finite and inside RANGES, and vectors.relations one of its choices; a usage error
-    naming the setting and what it takes."""
+    """Every numeric setting finite and inside RANGES, vectors.relations and embed.precision one of their
+    choices; a usage error naming the setting and what it takes."""
     for key, (lo, hi) in RANGES.items():
         section, _, name = key.partition(".")
         value = getattr(getattr(settings, section), name)
@@ -233,6 +235,9 @@ def check_ranges(settings: Settings) -> None:
     if settings.vectors.relations.strip().lower() not in RELATION_VECTORS:
         raise UsageError(f"setting vectors.relations: {settings.vectors.relations!r} must be one of "
                          f"{', '.join(RELATION_VECTORS)}")
+    if settings.embed.precision.strip().lower() not in EMBED_PRECISIONS:
+        raise UsageError(f"setting embed.precision: {settings.embed.precision!r} must be one of "
+                         f"{', '.join(EMBED_PRECISIONS)}")
     if settings.chunk.overlap >= settings.chunk.tokens:
         raise UsageError(f"setting chunk.overlap: {settings.chunk.overlap} must be smaller than chunk.tokens "
                          f"({settings.chunk.tokens})")

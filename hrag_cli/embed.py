@@ -14,7 +14,8 @@ Back-end, chosen by `embed.model` (`--embed-model`, HRAG_EMBED_MODEL):
 - `builtin` (default): hrag_cli.embed_builtin.BuiltinEmbedder, offline, no download. Its IDF table is frozen in
   vectors/idf.npz, fitted on the chunk texts by `refresh_idf` (called by the synonyms stage) and refitted when
   the chunk count moved by more than embed.idf_refresh_growth; `embed_status` reports it for `hrag status`.
-- `st:NAME_OR_FOLDER`: a sentence-transformers model (extra `hrag[local]`), loaded offline (HF_HUB_OFFLINE=1).
+- `st:NAME_OR_FOLDER`: a sentence-transformers model (extra `hrag[local]`), loaded offline (HF_HUB_OFFLINE=1),
+  run under bfloat16 autocast unless embed.precision is float32 (the model_id then ends in +bf16).
 - anything else: a litellm embedding model (`litellm.aembedding`), api_base embed.api_base, batches of
   embed.batch_size, embed.concurrency batches in flight, retries through hrag_cli.llm.with_retries.
 
@@ -34,7 +35,7 @@ import importlib.util
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ from .project import Project
 IDF_FILE = "idf.npz"
 _KEY_BYTES = 16
 _BLOCK = 4096          # texts per cache append for local back-ends (bounds memory and crash loss)
-ST_BATCH = 32          # texts per forward pass of a sentence-transformers model (it sorts each block by length)
+ST_TOKENS = 4096       # tokens (rows x longest row) per forward pass of a sentence-transformers model
+ST_MAX_ROWS = 256      # and at most this many texts in one pass (short names: bounds the padding of the batch)
 
 
 def _normalise(m: np.ndarray) -> np.ndarray:
@@ -189,7 +191,7 @@ class SentenceTransformerBackend(_Backend):
     """A local sentence-transformers model; the model_id of a folder includes a hash of its files' names and
     sizes, so swapping the model in the folder re-embeds instead of mixing vectors."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, precision: str = "bf16") -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise UsageError(f"embedding model 'st:{spec}' needs sentence-transformers: install hrag[local]")
         # never download; no progress bars in a cron log; OpenMP threads that sleep instead of spinning while
@@ -211,9 +213,15 @@ class SentenceTransformerBackend(_Backend):
         else:
             self.model_id = f"st:{spec}"
             self.location = spec
+        precision = precision.strip().lower()   # one of config.EMBED_PRECISIONS (check_ranges)
+        # bf16 vectors differ from float32 ones (cosine ~0.99998), so they are another model: never mixed in
+        # one index or cache, and a project built with the other precision re-embeds once
+        self.precision = precision
+        if precision != "float32":
+            self.model_id += f"+{precision}"
         self._model: Any = None
         self._lock = threading.Lock()
-        self.batch_size = ST_BATCH
+        self.tokens_per_pass = ST_TOKENS
 
     def _load(self) -> Any:
         with self._lock:
@@ -244,8 +252,44 @@ class SentenceTransformerBackend(_Backend):
         return int(fn())
 
     def encode_raw(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
-        return np.asarray(self._load().encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                              normalize_embeddings=True, show_progress_bar=False), np.float32)
+        """Texts sorted by token count and cut into passes of about `tokens_per_pass` tokens (padding only to
+        the longest of similar lengths; short names go hundreds to a pass), each run under inference_mode and,
+        for bf16, bfloat16 autocast (about 2x less CPU where the CPU has bf16 instructions). The model's own
+        tokenizer, truncation to its max_seq_length, and forward pass: the vectors are the model's."""
+        import torch
+
+        model = self._load()
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        prompt = (getattr(model, "prompts", None) or {}).get(getattr(model, "default_prompt_name", None) or "")
+        if prompt:   # a model whose encode() prefixes every text (e5-style "query: "): the same vectors here
+            texts = [prompt + t for t in texts]
+        limit = getattr(model, "max_seq_length", None) or 512
+        ids = model.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+        lengths = np.fromiter(map(len, ids), np.int64, len(texts))
+        order = np.argsort(lengths, kind="stable")
+        prepare = getattr(model, "preprocess", None) or model.tokenize   # tokenize: before sentence-transformers 6
+        out: np.ndarray | None = None
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            for rows in _passes(lengths[order], self.tokens_per_pass):
+                picked = order[rows]
+                vecs = model(prepare([texts[i] for i in picked]))["sentence_embedding"].float().numpy()
+                if out is None:
+                    out = np.empty((len(texts), vecs.shape[1]), np.float32)
+                out[picked] = vecs
+        return out  # type: ignore[return-value]
+
+
+def _passes(sorted_lengths: np.ndarray, tokens: int) -> Iterator[slice]:
+    """Consecutive slices of ascending lengths, each at most `tokens` once padded to its longest (at least one
+    text) and at most ST_MAX_ROWS texts."""
+    start, n = 0, len(sorted_lengths)
+    while start < n:
+        end = start + 1
+        while end < n and end - start < ST_MAX_ROWS and (end + 1 - start) * sorted_lengths[end] <= tokens:
+            end += 1
+        yield slice(start, end)
+        start = end
 
 
 class LiteLLMBackend(_Backend):
@@ -444,7 +488,7 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
     elif name.startswith("st:"):
         if not name[3:].strip():
             raise UsageError("embedding model 'st:' needs a name or a folder, e.g. st:all-MiniLM-L6-v2")
-        backend = SentenceTransformerBackend(name[3:].strip())
+        backend = SentenceTransformerBackend(name[3:].strip(), settings.embed.precision)
     else:
         backend = LiteLLMBackend(settings, fail_fast=fail_fast)
     cache = None

