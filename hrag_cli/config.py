@@ -159,6 +159,9 @@ class QuerySettings:
     fusion_k: float = 1.0
     fusion_lexical: float = 0.75
     seed_confidence: float = 0.0     # ppr: best fact cosine below which the walk's share shrinks (0 = never)
+    # ppr on a rules-extractor graph: the walk's share of the first ranks when no entity of the query is named
+    # (the seeds are then co-occurrence facts only); 1 = rules_walk_weight as for a named one
+    rules_unnamed_walk_weight: float = 0.0
     # ppr: a fact seeds with its score x (score / the best fact's score) ** this: facts far below the best
     # match count less (0 = the raw score). Chosen on the builtin dev sets and MuSiQue OpenIE with MiniLM
     # together (bench/retrieval.py; README, Retrieval quality)
@@ -209,7 +212,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.entity_tokens": (0, 100_000_000), "query.relation_tokens": (0, 100_000_000),
     "query.context_tokens": (1, 100_000_000), "query.lexical_weight": (0, 1), "query.rrf_k": (0, 1_000_000),
     "query.entity_seed_weight": (0, 1_000_000),
-    "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.fusion_head": (0, 100_000),
+    "query.walk_weight": (0, 1), "query.rules_walk_weight": (0, 1), "query.rules_unnamed_walk_weight": (0, 1),
+    "query.fusion_head": (0, 100_000),
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),

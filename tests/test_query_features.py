@@ -74,7 +74,7 @@ def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path
 
 def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
     s = replace(Project(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
-                seed_confidence=0.5)
+                seed_confidence=0.5, rules_unnamed_walk_weight=1.0)
     seeds = SeedWeights({1: 0.3}, {1: ["f1"]})
     assert walk_share(s, False, seeds, [0.5, 0.2]) == pytest.approx(0.9)
     assert walk_share(s, True, seeds, [0.5, 0.2]) == pytest.approx(0.6)
@@ -83,6 +83,11 @@ def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
     named = SeedWeights({1: 0.3}, {1: ["name in query"]})
     assert walk_share(s, True, named, [0.1]) == pytest.approx(0.6)    # a name from the query is a strong seed
     assert walk_share(replace(s, seed_confidence=0.0), True, seeds, []) == pytest.approx(0.6)
+    # a rules graph's fact seeds alone (no name from the query): at most rules_unnamed_walk_weight
+    s = replace(s, seed_confidence=0.0, rules_unnamed_walk_weight=0.2)
+    assert walk_share(s, True, seeds, [0.9]) == pytest.approx(0.2)
+    assert walk_share(s, True, named, [0.9]) == pytest.approx(0.6)
+    assert walk_share(s, False, seeds, [0.9]) == pytest.approx(0.9)     # OpenIE/LLM graphs: facts are real
 
 
 def test_fact_seed_weights_favour_the_best_match() -> None:

@@ -232,15 +232,21 @@ def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None
 def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
     """How much the walk's ranking counts in the head fusion: `walk_weight` on a graph from an LLM or
     imported OpenIE, `rules_walk_weight` on one from the rules extractor, whose co-occurrence edges make
-    the walk drift; scaled down when the seeds are weak (no entity named in the query and the best fact's
-    cosine under `seed_confidence`), because then the walk starts from entities the question is not about."""
+    the walk drift; lower when the seeds are weak, because then the walk starts from entities the question
+    is not about. Weak: on a rules graph, no entity named in the query (its facts are co-occurrences, so a
+    fact that matches the question's words is no sign of its entity: at most `rules_unnamed_walk_weight`);
+    on any graph, no name and the best fact's cosine under `seed_confidence` (scaled by best / confidence)."""
     w = s.rules_walk_weight if rules_graph else s.walk_weight
     w = min(max(w, 0.0), 1.0)
+    named = any("name in query" in src for src in seeds.sources.values())
+    if named:
+        return w
+    if rules_graph:
+        w = min(w, max(s.rules_unnamed_walk_weight, 0.0))
     if s.seed_confidence <= 0:
         return w
-    named = any("name in query" in src for src in seeds.sources.values())
     best = max(fact_scores, default=0.0)
-    return w if named else w * min(max(best / s.seed_confidence, 0.0), 1.0)
+    return w * min(max(best / s.seed_confidence, 0.0), 1.0)
 
 
 def fact_seed_weights(scores: list[float], sharpness: float) -> list[float]:
