@@ -9,6 +9,7 @@ the workers, so they ignore it themselves.
 
     with forked_pool(state) as pool: ...        # a multiprocessing Pool; its workers read `state()`
     for r in run_tasks(fn, state, tasks): ...   # fn(state, task) per task, in workers when that pays, any order
+    for r in forked_map(func, n_jobs): ...      # func(i) for i in range(n_jobs), in order, bounded in flight
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import mmap
 import multiprocessing
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.pool import Pool
@@ -74,6 +76,28 @@ def run_tasks(fn: Callable[[S, T], R], shared: S, tasks: list[T], parallel: bool
         return
     with forked_pool(shared) as pool:
         yield from pool.imap_unordered(_call, [(fn, t) for t in tasks])
+
+
+def _call_index(i: int) -> Any:
+    return _state(i)
+
+
+def forked_map(func: Callable[[int], R], n_jobs: int) -> Iterator[R]:
+    """func(0) ... func(n_jobs - 1), yielded in order. `func` may be a closure: the workers inherit it through
+    the fork, only results travel back. At most two jobs per worker are in flight, so the parent holds a bounded
+    number of results whatever `n_jobs` (the rules extractor streams its records to the cache in chunk order)."""
+    n = workers()
+    if n < 2 or n_jobs < 2:
+        yield from (func(i) for i in range(n_jobs))
+        return
+    with forked_pool(func) as pool:
+        pending: deque = deque()
+        for i in range(n_jobs):
+            pending.append(pool.apply_async(_call_index, (i,)))
+            while len(pending) > 2 * n or (pending and pending[0].ready()):
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
 
 def shared_array(shape: tuple[int, ...], dtype: Any, fill: Any) -> np.ndarray:

@@ -108,9 +108,9 @@ def test_life_dates_and_nationality_adjectives_get_types() -> None:
 
 
 def test_forked_map_yields_every_result_in_order() -> None:
-    from hrag_cli.forked import forked_map
+    from hrag_cli.forkpool import forked_map
 
-    assert list(forked_map(lambda i: (i, i * i), 37, workers=2)) == [(i, i * i) for i in range(37)]
+    assert list(forked_map(lambda i: (i, i * i), 37)) == [(i, i * i) for i in range(37)]
     assert list(forked_map(lambda i: i, 0)) == []
 
 

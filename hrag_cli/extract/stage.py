@@ -19,7 +19,7 @@ from typing import Any
 from .. import store
 from ..config import Settings
 from ..errors import BudgetExceeded, RunStopped, UsageError
-from ..forked import forked_map
+from ..forkpool import forked_map
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
 from ..records import Chunk, ExtractionRecord
