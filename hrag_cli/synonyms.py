@@ -293,14 +293,27 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
     (57 of the stage's 1,270 s wall at 100k passages, before)."""
     n, k = knn.nbr.shape
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    # A featureless name (a bare number) gets a fully dense fallback vector and is a neighbour of many lists:
+    # such rows are densified once and dotted as dense vectors, not spelled out value by value per list.
+    heavy = np.flatnonzero(np.diff(full.indptr) > full.dim // 8)
+    heavy_at = np.full(len(full), -1, dtype=np.int64)
+    heavy_at[heavy] = np.arange(len(heavy))
+    heavy_rows = full.dense(heavy)
     for s in range(0, len(rows), block):
         at = rows[s:s + block]
         nbr = knn.nbr[at]
         ok = nbr >= 0
         a = full.dense(at)
-        lens, cols, vals = full.take(np.where(ok, nbr, 0).ravel().astype(np.int64))
+        flat = np.where(ok, nbr, 0).ravel().astype(np.int64)
+        hv = heavy_at[flat]
+        light = np.flatnonzero(hv < 0)
+        lens, cols, vals = full.take(flat[light])
         pair = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        dots = np.bincount(pair, weights=a[pair // k, cols] * vals, minlength=len(lens)).reshape(len(at), k)
+        dots = np.zeros(len(flat), dtype=np.float64)
+        dots[light] = np.bincount(pair, weights=a[light[pair] // k, cols] * vals, minlength=len(lens))
+        dense_at = np.flatnonzero(hv >= 0)
+        dots[dense_at] = np.einsum("id,id->i", a[dense_at // k], heavy_rows[hv[dense_at]])
+        dots = dots.reshape(len(at), k)
         sims = np.where(ok, dots, -np.inf).astype(np.float32)
         order = np.lexsort((np.where(ok, nbr, np.iinfo(np.int32).max), -sims), axis=1)
         knn.nbr[at] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
