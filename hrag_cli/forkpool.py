@@ -7,9 +7,9 @@ made before the fork. Python's collector is frozen across the fork, so a worker'
 parent's objects (and the pages they share) alone. Ctrl-C reaches the whole process group: the parent stops
 the workers, so they ignore it themselves.
 
-    with forked_pool(state) as pool: ...        # a multiprocessing Pool; its workers read `state()`
+    with forked_pool(state) as pool: ...        # a multiprocessing Pool; its workers see `state`
     for r in run_tasks(fn, state, tasks): ...   # fn(state, task) per task, in workers when that pays, any order
-    for r in forked_map(func, n_jobs): ...      # func(i) for i in range(n_jobs), in order, bounded in flight
+    for r in forked_map(fn, state, tasks): ...  # the same in task order, tasks streamed, bounded in flight
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import signal
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from multiprocessing.pool import Pool
 from typing import Any, TypeVar
@@ -37,11 +37,6 @@ def workers() -> int:
     """Worker processes a pool gets (one per core); below 2, or without fork, callers stay in this process."""
     n = os.cpu_count() or 1
     return n if n >= 2 and "fork" in multiprocessing.get_all_start_methods() else 1
-
-
-def state() -> Any:
-    """What the pool this worker was forked from was opened with."""
-    return _state
 
 
 @contextmanager
@@ -78,23 +73,20 @@ def run_tasks(fn: Callable[[S, T], R], shared: S, tasks: list[T], parallel: bool
         yield from pool.imap_unordered(_call, [(fn, t) for t in tasks])
 
 
-def _call_index(i: int) -> Any:
-    return _state(i)
-
-
-def forked_map(func: Callable[[int], R], n_jobs: int) -> Iterator[R]:
-    """func(0) ... func(n_jobs - 1), yielded in order. `func` may be a closure: the workers inherit it through
-    the fork, only results travel back. At most two jobs per worker are in flight, so the parent holds a bounded
-    number of results whatever `n_jobs` (the rules extractor streams its records to the cache in chunk order)."""
-    n = workers()
-    if n < 2 or n_jobs < 2:
-        yield from (func(i) for i in range(n_jobs))
+def forked_map(fn: Callable[[S, T], R], shared: S, tasks: Iterable[T], parallel: bool = True) -> Iterator[R]:
+    """fn(shared, task) for each task, yielded in task order: in forked workers when `parallel` and there is
+    more than one core, else here. `tasks` is consumed as results are taken and at most two per worker are in
+    flight, so the parent holds a bounded number of results however many tasks a stream brings (the builtin
+    embedder's batches, the rules extractor's chunk ranges). `fn` must be a module-level function."""
+    if not parallel or workers() < 2:
+        for task in tasks:
+            yield fn(shared, task)
         return
-    with forked_pool(func) as pool:
+    with forked_pool(shared) as pool:
         pending: deque = deque()
-        for i in range(n_jobs):
-            pending.append(pool.apply_async(_call_index, (i,)))
-            while len(pending) > 2 * n or (pending and pending[0].ready()):
+        for task in tasks:
+            pending.append(pool.apply_async(_call, ((fn, task),)))
+            while len(pending) > 2 * workers() or (pending and pending[0].ready()):
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import io
 import zipfile
-from collections import deque
 from dataclasses import asdict, replace
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -440,8 +439,7 @@ def apply_decisions(pairs: dict[tuple[str, str], float], decisions: dict[tuple[s
 _EMBED_BLOCK = 4096        # texts embedded per block (bounds the dense float32 in flight: 32 MB at 2048 dims)
 _HELD_TEXTS = 16 * _EMBED_BLOCK     # texts to embed kept from the hashing pass (else read again)
 _PARALLEL_MIN = 4 * _EMBED_BLOCK    # fewer texts than this are embedded in this process (a pool costs a fork)
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
-    emb: Embedder = forkpool.state()
+def _encode_in_worker(emb: Embedder, texts: list[str]) -> tuple[np.ndarray | SparseRows, int]:
     before = emb.stats["embedded"]
     m = emb.encode(texts)
     return (sparse_rows(m) if mostly_zero(m) else m), emb.stats["embedded"] - before
@@ -457,21 +455,11 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
         for batch in batches:
             yield emb.encode(batch, reporter=reporter)
         return
-    with forkpool.forked_pool(emb) as pool, reporter.task(f"embed {emb.model_id}", total=total) as task:
-        pending: deque = deque()
-
-        def oldest() -> np.ndarray | SparseRows:
-            block, embedded = pending.popleft().get()
+    with reporter.task(f"embed {emb.model_id}", total=total) as task:
+        for block, embedded in forkpool.forked_map(_encode_in_worker, emb, batches):
             emb.stats["embedded"] += embedded
             task.advance(len(block))
-            return block
-
-        for batch in batches:
-            pending.append(pool.apply_async(_encode_in_worker, (batch,)))
-            while len(pending) > 2 * forkpool.workers() or (pending and pending[0].ready()):
-                yield oldest()
-        while pending:
-            yield oldest()
+            yield block
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,

@@ -110,8 +110,8 @@ def test_life_dates_and_nationality_adjectives_get_types() -> None:
 def test_forked_map_yields_every_result_in_order() -> None:
     from hrag_cli.forkpool import forked_map
 
-    assert list(forked_map(lambda i: (i, i * i), 37)) == [(i, i * i) for i in range(37)]
-    assert list(forked_map(lambda i: i, 0)) == []
+    assert list(forked_map(pow, 3, iter(range(37)))) == [3 ** i for i in range(37)]    # a stream of tasks
+    assert list(forked_map(pow, 3, [])) == []
 
 
 def test_rules_extract_in_forked_workers_writes_what_one_process_writes(tmp_path: Path, monkeypatch) -> None:

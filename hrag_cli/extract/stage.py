@@ -337,18 +337,18 @@ RULES_BATCH = 256          # chunks per job of the forked rules extractor
 RULES_PARALLEL_MIN = 2048  # fewer chunks than this are extracted in this process (a pool costs a fork)
 
 
+def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
+    return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in todo[span[0]:span[1]]]
+
+
 def _run_rules(project: Project, todo: list[Chunk], latest: dict[tuple[str, str], dict], reporter: Reporter,
                counts: dict) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
     one core would do a 100k-chunk folder alone); records are appended in `todo` order, as one process would."""
     if not todo:
         return
-
-    def batch(i: int) -> list[dict]:
-        return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in todo[i * RULES_BATCH:(i + 1) * RULES_BATCH]]
-
-    n_jobs = -(-len(todo) // RULES_BATCH)
-    jobs = forked_map(batch, n_jobs) if len(todo) >= RULES_PARALLEL_MIN else map(batch, range(n_jobs))
+    spans = [(s, min(len(todo), s + RULES_BATCH)) for s in range(0, len(todo), RULES_BATCH)]
+    jobs = forked_map(_rules_batch, todo, spans, parallel=len(todo) >= RULES_PARALLEL_MIN)
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         for recs in jobs:
             for rec in recs:
