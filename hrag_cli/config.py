@@ -128,8 +128,9 @@ class QuerySettings:
     relation_top_k: int = 40         # global mode: relations taken from the relation index
     chunk_pick: str = "vector"       # local/global: chunks of the chosen entities/relations by query similarity
                                      # (vector) or by how many of them carry the chunk (weight), as LightRAG
-    # vector pick: + this x the share of the chosen entities/relations naming the chunk; the second with the
-    # builtin embedder, whose weaker similarity ranking the graph's evidence helps more (bench/retrieval.py)
+    # vector pick: + this x the chunk's share of the chosen entities/relations' votes (one each in local and
+    # global; in hybrid each votes with its score against the query); the second with the builtin embedder,
+    # whose weaker similarity ranking the graph's evidence helps more (bench/retrieval.py)
     chunk_pick_boost: float = 0.1
     builtin_chunk_pick_boost: float = 1.0
     chunk_top_k: int = 20            # local/global: chunks taken from the graph before the budgets

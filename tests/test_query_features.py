@@ -21,8 +21,8 @@ from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.ppr import SeedWeights, personalized_pagerank
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import (chunk_pick_boost, fact_seed_weights, fuse_ranks, retrieve, rrf_scores,
-                                      walk_share, walk_weights)
+from hrag_cli.query.retrieval import (chunk_pick_boost, fact_seed_weights, fuse_ranks, pick_by_vector, retrieve,
+                                      rrf_scores, walk_share, walk_weights)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -265,6 +265,20 @@ def test_chunk_pick_boost_by_embedder(sample_project: Path) -> None:
     assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="st:/models/minilm"))) == 0.1
     assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="openai/text-embedding-3-small"))) == 0.1
 
+
+def test_vector_pick_votes_by_match(sample_project: Path) -> None:
+    """Hybrid's pick: an item votes with its score against the query, so one well-matching item outweighs two
+    loose ones, and an item scoring 0 or below only adds its chunks as candidates; local and global count."""
+    project = Project(sample_project)
+    ix = QueryIndex(project, project.settings())
+    a, b, c, d = ix.chunk_ids[:4]
+    pick = pick_by_vector(ix, np.zeros(len(ix.chunk_ids)), boost=1.0, by_match=True)
+    got = pick([([a], 0.9), ([b], 0.2), ([b, b], 0.2), ([c], -0.5), ([c, d], 0.0)], 4)
+    assert [x.chunk_id for x in got] == [a, b, c, d]
+    assert [x.score for x in got] == pytest.approx([0.9 / 1.3, 0.4 / 1.3, 0.0, 0.0])
+    assert [x.score for x in pick([([a], 0.0)], 1)] == [0.0]     # no vote at all: similarity alone
+    count = pick_by_vector(ix, np.zeros(len(ix.chunk_ids)), boost=1.0)([([a], 0.9), ([b], 0.2), ([b], 0.2)], 2)
+    assert [(x.chunk_id, x.score) for x in count] == [(b, pytest.approx(2 / 3)), (a, pytest.approx(1 / 3))]
 
 # -- reranker --------------------------------------------------------------------------------------------------
 

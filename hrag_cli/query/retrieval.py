@@ -394,22 +394,28 @@ def pick_by_weight(ix: QueryIndex) -> ChunkPicker:
     return pick
 
 
-def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0) -> ChunkPicker:
+def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0, by_match: bool = False) -> ChunkPicker:
     """LightRAG's `vector` pick: the chunks the selected entities/relations carry, and the `limit` chunks most
     similar to the query (so the graph reorders what naive would find instead of replacing it), ranked by
     their own similarity to the query (`passage`: the dense score, BM25-fused as in naive when lexical fusion
-    is on) plus `boost` x the share of the selected items that carry the chunk."""
+    is on) plus `boost` x the chunk's share of the selected items' votes. An item votes once (LightRAG's
+    count: local's or global's items), or with `by_match` with its own score against the query (negative as
+    0): how hybrid weighs the items it pools from three selections (entities like the query, their relations
+    by degree, relations like the query), where counting alone lets a chunk carried by many loosely matching
+    items pass one carried by the few that match well."""
     def pick(sources: Iterable[tuple[Sequence[str], float]], limit: int) -> list[RankedChunk]:
         row, ids = ix.chunk_row, ix.chunk_ids
-        count: dict[int, int] = {}
-        n = 0
-        for source_ids, _ in sources:
-            n += 1
+        vote: dict[int, float] = {}
+        total = 0.0
+        for source_ids, sc in sources:
+            w = max(float(sc), 0.0) if by_match else 1.0
+            total += w
             for cid in dict.fromkeys(source_ids):
                 if cid in row:
-                    count[row[cid]] = count.get(row[cid], 0) + 1
+                    vote[row[cid]] = vote.get(row[cid], 0.0) + w
         similar = (int(i) for i in np.argsort(-passage, kind="stable")[:limit])
-        score = {i: float(passage[i]) + boost * count.get(i, 0) / max(n, 1) for i in [*count, *similar]}
+        share = boost / total if total > 0 else 0.0
+        score = {i: float(passage[i]) + share * vote.get(i, 0.0) for i in [*vote, *similar]}
         order = sorted(score, key=lambda i: -score[i])
         return _ranked(ix, (ids[i] for i in order), (score[i] for i in order), limit)
     return pick
@@ -443,8 +449,10 @@ def retrieve_local(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, r: Retrie
     r.relations = [j for rid in rels if (j := _relation_json(ix, rid, rel[rid].weight))]
     # the chunks naming the entities, then those the entities' strongest relations came from (LightRAG reads
     # both: a fact about an entity is often stated where only its neighbour is named)
+    # a relation scores as the better of its selected endpoints: it was reached through them
     sources = [*((ix.entities[eid].source_ids, sc) for eid, sc in ents),
-               *((rel[rid].source_ids, 0.0) for rid in rels[: s.relation_top_k])]
+               *((rel[rid].source_ids, max(found.get(rel[rid].src, 0.0), found.get(rel[rid].tgt, 0.0)))
+                 for rid in rels[: s.relation_top_k])]
     r.chunks = pick(sources, limit)
     return sources
 
@@ -558,10 +566,12 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             sources += retrieve_global(ix, hv, s, glo, graph_limit, pick)
             r.entities = round_robin(loc.entities, glo.entities, key=lambda e: e["id"])
             r.relations = round_robin(loc.relations, glo.relations, key=lambda x: x["id"])
-            # vector pick scores every chunk on one scale, so hybrid picks once from both sides' items; weight
-            # counts are not comparable across the two lists, so those interleave as LightRAG does
+            # vector pick scores every chunk on one scale, so hybrid picks once from both sides' items, each
+            # voting with its match to the query; weight counts are not comparable across the two lists, so
+            # those interleave as LightRAG does
             if s.chunk_pick == "vector":
-                r.chunks = pick(sources, graph_limit)
+                by_match = pick_by_vector(ix, passage, chunk_pick_boost(settings), by_match=True)
+                r.chunks = by_match(sources, graph_limit)
             else:
                 r.chunks = round_robin(loc.chunks, glo.chunks, key=lambda c: c.chunk_id)
             merge = by_score if s.chunk_pick == "vector" else round_robin
