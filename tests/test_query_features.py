@@ -280,6 +280,7 @@ def test_vector_pick_votes_by_match(sample_project: Path) -> None:
     count = pick_by_vector(ix, np.zeros(len(ix.chunk_ids)), boost=1.0)([([a], 0.9), ([b], 0.2), ([b], 0.2)], 2)
     assert [(x.chunk_id, x.score) for x in count] == [(b, pytest.approx(2 / 3)), (a, pytest.approx(1 / 3))]
 
+
 # -- reranker --------------------------------------------------------------------------------------------------
 
 def test_split_for_rerank() -> None:
