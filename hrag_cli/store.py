@@ -221,6 +221,29 @@ def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
         yield from lines
 
 
+def line_blocks(path: Path) -> Iterator[bytes]:
+    """The whole lines of a plain or compressed JSONL file in blocks of about a MiB, each ending with a newline
+    (a torn last line, or whatever follows the break in a damaged compressed file, left out): for a caller that
+    copies long runs of lines as they are and must not pay Python's per-line cost. Nothing when missing."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        unzip = zlib.decompressobj(wbits=31) if fh.read(2) == _GZIP_MAGIC else None
+        fh.seek(0)
+        tail = b""
+        while not (unzip and unzip.eof) and (block := fh.read(_WRITE_BLOCK)):
+            try:
+                data = tail + (unzip.decompress(block) if unzip else block)
+            except zlib.error:
+                return
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if cut:
+                yield data[:cut]
+
+
 def _whole_lines_buffer(fh: BinaryIO) -> Any:
     """The bytes of a plain or compressed JSONL file as one buffer: a plain file memory-mapped (its pages are
     read only when touched), a compressed one decompressed up to the last newline before any damage."""

@@ -23,6 +23,9 @@ from ..forkpool import forked_map
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
 from ..records import Chunk, ExtractionRecord
+from . import cache_index
+from .cache_index import Seen, full_record, seen_of
+from .cache_index import count as _int
 from .parser import PARSER_VERSION, add_counts
 from .rules import RULES_FINGERPRINT, extract_rules
 from ..ingest import load_chunks
@@ -79,20 +82,7 @@ def settings_fingerprint(settings: Settings) -> str:
 # ------------------------------------------------------------------------------------------- reading records
 
 
-def _latest_records(project: Project, extractors: set[str] | None = None) -> dict[tuple[str, str], dict]:
-    """(chunk_id, extractor) -> the latest record dict; later lines win."""
-    latest: dict[tuple[str, str], dict] = {}
-    for rec in store.read_jsonl(project.extractions_path):
-        if not isinstance(rec, dict) or "chunk_id" not in rec or "extractor" not in rec:
-            continue
-        if extractors is not None and rec["extractor"] not in extractors:
-            continue
-        latest[(rec["chunk_id"], rec["extractor"])] = rec
-    return latest
-
-
-def _record_digest(rec: dict) -> str:
-    return fingerprint(rec)
+Latest = dict[tuple[str, str], Seen]     # (chunk_id, extractor) -> its latest record (cache_index.latest)
 
 
 def _current_extractor(project: Project, chunks: list[Chunk] | None, default: str | None) -> str | None:
@@ -103,7 +93,7 @@ def _current_extractor(project: Project, chunks: list[Chunk] | None, default: st
         return str(stage.counts["extractor"])
     ids = {c.chunk_id for c in (load_chunks(project) if chunks is None else chunks)}
     counter: Counter[str] = Counter()
-    for (cid, ext) in _latest_records(project):
+    for (cid, ext) in cache_index.latest(project):
         if cid in ids:
             counter[ext] += 1
     if counter:
@@ -135,12 +125,9 @@ def current_records(project: Project, extractor: str) -> CurrentRecords:
     """One pass over the cache noting where each current chunk's latest record is (usable: ok, or partial: a
     gleaning round was lost); chunks whose latest record is not usable are left out."""
     chunks = {ch.chunk_id: ch for ch in load_chunks(project)}
-    where: dict[str, tuple[int, bool]] = {}          # chunk id -> (offset of its latest record, usable)
-    for at, rec in store.scan_jsonl(project.extractions_path):
-        if isinstance(rec, dict) and rec.get("extractor") == extractor and rec.get("chunk_id") in chunks:
-            where[rec["chunk_id"]] = (at, rec.get("status", "ok") in USABLE)
-    ids = [cid for cid in sorted(where) if where[cid][1]]
-    return CurrentRecords(chunks, ids, [where[cid][0] for cid in ids])
+    latest = cache_index.latest(project, {extractor})
+    ids = sorted(cid for (cid, _), seen in latest.items() if cid in chunks and seen.status in USABLE)
+    return CurrentRecords(chunks, ids, [latest[(cid, extractor)].at for cid in ids])
 
 
 def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
@@ -170,21 +157,7 @@ def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
 # ------------------------------------------------------------------------------------------- the stage
 
 
-def _int(value: Any) -> int:
-    """A count from a record, 0 when a damaged or hand-edited record holds something else."""
-    return int(value) if isinstance(value, (int, float)) and value == value else 0
-
-
-def record_dropped(rec: dict) -> dict[str, int]:
-    """A record's dropped rows per reason; a record written before reasons were kept has only a total."""
-    dropped = rec.get("dropped")
-    if isinstance(dropped, dict) and dropped:
-        return {str(k): _int(v) for k, v in dropped.items() if _int(v)}
-    n = _int(rec.get("dropped_rows"))
-    return {"reason_not_recorded": n} if n else {}
-
-
-def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str) -> tuple[dict, str]:
+def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tuple[dict, str]:
     failed = partial = pending = ents = rels = dropped = retyped = truncated = 0
     digest_items = []
     for ch in chunks:
@@ -192,18 +165,16 @@ def _summary_counts(chunks: list[Chunk], latest: dict[tuple[str, str], dict], ex
         if rec is None:
             pending += 1
             continue
-        digest_items.append((ch.chunk_id, _record_digest(rec)))
-        reasons = record_dropped(rec)
-        dropped += sum(reasons.values())
-        truncated += reasons.get("truncated", 0)
-        retyped += _int(rec.get("retyped"))
-        status = rec.get("status", "ok")
-        if status not in USABLE:
+        digest_items.append((ch.chunk_id, rec.digest))
+        dropped += sum(rec.dropped.values())
+        truncated += rec.dropped.get("truncated", 0)
+        retyped += rec.retyped
+        if rec.status not in USABLE:
             failed += 1
             continue
-        partial += status == "partial"
-        ents += len(rec.get("entities") or [])
-        rels += len(rec.get("relations") or [])
+        partial += rec.status == "partial"
+        ents += rec.entities
+        rels += rec.relations
     digest_items.sort()
     counts = {"failed": failed, "partial": partial, "pending": pending, "entity_mentions": ents,
               "relation_mentions": rels, "dropped_rows": dropped, "retyped": retyped, "truncated_rows": truncated}
@@ -224,7 +195,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     else:
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
-    latest = _latest_records(project, {extractor})
+    latest = cache_index.latest(project, {extractor})
     counts: dict[str, Any] = {"extractor": extractor, "chunks": len(chunks), "extracted_now": 0, "cached": 0,
                               "failed": 0, "pending": 0, "llm_requests": 0, "llm_cache_hits": 0, "retries": 0,
                               "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
@@ -236,10 +207,10 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
             continue
         seen.add(ch.chunk_id)
         rec = latest.get((ch.chunk_id, extractor))
-        if rec is None or (retry_failed and rec.get("status", "ok") != "ok"):
+        if rec is None or (retry_failed and rec.status != "ok"):
             todo.append(ch)
             if rec is not None:
-                attempts[ch.chunk_id] = _retry_args(rec)
+                attempts[ch.chunk_id] = _retry_args(full_record(project, rec))
         else:
             counts["cached"] += 1
     if kind == "llm":
@@ -280,7 +251,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
-        reporter.warn(failure_summary(chunks, latest, extractor, counts))
+        reporter.warn(failure_summary(project, chunks, latest, extractor, counts))
     return StageOutcome(counts=counts, output_digest=digest)
 
 
@@ -315,13 +286,13 @@ def _retry_args(rec: dict) -> dict:
     return {"attempt": attempt}
 
 
-def failure_summary(chunks: list[Chunk], latest: dict[tuple[str, str], dict], extractor: str,
-                    counts: dict) -> str:
+def failure_summary(project: Project, chunks: list[Chunk], latest: Latest, extractor: str, counts: dict) -> str:
     """One line for the end of a run with failed or partial chunks: how many, the commonest error, the fix."""
     errors: Counter[str] = Counter()
     for ch in chunks:
-        rec = latest.get((ch.chunk_id, extractor))
-        if rec is not None and rec.get("status", "ok") != "ok":
+        seen = latest.get((ch.chunk_id, extractor))
+        if seen is not None and seen.status != "ok":
+            rec = full_record(project, seen)
             errors[str(rec.get("error") or rec.get("status"))[:160]] += 1
     parts = []
     if counts["failed"]:
@@ -341,7 +312,7 @@ def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
     return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in todo[span[0]:span[1]]]
 
 
-def _run_rules(project: Project, todo: list[Chunk], latest: dict[tuple[str, str], dict], reporter: Reporter,
+def _run_rules(project: Project, todo: list[Chunk], latest: Latest, reporter: Reporter,
                counts: dict) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
     one core would do a 100k-chunk folder alone); records are appended in `todo` order, as one process would."""
@@ -353,7 +324,7 @@ def _run_rules(project: Project, todo: list[Chunk], latest: dict[tuple[str, str]
         for recs in jobs:
             for rec in recs:
                 out.append(rec)
-                latest[(rec["chunk_id"], rec["extractor"])] = rec
+                latest[(rec["chunk_id"], rec["extractor"])] = seen_of(rec, keep=True)
             counts["extracted_now"] += len(recs)
             task.advance(len(recs))
 
@@ -399,7 +370,7 @@ class _Streak:
 
 
 async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
-                   latest: dict[tuple[str, str], dict], reporter: Reporter, counts: dict,
+                   latest: Latest, reporter: Reporter, counts: dict,
                    attempts: dict[str, dict]) -> None:
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
@@ -416,7 +387,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
 
     def save(rec: dict) -> None:
         out.append(rec)
-        latest[(rec["chunk_id"], extractor)] = rec
+        latest[(rec["chunk_id"], extractor)] = seen_of(rec, keep=True)
         counts["extracted_now"] += 1
 
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
@@ -470,7 +441,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
         raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}")
 
 
-def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tuple[str, str], dict],
+def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
              extractor: str, reporter: Reporter, counts: dict, frame: Any) -> set[str]:
     """Re-parse every current chunk's cached answers with today's parser, checks and schema; no network call.
     A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
@@ -484,7 +455,8 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
     created: set[str] = set()
     with store.JsonlAppender(project.extractions_path) as out:
         for ch in chunks:
-            old = latest.get((ch.chunk_id, extractor)) or earlier.get(ch.chunk_id)
+            seen = latest.get((ch.chunk_id, extractor))
+            old = full_record(project, seen) if seen is not None else earlier.get(ch.chunk_id)
             if old is None or ch.chunk_id in created:
                 continue
             new = reparse_chunk(client, ch, ExtractionRecord.from_json(old), frame, extractor)
@@ -495,7 +467,7 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: dict[tu
             rec = new.to_json()
             if rec != old:
                 out.append(rec)
-                latest[(ch.chunk_id, extractor)] = rec
+                latest[(ch.chunk_id, extractor)] = seen_of(rec, keep=True)
                 changed += 1
             if old.get("extractor") != extractor:
                 created.add(ch.chunk_id)
@@ -528,12 +500,13 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
 
     extractor = openie_extractor_id(path)
     records, counts = import_openie(project, chunks, path, reporter)
-    existing = _latest_records(project, {extractor})
+    existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
         for rec in records:
             rec.extractor = extractor
             data = rec.to_json()
-            if existing.get((rec.chunk_id, extractor)) != data:
+            seen = existing.get((rec.chunk_id, extractor))
+            if seen is None or seen.digest != fingerprint(data):
                 out.append(data)
     return extractor, counts
 
@@ -569,7 +542,7 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     chunks: list[Chunk] = list(chunk_outcome.chunks)
     kind = extractor_kind(settings)
     extractor = settings_fingerprint(settings)
-    latest = _latest_records(project, {extractor})
+    latest = cache_index.latest(project, {extractor})
     todo = [c for c in chunks if (c.chunk_id, extractor) not in latest]
     out: dict[str, Any] = {"extractor": extractor, "chunks": len(chunks), "to_extract": len(todo),
                            "cached": len(chunks) - len(todo), "llm_requests": 0, "prompt_tokens": 0,
@@ -614,7 +587,7 @@ def extraction_status(project: Project, settings: Settings) -> dict:
     extractor = _current_extractor(project, chunks, default)
     if extractor is None:
         return {"extraction": {"chunks": len(chunks)}, "failed_chunks": []}
-    latest = _latest_records(project, {extractor})
+    latest = cache_index.latest(project, {extractor})
     counts, _ = _summary_counts(chunks, latest, extractor)
     paths = {r.get("doc_id"): r.get("path") for r in store.read_jsonl(project.docs_path) if isinstance(r, dict)}
     failed: list[dict] = []
@@ -626,13 +599,12 @@ def extraction_status(project: Project, settings: Settings) -> dict:
         if rec is None:
             continue
         where = {"chunk_id": ch.chunk_id, "path": paths.get(ch.doc_id, ch.doc_id), "order": ch.order}
-        if rec.get("status", "ok") != "ok":
-            failed.append({**where, "status": rec.get("status", "failed"), "error": rec.get("error", "")})
-        reasons = record_dropped(rec)
-        if reasons:
-            dropped.append({**where, "dropped": reasons})
-            add_counts(totals, reasons)
-        if rec.get("llm_keys") and _int(rec.get("parser")) < PARSER_VERSION:
+        if rec.status != "ok":
+            failed.append({**where, "status": rec.status, "error": full_record(project, rec).get("error", "")})
+        if rec.dropped:
+            dropped.append({**where, "dropped": rec.dropped})
+            add_counts(totals, rec.dropped)
+        if rec.llm_keys and rec.parser < PARSER_VERSION:
             older += 1
     info = {"extraction": {"extractor": extractor, "chunks": len(chunks),
                            "extracted": len(chunks) - counts["pending"], **counts},

@@ -1,0 +1,100 @@
+"""cache/extractions.index.jsonl (extract/cache_index.py): what it says must always be what a parse of the whole
+extraction cache says, whatever happened to the cache or to the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from hrag_cli import store
+from hrag_cli.extract import cache_index
+from hrag_cli.project import Project, fingerprint
+
+
+def _rec(chunk: str, status: str = "ok", n: int = 1, extractor: str = "rules-v1") -> dict:
+    return {"chunk_id": chunk, "extractor": extractor, "status": status,
+            "entities": [{"name": f"E{i}", "type": "x"} for i in range(n)], "relations": [], "retyped": n,
+            "dropped": {"truncated": n}}
+
+
+def _by_parsing(project: Project) -> dict:
+    """What the index must say: the latest parsable record of each (chunk, extractor), read the slow way."""
+    out = {}
+    for rec in store.read_jsonl(project.extractions_path):
+        if isinstance(rec, dict) and isinstance(rec.get("chunk_id"), str) and isinstance(rec.get("extractor"), str):
+            out[(rec["chunk_id"], rec["extractor"])] = (fingerprint(rec), rec["status"], len(rec["entities"]))
+    return out
+
+
+def _by_index(project: Project) -> dict:
+    return {k: (s.digest, s.status, s.entities) for k, s in cache_index.latest(project).items()}
+
+
+def _project(tmp_path: Path) -> Project:
+    p = Project(tmp_path / "p")
+    p.init()
+    return p
+
+
+def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_path: Path) -> None:
+    p = _project(tmp_path)
+    with p.lock(), store.JsonlAppender(p.extractions_path) as out:
+        out.append(_rec("a"))
+        out.append(_rec("b", "failed", 0))
+    with p.lock():
+        assert _by_index(p) == _by_parsing(p)
+    assert cache_index.index_path(p).is_file()
+    with p.lock():
+        with store.JsonlAppender(p.extractions_path) as out:
+            out.append(_rec("a", n=3))        # a later record of the same chunk wins
+            out.append(_rec("c", extractor="llm:m:1"))
+        latest = cache_index.latest(p)
+    assert _by_index(p) == _by_parsing(p)
+    assert latest[("a", "rules-v1")].entities == 3
+    assert cache_index.full_record(p, latest[("a", "rules-v1")]) == _rec("a", n=3)
+    assert latest[("a", "rules-v1")].dropped == {"truncated": 3}
+    entries = cache_index.entries(p)
+    assert len(entries) == 4 and len(store.read_jsonl(cache_index.index_path(p)).__next__()) == 2
+
+
+def test_an_edited_cut_or_replaced_cache_is_indexed_again(tmp_path: Path) -> None:
+    p = _project(tmp_path)
+    with p.lock(), store.JsonlAppender(p.extractions_path) as out:
+        for c in "abcdef":
+            out.append(_rec(c))
+    with p.lock():
+        cache_index.latest(p)
+    data = p.extractions_path.read_bytes()
+    # the same length, one status changed in the middle: no size or line check could see it
+    edited = data.replace(b'"chunk_id":"c","extractor":"rules-v1","status":"ok"',
+                          b'"chunk_id":"c","extractor":"rules-v1","status":"no"')
+    assert edited != data and len(edited) == len(data)
+    p.extractions_path.write_bytes(edited)
+    assert _by_index(p) == _by_parsing(p) and cache_index.latest(p)[("c", "rules-v1")].status == "no"
+    p.extractions_path.write_bytes(data[: len(data) // 2])          # cut (a torn last line too)
+    assert _by_index(p) == _by_parsing(p)
+    p.extractions_path.write_bytes(b"not json\n" + orjson.dumps(_rec("z")) + b"\n")
+    assert _by_index(p) == _by_parsing(p) == {("z", "rules-v1"): _by_parsing(p)[("z", "rules-v1")]}
+
+
+def test_a_damaged_or_torn_index_is_never_trusted(tmp_path: Path) -> None:
+    p = _project(tmp_path)
+    with p.lock(), store.JsonlAppender(p.extractions_path) as out:
+        for c in "abcd":
+            out.append(_rec(c))
+    with p.lock():
+        cache_index.latest(p)
+    path = cache_index.index_path(p)
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join(lines[:2] + lines[3:]))                # an entry lost in the middle
+    assert _by_index(p) == _by_parsing(p)
+    path.write_bytes(b"\n".join(lines)[:-20])                           # a torn last entry (a kill)
+    with p.lock():
+        assert _by_index(p) == _by_parsing(p)
+        with store.JsonlAppender(p.extractions_path) as out:
+            out.append(_rec("e"))
+        assert _by_index(p) == _by_parsing(p)
+    assert len(cache_index.entries(p)) == 5
+    path.write_bytes(b"garbage")
+    assert _by_index(p) == _by_parsing(p)
