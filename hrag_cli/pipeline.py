@@ -214,7 +214,8 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
         chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
-        del chunked   # every chunk's text: later stages read chunks.jsonl themselves, keep none of it alive
+        chunks = chunked.chunks   # extract reads them instead of chunks.jsonl; resolve reads the file itself
+        del chunked
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
 
@@ -224,12 +225,13 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
         try:
             extracted = run_extract(project, settings, reporter, reparse=options.reparse,
                                     retry_failed=options.retry_failed, max_cost=options.max_cost,
-                                    import_openie=import_openie)
+                                    import_openie=import_openie, chunks=chunks)
         except BudgetExceeded as exc:
             summary["extract"] = {"stopped": str(exc)}
             reporter.warn(str(exc))     # the message already says that a re-run continues
             project.discard_generation()   # readers keep the last complete version; cache/ keeps what was paid
             return IndexResult(summary, EXIT_BUDGET)
+        del chunks    # every chunk's text: keep none of it alive through resolve
         summary["extract"] = extracted.counts
         if extracted.counts.get("pending", 0) == 0:
             project.record_stage("extract", extract_fp, extracted.output_digest, extracted.counts)

@@ -43,11 +43,11 @@ from .graph import ChunkRef, build_graph, edge_counts, save_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
-from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
+from .records import Chunk, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
                               fact_record, relation_record)
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
-from .ingest import load_documents
+from .ingest import load_chunks, load_documents
 
 def settings_fingerprint(settings: Settings) -> str:
     """Resolve settings; the model, language, context size and prompt wording only when summaries can run."""
@@ -374,10 +374,14 @@ def load_inputs(project: Project, settings: Settings | None = None
     return docs, chunks, lambda: load_records(project, settings)
 
 
+def _chunk_refs(chunks: list[Chunk]) -> list[ChunkRef]:
+    return [ChunkRef(c.chunk_id, c.doc_id, int(c.order)) for c in chunks]
+
+
 # ----------------------------------------------------------------------------------------------- stage
 
 
-def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool
+def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[Chunk]
                    ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
     """The current records merged: into the saved state when `use_state` and adding is all that happened
     (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
@@ -387,7 +391,7 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
     from .prune import iter_pruned, prune_spec
 
     extractor = current_extractor(project)
-    current = current_records(project, extractor) if extractor else CurrentRecords({}, [], [])
+    current = current_records(project, extractor, chunks) if extractor else CurrentRecords({}, [], [])
     base = resolve_state.basis(settings_fingerprint(settings), prune_spec(settings, extractor or "").describe(),
                                extractor)
     header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
@@ -493,9 +497,11 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
-    docs, chunks, _ = load_inputs(project)
+    docs, all_chunks = load_documents(project), load_chunks(project)   # chunks.jsonl read once: it is mostly text
+    chunks = _chunk_refs(all_chunks)
     summarizer = Summarizer(project, settings, reporter)
-    merged, header, full, delta = _merge_current(project, settings, reporter, use_state=not summarizer.enabled)
+    merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, all_chunks)
+    del all_chunks
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
     # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
     keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only

@@ -121,10 +121,11 @@ class CurrentRecords:
         return CurrentRecords(self.chunks, [self.ids[i] for i in pick], [self.offsets[i] for i in pick])
 
 
-def current_records(project: Project, extractor: str) -> CurrentRecords:
-    """One pass over the cache noting where each current chunk's latest record is (usable: ok, or partial: a
-    gleaning round was lost); chunks whose latest record is not usable are left out."""
-    chunks = {ch.chunk_id: ch for ch in load_chunks(project)}
+def current_records(project: Project, extractor: str, chunks: list[Chunk] | None = None) -> CurrentRecords:
+    """Where each current chunk's latest record is, from the cache's index (usable: ok, or partial: a gleaning
+    round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl, when the
+    caller has read it already."""
+    chunks = {ch.chunk_id: ch for ch in (load_chunks(project) if chunks is None else chunks)}
     latest = cache_index.latest(project, {extractor})
     ids = sorted(cid for (cid, _), seen in latest.items() if cid in chunks and seen.status in USABLE)
     return CurrentRecords(chunks, ids, [latest[(cid, extractor)].at for cid in ids])
@@ -183,11 +184,12 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
 
 def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None) -> StageOutcome:
+                import_openie: Path | None = None, chunks: list[Chunk] | None = None) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
-    BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`."""
-    chunks = load_chunks(project)
+    BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
+    the chunk stage just wrote to chunks.jsonl, when the caller has it."""
+    chunks = load_chunks(project) if chunks is None else chunks
     imported: dict[str, Any] = {}
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
