@@ -233,11 +233,16 @@ def line_blocks(path: Path) -> Iterator[bytes]:
         unzip = zlib.decompressobj(wbits=31) if fh.read(2) == _GZIP_MAGIC else None
         fh.seek(0)
         tail = b""
-        while not (unzip and unzip.eof) and (block := fh.read(_WRITE_BLOCK)):
+        while block := fh.read(_WRITE_BLOCK):
             try:
-                data = tail + (unzip.decompress(block) if unzip else block)
+                data = unzip.decompress(block) if unzip else block
+                while unzip and unzip.eof and unzip.unused_data:   # the next gzip member (zcat reads them all)
+                    rest = unzip.unused_data
+                    unzip = zlib.decompressobj(wbits=31)
+                    data += unzip.decompress(rest)
             except zlib.error:
                 return
+            data = tail + data
             cut = data.rfind(b"\n") + 1
             tail = data[cut:]
             if cut:

@@ -123,3 +123,23 @@ def test_compressed_jsonl_reads_like_plain_and_a_cut_one_ends_cleanly(tmp_path: 
     packed.write_bytes(data[:10] + b"\0" * 64 + data[74:])                 # damaged: no exception either
     got = list(store.read_jsonl(packed))
     assert got == recs[: len(got)]
+
+
+def test_line_blocks_give_the_whole_lines_of_plain_compressed_and_multi_member_files(tmp_path: Path) -> None:
+    """What resolve_patch copies in runs: every whole line once, in order, whichever way the file was written
+    (gzip members may split a line; a torn tail is left out)."""
+    import zlib
+
+    raw = b"".join(b'{"i":%d}\n' % i for i in range(30000))
+
+    def gz(data: bytes) -> bytes:
+        c = zlib.compressobj(1, wbits=31)
+        return c.compress(data) + c.flush()
+
+    forms = {"plain.jsonl": raw + b'{"torn"', "one.jsonl": gz(raw),
+             "members.jsonl": b"".join(gz(raw[i:i + 70001]) for i in range(0, len(raw), 70001)) + gz(b"")}
+    for name, data in forms.items():
+        (tmp_path / name).write_bytes(data)
+        blocks = list(store.line_blocks(tmp_path / name))
+        assert b"".join(blocks) == raw and all(b.endswith(b"\n") for b in blocks), name
+    assert list(store.line_blocks(tmp_path / "none.jsonl")) == []
