@@ -21,7 +21,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "prune": (),        # counts only (prune.py): nothing on disk to damage
     "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
                 "graph/graph.pkl", "graph/walk.npz", "graph/resolve_state.bin",
-                "graph/resolve_delta.json"),
+                "graph/resolve_delta.json", "graph/changed_ids.json"),
     "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "vectors"),
 }
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt

@@ -497,6 +497,8 @@ def run_resolve(project: Project, settings: Settings, reporter: Reporter | None 
 
 def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
+    before = project.stage("resolve")     # its output digest names the record files a patch starts from
+    changed: dict[str, list[str]] | None = None
     docs, all_chunks = load_documents(project), load_chunks(project)   # chunks.jsonl read once: it is mostly text
     chunks = _chunk_refs(all_chunks)
     summarizer = Summarizer(project, settings, reporter)
@@ -514,7 +516,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                       f"{merged.touched.records} new ones merged into the saved state")
         try:
             keys = resolve_state.sorted_keys(merged)
-            graph_ents, graph_rels, unknown = resolve_patch.patch_outputs(project, merged, summarizer, keys)
+            graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(project, merged, summarizer,
+                                                                                   keys)
         except resolve_patch.OutOfStep as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")
@@ -556,6 +559,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     # the graph also holds documents and chunks, which can change without any record changing (a rename)
     h.update(fingerprint(sorted((d.doc_id, d.path) for d in docs),
                          sorted((c.chunk_id, c.doc_id, c.order) for c in chunks)).encode())
+    digest = h.hexdigest()[:24]
+    _write_changed(project, changed, before.output_digest if before else "", digest)
     ec = edge_counts(graph)
     counts = {
         **sizes,
@@ -566,4 +571,16 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         "summaries_llm_calls": summarizer.llm_calls,
         "summaries_cached": summarizer.cached,
     }
-    return StageOutcome(counts=counts, output_digest=h.hexdigest()[:24])
+    return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _write_changed(project: Project, changed: dict[str, list[str]] | None, before: str, after: str) -> None:
+    """graph/changed_ids.json after a patch: the ids of the records added or made again between the outputs
+    whose digest was `before` and these (`after`), so a later stage can sync only them (additions never
+    remove a record). A merge from scratch removes the file: what changed is then unknown."""
+    path = project.graph_dir / "changed_ids.json"
+    if changed is None or not before:
+        path.unlink(missing_ok=True)
+        return
+    store.write_json(path, {"from": before, "to": after, **changed,
+                            "removed": {"entities": [], "relations": [], "facts": []}})

@@ -109,16 +109,17 @@ def _parse(line: bytes, field: str, key: str) -> dict:
 
 
 def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[str, list]
-                  ) -> tuple[list[GraphEntity], list[GraphRelation], int]:
+                  ) -> tuple[list[GraphEntity], list[GraphRelation], int, dict[str, list[str]]]:
     """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
-    graph's entities and relations and how many entities changed between UNKNOWN and a real type (+1 became
-    UNKNOWN)."""
+    graph's entities and relations, how many entities changed between UNKNOWN and a real type (+1 became
+    UNKNOWN), and the ids of the records made again (added or changed), per file, sorted."""
     t = merged.touched
     ents, rels, facts = merged.entities, merged.relations, merged.facts
     names: dict[str, str] = {}        # display names of touched entities
     renamed: set[str] = set()
     graph_ents: list[GraphEntity] = []
     unknown = 0
+    changed: dict[str, list[str]] = {"entities": [], "relations": [], "facts": []}
 
     def keep_entity(eid: str) -> None:   # the graph needs all but the description
         acc = ents[eid]
@@ -135,6 +136,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
             renamed.add(eid)
         unknown += (e.type == UNKNOWN) - (rec is not None and rec["type"] == UNKNOWN)
         graph_ents.append(GraphEntity(eid, e.name, e.type, e.aliases))
+        changed["entities"].append(eid)
         return e
 
     graph_rels: list[GraphRelation] = []
@@ -159,6 +161,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         r = relation_record(pair, racc, desc)
         rel_ids[pair] = r.id
         graph_rels.append(GraphRelation(r.id, r.src, r.tgt, r.weight, r.rel_type))
+        changed["relations"].append(r.id)
         return r.to_json()
 
     def fact_changed(fkey: tuple[str, str, str]) -> bool:
@@ -170,6 +173,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         f = fact_record(fkey, facts[fkey], name_of(s), name_of(o), rel_ids.get(pair) or relation_id(pair))
         if line is not None:
             _parse(line, "id", f.id)
+        changed["facts"].append(f.id)
         return f
 
     entity_lines = _patched(project.entities_path, keys["entities"], t.entities.__contains__, t.new_entities,
@@ -181,4 +185,4 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     store.write_jsonl(project.entities_path, entity_lines, compress=True)
     store.write_jsonl(project.relations_path, relation_lines, compress=True)
     store.write_jsonl(project.facts_path, fact_lines)
-    return graph_ents, graph_rels, unknown
+    return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}

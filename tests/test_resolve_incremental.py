@@ -7,8 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
+from hrag_cli import store
 from hrag_cli.project import Project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,12 +57,23 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
     _index(docs, inc)
     assert Project(inc).resolve_state_path.is_file()
     # new names, and names the corpus already has (their records and facts change; Hana's display name may)
+    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
+             for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive. "
                             "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
     _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired Edric Solano.\n")
+    before = Project(inc).stage("resolve").output_digest
     _index(docs, inc)
     assert _merged(inc) == 2      # one chunk per new document: only their records were merged
     _same_as_fresh(docs, inc, tmp_path)
+    # what changed, for a later stage to sync only that: exactly the records whose lines differ
+    p = Project(inc)
+    changed = orjson.loads((p.graph_dir / "changed_ids.json").read_bytes())
+    assert (changed["from"], changed["to"]) == (before, p.stage("resolve").output_digest)
+    fresh = Project(tmp_path / "fresh0")
+    for name, path in (("entities", "entities_path"), ("relations", "relations_path"), ("facts", "facts_path")):
+        ids = {r["id"] for r in store.read_jsonl(getattr(fresh, path)) if orjson.dumps(r) not in lines[name]}
+        assert changed[name] == sorted(ids) and ids, name
 
 
 def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_the_state_again(tmp_path: Path) -> None:
@@ -76,6 +89,7 @@ def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_th
     _index(docs, inc)
     assert _merged(inc) > everything - 5     # every record again: a chunk's contribution cannot be taken out
     _same_as_fresh(docs, inc, tmp_path)
+    assert not (Project(inc).graph_dir / "changed_ids.json").exists()      # after a merge from scratch: unknown
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc)
     assert _merged(inc) == 1
@@ -92,6 +106,8 @@ def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str)
     data = state.read_bytes()
     state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
     state.write_bytes(data[: len(data) // 2] if how == "truncate" else data[:8] + b"\x00" * (len(data) - 8))
+    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
+             for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     out = _index(docs, inc)
     assert "resolve_state.bin" in out and _merged(inc) > 1
@@ -110,6 +126,8 @@ def test_a_schema_is_part_of_the_state(tmp_path: Path) -> None:
     inc = tmp_path / "inc"
     schema = ("--schema", str(SAMPLE / "schema.toml"))
     _index(docs, inc, *schema)
+    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
+             for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc, *schema)
     assert _merged(inc) == 1
