@@ -37,6 +37,17 @@ def _project(tmp_path: Path) -> Project:
     return p
 
 
+def _indexed(tmp_path: Path, chunks: str) -> Project:
+    """A project whose cache holds one record per chunk, indexed."""
+    p = _project(tmp_path)
+    with p.lock():
+        with store.JsonlAppender(p.extractions_path) as out:
+            for c in chunks:
+                out.append(_rec(c))
+        cache_index.latest(p)
+    return p
+
+
 def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_path: Path) -> None:
     p = _project(tmp_path)
     with p.lock(), store.JsonlAppender(p.extractions_path) as out:
@@ -55,16 +66,11 @@ def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_p
     assert cache_index.full_record(p, latest[("a", "rules-v1")]) == _rec("a", n=3)
     assert latest[("a", "rules-v1")].dropped == {"truncated": 3}
     entries = cache_index.entries(p)
-    assert len(entries) == 4 and len(store.read_jsonl(cache_index.index_path(p)).__next__()) == 2
+    assert len(entries) == 4 and next(store.read_jsonl(cache_index.index_path(p)))["index_version"] == 1
 
 
 def test_an_edited_cut_or_replaced_cache_is_indexed_again(tmp_path: Path) -> None:
-    p = _project(tmp_path)
-    with p.lock(), store.JsonlAppender(p.extractions_path) as out:
-        for c in "abcdef":
-            out.append(_rec(c))
-    with p.lock():
-        cache_index.latest(p)
+    p = _indexed(tmp_path, "abcdef")
     data = p.extractions_path.read_bytes()
     # the same length, one status changed in the middle: no size or line check could see it
     edited = data.replace(b'"chunk_id":"c","extractor":"rules-v1","status":"ok"',
@@ -79,12 +85,7 @@ def test_an_edited_cut_or_replaced_cache_is_indexed_again(tmp_path: Path) -> Non
 
 
 def test_a_damaged_or_torn_index_is_never_trusted(tmp_path: Path) -> None:
-    p = _project(tmp_path)
-    with p.lock(), store.JsonlAppender(p.extractions_path) as out:
-        for c in "abcd":
-            out.append(_rec(c))
-    with p.lock():
-        cache_index.latest(p)
+    p = _indexed(tmp_path, "abcd")
     path = cache_index.index_path(p)
     lines = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join(lines[:2] + lines[3:]))                # an entry lost in the middle
