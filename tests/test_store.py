@@ -123,3 +123,30 @@ def test_compressed_jsonl_reads_like_plain_and_a_cut_one_ends_cleanly(tmp_path: 
     packed.write_bytes(data[:10] + b"\0" * 64 + data[74:])                 # damaged: no exception either
     got = list(store.read_jsonl(packed))
     assert got == recs[: len(got)]
+
+
+def test_compressed_jsonl_lines_are_read_one_member_at_a_time(tmp_path: Path) -> None:
+    """A compressed file's line index lets JsonlLines read line i by decompressing the one member holding it;
+    a file cut short (the index gone) or with a damaged member still reads right, through the slow path or
+    as a missing line, never as another line's record."""
+    recs = [{"id": f"r{i}", "text": f"line {i} " + "word " * (i % 50)} for i in range(20000)]
+    path = tmp_path / "recs.jsonl"
+    store.write_jsonl(path, recs, compress=True)
+    lines = store.JsonlLines(path)
+    assert lines._members is not None and len(lines._members[0]) > 10 and len(lines) == len(recs)
+    for i in (0, 1, 4999, 12345, 19999):
+        assert lines.record(i) == recs[i]
+    assert lines.record(20000) is None and lines.record(-1) is None and len(lines._cache) <= 5
+    assert lines.all() == recs
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])                                              # the index's end is cut off
+    cut = store.JsonlLines(path)
+    assert cut._members is None and cut.record(12345) == recs[12345]
+    path.write_bytes(data)
+    m = store.JsonlLines(path)._members
+    at = int(m[0][3]) + 40
+    path.write_bytes(data[:at] + bytes(32) + data[at + 32:])                  # member 3 damaged, same size
+    bad = store.JsonlLines(path)
+    assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
+    store.write_jsonl(path, [], compress=True)
+    assert len(store.JsonlLines(path)) == 0 and list(store.read_jsonl(path)) == []
