@@ -230,6 +230,12 @@ class BM25Index:
             scores[sl] += w * tf / (tf + norm_by_slot[sl])  # a slot appears once per term
         return scores
 
+    def slot_scores(self, query: str) -> tuple[list[str | None], np.ndarray] | None:
+        """(doc id of each slot, None where removed; BM25 score of each slot), or None when no query term is
+        indexed: for a caller that maps slots to its own rows once, not a dict of every hit per query."""
+        v = self._score_vector(query)
+        return None if v is None else (self._slot_doc, v)
+
     def score(self, query: str) -> dict[str, float]:
         """Score of every document sharing at least one term with ``query`` (others score 0)."""
         v = self._score_vector(query)

@@ -104,7 +104,7 @@ class DocPaths:
     After FIND_LIMIT searches (a batch of queries) the whole file is read once instead; so is it when a search
     misses (an absent id, a compressed file or another field order)."""
 
-    FIND_LIMIT = 256
+    FIND_LIMIT = 64
 
     def __init__(self, path: Path, whole: Callable[[], Mapping]) -> None:
         self.path, self._whole = path, whole
@@ -329,9 +329,15 @@ class QueryIndex:
         if self.bm25 is None:
             return None
         out = np.zeros(len(self.chunk_ids), dtype=np.float64)
-        row = self.chunk_row
-        for cid, sc in self.bm25.score(query).items():
-            i = row.get(cid)
-            if i is not None:
-                out[i] = sc
+        got = self.bm25.slot_scores(query)
+        if got is None:
+            return out
+        slot_docs, v = got
+        rows = self.__dict__.get("_bm25_rows")
+        if rows is None or len(rows) != len(slot_docs):     # each BM25 slot's chunk row, made once
+            row = self.chunk_row
+            rows = self.__dict__["_bm25_rows"] = np.array(
+                [row.get(d, -1) if d is not None else -1 for d in slot_docs], dtype=np.int64)
+        hit = np.flatnonzero((v > 0) & (rows >= 0))
+        out[rows[hit]] = v[hit]
         return out
