@@ -62,6 +62,8 @@ _BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
 _F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 _SPARSE_CACHE_VALUES = 1 << 24  # a sparse index up to this many values keeps them widened (6 bytes each)
 _POSTING_QUERIES = 16         # up to this many queries at once are scored through the column postings
+POSTED = ("chunks", "facts", "relations")   # the sparse indices saved with column postings (see `_posted`)
+_ROW_BAND = 1 << 16           # rows per band of a posting's row (two bytes of row within it)
 
 
 def _dense_rows(dim: int) -> int:
@@ -159,7 +161,7 @@ class SparseRows:
         self.indptr, self.low, self.bands, self.data, self.dim = indptr, low, bands, data, dim
         self._cache: tuple[np.ndarray, np.ndarray] | None = None
         self._scans = 0
-        self.postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # (ptr, rows, values): see load
+        self.postings: tuple[np.ndarray, ...] | None = None   # (ptr, low rows, bands, values): build_postings
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -201,13 +203,15 @@ class SparseRows:
         columns (a fact query fills ~50 of 2048, so ~2 % of a 1.9M-row index's values instead of all of them).
         A row's products are summed in column order, as the row scan's are, but one by one: sums may differ
         from the scan's in the last bit of float32."""
-        ptr, prow, pdata = self.postings          # type: ignore[misc]
+        ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
+        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
         out = np.zeros((len(q), len(self)), dtype=np.float32)
         for j, qv in enumerate(q):
             for c in np.flatnonzero(qv).tolist():
                 s, e = int(ptr[c]), int(ptr[c + 1])
                 if e > s:                          # a column holds each row at most once: no repeated index
-                    out[j, prow[s:e]] += np.asarray(pdata[s:e], dtype=np.float32) * qv[c]
+                    rows = np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp)
+                    out[j, rows] += np.asarray(pdata[s:e], dtype=np.float32) * qv[c]
         return out
 
     def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -236,11 +240,14 @@ class SparseRows:
             yield s, out
 
 
-def build_postings(rows: SparseRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Column postings of sparse rows: (ptr int64 (dim + 1), rows int32, float16 values), column c's entries
-    at ptr[c]:ptr[c + 1], rows ascending. A counting sort, block by block of rows (a stable sort of 16-bit
-    columns is a radix sort): linear in the values, temporaries of a few MB."""
+def build_postings(rows: SparseRows) -> tuple[np.ndarray, ...]:
+    """Column postings of sparse rows: (ptr int64 (dim + 1), low two bytes of each row uint16, per column the
+    count of its entries in each band of 65,536 rows uint32 (dim, bands), float16 values); column c's entries
+    are at ptr[c]:ptr[c + 1], rows ascending. 4 bytes a value, as the rows' 3 (+ band counts). A counting
+    sort, block by block of rows (a stable sort of 16-bit columns is a radix sort): linear in the values,
+    temporaries of a few MB."""
     n, dim, total = len(rows), rows.dim, len(rows.data)
+    nb = max(1, -(-n // _ROW_BAND))
     step = _SCAN_ROWS // 4
 
     def block(s: int) -> tuple[int, int, np.ndarray]:
@@ -248,22 +255,24 @@ def build_postings(rows: SparseRows) -> tuple[np.ndarray, np.ndarray, np.ndarray
         p0, p1 = int(rows.indptr[s]), int(rows.indptr[e])
         return e, p0, rows._cols(rows.bands[s:e], rows.low[p0:p1]).astype(np.uint16)
 
-    counts = np.zeros(dim, dtype=np.int64)
+    bands = np.zeros((dim, nb), dtype=np.int64)
     for s in range(0, n, step):
-        counts += np.bincount(block(s)[2], minlength=dim)[:dim]
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        e, _, cols = block(s)
+        row = np.repeat(np.arange(s, e, dtype=np.int64), np.diff(np.asarray(rows.indptr[s:e + 1])))
+        bands += np.bincount(cols.astype(np.int64) * nb + row // _ROW_BAND, minlength=dim * nb).reshape(dim, nb)
+    ptr = np.concatenate([[0], np.cumsum(bands.sum(axis=1))]).astype(np.int64)
     cursor = ptr[:-1].copy()
-    prow, pdata = np.empty(total, dtype=np.int32), np.empty(total, dtype=DTYPE)
+    plow, pdata = np.empty(total, dtype=np.uint16), np.empty(total, dtype=DTYPE)
     for s in range(0, n, step):
         e, p0, cols = block(s)
         order = np.argsort(cols, kind="stable")
         c = cols[order].astype(np.intp)
         cnt = np.bincount(c, minlength=dim)[:dim]
         dest = cursor[c] + (np.arange(len(c)) - (np.cumsum(cnt) - cnt)[c])
-        row = np.repeat(np.arange(s, e, dtype=np.int32), np.diff(np.asarray(rows.indptr[s:e + 1])))
-        prow[dest], pdata[dest] = row[order], np.asarray(rows.data[p0:p0 + len(c)])[order]
+        row = np.repeat(np.arange(s, e, dtype=np.int64), np.diff(np.asarray(rows.indptr[s:e + 1])))
+        plow[dest], pdata[dest] = (row[order] % _ROW_BAND).astype(np.uint16), np.asarray(rows.data[p0:p0 + len(c)])[order]
         cursor += cnt
-    return ptr, prow, pdata
+    return ptr, plow, bands.astype(np.uint32), pdata
 
 
 class IdKeys(Sequence):
@@ -676,9 +685,10 @@ class VectorIndex:
 
     # -- persistence ------------------------------------------------------------------------------------
     def _posted(self) -> bool:
-        """Whether the saved index carries column postings: sparse rows that queries search (not the synonym
-        stage's own name vectors: postings store every value a second time)."""
-        return self._rows.kind == "sparse" and len(self.ids) > 0 and self.name in INDEX_NAMES
+        """Whether the saved index carries column postings: sparse rows that ppr and naive search (facts,
+        chunks; relations when embedded). Not the entities (local/hybrid/mix only, 85M values at 100,000
+        passages) nor the synonym stage's name vectors: postings store every value a second time (4 bytes)."""
+        return self._rows.kind == "sparse" and len(self.ids) > 0 and self.name in POSTED
 
     @staticmethod
     def paths(vectors_dir: Path, name: str) -> tuple[Path, Path]:
@@ -702,7 +712,8 @@ class VectorIndex:
         offsets, rows in id order) and, for sparse rows, the column postings (starts, rows, float16 values)."""
         d = Path(vectors_dir)
         return (d / f"{name}.keys.npy", d / f"{name}.koff.npy", d / f"{name}.korder.npy",
-                d / f"{name}.csc-ptr.npy", d / f"{name}.csc-rows.npy", d / f"{name}.csc-data.npy")
+                d / f"{name}.csc-ptr.npy", d / f"{name}.csc-rows.npy", d / f"{name}.csc-bands.npy",
+                d / f"{name}.csc-data.npy")
 
     @classmethod
     def files(cls, vectors_dir: Path, name: str) -> list[Path]:
@@ -808,17 +819,18 @@ class VectorIndex:
         """The ids' blob, offsets and order, then (sparse rows) the postings, memory-mapped and checked
         against the id map's header."""
         paths = cls.query_paths(vectors_dir, name)
-        sparse = meta.get("storage") == "sparse" and count > 0 and name in INDEX_NAMES   # as `_posted`
+        sparse = meta.get("storage") == "sparse" and count > 0 and name in POSTED   # as `_posted`
         try:
-            arrays = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:6 if sparse else 3])
+            arrays = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:7 if sparse else 3])
         except (OSError, ValueError, EOFError):
             arrays = ()
         values, key_bytes = int(meta.get("values", -1)), int(meta.get("key_bytes", -1))
         ok = len(arrays) >= 3 and arrays[0].shape == (key_bytes,) and arrays[1].shape == (count + 1,) \
             and arrays[2].shape == (count,) and (not count or int(arrays[1][-1]) == key_bytes)
         if sparse and ok:
-            ptr, prow, pdata = arrays[3:]
-            ok = (ptr.shape == (dim + 1,) and prow.shape == pdata.shape == (values,) and prow.dtype == np.int32
+            ptr, plow, pbands, pdata = arrays[3:]
+            ok = (ptr.shape == (dim + 1,) and plow.shape == pdata.shape == (values,) and plow.dtype == np.uint16
+                  and pbands.shape == (dim, max(1, -(-count // _ROW_BAND))) and pbands.dtype == np.uint32
                   and pdata.dtype == DTYPE and int(ptr[-1]) == values)
         if not ok:
             raise HragError(f"the id keys or postings of index {name} in {vectors_dir} do not match its id map; "

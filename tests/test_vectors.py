@@ -338,3 +338,21 @@ def test_a_query_load_reads_mapped_ids_and_scores_through_the_postings(tmp_path)
     got, sims = lazy.search(q, 7)
     want, wsims = scan.search(q, 7)
     assert got == want and np.allclose(sims, wsims, atol=1e-6)
+
+
+def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
+    """A posting's row is two bytes plus its band: rows beyond 65,536 score as the row scan scores them."""
+    from hrag_cli.vectors import build_postings
+
+    rng = np.random.default_rng(2)
+    n, dim = 140_000, 16
+    m = np.zeros((n, dim), np.float32)
+    m[np.arange(n), rng.integers(0, dim, n)] = 1.0
+    m[np.arange(0, n, 3), rng.integers(0, dim, len(range(0, n, 3)))] += 0.5
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    rows = sparse_rows(m)
+    q = rng.standard_normal((2, dim)).astype(np.float32)
+    scan = np.concatenate([b for _, b in rows.blocks(q)], axis=1)
+    rows.postings = build_postings(rows)
+    assert rows.postings[2].shape == (dim, 3) and int(rows.postings[2].sum()) == len(rows.data)
+    assert np.allclose(rows.posting_scores(q), scan, atol=1e-6)
