@@ -70,6 +70,7 @@ class BM25Index:
         self._total_len = 0
         self._dead_entries = 0
         self._inv: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ptr, slots, tfs
+        self._queries = 0                       # scored so far: the first one skips building `_inv`
 
     # ----------------------------------------------------------------- contents
     def tokens(self, text: str) -> list[str]:
@@ -189,6 +190,25 @@ class BM25Index:
             self._inv = (ptr, slots[order], self._pool_tf[pos][order].astype(np.float64))
         return self._inv
 
+    def _postings(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ptr, slots, tfs) for these terms: the inverted index, built on the second query. A first (cold)
+        query finds its few terms' entries with one pass over the pool instead of sorting every entry
+        (100k chunks: 8M entries, a stable sort of about a second)."""
+        self._queries += 1
+        if self._inv is not None or self._queries > 1:
+            return self._inverted()
+        pool = self._pool_tid[: self._pool_n]
+        pos = np.flatnonzero(np.isin(pool, np.asarray(terms, dtype=pool.dtype)))
+        n_slots = len(self._slot_doc)
+        slot = np.searchsorted(self._slot_end[:n_slots], pos, side="right")
+        pos, slot = pos[slot < n_slots], slot[slot < n_slots]
+        live = self._slot_start[slot] <= pos           # entries of removed slots belong to no slot
+        pos, slot = pos[live], slot[live]
+        order = np.argsort(pool[pos], kind="stable")   # by term, slots ascending within one
+        ptr = np.zeros(len(self._terms) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pool[pos], minlength=len(self._terms)), out=ptr[1:])
+        return ptr, slot[order].astype(np.int64), self._pool_tf[pos][order].astype(np.float64)
+
     def _score_vector(self, query: str) -> np.ndarray | None:
         """BM25 score per slot (removed slots score 0), or None when no query term is indexed."""
         tid = self._term_id
@@ -196,7 +216,7 @@ class BM25Index:
         terms = [t for t in terms if self._df[t] > 0]
         if not terms:
             return None
-        ptr, slots, tfs = self._inverted()
+        ptr, slots, tfs = self._postings(terms)
         n = len(self._slot_of)
         k1, b = self.k1, self.b
         avgdl = self.avgdl or 1.0
@@ -209,6 +229,12 @@ class BM25Index:
             tf = tfs[ptr[t] : ptr[t + 1]]
             scores[sl] += w * tf / (tf + norm_by_slot[sl])  # a slot appears once per term
         return scores
+
+    def slot_scores(self, query: str) -> tuple[list[str | None], np.ndarray] | None:
+        """(doc id of each slot, None where removed; BM25 score of each slot), or None when no query term is
+        indexed: for a caller that maps slots to its own rows once, not a dict of every hit per query."""
+        v = self._score_vector(query)
+        return None if v is None else (self._slot_doc, v)
 
     def score(self, query: str) -> dict[str, float]:
         """Score of every document sharing at least one term with ``query`` (others score 0)."""

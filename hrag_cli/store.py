@@ -120,27 +120,66 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 _GZIP_MAGIC = b"\x1f\x8b"        # no JSON line starts with these bytes, so a reader can tell the two forms apart
 _WRITE_BLOCK = 1 << 20          # bytes gathered per write
+_MEMBER = 1 << 16               # bytes of whole lines per gzip member of a compressed file
+_INDEX_TAG = b"hrag-lines-v1:"  # the comment of a compressed file's last (empty) member: its line index
+# the last member is a gzip header with a comment, an empty deflate block, crc 0 and size 0; the comment ends
+# with the member's own offset (16 hex digits), so a reader finds it from the file's last 28 bytes
+_INDEX_END = b"\x00\x03\x00" + bytes(8)
+_INDEX_HEADER = b"\x1f\x8b\x08\x10" + bytes(4) + b"\x00\xff"        # FCOMMENT, no time, unknown OS
+
+
+def _line_index_member(offsets: list[int], lines: list[int], at: int) -> bytes:
+    """The member that ends a compressed file: (byte offset, lines before it) of every member, in hex."""
+    table = b"".join(int(o).to_bytes(8, "big") + int(n).to_bytes(8, "big") for o, n in zip(offsets, lines))
+    return _INDEX_HEADER + _INDEX_TAG + table.hex().encode() + b":" + b"%016x" % at + _INDEX_END
 
 
 def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> int:
-    """Atomically replace `path` with one JSON object per line; returns the number written. `compress`
-    writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and read
-    whole, whose records repeat one another (a rules project's relations share their sentence): a quarter to
-    a third of the bytes, for about as much CPU again as writing them plain (measured on 17.7k relations:
-    59 -> 112 ms to write, 152 -> 253 ms to read). `read_jsonl` reads both forms."""
+    """Atomically replace `path` with one JSON object per line; returns the number of lines written. `compress`
+    writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and
+    mostly read whole, whose records repeat one another (a rules project's relations share their sentence): a
+    quarter to a third of the bytes, for about as much CPU again as writing them plain (measured on 17.7k
+    relations: 59 -> 112 ms to write, 152 -> 253 ms to read). The lines go in independent gzip members of
+    ~64 KiB of lines each, and a last, empty member's comment lists where each starts and its first line
+    number: `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query
+    wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms."""
     n = 0
-    # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same bytes
-    packer = zlib.compressobj(1, wbits=31) if compress else None
+    offsets: list[int] = []
+    firsts: list[int] = []
+    at = 0
     with atomic_writer(path) as fh:
         buf = bytearray()
+
+        def flush(cut: int) -> None:
+            nonlocal at, n
+            part = bytes(buf[:cut])
+            del buf[:cut]
+            if compress:
+                # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same
+                # bytes
+                packer = zlib.compressobj(1, wbits=31)
+                out = packer.compress(part) + packer.flush()
+                offsets.append(at)
+                firsts.append(n)
+                at += len(out)
+                fh.write(out)
+            else:
+                fh.write(part)
+            n += part.count(b"\n")
+
+        # a member ends after the first line that takes it to `limit` bytes, found in the bytes rather than
+        # counted per record: a caller may hand over many lines as one orjson.Fragment (resolve_patch copies
+        # untouched runs so) and must get the members, line index and bytes that one record per line gives
+        limit = _MEMBER if compress else _WRITE_BLOCK
         for rec in records:
             buf += orjson.dumps(rec, option=_DUMP_OPTS)
             buf += b"\n"
-            n += 1
-            if len(buf) >= _WRITE_BLOCK:
-                fh.write(packer.compress(buf) if packer else buf)
-                buf.clear()
-        fh.write(packer.compress(buf) + packer.flush() if packer else buf)
+            while len(buf) >= limit:
+                flush(buf.index(b"\n", limit - 1) + 1)
+        if buf or (compress and not offsets):
+            flush(len(buf))
+        if compress:
+            fh.write(_line_index_member(offsets + [at], firsts + [n], at))
     return n
 
 
@@ -198,6 +237,25 @@ def read_jsonl_at(path: Path, offsets: Iterable[int]) -> Iterator[Any]:
             yield orjson.loads(fh.readline())
 
 
+def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip file, member after member, block by block; ends quietly at the first
+    damaged byte (a cut or damaged file yields what came before it)."""
+    unzip = zlib.decompressobj(wbits=31)          # 31: the gzip container
+    pending = b""
+    while True:
+        block = pending or fh.read(_WRITE_BLOCK)
+        pending = b""
+        if not block:
+            return
+        try:
+            yield unzip.decompress(block)
+        except zlib.error:
+            return
+        if unzip.eof:                              # the next member, if any, starts in what was left over
+            pending = unzip.unused_data
+            unzip = zlib.decompressobj(wbits=31)
+
+
 def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
     """The newline-ended lines of a plain or gzip-compressed file. A torn last line (the writer died before
     finishing it) is left out; so is whatever follows the break in a cut or damaged compressed file."""
@@ -210,14 +268,9 @@ def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
             yield line
         return
     # blocks split by hand: gzip.GzipFile's readline is Python code per line, several times slower
-    unzip = zlib.decompressobj(wbits=31)          # 31: the gzip container
     tail = b""
-    while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
-        try:
-            data = tail + unzip.decompress(block)
-        except zlib.error:
-            return
-        *lines, tail = data.split(b"\n")
+    for block in _gunzip(fh):
+        *lines, tail = (tail + block).split(b"\n")
         yield from lines
 
 
@@ -256,52 +309,140 @@ def _whole_lines_buffer(fh: BinaryIO) -> Any:
         size = os.fstat(fh.fileno()).st_size
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     fh.seek(0)
-    unzip, parts = zlib.decompressobj(wbits=31), []
-    while not unzip.eof and (block := fh.read(_WRITE_BLOCK)):
-        try:
-            parts.append(unzip.decompress(block))
-        except zlib.error:
-            break
-    data = b"".join(parts)
+    data = b"".join(_gunzip(fh))
     return data[:data.rfind(b"\n") + 1]
+
+
+def _line_index(fh: BinaryIO) -> tuple[Any, Any] | None:
+    """(member offsets, first line of each member) of a compressed file's line index, each ending with the
+    index member's offset and the line count; None when the file has none or it does not fit the file."""
+    import numpy as np
+
+    size = os.fstat(fh.fileno()).st_size
+    if size < 64:
+        return None
+    tail = 1 + 16 + len(_INDEX_END)            # ":", the member's offset in hex, the member's end
+    fh.seek(size - tail)
+    end = fh.read(tail)
+    if not end.endswith(_INDEX_END) or end[:1] != b":":
+        return None
+    try:
+        at = int(end[1:17], 16)
+        fh.seek(at)
+        raw = fh.read(size - at)
+        head = len(_INDEX_HEADER) + len(_INDEX_TAG)
+        if raw[:head] != _INDEX_HEADER + _INDEX_TAG:
+            return None
+        table = np.frombuffer(bytes.fromhex(raw[head:-tail].decode("ascii")), dtype=">i8").astype(np.int64)
+    except ValueError:
+        return None
+    offsets, firsts = table[0::2], table[1::2]
+    if (len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != at or np.any(np.diff(offsets) <= 0)
+            or firsts[0] != 0 or np.any(np.diff(firsts) < 0)):
+        return None
+    return offsets, firsts
 
 
 class JsonlLines:
     """Random access to the whole lines of a plain or compressed JSONL file, for a reader that wants a few
     records of a large file by line number (a query: the facts its search found, the entities it seeds) and
-    must not parse the rest. The newlines are found once, with numpy, when first needed. A torn last line is
-    not a line."""
+    must not parse the rest. A plain file's newlines are found once, with numpy, reading it block by block
+    (its pages stay in the page cache, not in this process: 377 MB of facts at 100,000 passages), and a line
+    is read at its offset; a compressed one with a line index (`write_jsonl`) decompresses only the members
+    holding the lines asked for (a few recent ones are kept), one without an index is decompressed whole. A
+    torn last line is not a line."""
+
+    _KEEP = 64                  # decompressed members kept
 
     def __init__(self, path: Path) -> None:
-        with open(path, "rb") as fh:          # FileNotFoundError passes through
-            self._data = _whole_lines_buffer(fh)
+        self._members: tuple[Any, Any] | None = None
+        self._cache: dict[int, tuple[bytes, list[int]]] = {}
+        self._data: Any = None
+        self._fh: BinaryIO | None = open(path, "rb")          # FileNotFoundError passes through
+        if self._fh.read(2) == _GZIP_MAGIC:
+            self._members = _line_index(self._fh)
+            if self._members is None:
+                self._fh.seek(0)
+                self._data = _whole_lines_buffer(self._fh)
+                self._fh.close()
+                self._fh = None
         self._starts: Any = None
 
     def _index(self) -> Any:
         if self._starts is None:
             import numpy as np
 
-            data = np.frombuffer(self._data, dtype=np.uint8) if len(self._data) else np.zeros(0, np.uint8)
             step = 1 << 24      # bytes per newline search: no mask the size of the whole file
-            ends = [np.flatnonzero(data[s:s + step] == 10) + s + 1 for s in range(0, len(data), step)]
+            if self._data is not None:
+                data = np.frombuffer(self._data, dtype=np.uint8) if len(self._data) else np.zeros(0, np.uint8)
+                ends = [np.flatnonzero(data[s:s + step] == 10) + s + 1 for s in range(0, len(data), step)]
+            else:
+                fd = self._fh.fileno()                                # type: ignore[union-attr]
+                size, ends = os.fstat(fd).st_size, []
+                for s in range(0, size, step):
+                    block = os.pread(fd, min(step, size - s), s)
+                    ends.append(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + s + 1)
             self._starts = np.concatenate([np.zeros(1, np.int64), *ends])
         return self._starts
 
     def __len__(self) -> int:
+        if self._members is not None:
+            return int(self._members[1][-1])
         return len(self._index()) - 1
+
+    def _member(self, m: int) -> tuple[bytes, list[int]] | None:
+        """Member m's bytes and its lines' starts (None when it is damaged)."""
+        got = self._cache.get(m)
+        if got is None:
+            offsets, firsts = self._members                         # type: ignore[misc]
+            self._fh.seek(int(offsets[m]))                          # type: ignore[union-attr]
+            raw = self._fh.read(int(offsets[m + 1] - offsets[m]))   # type: ignore[union-attr]
+            try:
+                data = zlib.decompress(raw, wbits=31)
+            except zlib.error:
+                return None
+            starts = [0]
+            pos = data.find(b"\n")
+            while pos >= 0:
+                starts.append(pos + 1)
+                pos = data.find(b"\n", pos + 1)
+            if len(starts) - 1 != int(firsts[m + 1] - firsts[m]):
+                return None
+            if len(self._cache) >= self._KEEP:
+                self._cache.pop(next(iter(self._cache)))
+            got = self._cache[m] = (data, starts)
+        return got
 
     def all(self) -> list[Any]:
         """Every line parsed, in order (a blank or unparsable line as None): one pass, for a reader that
         turns out to need them all."""
+        if self._data is None:
+            with open(self._fh.name, "rb") as fh:                   # type: ignore[union-attr]
+                self._data = _whole_lines_buffer(fh)
+            self._members, self._starts = None, None
         end = int(self._index()[-1])
         return [orjson.loads(line) if line.strip() else None
                 for line in bytes(self._data[:end]).split(b"\n")[:-1]] if end else []
 
     def raw(self, i: int) -> bytes | None:
-        """Line i as bytes, or None past the end."""
+        """Line i as bytes, or None past the end (or in a damaged member)."""
+        if self._members is not None:
+            import numpy as np
+
+            if not 0 <= i < len(self):
+                return None
+            m = int(np.searchsorted(self._members[1], i, side="right")) - 1
+            got = self._member(m)
+            if got is None:
+                return None
+            data, starts = got
+            j = i - int(self._members[1][m])
+            return data[starts[j]:starts[j + 1]]
         starts = self._index()
         if not 0 <= i < len(starts) - 1:
             return None
+        if self._data is None:
+            return os.pread(self._fh.fileno(), int(starts[i + 1] - starts[i]), int(starts[i]))  # type: ignore[union-attr]
         return bytes(self._data[int(starts[i]):int(starts[i + 1])])
 
     def record(self, i: int) -> Any:

@@ -54,13 +54,16 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 3                    # 3: sparse columns as a byte within a band of 256 (2: two-byte columns)
+FORMAT = 4                    # 4: + column postings and memory-mapped ids (3: byte columns; 2: two-byte columns)
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
 _BLOCK_FLOATS = 1 << 23       # float32 values per dense block (32 MB)
 _F32_CACHE_ELEMENTS = 1 << 25  # an index up to this many numbers keeps a float32 copy for repeated searches
 _SPARSE_CACHE_VALUES = 1 << 24  # a sparse index up to this many values keeps them widened (6 bytes each)
+_POSTING_QUERIES = 16         # up to this many queries at once are scored through the column postings
+POSTED = ("chunks", "facts", "relations")   # the sparse indices saved with column postings (see `_posted`)
+_ROW_BAND = 1 << 16           # rows per band of a posting's row (two bytes of row within it)
 
 
 def _dense_rows(dim: int) -> int:
@@ -158,6 +161,7 @@ class SparseRows:
         self.indptr, self.low, self.bands, self.data, self.dim = indptr, low, bands, data, dim
         self._cache: tuple[np.ndarray, np.ndarray] | None = None
         self._scans = 0
+        self.postings: tuple[np.ndarray, ...] | None = None   # (ptr, low rows, bands, values): build_postings
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -194,9 +198,30 @@ class SparseRows:
                            np.asarray(self.data, dtype=np.float32))
         return self._cache
 
+    def posting_scores(self, q: np.ndarray) -> np.ndarray:
+        """Cosines (nq, rows) from the column postings: each query reads only the postings of its nonzero
+        columns (a fact query fills ~50 of 2048, so ~2 % of a 1.9M-row index's values instead of all of them).
+        A row's products are summed in column order, as the row scan's are, but one by one: sums may differ
+        from the scan's in the last bit of float32."""
+        ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
+        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
+        out = np.zeros((len(q), len(self)), dtype=np.float32)
+        for j, qv in enumerate(q):
+            for c in np.flatnonzero(qv).tolist():
+                s, e = int(ptr[c]), int(ptr[c + 1])
+                if e > s:                          # a column holds each row at most once: no repeated index
+                    rows = np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp)
+                    out[j, rows] += np.asarray(pdata[s:e], dtype=np.float32) * qv[c]
+        return out
+
     def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         n = len(self)
         step = max(1, _SCAN_ROWS // 4)
+        if self.postings is not None and len(q) <= _POSTING_QUERIES:
+            full = self.posting_scores(q)          # the same blocks as a scan: the same top-k merge and ties
+            for s in range(0, n, step):
+                yield s, full[:, s:s + step]
+            return
         cache = self._scan()
         for s in range(0, n, step):
             e = min(n, s + step)
@@ -213,6 +238,95 @@ class SparseRows:
                 live = starts < (np.asarray(self.indptr[s + 1:e + 1]) - p0)      # reduceat needs non-empty rows
                 out[:, live] = np.add.reduceat(prod, starts[live], axis=1)
             yield s, out
+
+
+def build_postings(rows: SparseRows) -> tuple[np.ndarray, ...]:
+    """Column postings of sparse rows: (ptr int64 (dim + 1), low two bytes of each row uint16, per column the
+    count of its entries in each band of 65,536 rows uint32 (dim, bands), float16 values); column c's entries
+    are at ptr[c]:ptr[c + 1], rows ascending. 4 bytes a value, as the rows' 3 (+ band counts). A counting
+    sort, block by block of rows (a stable sort of 16-bit columns is a radix sort): linear in the values,
+    temporaries of a few MB."""
+    n, dim, total = len(rows), rows.dim, len(rows.data)
+    nb = max(1, -(-n // _ROW_BAND))
+    step = _SCAN_ROWS // 4
+
+    def block(s: int) -> tuple[int, int, np.ndarray]:
+        e = min(n, s + step)
+        p0, p1 = int(rows.indptr[s]), int(rows.indptr[e])
+        return e, p0, rows._cols(rows.bands[s:e], rows.low[p0:p1]).astype(np.uint16)
+
+    bands = np.zeros((dim, nb), dtype=np.int64)
+    for s in range(0, n, step):
+        e, _, cols = block(s)
+        row = np.repeat(np.arange(s, e, dtype=np.int64), np.diff(np.asarray(rows.indptr[s:e + 1])))
+        bands += np.bincount(cols.astype(np.int64) * nb + row // _ROW_BAND, minlength=dim * nb).reshape(dim, nb)
+    ptr = np.concatenate([[0], np.cumsum(bands.sum(axis=1))]).astype(np.int64)
+    cursor = ptr[:-1].copy()
+    plow, pdata = np.empty(total, dtype=np.uint16), np.empty(total, dtype=DTYPE)
+    for s in range(0, n, step):
+        e, p0, cols = block(s)
+        order = np.argsort(cols, kind="stable")
+        c = cols[order].astype(np.intp)
+        cnt = np.bincount(c, minlength=dim)[:dim]
+        dest = cursor[c] + (np.arange(len(c)) - (np.cumsum(cnt) - cnt)[c])
+        row = np.repeat(np.arange(s, e, dtype=np.int64), np.diff(np.asarray(rows.indptr[s:e + 1])))
+        plow[dest], pdata[dest] = (row[order] % _ROW_BAND).astype(np.uint16), np.asarray(rows.data[p0:p0 + len(c)])[order]
+        cursor += cnt
+    return ptr, plow, bands.astype(np.uint32), pdata
+
+
+class IdKeys(Sequence):
+    """The ids of an index's rows as one UTF-8 blob, its offsets and the rows in id order, memory-mapped: a
+    query maps the rows a search found to ids and a fact's id to its row (binary search, ~20 ids read)
+    without parsing the id map (1.9M facts at 100k passages). Listing it decodes every id once."""
+
+    def __init__(self, blob: np.ndarray, off: np.ndarray, order: np.ndarray) -> None:
+        self._blob, self._off, self._order = blob, off, order
+        self._all: list[str] | None = None
+
+    @staticmethod
+    def arrays(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(blob uint8, offsets int64 (n + 1), rows sorted by id bytes int64) of a list of ids."""
+        enc = [i.encode("utf-8") for i in ids]
+        off = np.zeros(len(enc) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in enc], out=off[1:])
+        order = np.array(sorted(range(len(enc)), key=enc.__getitem__), dtype=np.int64)
+        return np.frombuffer(b"".join(enc), dtype=np.uint8), off, order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def _bytes(self, row: int) -> bytes:
+        return bytes(self._blob[int(self._off[row]):int(self._off[row + 1])])
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._all is not None or isinstance(i, slice):
+            return self._listed()[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._bytes(int(i) % n).decode("utf-8")
+
+    def position(self, key: str) -> int | None:
+        """The row of `key`, or None."""
+        want, order = key.encode("utf-8"), self._order
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._bytes(int(order[mid])) < want:
+                lo = mid + 1
+            else:
+                hi = mid
+        return int(order[lo]) if lo < len(order) and self._bytes(int(order[lo])) == want else None
+
+    def _listed(self) -> list[str]:
+        if self._all is None:
+            blob, off = bytes(self._blob), self._off.tolist()
+            self._all = [blob[a:b].decode("utf-8") for a, b in zip(off, off[1:])]
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listed())
 
 
 def mostly_zero(b: np.ndarray) -> bool:
@@ -317,7 +431,6 @@ class VectorIndex:
         self.m = settings.m
         self.ef_construction = settings.ef_construction
         self._pos: dict[str, int] | None = None
-        self._found: dict[str, int] = {}  # lazily loaded: id -> row of the ids searches returned
         self._free = 0                    # tombstoned graph slots awaiting reuse
         self._next_label = 0
         self._index = None
@@ -505,10 +618,10 @@ class VectorIndex:
         return self._pos
 
     def position(self, item_id: str) -> int | None:
-        """The row of an id; an id a search just returned is answered from that search, so a query never
-        builds the map of every id (see `_LazyColumn`)."""
-        if self._pos is None and item_id in self._found:
-            return self._found[item_id]
+        """The row of an id; a query's index (ids memory-mapped, `IdKeys`) searches its sorted ids instead of
+        building the map of every id."""
+        if self._pos is None and isinstance(self.ids, IdKeys):
+            return self.ids.position(item_id)
         return self._positions().get(item_id)
 
     def rows(self) -> DenseRows | SparseRows:
@@ -548,8 +661,6 @@ class VectorIndex:
             valid = rows[r] >= 0
             found = [int(p) for p in rows[r][valid]]
             ids_out.append([self.ids[p] for p in found])
-            if isinstance(self.ids, _LazyColumn):       # read-only (a query's): rows never move
-                self._found.update(zip(ids_out[-1], found))
             sims_out[r, : int(valid.sum())] = sims[r][valid]
         return ids_out, sims_out
 
@@ -573,6 +684,12 @@ class VectorIndex:
         return self._lut
 
     # -- persistence ------------------------------------------------------------------------------------
+    def _posted(self) -> bool:
+        """Whether the saved index carries column postings: sparse rows that ppr and naive search (facts,
+        chunks; relations when embedded). Not the entities (local/hybrid/mix only, 85M values at 100,000
+        passages) nor the synonym stage's name vectors: postings store every value a second time (4 bytes)."""
+        return self._rows.kind == "sparse" and len(self.ids) > 0 and self.name in POSTED
+
     @staticmethod
     def paths(vectors_dir: Path, name: str) -> tuple[Path, Path]:
         return Path(vectors_dir) / f"{name}.hnsw", Path(vectors_dir) / f"{name}.ids.jsonl"
@@ -589,13 +706,23 @@ class VectorIndex:
         return (d / f"{name}.csr-indptr.npy", d / f"{name}.csr-cols.npy", d / f"{name}.csr-bands.npy",
                 d / f"{name}.csr-data.npy")
 
+    @staticmethod
+    def query_paths(vectors_dir: Path, name: str) -> tuple[Path, ...]:
+        """What a query reads instead of parsing the id map or scanning every value: the ids (UTF-8 blob,
+        offsets, rows in id order) and, for sparse rows, the column postings (starts, rows, float16 values)."""
+        d = Path(vectors_dir)
+        return (d / f"{name}.keys.npy", d / f"{name}.koff.npy", d / f"{name}.korder.npy",
+                d / f"{name}.csc-ptr.npy", d / f"{name}.csc-rows.npy", d / f"{name}.csc-bands.npy",
+                d / f"{name}.csc-data.npy")
+
     @classmethod
     def files(cls, vectors_dir: Path, name: str) -> list[Path]:
         """Every file of one index, including format 1's <name>.npy and format 2's two-byte columns, for
         removal."""
         d = Path(vectors_dir)
         return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
-                *cls.sparse_paths(vectors_dir, name), d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
+                *cls.sparse_paths(vectors_dir, name), *cls.query_paths(vectors_dir, name),
+                d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
 
     def save(self, vectors_dir: Path) -> None:
         """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
@@ -611,6 +738,8 @@ class VectorIndex:
         rs = self._rows
         arrays = ([(self.matrix_path(vectors_dir, self.name), rs.matrix)] if rs.kind == "dense" else
                   list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.low, rs.bands, rs.data))))
+        query = [*IdKeys.arrays(self.ids), *(build_postings(rs) if self._posted() else ())]
+        arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
                 np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
@@ -622,7 +751,8 @@ class VectorIndex:
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
                             "hnsw_bytes": size, "matrix_rows": len(self.ids), "storage": rs.kind,
-                            "values": int(rs.matrix.size if rs.kind == "dense" else len(rs.data))}}
+                            "values": int(rs.matrix.size if rs.kind == "dense" else len(rs.data)),
+                            "key_bytes": len(query[0])}}
         graph = self._index is not None
         rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
                 for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
@@ -632,14 +762,14 @@ class VectorIndex:
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings,
              lazy_ids: bool = False) -> "VectorIndex | None":
         """The saved index, or None when it was never built. A damaged set or an earlier format raises
-        HragError naming the fix. `lazy_ids` (a query, which never writes): ids and hashes are read from
-        the id map when asked for instead of all at once (`_LazyColumn`)."""
+        HragError naming the fix. `lazy_ids` (a query, which never writes): the ids are the memory-mapped
+        `IdKeys` and the hashes are read from the id map only if asked for; the id map's header alone is
+        parsed (a query's load no longer decompresses 1.9M lines)."""
         hnsw_path, ids_path = cls.paths(vectors_dir, name)
         if not ids_path.exists():
             return None
-        lines = store.JsonlLines(ids_path) if lazy_ids else None
-        rows = iter(store.read_jsonl(ids_path)) if lines is None else iter(())
-        header = next(rows, None) if lines is None else lines.record(0)
+        rows = iter(store.read_jsonl(ids_path))        # decompressed block by block, as far as it is read
+        header = next(rows, None)
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
@@ -649,24 +779,28 @@ class VectorIndex:
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
             graph = bool(meta.get("hnsw_bytes"))
             count = int(meta["count"])
-            if lines is not None:
-                idx.ids = _LazyColumn(ids_path, lines, "id")         # type: ignore[assignment]
-                idx.hashes = _LazyColumn(ids_path, lines, "h")       # type: ignore[assignment]
-                rows = (lines.record(i) for i in range(1, len(lines) if graph else 1))
+            query = cls._load_query_arrays(vectors_dir, name, meta, count, idx.dim)
+            if lazy_ids:
+                idx.ids = IdKeys(*query[:3])                               # type: ignore[assignment]
+                idx.hashes = _LazyColumn(ids_path, "h")                     # type: ignore[assignment]
+                if not graph:
+                    rows = iter(())
             for r in rows:
-                if lines is None:
+                if not lazy_ids:
                     idx.ids.append(r["id"])
                     idx.hashes.append(r.get("h", ""))
                 if graph:
                     labels.append(int(r["label"]))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
-        if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count:
+        if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count or (graph and len(labels) != count):
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
         idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
         idx._next_label = int(meta.get("next_label", 0))
         idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim)
+        if idx._posted():
+            idx._rows.postings = query[3:]                                  # type: ignore[union-attr]
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
@@ -678,6 +812,30 @@ class VectorIndex:
             index.set_ef(max(settings.ef_search, 16))
             idx._index = index
         return idx
+
+    @classmethod
+    def _load_query_arrays(cls, vectors_dir: Path, name: str, meta: dict, count: int,
+                           dim: int) -> tuple[np.ndarray, ...]:
+        """The ids' blob, offsets and order, then (sparse rows) the postings, memory-mapped and checked
+        against the id map's header."""
+        paths = cls.query_paths(vectors_dir, name)
+        sparse = meta.get("storage") == "sparse" and count > 0 and name in POSTED   # as `_posted`
+        try:
+            arrays = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:7 if sparse else 3])
+        except (OSError, ValueError, EOFError):
+            arrays = ()
+        values, key_bytes = int(meta.get("values", -1)), int(meta.get("key_bytes", -1))
+        ok = len(arrays) >= 3 and arrays[0].shape == (key_bytes,) and arrays[1].shape == (count + 1,) \
+            and arrays[2].shape == (count,) and (not count or int(arrays[1][-1]) == key_bytes)
+        if sparse and ok:
+            ptr, plow, pbands, pdata = arrays[3:]
+            ok = (ptr.shape == (dim + 1,) and plow.shape == pdata.shape == (values,) and plow.dtype == np.uint16
+                  and pbands.shape == (dim, max(1, -(-count // _ROW_BAND))) and pbands.dtype == np.uint32
+                  and pdata.dtype == DTYPE and int(ptr[-1]) == values)
+        if not ok:
+            raise HragError(f"the id keys or postings of index {name} in {vectors_dir} do not match its id map; "
+                            f"run 'hrag synonyms' to rebuild it")
+        return arrays
 
     @classmethod
     def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:
@@ -703,36 +861,26 @@ class VectorIndex:
 
 
 class _LazyColumn(Sequence):
-    """One field ("id" or "h") of every row of a saved id map, read at its line when asked for: a query wants
-    the ids of a few search hits, and parsing a whole map (a million facts at 100k passages) was most of a cold
-    query. Listing it parses every line once."""
+    """One field of every row of a saved id map (a query's index: the text hashes, which it never reads),
+    parsed when first asked for."""
 
-    def __init__(self, path: Path, lines: store.JsonlLines, key: str) -> None:
-        self._path, self._lines, self._key = path, lines, key
+    def __init__(self, path: Path, key: str) -> None:
+        self._path, self._key = path, key
         self._all: list[str] | None = None
-
-    def __len__(self) -> int:
-        return len(self._lines) - 1           # line 0 is the header
-
-    def __getitem__(self, i: Any) -> Any:
-        if self._all is not None or isinstance(i, slice):
-            return self._listed()[i]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(i)
-        rec = self._lines.record(i % n + 1)
-        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
-            raise HragError(f"{self._path} is damaged; run 'hrag synonyms' to rebuild it")
-        return rec.get(self._key, "")
 
     def _listed(self) -> list[str]:
         if self._all is None:
             try:
-                rows = self._lines.all()[1:]
-                self._all = [r["id"] for r in rows] if self._key == "id" else [r.get(self._key, "") for r in rows]
-            except (AttributeError, KeyError, TypeError):
+                self._all = [r.get(self._key, "") for r in store.read_jsonl(self._path)][1:]
+            except AttributeError:
                 raise HragError(f"{self._path} is damaged; run 'hrag synonyms' to rebuild it") from None
         return self._all
+
+    def __len__(self) -> int:
+        return len(self._listed())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._listed()[i]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._listed())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hrag_cli.bm25 import BM25Index
@@ -186,3 +187,20 @@ def test_load_header_missing_fields_is_value_error(tmp_path: Path) -> None:
              term_ids=np.zeros(0, np.int32), tfs=np.zeros(0, np.int32), runs=np.zeros(0, np.int64))
     with pytest.raises(ValueError):   # query/index.py and the synonyms stage treat ValueError as "rebuild"
         BM25Index.load(p)
+
+
+def test_a_first_query_scores_without_the_inverted_index_and_the_same() -> None:
+    """The first query after a change scans the pool for its terms (no sort of every entry); its scores are
+    the inverted index's, removed documents included (their entries stay in the pool until compaction)."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(60)]
+    idx = BM25Index()
+    for d in range(300):
+        idx.add(f"d{d}", " ".join(rng.choice(words, size=int(rng.integers(1, 25)))))
+    for d in range(0, 300, 7):
+        idx.remove(f"d{d}")
+    for q in ["w1 w2 w3", "w59 w1 w1", "w40 nothing", "w7"]:
+        idx._inv, idx._queries = None, 0
+        first = idx.score(q)                         # a first query builds nothing
+        assert idx._inv is None and first
+        assert idx.score(q) == first and idx._inv is not None

@@ -8,7 +8,7 @@ import numpy as np
 from hrag_cli import store
 from hrag_cli.config import VectorSettings
 from hrag_cli.query.index import RowRecords
-from hrag_cli.records import Fact, to_dict
+from hrag_cli.records import Document, Fact, to_dict
 from hrag_cli.vectors import VectorIndex
 
 
@@ -40,3 +40,25 @@ def test_complete_positions_answer_membership_without_reading(tmp_path) -> None:
     assert table["f19"] == facts[19] and table.get("f0") == facts[0] and table._all is None
     rows["f5"] = 6                                  # a line that is not the record asked for: the whole file
     assert table["f5"] == facts[5] and table._all is not None
+
+
+def test_doc_paths_are_found_at_their_lines_then_read_whole(tmp_path) -> None:
+    """A document's path comes from its own line of docs.jsonl (a text that quotes another document's id
+    opening is not taken for it); an absent id, or more ids than FIND_LIMIT, reads the file whole once."""
+    from hrag_cli.query.index import DocPaths
+
+    docs = [Document(doc_id=f"d{i}", path=f"p/{i}.txt", sha256="", bytes=1, n_chunks=1,
+                     metadata={"note": '{"doc_id":"d7"' if i == 3 else ""}) for i in range(10)]
+    path = tmp_path / "docs.jsonl"
+    store.write_jsonl(path, (to_dict(d) for d in docs))
+    reads = []
+
+    def whole():
+        reads.append(1)
+        return {d.doc_id: d for d in docs}
+
+    paths = DocPaths(path, whole)
+    assert [paths.get(f"d{i}") for i in (7, 3, 0)] == ["p/7.txt", "p/3.txt", "p/0.txt"] and not reads
+    assert paths.get("absent") == "" and len(reads) == 1
+    paths.FIND_LIMIT = 4
+    assert paths.get("d9") == "p/9.txt" and len(reads) == 2

@@ -143,3 +143,44 @@ def test_line_blocks_give_the_whole_lines_of_plain_compressed_and_multi_member_f
         blocks = list(store.line_blocks(tmp_path / name))
         assert b"".join(blocks) == raw and all(b.endswith(b"\n") for b in blocks), name
     assert list(store.line_blocks(tmp_path / "none.jsonl")) == []
+
+
+def test_compressed_jsonl_lines_are_read_one_member_at_a_time(tmp_path: Path) -> None:
+    """A compressed file's line index lets JsonlLines read line i by decompressing the one member holding it;
+    a file cut short (the index gone) or with a damaged member still reads right, through the slow path or
+    as a missing line, never as another line's record."""
+    recs = [{"id": f"r{i}", "text": f"line {i} " + "word " * (i % 50)} for i in range(20000)]
+    path = tmp_path / "recs.jsonl"
+    store.write_jsonl(path, recs, compress=True)
+    lines = store.JsonlLines(path)
+    assert lines._members is not None and len(lines._members[0]) > 10 and len(lines) == len(recs)
+    for i in (0, 1, 4999, 12345, 19999):
+        assert lines.record(i) == recs[i]
+    assert lines.record(20000) is None and lines.record(-1) is None and len(lines._cache) <= 5
+    assert lines.all() == recs
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])                                              # the index's end is cut off
+    cut = store.JsonlLines(path)
+    assert cut._members is None and cut.record(12345) == recs[12345]
+    path.write_bytes(data)
+    m = store.JsonlLines(path)._members
+    at = int(m[0][3]) + 40
+    path.write_bytes(data[:at] + bytes(32) + data[at + 32:])                  # member 3 damaged, same size
+    bad = store.JsonlLines(path)
+    assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
+    store.write_jsonl(path, [], compress=True)
+    assert len(store.JsonlLines(path)) == 0 and list(store.read_jsonl(path)) == []
+
+
+def test_lines_handed_over_in_runs_write_the_same_bytes_and_line_index(tmp_path: Path) -> None:
+    """resolve_patch hands write_jsonl untouched runs of lines as one orjson.Fragment: the compressed file must
+    be byte for byte the one a record per line gives, so its line index names the right lines."""
+    import orjson
+
+    recs = [{"id": f"r{i}", "text": "word " * (i % 40)} for i in range(9000)]
+    lines = [orjson.dumps(r) for r in recs]
+    runs = [orjson.Fragment(b"\n".join(lines[i:i + 700])) for i in range(0, len(lines), 700)]
+    one, ran = tmp_path / "one.jsonl", tmp_path / "ran.jsonl"
+    assert store.write_jsonl(one, recs, compress=True) == store.write_jsonl(ran, runs, compress=True) == 9000
+    assert one.read_bytes() == ran.read_bytes()
+    assert store.JsonlLines(ran).record(8123) == recs[8123]

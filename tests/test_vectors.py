@@ -9,7 +9,7 @@ import pytest
 
 from hrag_cli.config import VectorSettings
 from hrag_cli.errors import HragError
-from hrag_cli.vectors import VectorIndex, exact_topk, sparse_rows
+from hrag_cli.vectors import FORMAT, VectorIndex, exact_topk, sparse_rows
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -211,7 +211,7 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
     # an index saved by an earlier format is reported, never misread
     _, id_map = VectorIndex.paths(tmp_path, "facts")
     lines = _id_map_lines(id_map)
-    lines[0] = lines[0].replace('"format":3', '"format":2')
+    lines[0] = lines[0].replace(f'"format":{FORMAT}', f'"format":{FORMAT - 1}')
     _write_id_map(id_map, lines)
     with pytest.raises(HragError, match="another version"):
         VectorIndex.load(tmp_path, "facts", s)
@@ -311,3 +311,48 @@ def test_an_index_whose_first_block_is_a_third_full_stays_sparse_without_a_graph
     assert [g[0] for g in got] == [ids[r] for r in rows[:, 0]] and np.allclose(sims, exact, atol=2e-3)
     dense = VectorIndex.build("chunks", ids, unit(rng, 300, dim), VectorSettings(exact_below=10), "m", list(ids))
     assert dense.rows().kind == "dense" and dense._index is not None
+
+
+def test_a_query_load_reads_mapped_ids_and_scores_through_the_postings(tmp_path) -> None:
+    """A query's load (lazy ids) maps rows to ids and ids to rows from the saved keys, and scores a few
+    queries through the column postings: the same ids, positions and scores (to float32 rounding) as the
+    row scan of the index loaded for writing, across bands and for rows with no values at all."""
+    rng = np.random.default_rng(5)
+    n, dim = 700, 600
+    m = np.zeros((n, dim), np.float32)
+    for i in range(n - 3):                          # the last 3 rows stay empty
+        cols = rng.choice(dim, size=int(rng.integers(1, 30)), replace=False)
+        m[i, cols] = rng.standard_normal(len(cols))
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    m = m / np.where(norms > 0, norms, 1)
+    ids = [f"é{i:04d}" if i % 3 else f"z{i}" for i in range(n)]      # not in id order, non-ASCII
+    VectorIndex.build("facts", ids, m, VectorSettings(), "m", hashes=[f"h{i}" for i in range(n)]).save(tmp_path)
+    scan = VectorIndex.load(tmp_path, "facts", VectorSettings())
+    scan._rows.postings = None
+    lazy = VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True)
+    assert lazy._rows.postings is not None and len(lazy.ids) == n and list(lazy.ids) == ids
+    assert [lazy.position(i) for i in ids] == list(range(n)) and lazy.position("absent") is None
+    assert lazy.ids[5] == ids[5] and lazy.ids[-1] == ids[-1] and lazy.hashes[4] == "h4"
+    q = m[[0, 11, 250]] + 0.1 * m[[1, 12, 251]]
+    assert np.allclose(lazy.scores(q[0]), scan.scores(q[0]), atol=1e-6)
+    got, sims = lazy.search(q, 7)
+    want, wsims = scan.search(q, 7)
+    assert got == want and np.allclose(sims, wsims, atol=1e-6)
+
+
+def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
+    """A posting's row is two bytes plus its band: rows beyond 65,536 score as the row scan scores them."""
+    from hrag_cli.vectors import build_postings
+
+    rng = np.random.default_rng(2)
+    n, dim = 140_000, 16
+    m = np.zeros((n, dim), np.float32)
+    m[np.arange(n), rng.integers(0, dim, n)] = 1.0
+    m[np.arange(0, n, 3), rng.integers(0, dim, len(range(0, n, 3)))] += 0.5
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    rows = sparse_rows(m)
+    q = rng.standard_normal((2, dim)).astype(np.float32)
+    scan = np.concatenate([b for _, b in rows.blocks(q)], axis=1)
+    rows.postings = build_postings(rows)
+    assert rows.postings[2].shape == (dim, 3) and int(rows.postings[2].sum()) == len(rows.data)
+    assert np.allclose(rows.posting_scores(q), scan, atol=1e-6)
