@@ -201,7 +201,7 @@ class WalkGraph:
         first = ends - lens
         idx = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - first, lens)
         w = np.asarray(self.weight[idx], dtype=np.float64)
-        factor = _factors(scale)
+        factor = kind_factors(scale)
         if factor is not None:
             w *= factor[np.asarray(self.kind[idx])]
         strength = np.add.reduceat(w, first) if len(w) else np.zeros(len(vertices))
@@ -218,7 +218,7 @@ class WalkGraph:
         if key in self._steps:
             return self._steps[key]
         n, cols = self.vcount(), self.cols
-        _factors(scale)                             # a negative factor is an error here too
+        kind_factors(scale)                         # a negative factor is an error here too
         w = np.asarray(self.weights(scale), dtype=np.float64)
         if len(w) and float(w.min()) < 0:
             raise ValueError("edge weights must not be negative")
@@ -243,7 +243,7 @@ class WalkGraph:
         return step, live
 
 
-def _factors(scale: Scale) -> np.ndarray | None:
+def kind_factors(scale: Scale) -> np.ndarray | None:
     """Per edge kind, the factor `scale` gives it (None: no scaling)."""
     if not scale:
         return None

@@ -1,5 +1,6 @@
 """HippoRAG 2 retrieval: seed entities from the facts closest to the query, add every chunk with a small dense
-weight, and rank chunks by Personalized PageRank over the whole graph.
+weight (the best `query.passage_node_top_k` their own, the rest their mean), and rank chunks by Personalized
+PageRank, walked locally from the seeds and the best chunks plus a chunk prior walked once per graph.
 
 Why this shape: the facts pick the entities a multi-hop question is about; PageRank then walks from them through
 MENTIONED_IN/RELATION/SYNONYM edges to the chunks that connect them, while the dense passage weights keep a
@@ -19,7 +20,7 @@ from ..artifacts import quick_sum
 from ..config import Settings
 from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
 from ..project import Project
-from ..walk import Scale, WalkGraph
+from ..walk import Scale, WalkGraph, kind_factors
 
 __all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset"]
 
@@ -40,8 +41,10 @@ def minmax(scores: np.ndarray) -> np.ndarray:
 # bench/walk_speed.py measures both. So a round whose vertices hold more than 1 / SWEEP_COST of all entries is
 # done as a sweep.
 SWEEP_COST = 8
-# A vertex's residual is spread once it exceeds PUSH_EPS x its entry count: what is left unspread is then at
-# most that much per vertex, and the chunk ranking matched the converged float64 walk's (bench/walk_speed.py).
+# A vertex's residual is spread once it exceeds PUSH_EPS x its entry count x the reset's total: what is left
+# unspread is then at most that much per vertex. At 100,000 passages the first 7 chunks were a float64 walk's to
+# 1e-13 on 10 of 10 walks, and the swaps below them between chunks within 1e-3 of each other (bench/walk_speed.py);
+# 1e-8 took 2.7x the CPU and still swapped some.
 PUSH_EPS = 1e-7
 PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalized_pagerank's default
 PRIOR_FILE = "chunk_prior.npz"
@@ -127,6 +130,11 @@ def project_walk_scale(project: Project, settings: Settings) -> Scale:
     return walk_scale(is_rules_graph(extractor), settings.query.rules_synonym_weight)
 
 
+def _factor_row(scale: Scale) -> np.ndarray:
+    factors = kind_factors(scale)
+    return np.ones(len(EDGE_KINDS)) if factors is None else factors
+
+
 def _prior_key(damping: float, scale: Scale) -> tuple:
     return ("chunk_prior", float(damping), tuple(sorted((scale or {}).items())))
 
@@ -134,7 +142,7 @@ def _prior_key(damping: float, scale: Scale) -> tuple:
 def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.ndarray:
     """`walk_mass` of a reset of 1 on every chunk: what a passage weight shared by every chunk adds to the
     walk. It depends on the graph and settings alone: the synonyms stage saves it (`save_chunk_prior`), and
-    a query whose settings differ walks it once per process (0.8 s CPU at 100,000 passages)."""
+    a query whose settings differ walks it once per process (1.1 s CPU at 100,000 passages)."""
     key = _prior_key(damping, scale)
     if key not in graph.memo:
         chunks = (graph.vkind == VERTEX_KINDS.index(CHUNK)).astype(np.float64)
@@ -159,7 +167,7 @@ def save_chunk_prior(project: Project, settings: Settings) -> None:
     scale = project_walk_scale(project, settings)
     prior = chunk_prior(WalkGraph.load(project), q.damping, scale)
     with store.atomic_writer(_prior_path(project)) as fh:
-        np.savez(fh, prior=prior, damping=np.float64(q.damping), scale=_scale_array(scale),
+        np.savez(fh, prior=prior, damping=np.float64(q.damping), scale=_factor_row(scale),
                  walk=np.frombuffer(_walk_digest(project).encode(), dtype=np.uint8))
 
 
@@ -171,16 +179,12 @@ def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: 
         return
     try:
         with np.load(_prior_path(project), allow_pickle=False) as z:
-            same = (float(z["damping"]) == float(damping) and np.array_equal(z["scale"], _scale_array(scale))
+            same = (float(z["damping"]) == float(damping) and np.array_equal(z["scale"], _factor_row(scale))
                     and bytes(z["walk"]).decode() == _walk_digest(project) and z["prior"].shape == (graph.vcount(),))
             if same:
                 graph.memo[key] = np.asarray(z["prior"], dtype=np.float64)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return          # missing or unreadable: walked instead
-
-
-def _scale_array(scale: Scale) -> np.ndarray:
-    return np.array([float((scale or {}).get(k, 1.0)) for k in EDGE_KINDS])
 
 
 def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: float,
