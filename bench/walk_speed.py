@@ -1,11 +1,15 @@
-"""The ppr walk alone on a built project: load time, CPU per walk, peak RSS, and whether the chunk ranking
-matches a float64 power iteration run to 1e-13 (the walk before it became float32 at tol 1e-7).
+"""The ppr walk alone on a built project: load time, CPU per walk, entries read, peak RSS, and whether the chunk
+ranking matches a float64 power iteration of the same reset run to 1e-13.
 
 Each walk starts from a reset vector shaped like a ppr query's: a few seed entities with weights about 0.1,
 and every chunk with passage_node_weight (0.05) x a min-max-scaled score, cosine-like noise with a handful of
-strong matches. Needs only graph/walk.npz (a project built through resolve is enough).
+strong matches; the best `--passage-top-k` chunks keep their own weight and the others count as their mean
+(query.passage_node_top_k, `ppr.build_reset`), which `ppr.passage_walk` walks locally plus the chunk prior
+(one walk per process, timed apart). `--hipporag` also compares the ranking with the walk of HippoRAG 2's
+reset, every chunk with its own weight (what the bound changes). Needs only graph/walk.npz (a project built
+through resolve is enough).
 
-    .venv/bin/python bench/walk_speed.py --project P [--walks 5] [--top 50]
+    .venv/bin/python bench/walk_speed.py --project P [--walks 5] [--top 50] [--passage-top-k M] [--hipporag]
 """
 
 from __future__ import annotations
@@ -19,22 +23,25 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hrag_cli.config import QuerySettings  # noqa: E402
 from hrag_cli.graph import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
 from hrag_cli.project import Project  # noqa: E402
-from hrag_cli.query.ppr import personalized_pagerank  # noqa: E402
+from hrag_cli.query import ppr  # noqa: E402
+from hrag_cli.query.ppr import SeedWeights, build_reset, chunk_prior, passage_walk, project_walk_scale  # noqa: E402
 from hrag_cli.walk import WalkGraph  # noqa: E402
 
 
-def reference(walk: WalkGraph, reset: np.ndarray, damping: float, tol: float = 1e-13) -> np.ndarray:
+def reference(walk: WalkGraph, reset: np.ndarray, damping: float, scale=None, tol: float = 1e-13) -> np.ndarray:
     """float64 power iteration (dangling mass back to the reset), the yardstick for the ranking."""
     n = walk.vcount()
-    strength = np.bincount(walk.rows(), weights=walk.weight, minlength=n)
+    weight = np.asarray(walk.weights(scale), dtype=np.float64)
+    strength = np.bincount(walk.rows(), weights=weight, minlength=n)
     live = strength > 0
     inv = np.divide(1.0, strength, out=np.zeros(n), where=live)
     r = reset / reset.sum()
     p = r
     for _ in range(10_000):
-        spread = np.bincount(walk.rows(), weights=walk.weight * (p * inv)[walk.cols], minlength=n)
+        spread = np.bincount(walk.rows(), weights=weight * (p * inv)[walk.cols], minlength=n)
         nxt = (1 - damping) * r + damping * (spread + p[~live].sum() * r)
         nxt /= nxt.sum()
         if np.abs(nxt - p).sum() < tol:
@@ -43,38 +50,80 @@ def reference(walk: WalkGraph, reset: np.ndarray, damping: float, tol: float = 1
     return p
 
 
+def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
+    """The first rank (1-based) where two rankings differ, None when equal."""
+    diff = np.flatnonzero(a != b)
+    return int(diff[0]) + 1 if len(diff) else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, required=True)
     ap.add_argument("--walks", type=int, default=5)
     ap.add_argument("--top", type=int, default=50, help="chunk ranks compared with the float64 walk (0: skip)")
+    ap.add_argument("--passage-top-k", type=int, default=QuerySettings().passage_node_top_k,
+                    help="chunks keeping their own passage weight (0: every chunk)")
+    ap.add_argument("--eps", type=float, default=ppr.PUSH_EPS, help="the push's tolerance (ppr.PUSH_EPS)")
+    ap.add_argument("--hipporag", action="store_true", help="also rank with HippoRAG 2's reset (every chunk's own weight)")
     args = ap.parse_args()
+    ppr.PUSH_EPS = args.eps
+    project = Project(args.project)
+    damping, scale = QuerySettings().damping, project_walk_scale(project, project.settings())
     t0 = time.process_time()
-    walk = WalkGraph.load(Project(args.project))
+    walk = WalkGraph.load(project)
     load_s = time.process_time() - t0
     chunks = np.flatnonzero(walk.vkind == VERTEX_KINDS.index(CHUNK))
     entities = np.flatnonzero(walk.vkind == VERTEX_KINDS.index(ENTITY))
+    read = []
+    spread = walk.spread
+
+    def counted(vertices: np.ndarray, amount: np.ndarray, scale=None):
+        read.append(int(walk.degrees()[vertices].sum()))
+        return spread(vertices, amount, scale)
+
+    walk.spread = counted        # type: ignore[method-assign]
+    t0 = time.process_time()
+    chunk_prior(walk, damping, scale)
+    prior_s = time.process_time() - t0
     rng = np.random.default_rng(1)
-    cpu, same = [], []
+    cpu, entries, first, hippo = [], [], [], []
     for _ in range(args.walks):
-        reset = np.zeros(walk.vcount())
-        reset[rng.choice(entities, 6)] = rng.random(6) / 10
+        seeds = SeedWeights(entity={int(v): float(w) for v, w in zip(rng.choice(entities, 6), rng.random(6) / 10)})
         score = rng.normal(0.2, 0.08, len(chunks))
         score[rng.choice(len(chunks), min(20, len(chunks)))] += 0.3
-        reset[chunks] += 0.05 * (score - score.min()) / max(score.max() - score.min(), 1e-12)
+        weight = 0.05 * (score - score.min()) / max(score.max() - score.min(), 1e-12)
+        read.clear()
         t0 = time.process_time()
-        pr = personalized_pagerank(walk, reset, 0.5)
+        reset, floor = build_reset(walk.vcount(), seeds, chunks, weight, args.passage_top_k)
+        pr = passage_walk(walk, reset, floor, damping, scale)
         cpu.append(time.process_time() - t0)
-        if args.top:
-            exact = reference(walk, reset, 0.5)
-            same.append(np.array_equal(chunks[np.argsort(-pr[chunks], kind="stable")[:args.top]],
-                                       chunks[np.argsort(-exact[chunks], kind="stable")[:args.top]]))
+        entries.append(sum(read))
+        if not args.top:
+            continue
+        ranked = chunks[np.argsort(-pr[chunks], kind="stable")[:args.top]]
+        full = reset.copy()
+        full[chunks] += floor
+        exact = reference(walk, full, damping, scale)
+        first.append(first_difference(ranked, chunks[np.argsort(-exact[chunks], kind="stable")[:args.top]]))
+        if args.hipporag:
+            old, _ = build_reset(walk.vcount(), seeds, chunks, weight)
+            theirs = reference(walk, old, damping, scale)
+            order = chunks[np.argsort(-theirs[chunks], kind="stable")[:args.top]]
+            hippo.append((first_difference(ranked, order), len(set(ranked[:5]) & set(order[:5]))))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"vertices {walk.vcount():,}  entries {len(walk.cols):,}  load {load_s:.3f} s CPU")
-    print(f"walk CPU per query: median {np.median(cpu):.3f} s (min {min(cpu):.3f}, max {max(cpu):.3f})  "
-          f"peak RSS {rss:.0f} MB" + (" (with the float64 yardstick)" if args.top else ""))
+    print(f"vertices {walk.vcount():,}  entries {len(walk.weight):,}  load {load_s:.3f} s CPU  "
+          f"chunk prior {prior_s:.3f} s CPU (walked here; a query reads the one the synonyms stage saved)  "
+          f"passage_node_top_k {args.passage_top_k}  eps {args.eps:g}  scale {scale}")
+    print(f"walk CPU per query: median {np.median(cpu):.3f} s (min {min(cpu):.3f}, max {max(cpu):.3f}); entries "
+          f"read by pushes: median {int(np.median(entries)):,}; peak RSS {rss:.0f} MB"
+          + (" (with the float64 yardstick)" if args.top else ""))
     if args.top:
-        print(f"top {args.top} chunks as the float64 walk's: {sum(same)} of {len(same)} walks")
+        same = sum(f is None for f in first)
+        print(f"top {args.top} chunks as the float64 walk of the same reset: {same} of {len(first)} walks; first "
+              f"differing ranks {[f for f in first if f is not None]}")
+    if hippo:
+        print("against HippoRAG 2's reset (every chunk its own weight): first differing rank, top-5 overlap: "
+              + ", ".join(f"{f or '-'}/{o}" for f, o in hippo))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
                 "graph/graph.pkl", "graph/walk.npz", "graph/resolve_state.bin",
                 "graph/resolve_delta.json", "graph/changed_ids.json"),
-    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "vectors"),
+    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "graph/chunk_prior.npz", "vectors"),
 }
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
 _SAMPLE = 1 << 16

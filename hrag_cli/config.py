@@ -123,6 +123,7 @@ class QuerySettings:
     top_k: int = 5
     fact_top_k: int = 5
     passage_node_weight: float = 0.05
+    passage_node_top_k: int = 1000   # ppr: chunks keeping their own passage weight (the rest: their mean; 0: all)
     damping: float = 0.5
     entity_top_k: int = 40           # local mode: entities taken from the entity index
     relation_top_k: int = 40         # global mode: relations taken from the relation index
@@ -209,6 +210,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.min_name_chars": (0, 10_000),
     "synonyms.cells_per_entity": (1, 100_000), "synonyms.cell_size": (2, _BIG),
     "query.top_k": (1, 100_000), "query.fact_top_k": (0, 100_000), "query.passage_node_weight": (0, 1_000_000),
+    "query.passage_node_top_k": (0, _BIG),
     "query.damping": (0, 0.999), "query.entity_top_k": (0, 1_000_000), "query.relation_top_k": (0, 1_000_000),
     "query.entity_tokens": (0, 100_000_000), "query.relation_tokens": (0, 100_000_000),
     "query.context_tokens": (1, 100_000_000), "query.lexical_weight": (0, 1), "query.rrf_k": (0, 1_000_000),

@@ -659,6 +659,9 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         graph, _ = load_graph(project)
         add_synonym_edges(graph, records)
         save_graph(project, graph)
+        from .query.ppr import save_chunk_prior
+
+        save_chunk_prior(project, settings)
     counts.update({"synonym_pairs": len(records), "synonym_auto": len(auto), "synonym_forced": forced,
                    "synonym_merges": merges})
     digests["synonyms"] = fingerprint(records)

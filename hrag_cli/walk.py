@@ -33,6 +33,7 @@ from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_graph, walk_arrays
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 _ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
+Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
 _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
 
 
@@ -73,7 +74,9 @@ class WalkGraph:
         self._cols: np.ndarray | None = None
         self._rows: np.ndarray | None = None
         self._n_entities: int | None = None             # counted once: entity_row asks for it per name
-        self._steps: dict[int, tuple[Any, Callable[[np.ndarray], np.ndarray], np.ndarray]] = {}
+        self._degrees: np.ndarray | None = None
+        self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
+        self._steps: dict[tuple, tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]] = {}
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -173,7 +176,13 @@ class WalkGraph:
             self._rows = np.repeat(np.arange(self.vcount(), dtype=np.intp), np.diff(self.indptr))
         return self._rows
 
-    def weights(self, scale: dict[str, float] | None = None) -> np.ndarray:
+    def degrees(self) -> np.ndarray:
+        """Entries on each vertex's row (its edge count, a self-loop counting twice), made once."""
+        if self._degrees is None:
+            self._degrees = np.diff(np.asarray(self.indptr))
+        return self._degrees
+
+    def weights(self, scale: Scale = None) -> np.ndarray:
         """Each entry's weight, with the kinds in `scale` multiplied by their factor."""
         w = self.weight
         for k, f in (scale or {}).items():
@@ -181,17 +190,36 @@ class WalkGraph:
                 w = np.where(self.kind == EDGE_KINDS.index(k), w * f, w)
         return w
 
-    def transition(self, weights: np.ndarray | None = None) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
-        """One step of the walk for edge weights `weights` (None: the stored ones) and which vertices have a
-        usable edge: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over its
-        edges in proportion to their weights. Made once per weights array (a query batch reuses it): each
-        entry's share w / strength of its far end, precomputed, so a step is one gather, one product and one
-        segmented sum over the rows that have entries."""
-        hit = self._steps.get(id(weights))
-        if hit is not None and hit[0] is weights:
-            return hit[1], hit[2]
+    def spread(self, vertices: np.ndarray, amount: np.ndarray, scale: Scale = None) -> tuple[np.ndarray, np.ndarray]:
+        """Where the mass goes when each vertex in `vertices` (distinct, each with a row) spreads `amount` of it
+        over its edges in proportion to their weights (`scale` as in `weights`): the neighbour and the mass of
+        every entry of those rows. Reads only those rows, so a local walk's cost follows where its mass is;
+        a vertex without a usable edge (all weights 0) sends nothing."""
+        starts = np.asarray(self.indptr[vertices])
+        lens = np.asarray(self.indptr[vertices + 1]) - starts
+        ends = np.cumsum(lens)
+        first = ends - lens
+        idx = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - first, lens)
+        w = np.asarray(self.weight[idx], dtype=np.float64)
+        factor = kind_factors(scale)
+        if factor is not None:
+            w *= factor[np.asarray(self.kind[idx])]
+        strength = np.add.reduceat(w, first) if len(w) else np.zeros(len(vertices))
+        share = np.divide(amount, strength, out=np.zeros(len(vertices)), where=strength > 0)
+        return np.asarray(self._cols32[idx]), w * np.repeat(share, lens)
+
+    def transition(self, scale: Scale = None) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+        """One step of the walk over every entry for edge weights `scale`d as in `weights`, and which vertices
+        have a usable edge: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over
+        its edges in proportion to their weights (a vertex without a usable edge sends nothing). Made once per
+        scale (a query batch reuses it): each entry's share w / strength of its far end, precomputed, so a step
+        is one gather, one product and one segmented sum over the rows that have entries."""
+        key = tuple(sorted((scale or {}).items()))
+        if key in self._steps:
+            return self._steps[key]
         n, cols = self.vcount(), self.cols
-        w = np.asarray(self.weight if weights is None else weights, dtype=np.float64)
+        kind_factors(scale)                         # a negative factor is an error here too
+        w = np.asarray(self.weights(scale), dtype=np.float64)
         if len(w) and float(w.min()) < 0:
             raise ValueError("edge weights must not be negative")
         filled = np.flatnonzero(np.diff(self.indptr) > 0)
@@ -211,5 +239,14 @@ class WalkGraph:
                 out[filled] = np.add.reduceat(flow, starts)
             return out
 
-        self._steps[id(weights)] = (weights, step, live)
+        self._steps[key] = (step, live)
         return step, live
+
+
+def kind_factors(scale: Scale) -> np.ndarray | None:
+    """Per edge kind, the factor `scale` gives it (None: no scaling)."""
+    if not scale:
+        return None
+    if any(f < 0 for f in scale.values()):
+        raise ValueError("edge weights must not be negative")
+    return np.array([float(scale.get(k, 1.0)) for k in EDGE_KINDS])

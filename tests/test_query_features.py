@@ -18,11 +18,11 @@ from hrag_cli.cli import app
 from hrag_cli.errors import UsageError
 from hrag_cli.project import Project
 from hrag_cli.query.index import QueryIndex
-from hrag_cli.query.ppr import SeedWeights, personalized_pagerank
+from hrag_cli.query.ppr import SeedWeights, personalized_pagerank, walk_scale
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
 from hrag_cli.query.retrieval import (chunk_pick_boost, fact_seed_weights, fuse_ranks, pick_by_vector, retrieve,
-                                      rrf_scores, walk_share, walk_weights)
+                                      rrf_scores, walk_share)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -139,15 +139,15 @@ def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
     ix = QueryIndex(project, project.settings())
     walk, syn = ix.walk, ix.walk.kind == EDGE_KINDS.index("SYNONYM")
     assert ix.extractor.startswith("rules") and syn.any()
-    assert walk_weights(ix, 1.0) is None                              # as built
+    assert walk_scale(True, 1.0) is None and walk_scale(False, 0.0) is None     # as built
     # weight 0 walks exactly as if the SYNONYM edges were not there; weight 2 doubles them
     bare = load_graph(project)[0]
     bare.delete_edges(bare.es.select(kind_eq="SYNONYM"))
     reset = np.zeros(walk.vcount())
     reset[sorted(walk.keys_of_kind("entity").values())[:5]] = 1.0
-    np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.5, walk_weights(ix, 0.0)),
+    np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.5, walk_scale(True, 0.0)),
                                personalized_pagerank(WalkGraph(walk_arrays(bare)), reset, 0.5), atol=1e-12)
-    doubled = walk_weights(ix, 2.0)
+    doubled = walk.weights(walk_scale(True, 2.0))
     assert (doubled[syn] == 2 * walk.weight[syn]).all() and (doubled[~syn] == walk.weight[~syn]).all()
     # the setting reaches the walk: with the synonym edges doubled the ranking's scores change
     on = retrieve(ix, Q, _settings(project, rules_synonym_weight=2.0, rules_walk_weight=1.0), mode="ppr")

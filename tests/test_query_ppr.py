@@ -7,7 +7,8 @@ import igraph
 import numpy as np
 import pytest
 
-from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, personalized_pagerank
+from hrag_cli.query.ppr import (SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk,
+                                personalized_pagerank, walk_mass)
 from hrag_cli.graph import walk_arrays
 from hrag_cli.walk import WalkGraph
 
@@ -82,7 +83,7 @@ def test_random_graphs_match_prpack() -> None:
         walk = _graph(n, edges)
         np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.5), _prpack(n, edges, reset, 0.5),
                                    rtol=2e-5, atol=1e-7)
-        scaled = walk.weights({"SYNONYM": 0.0})          # the rules-graph walk: SYNONYM edges not taken
+        scaled = {"SYNONYM": 0.0}                        # the rules-graph walk: SYNONYM edges not taken
         kept = [(a, b, 0.0 if i % 3 == 2 else w) for i, (a, b, w) in enumerate(edges)]
         np.testing.assert_allclose(personalized_pagerank(walk, reset, 0.85, scaled), _prpack(n, kept, reset, 0.85),
                                    rtol=2e-5, atol=1e-7)
@@ -102,13 +103,93 @@ def test_reset_must_fit_and_be_positive() -> None:
     with pytest.raises(ValueError):
         personalized_pagerank(g, np.ones(2), 0.5)
     with pytest.raises(ValueError):
-        personalized_pagerank(g, np.ones(3), 0.5, np.array([-1.0, -1.0]))
+        personalized_pagerank(g, np.ones(3), 0.5, {"RELATION": -1.0})
 
 
 def test_build_reset_and_minmax() -> None:
     seeds = SeedWeights(entity={0: 0.5, 3: 0.25})
-    reset = build_reset(5, seeds, np.array([1, 2, 3]), np.array([0.1, 0.2, 0.3]))
+    reset, floor = build_reset(5, seeds, np.array([1, 2, 3]), np.array([0.1, 0.2, 0.3]))
     np.testing.assert_allclose(reset, [0.5, 0.1, 0.2, 0.55, 0.0])
+    assert floor == 0.0
     np.testing.assert_allclose(minmax(np.array([2.0, 4.0, 3.0])), [0.0, 1.0, 0.5])
     np.testing.assert_allclose(minmax(np.array([3.0, 3.0])), [1.0, 1.0])
     assert minmax(np.array([])).size == 0
+
+
+def _ring(n: int = 4000, seed: int = 3) -> tuple[list[tuple[int, int, float]], WalkGraph]:
+    """A ring lattice (each vertex joined to the next two): far vertices are far apart, as in a big corpus."""
+    rng = np.random.default_rng(seed)
+    edges = [(i, (i + k) % n, float(rng.choice([0.5, 1.0, 2.0]))) for i in range(n) for k in (1, 2)]
+    return edges, _graph(n, edges)
+
+
+def test_local_walk_reads_only_the_reset_neighbourhood_and_matches_prpack() -> None:
+    # a reset on three vertices of a 4,000-vertex graph: every round gathers its active rows (no sweep over
+    # all entries is ever set up), and the result is PRPACK's to the push tolerance
+    edges, walk = _ring()
+    reset = np.zeros(walk.vcount())
+    reset[[5, 17, 2999]] = [0.5, 0.3, 0.2]
+    got = personalized_pagerank(walk, reset, 0.5, eps=1e-12)
+    assert walk._steps == {}
+    np.testing.assert_allclose(got, _prpack(walk.vcount(), edges, reset, 0.5), rtol=1e-5, atol=1e-9)
+    # a coarser tolerance reads less of the graph and keeps the ranking's head
+    coarse = walk_mass(walk, reset, 0.5, eps=1e-4)
+    assert np.count_nonzero(coarse) < np.count_nonzero(got)
+    assert list(np.argsort(-coarse)[:5]) == list(np.argsort(-got)[:5])
+
+
+def test_bounded_reset_is_its_head_plus_the_mean_of_the_rest() -> None:
+    seeds = SeedWeights(entity={0: 0.5})
+    reset, floor = build_reset(6, seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)
+    assert floor == pytest.approx(0.2)                        # mean of 0.1, 0.2, 0.3: the chunks below the best 2
+    np.testing.assert_allclose(reset, [0.5, 0.0, 0.2, 0.0, 0.2, 0.0])
+    # ties at the cut go to the chunk listed first; top >= the chunks keeps every weight as it is
+    reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=1)
+    assert floor == pytest.approx(0.2) and reset[1] == pytest.approx(0.1) and reset[2] == 0.0
+    reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=3)
+    assert floor == 0.0 and list(reset) == [0.0, 0.3, 0.3, 0.1]
+
+
+def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
+    # by linearity: the local walk of the head plus floor x the chunk prior = PageRank of head + floor on
+    # every chunk, the reset HippoRAG 2's form would walk with the tail at its mean
+    g = _igraph(300, [])
+    rng = np.random.default_rng(5)
+    g.add_edges([(int(a), int(b)) for a, b in zip(rng.integers(0, 300, 900), rng.integers(0, 300, 900))])
+    g.es["weight"] = list(rng.choice([0.5, 1.0, 3.0], g.ecount()))
+    g.es["kind"] = ["MENTIONED_IN"] * g.ecount()
+    g.vs["kind"] = ["chunk" if v < 120 else "entity" for v in range(300)]
+    walk = WalkGraph(walk_arrays(g))
+    chunks = np.arange(120)
+    reset, floor = build_reset(300, SeedWeights(entity={200: 0.4, 250: 0.1}), chunks, rng.random(120) * 0.05, top=10)
+    assert floor > 0
+    whole = reset.copy()
+    whole[chunks] += floor
+    np.testing.assert_allclose(passage_walk(walk, reset, floor, 0.5), np.asarray(g.personalized_pagerank(
+        directed=False, damping=0.5, reset=whole.tolist(), weights="weight")), rtol=1e-4, atol=1e-8)
+
+
+def test_saved_chunk_prior_is_read_only_for_its_walk_and_settings(sample_project, tmp_path) -> None:
+    import shutil
+
+    from hrag_cli.project import Project
+
+    shutil.copytree(sample_project, tmp_path / "p")
+    project = Project(tmp_path / "p")
+    walk = WalkGraph.load(project)
+    scale = {"SYNONYM": project.settings().query.rules_synonym_weight}    # the rules graph's walk
+    load_chunk_prior(project, walk, 0.5, scale)                          # the synonyms stage saved it
+    saved = dict(walk.memo)
+    assert len(saved) == 1
+    fresh = WalkGraph.load(project)
+    np.testing.assert_allclose(next(iter(saved.values())), chunk_prior(fresh, 0.5, scale), rtol=1e-6)
+    for damping, sc in ((0.7, scale), (0.5, None)):                     # other settings: walked, not read
+        other = WalkGraph.load(project)
+        load_chunk_prior(project, other, damping, sc)
+        assert other.memo == {}
+    with open(project.walk_path, "r+b") as fh:                          # another walk.npz: not read either
+        fh.seek(40)
+        fh.write(b"\x00" * 8)
+    other = WalkGraph.load(project)
+    load_chunk_prior(project, other, 0.5, scale)
+    assert other.memo == {}

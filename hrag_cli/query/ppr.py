@@ -1,5 +1,6 @@
 """HippoRAG 2 retrieval: seed entities from the facts closest to the query, add every chunk with a small dense
-weight, and rank chunks by Personalized PageRank over the whole graph.
+weight (the best `query.passage_node_top_k` their own, the rest their mean), and rank chunks by Personalized
+PageRank, walked locally from the seeds and the best chunks plus a chunk prior walked once per graph.
 
 Why this shape: the facts pick the entities a multi-hop question is about; PageRank then walks from them through
 MENTIONED_IN/RELATION/SYNONYM edges to the chunks that connect them, while the dense passage weights keep a
@@ -8,13 +9,20 @@ passage that answers the question directly in the running.
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from ..walk import WalkGraph
+from .. import store
+from ..artifacts import quick_sum
+from ..config import Settings
+from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
+from ..project import Project
+from ..walk import Scale, WalkGraph, kind_factors
 
-__all__ = ["personalized_pagerank", "minmax", "SeedWeights", "build_reset"]
+__all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset"]
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -28,38 +36,165 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     return (scores - lo) / (hi - lo)
 
 
-def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, weights: np.ndarray | None = None,
-                          tol: float = 1e-7, max_iter: int = 10_000) -> np.ndarray:
-    """Personalized PageRank of the undirected weighted graph as igraph's PRPACK computes it (tests compare
-    the two): from each vertex the walk follows an edge with probability proportional to its weight
-    (`weights`, one per CSR entry, in place of the stored ones; an edge of weight 0 is never taken), jumps
-    back to the normalised `reset` with probability 1 - damping, and a vertex with no usable edge sends all
-    its mass back to `reset`. Power iteration until the L1 change is below `tol`: numpy alone, so a query
-    never imports igraph.
+# A round of the walk spreads the residual of some vertices. Gathering their rows costs about SWEEP_COST times
+# as much per entry as one sweep over every entry (the power iteration's step, whose shares are precomputed):
+# bench/walk_speed.py measures both. So a round whose vertices hold more than 1 / SWEEP_COST of all entries is
+# done as a sweep.
+SWEEP_COST = 8
+# A vertex's residual is spread once it exceeds PUSH_EPS x its entry count x the reset's total: what is left
+# unspread is then at most that much per vertex. At 100,000 passages the first 7 chunks were a float64 walk's to
+# 1e-13 on 10 of 10 walks, and the swaps below them between chunks within 1e-3 of each other (bench/walk_speed.py);
+# 1e-8 took 2.7x the CPU and still swapped some.
+PUSH_EPS = 1e-7
+PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalized_pagerank's default
+PRIOR_FILE = "chunk_prior.npz"
 
-    Why float32 and tol 1e-7: at 100,000 passages a step is a gather and a segmented sum over 6.9M entries,
-    bound by memory traffic, so half the bytes is half the time (34 against 67 ms a step), and with
-    damping 0.5 the change halves each step, so 1e-7 takes 24 steps where 1e-13 took 43. The ranking it
-    gives has the float64 one's top 5 chunks on every question of the three dev sets (README, Queries)."""
+
+def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale = None, eps: float = PUSH_EPS,
+              max_rounds: int = 10_000) -> np.ndarray:
+    """(1 - damping) x sum over k of (damping x P)^k reset, P the walk's step (each vertex spreads its mass
+    over its edges in proportion to their weights, kinds in `scale` multiplied by their factor; a vertex with
+    no usable edge spreads nothing): the mass each vertex holds, linear in `reset`, which
+    `personalized_pagerank` normalises.
+
+    How: forward push (Andersen, Chung and Lang's local PageRank) in synchronous rounds. The mass starts at 0
+    and a residual at the reset; a round takes every vertex whose residual exceeds `eps` x its entry count x
+    the reset's total, keeps 1 - damping of it and spreads the rest over its edges; what is left unspread at
+    the end is counted as kept. The work follows where the reset's mass goes, not the graph's size: at
+    100,000 passages, with passage weights on a bounded set of chunks (`query.passage_node_top_k`), a walk
+    reads a few hundred thousand of 6.9M entries, where the power iteration read all of them 24 times. A
+    round whose vertices hold over 1 / SWEEP_COST of the entries is one sweep over all of them (spreading
+    every residual, however small): on a small graph, or from a reset on every chunk, that is the power
+    iteration."""
     n = graph.vcount()
     reset = np.asarray(reset, dtype=np.float64)
     if reset.shape != (n,):
         raise ValueError(f"reset has {reset.shape} entries, graph has {n} vertices")
-    if reset.sum() <= 0:
+    total = float(reset.sum())
+    if total <= 0:
         raise ValueError("reset vector is all zeros")
-    step, live = graph.transition(weights)
-    r = (reset / reset.sum()).astype(np.float32)
-    p = r
-    for _ in range(max_iter):
-        nxt = step(p)
-        nxt *= damping
-        nxt += ((1.0 - damping) + damping * float(p[~live].sum(dtype=np.float64))) * r
-        nxt /= nxt.sum(dtype=np.float64)
-        done = float(np.abs(nxt - p).sum(dtype=np.float64)) < tol
-        p = nxt
-        if done:
+    degree = graph.degrees()
+    limit = eps * total * np.maximum(degree, 1)
+    entries = len(graph.weight)
+    residual = reset.copy()
+    kept = np.zeros(n)
+    for _ in range(max_rounds):
+        active = np.flatnonzero(residual > limit)
+        if not len(active):
             break
-    return p.astype(np.float64)
+        if int(degree[active].sum()) * SWEEP_COST > entries:
+            step, _ = graph.transition(scale)
+            kept += (1.0 - damping) * residual
+            residual = damping * step(residual.astype(np.float32)).astype(np.float64)
+            continue
+        amount = residual[active]
+        residual[active] = 0.0
+        kept[active] += (1.0 - damping) * amount
+        rows = degree[active] > 0
+        targets, mass = graph.spread(active[rows], damping * amount[rows], scale)
+        np.add.at(residual, targets, mass)
+    kept += (1.0 - damping) * residual
+    return kept
+
+
+def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale = None,
+                          eps: float = PRIOR_EPS) -> np.ndarray:
+    """Personalized PageRank of the undirected weighted graph as igraph's PRPACK computes it (tests compare
+    the two): from each vertex the walk follows an edge with probability proportional to its weight (kinds
+    in `scale` multiplied by their factor; an edge of weight 0 is never taken), jumps back to the normalised
+    `reset` with probability 1 - damping, and a vertex with no usable edge sends all its mass back to
+    `reset`. That last rule only scales `walk_mass` (which drops such mass), since PageRank is linear in
+    the reset: so this is `walk_mass` normalised, converged by default (a query's walk, `passage_walk`, stops
+    at PUSH_EPS). numpy alone, so a query never imports igraph."""
+    mass = walk_mass(graph, reset, damping, scale, eps)
+    return mass / mass.sum()
+
+
+def walk_scale(rules_graph: bool, synonym_weight: float) -> dict[str, float] | None:
+    """The walk's edge weight factors: on a rules-extractor graph SYNONYM edges x `synonym_weight` (None: the
+    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
+    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
+    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
+    return {"SYNONYM": synonym_weight} if rules_graph and synonym_weight != 1.0 else None
+
+
+def is_rules_graph(extractor: str) -> bool:
+    """Whether the graph came from the rules extractor (its extract stage's `extractor` count)."""
+    return extractor.startswith("rules")
+
+
+def project_walk_scale(project: Project, settings: Settings) -> Scale:
+    """`walk_scale` for a built project: its extract stage says whether the graph is a rules graph."""
+    stage = project.stage("extract")
+    extractor = str(stage.counts.get("extractor", "")) if stage is not None else ""
+    return walk_scale(is_rules_graph(extractor), settings.query.rules_synonym_weight)
+
+
+def _factor_row(scale: Scale) -> np.ndarray:
+    factors = kind_factors(scale)
+    return np.ones(len(EDGE_KINDS)) if factors is None else factors
+
+
+def _prior_key(damping: float, scale: Scale) -> tuple:
+    return ("chunk_prior", float(damping), tuple(sorted((scale or {}).items())))
+
+
+def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.ndarray:
+    """`walk_mass` of a reset of 1 on every chunk: what a passage weight shared by every chunk adds to the
+    walk. It depends on the graph and settings alone: the synonyms stage saves it (`save_chunk_prior`), and
+    a query whose settings differ walks it once per process (1.1 s CPU at 100,000 passages)."""
+    key = _prior_key(damping, scale)
+    if key not in graph.memo:
+        chunks = (graph.vkind == VERTEX_KINDS.index(CHUNK)).astype(np.float64)
+        graph.memo[key] = (walk_mass(graph, chunks, damping, scale, PRIOR_EPS) if chunks.any()
+                           else np.zeros(graph.vcount()))
+    return graph.memo[key]
+
+
+def _prior_path(project: Project) -> Path:
+    return project.graph_dir / PRIOR_FILE
+
+
+def _walk_digest(project: Project) -> str:
+    """Which walk.npz a saved prior was walked on (a sampled hash: reads ~200 KiB)."""
+    return quick_sum(project.walk_path, project.walk_path.stat().st_size)
+
+
+def save_chunk_prior(project: Project, settings: Settings) -> None:
+    """Write graph/chunk_prior.npz (atomically): the chunk prior of graph/walk.npz for the project's query
+    settings, with those settings and the walk's digest, so a query reads it instead of walking every chunk."""
+    q = settings.query
+    scale = project_walk_scale(project, settings)
+    prior = chunk_prior(WalkGraph.load(project), q.damping, scale)
+    with store.atomic_writer(_prior_path(project)) as fh:
+        np.savez(fh, prior=prior, damping=np.float64(q.damping), scale=_factor_row(scale),
+                 walk=np.frombuffer(_walk_digest(project).encode(), dtype=np.uint8))
+
+
+def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: Scale) -> None:
+    """Put the saved chunk prior into `graph.memo` when it was walked on this walk.npz with these settings
+    (otherwise `chunk_prior` walks it)."""
+    key = _prior_key(damping, scale)
+    if key in graph.memo:
+        return
+    try:
+        with np.load(_prior_path(project), allow_pickle=False) as z:
+            same = (float(z["damping"]) == float(damping) and np.array_equal(z["scale"], _factor_row(scale))
+                    and bytes(z["walk"]).decode() == _walk_digest(project) and z["prior"].shape == (graph.vcount(),))
+            if same:
+                graph.memo[key] = np.asarray(z["prior"], dtype=np.float64)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return          # missing or unreadable: walked instead
+
+
+def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: float,
+                 scale: Scale = None) -> np.ndarray:
+    """The walk's score of every vertex (summing to 1) from `reset` plus `floor` on every chunk: by linearity
+    the walk of `reset` alone, which stays local, plus `floor` x the chunk prior."""
+    mass = walk_mass(graph, reset, damping, scale, PUSH_EPS)
+    if floor > 0:
+        mass += floor * chunk_prior(graph, damping, scale)
+    return mass / mass.sum()
 
 
 @dataclass
@@ -70,10 +205,26 @@ class SeedWeights:
     sources: dict[int, list[str]] = field(default_factory=dict)  # vertex -> fact ids / "name" that seeded it
 
 
-def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray) -> np.ndarray:
+def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray,
+                top: int = 0) -> tuple[np.ndarray, float]:
+    """The walk's reset vector as (local part, floor): the seeds' weights, and each chunk's passage weight
+    (HippoRAG 2 gives one to every chunk). With `top` > 0 and more chunks than that, the best `top` chunks
+    carry their weight above `floor`, the mean weight of the others, and `floor` stands for every chunk's
+    share (`passage_walk` adds it through the chunk prior): the same reset, except that the chunks below the
+    best `top` count as their mean. Ties at the cut go to the chunk listed first."""
     reset = np.zeros(n_vertices, dtype=np.float64)
     for v, w in seeds.entity.items():
         reset[v] += w
+    chunk_weights = np.asarray(chunk_weights, dtype=np.float64)
+    floor = 0.0
+    if 0 < top < len(chunk_weights):
+        cut = chunk_weights[np.argpartition(-chunk_weights, top - 1)[top - 1]]
+        above = np.flatnonzero(chunk_weights > cut)
+        keep = np.concatenate([above, np.flatnonzero(chunk_weights == cut)[: top - len(above)]])
+        rest = np.ones(len(chunk_weights), dtype=bool)
+        rest[keep] = False
+        floor = float(chunk_weights[rest].mean())
+        chunk_vertices, chunk_weights = chunk_vertices[keep], chunk_weights[keep] - floor
     if len(chunk_vertices):
         np.add.at(reset, chunk_vertices, chunk_weights)
-    return reset
+    return reset, floor

@@ -24,7 +24,7 @@ from ..errors import UsageError
 from .context import apply_budgets
 from .index import QueryIndex
 from .recognition import check_fact_filter, filter_enabled, recognize
-from .ppr import SeedWeights, build_reset, minmax, personalized_pagerank
+from .ppr import SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
 from .types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
@@ -261,19 +261,6 @@ def fact_seed_weights(scores: list[float], sharpness: float) -> list[float]:
     return [max(sc, 0.0) * (max(sc, 0.0) / best) ** sharpness for sc in scores]
 
 
-def walk_weights(ix: QueryIndex, synonym_weight: float) -> np.ndarray | None:
-    """The walk's edge weights on a rules-extractor graph: SYNONYM edges scaled by `synonym_weight` (None: the
-    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
-    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
-    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
-    if synonym_weight == 1.0:
-        return None
-    cache = ix.__dict__.setdefault("_walk_weights", {})
-    if synonym_weight not in cache:
-        cache[synonym_weight] = ix.walk.weights({"SYNONYM": synonym_weight})
-    return cache[synonym_weight]
-
-
 def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, limit: int,
                  fact_filter: Any = None) -> None:
     """HippoRAG 2's walk, fused with the passage scores for the first ranks; `fact_filter`: the LLM that
@@ -324,10 +311,13 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     t0 = time.perf_counter()
     cv = ix.chunk_vertices
     ok = cv >= 0
-    reset = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight)
-    rules_graph = ix.extractor.startswith("rules")
-    pr = personalized_pagerank(graph, reset, s.damping,
-                               walk_weights(ix, s.rules_synonym_weight) if rules_graph else None)
+    reset, floor = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight,
+                               s.passage_node_top_k)
+    rules_graph = is_rules_graph(ix.extractor)
+    scale = walk_scale(rules_graph, s.rules_synonym_weight)
+    if floor > 0:
+        load_chunk_prior(ix.project, graph, s.damping, scale)
+    pr = passage_walk(graph, reset, floor, s.damping, scale)
     r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
     walk[ok] = pr[cv[ok]]
