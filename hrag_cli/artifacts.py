@@ -16,7 +16,7 @@ STAGES = ("chunk", "extract", "prune", "resolve", "synonyms")
 # what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
 # stages belongs to the first (graph.pkl, walk.npz: resolve builds them, synonyms adds edges), which rebuilds it
 STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "chunk": ("docs.jsonl", "chunks.jsonl"),
+    "chunk": ("docs.jsonl", "chunks.jsonl", "files.json"),
     "extract": (),
     "prune": (),        # counts only (prune.py): nothing on disk to damage
     "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",

@@ -129,6 +129,7 @@ def index(
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop (resumably) when this run's LLM spend reaches USD.")] = None,
     reparse: Annotated[bool, typer.Option("--reparse", help="Re-parse cached LLM responses without calling the LLM.")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks whose output could not be parsed.")] = False,
+    rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
@@ -161,7 +162,8 @@ def index(
 
         get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
-                           reparse=reparse, retry_failed=retry_failed, import_openie=import_openie)
+                           reparse=reparse, retry_failed=retry_failed, import_openie=import_openie,
+                           rehash=rehash)
     result = run_index(proj, settings, _reporter(quiet, json_output), options)
     if json_output:
         _print_json(result.summary)

@@ -13,6 +13,7 @@ import codecs
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -97,6 +98,22 @@ class ScanResult:
     documents: list[LoadedDocument] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)     # "path: reason", each also warned about
     ignored: int = 0                                     # files of unsupported types, silently passed over
+    warnings: int = 0                                    # every warning, so a file that caused one is re-read
+    # rel path -> (stat stamp, its doc ids) of every file read without a warning or found unchanged
+    stamps: dict[str, tuple[list[int], list[str]]] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)   # files skipped because their stamp matched `known`
+
+
+# A file changed less than this before the scan is never stamped: a write in the same clock tick after the
+# stat could leave size, mtime and ctime all equal (the "racily clean" case git guards the same way; 1 s
+# covers file systems that keep whole seconds).
+RACY_NS = 1_000_000_000
+
+
+def stamp(st: os.stat_result) -> list[int]:
+    """What says a file is the one read before without reading it: an in-place edit that keeps size and mtime
+    (touch -d back) still moves ctime, which no user call can set; a replaced file has a new inode."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
 # ------------------------------------------------------------------------------------------------ globs
@@ -232,6 +249,7 @@ def _records(rel: str, text: str, settings: DocumentSettings, reporter: Reporter
         key = str(key).strip() if isinstance(key, (str, int, float)) and not isinstance(key, bool) else ""
         key = key or f"line{lineno}"
         if key in seen:
+            result.warnings += 1
             reporter.warn(f"{where}: duplicate id '{key}', keyed by line number instead")
             key = f"line{lineno}"
         seen.add(key)
@@ -244,10 +262,29 @@ def _records(rel: str, text: str, settings: DocumentSettings, reporter: Reporter
 
 def _skip(result: ScanResult, reporter: Reporter, where: str, reason: str) -> None:
     result.skipped.append(f"{where}: {reason}")
+    result.warnings += 1
     reporter.warn(f"skipped {where}: {reason}")
 
 
-def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
+def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter, result: ScanResult,
+               known: dict[str, list[int]], now_ns: int) -> None:
+    """Read one file, or only stat it when its stamp equals `known[rel]`; stamp it when it read cleanly."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        _skip(result, reporter, rel, f"unreadable ({exc.strerror or exc})")
+        return
+    now = stamp(st)
+    if known.get(rel) == now:
+        result.unchanged.append(rel)
+        return
+    first, warnings = len(result.documents), result.warnings
+    _read_file(path, rel, settings, reporter, result)
+    if result.warnings == warnings and max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - RACY_NS:
+        result.stamps[rel] = (now, [d.doc.doc_id for d in result.documents[first:]])
+
+
+def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
                result: ScanResult) -> None:
     try:
         if path.suffix.lower() in TEXT_SUFFIXES and path.stat().st_size > BIG_FILE_BYTES:
@@ -272,6 +309,7 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
     if path.suffix.lower() in RECORD_SUFFIXES:
         docs = _records(rel, text, settings, reporter, result)
         if not docs and text.strip():
+            result.warnings += 1
             reporter.warn(f"{rel}: no usable records")
         result.documents.extend(docs)
         return
@@ -282,9 +320,10 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
 
 
 def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
-         skip_dirs: list[Path] | None = None) -> ScanResult:
+         skip_dirs: list[Path] | None = None, known: dict[str, list[int]] | None = None) -> ScanResult:
     """Load every supported document under `roots` (folders or files). `skip_dirs` (the project folder)
-    is never read even when it sits inside a root under a non-hidden name."""
+    is never read even when it sits inside a root under a non-hidden name. A file whose stamp equals
+    `known[rel]` is not read: it is listed in `unchanged` and the caller reuses what it made of it before."""
     if not roots:
         raise UsageError("no documents given")
     resolved: list[Path] = []
@@ -302,6 +341,7 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
         common = Path(os.path.commonpath([r.parent for r in resolved]))
         prefixes = {r: r.relative_to(common).as_posix() for r in resolved}
     result = ScanResult()
+    known, now_ns = known or {}, time.time_ns()
     seen_paths: set[str] = set()
     seen_files: dict[Path, Path] = {}                  # file -> the root it was first read under
     for root in resolved:
@@ -335,8 +375,8 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
                 continue
             seen_paths.add(rel)
             seen_files.setdefault(real, root)
-            _load_file(f, rel, settings, reporter, result)
-    if not result.documents:
+            _load_file(f, rel, settings, reporter, result, known, now_ns)
+    if not result.documents and not result.unchanged:
         where = ", ".join(str(r) for r in roots)
         detail = f" ({len(result.skipped)} skipped)" if result.skipped else ""
         raise UsageError(f"no usable documents in {where}{detail}: hrag reads "

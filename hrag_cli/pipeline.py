@@ -57,6 +57,7 @@ class IndexOptions:
     reparse: bool = False
     retry_failed: bool = False
     import_openie: Path | None = None
+    rehash: bool = False     # read every document file, even those whose stat stamp is unchanged
 
 
 @dataclass
@@ -211,7 +212,7 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
-        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse)
+        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
         chunks = chunked.chunks   # extract reads them instead of chunks.jsonl; resolve reads the file itself

@@ -34,6 +34,7 @@ from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
+GEN_HIDDEN = ("files.json",)   # carried into each generation too, but of no use to people: no root symlink
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
 DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
@@ -133,6 +134,7 @@ class Project:
         self.manifest_path = gen / "manifest.json"
         self.docs_path = gen / "docs.jsonl"
         self.chunks_path = gen / "chunks.jsonl"
+        self.files_path = gen / "files.json"      # each document file's stat stamp, so an unchanged one goes unread
         self.graph_dir = gen / "graph"
         self.entities_path = self.graph_dir / "entities.jsonl"
         self.relations_path = self.graph_dir / "relations.jsonl"
@@ -160,7 +162,7 @@ class Project:
         nums = self._gen_numbers()
         new = self.gens_dir / str((nums[-1] + 1) if nums else 1)
         new.mkdir(parents=True)
-        for name in GEN_ENTRIES:
+        for name in GEN_ENTRIES + GEN_HIDDEN:
             _link_tree(src / name, new / name)
         for d in ("graph", "vectors"):
             (new / d).mkdir(exist_ok=True)

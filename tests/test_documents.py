@@ -233,3 +233,82 @@ def test_repeated_text_inside_one_document_is_kept_once(tmp_path: Path) -> None:
     out = run_chunk(proj, settings, reporter()[0], [tmp_path / "docs"])
     assert len({c.chunk_id for c in out.chunks}) == len(out.chunks)
     assert [c.order for c in out.chunks] == list(range(len(out.chunks)))
+
+
+def _chunk_run(proj: Project, settings: Settings, docs: Path, rehash: bool = False):
+    """One chunk stage as `hrag index --stop-after chunk` runs it: reuse when vouched for, then recorded."""
+    from hrag_cli.pipeline import _chunks_reusable, expected_fingerprint
+
+    out = run_chunk(proj, settings, reporter()[0], [docs], reuse=_chunks_reusable(proj, settings), rehash=rehash)
+    proj.record_stage("chunk", expected_fingerprint(proj, settings, "chunk"), out.output_digest, out.counts)
+    return out
+
+
+def test_unchanged_files_go_unread_and_every_change_is_still_seen(tmp_path: Path) -> None:
+    import os
+    import time
+
+    docs = tmp_path / "docs"
+    write(docs, "a.txt", "Alpha is a document about the Alpha Company.")
+    write(docs, "b.txt", "Beta is a document about the Beta River.")
+    write(docs, "c.txt", "Gamma is a document about the Gamma Bridge.")
+    write(docs, "r.jsonl", '{"id": 1, "text": "Delta Port."}\n{"id": 2, "text": "Epsilon Hill.", "title": "E"}\n')
+    write(docs, "bad.jsonl", '{"id": 1, "text": "Zeta Lake."}\nnot json\n')      # warns: read every time
+    time.sleep(1.05)            # older than documents.RACY_NS, so the first run may stamp them
+    proj = Project(tmp_path / "proj")
+    proj.init()
+    settings = Settings()
+    first = _chunk_run(proj, settings, docs)
+    assert first.counts["unread_files"] == 0 and proj.files_path.exists()
+    files = json.loads(proj.files_path.read_bytes())["files"]
+    assert set(files) == {"a.txt", "b.txt", "c.txt", "r.jsonl"}                   # bad.jsonl warned
+    snapshot = (proj.docs_path.read_bytes(), list(store.read_jsonl(proj.chunks_path)), first.output_digest)
+
+    second = _chunk_run(proj, settings, docs)
+    assert second.counts["unread_files"] == 4 and second.counts["skipped_files"] == 1
+    assert (proj.docs_path.read_bytes(), list(store.read_jsonl(proj.chunks_path)), second.output_digest) == snapshot
+    assert _chunk_run(proj, settings, docs, rehash=True).counts["unread_files"] == 0
+    assert (proj.docs_path.read_bytes(), list(store.read_jsonl(proj.chunks_path))) == snapshot[:2]
+
+    # an in-place edit keeping size and mtime (touch -d back): ctime moved, so the file is read
+    st = (docs / "a.txt").stat()
+    (docs / "a.txt").write_text("ALPHA is a document about the Alpha Company.", encoding="utf-8")
+    os.utime(docs / "a.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (docs / "a.txt").stat().st_size == st.st_size
+    # a deleted file and a renamed one
+    (docs / "b.txt").unlink()
+    (docs / "c.txt").rename(docs / "c2.txt")
+    third = _chunk_run(proj, settings, docs)
+    assert third.counts["unread_files"] == 1                                      # r.jsonl only
+    paths = {d["path"]: d for d in store.read_jsonl(proj.docs_path)}
+    assert set(paths) == {"a.txt", "c2.txt", "r.jsonl#1", "r.jsonl#2", "bad.jsonl#1"}
+    assert any(c["text"].startswith("ALPHA") for c in store.read_jsonl(proj.chunks_path))
+
+    # settings that change chunking re-chunk every file, stamps or not
+    settings.chunk.tokens = 5
+    settings.chunk.overlap = 0
+    fourth = _chunk_run(proj, settings, docs)
+    assert fourth.counts["unread_files"] == 0 and fourth.counts["chunks"] > third.counts["chunks"]
+
+
+def test_a_damaged_stamp_file_is_caught_and_costs_only_a_full_read(tmp_path: Path) -> None:
+    import time
+
+    docs = tmp_path / "docs"
+    write(docs, "a.txt", "Alpha is a document about the Alpha Company.")
+    time.sleep(1.05)
+    proj = Project(tmp_path / "proj")
+    proj.init()
+    settings = Settings()
+    first = _chunk_run(proj, settings, docs)
+    proj.files_path.write_bytes(b"{ not json")
+    from hrag_cli.pipeline import _chunks_reusable
+
+    assert [p.path for p in proj.check(stages=("chunk",))] == ["files.json"]
+    assert not _chunks_reusable(proj, settings)
+    again = _chunk_run(proj, settings, docs)
+    assert again.counts["unread_files"] == 0 and again.output_digest == first.output_digest
+    written = {p: p.stat().st_mtime_ns for p in (proj.docs_path, proj.chunks_path, proj.files_path)}
+    assert _chunk_run(proj, settings, docs).counts["unread_files"] == 1
+    # nothing changed at all: the three files are left as they are, and still vouched for
+    assert {p: p.stat().st_mtime_ns for p in written} == written and not proj.check(full=True, stages=("chunk",))
