@@ -371,6 +371,7 @@ def test_a_project_from_before_generations_reads_and_moves_into_one(built, tmp_p
     for name in ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors"):   # the old layout
         (old / name).unlink()
         shutil.move(str(gen / name), str(old / name))
+    shutil.move(str(gen / "files.json"), str(old / "files.json"))   # no root symlink, but the manifest lists it
     shutil.rmtree(old / "gens")
     (old / "current").unlink()
     code, got, err = answers(old, FAST)
