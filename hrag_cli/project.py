@@ -33,8 +33,7 @@ from .config import Settings, default_toml, load_settings
 from .errors import HragError, ProjectLocked, UsageError
 
 DEFAULT_PROJECT = ".hrag"
-GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors")
-GEN_HIDDEN = ("files.json",)   # carried into each generation too, but of no use to people: no root symlink
+GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors")
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
 DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
@@ -162,7 +161,7 @@ class Project:
         nums = self._gen_numbers()
         new = self.gens_dir / str((nums[-1] + 1) if nums else 1)
         new.mkdir(parents=True)
-        for name in GEN_ENTRIES + GEN_HIDDEN:
+        for name in GEN_ENTRIES:
             _link_tree(src / name, new / name)
         for d in ("graph", "vectors"):
             (new / d).mkdir(exist_ok=True)

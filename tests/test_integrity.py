@@ -368,10 +368,9 @@ def test_a_project_from_before_generations_reads_and_moves_into_one(built, tmp_p
     old = tmp_path / "old"
     shutil.copytree(root, old, symlinks=True)
     gen = (old / os.readlink(old / "current")).resolve()
-    for name in ("manifest.json", "docs.jsonl", "chunks.jsonl", "graph", "vectors"):   # the old layout
+    for name in ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors"):   # old layout
         (old / name).unlink()
         shutil.move(str(gen / name), str(old / name))
-    shutil.move(str(gen / "files.json"), str(old / "files.json"))   # no root symlink, but the manifest lists it
     shutil.rmtree(old / "gens")
     (old / "current").unlink()
     code, got, err = answers(old, FAST)
