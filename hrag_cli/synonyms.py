@@ -473,18 +473,22 @@ def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
     idx = VectorIndex.load_or_create(project.vectors_dir, name, vs, emb.model_id, emb.backend.known_dim() or 0)
     ids: list[str] = []
     hashes: list[str] = []
+    stored: list[int] = []
     held: list[str] | None = []
+    stored_row = idx.stored_row
     for item_id, text in items():
         h = text_hash(text)
-        if held is not None and not idx.holds(item_id, h):
+        r = stored_row(item_id, h)
+        if held is not None and r < 0:
             held.append(text)
             if len(held) > _HELD_TEXTS:
                 held = None
         ids.append(item_id)
         hashes.append(h)
-    todo = idx.missing(ids, hashes)
-    wanted = np.zeros(len(ids), dtype=bool)
-    wanted[todo] = True
+        stored.append(r)
+    rows = np.array(stored, dtype=np.int64)
+    wanted = rows < 0
+    todo = np.flatnonzero(wanted)
 
     def batches() -> Iterator[list[str]]:
         if held is not None:
@@ -500,7 +504,7 @@ def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
         if batch:
             yield batch
 
-    counts = idx.sync(ids, hashes, embed_blocks(emb, batches(), len(todo), reporter), rows=todo)
+    counts = idx.sync(ids, hashes, embed_blocks(emb, batches(), len(todo), reporter), rows=todo, stored=rows)
     idx.save(project.vectors_dir)
     return idx, counts
 
