@@ -87,7 +87,7 @@ def relation_vectors(settings: Settings, extractor: str) -> bool:
 
 
 def name_chars(name: str) -> int:
-    return sum(ch.isalnum() for ch in name)
+    return sum(map(str.isalnum, name))
 
 
 # -- neighbour lists --------------------------------------------------------------------------------------
@@ -322,20 +322,24 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
         knn.sim[at] = np.take_along_axis(sims, order, 1)
 
 
-def linkable(names: dict[str, str], min_chars: int) -> set[str]:
-    """Entities (id -> name) whose names are long enough to be linked (short names like "US" or "1" match too
-    much)."""
-    return {i for i, name in names.items() if name_chars(name) >= min_chars}
+def linkable(names: dict[str, str], min_chars: int) -> Callable[[str], bool]:
+    """Whether an entity (id -> name) has a name long enough to be linked (short names like "US" or "1" match
+    too much)."""
+    return lambda i: name_chars(names.get(i, "")) >= min_chars
 
 
-def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple[str, str], float]:
-    """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both in `ok`."""
+def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool], threshold: float) -> dict[tuple[str, str], float]:
+    """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (asked
+    only of the entities in such a pair: a fraction of them)."""
     n, k = knn.nbr.shape
     a = np.repeat(np.arange(n, dtype=np.int64), k)
     b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
     keep = (b >= 0) & (s >= threshold) & (a != b)
     a, b, s = a[keep], b[keep], s[keep]
-    linkable_row = np.array([i in ok for i in knn.ids], dtype=bool)
+    linkable_row = np.zeros(n, dtype=bool)
+    asked = np.unique(np.concatenate([a, b]))
+    ids = knn.ids
+    linkable_row[asked] = np.fromiter((ok(ids[r]) for r in asked.tolist()), dtype=bool, count=len(asked))
     keep = linkable_row[a] & linkable_row[b]
     a, b, s = a[keep], b[keep], s[keep]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
@@ -344,7 +348,6 @@ def candidate_pairs(knn: KnnLists, ok: set[str], threshold: float) -> dict[tuple
     first = np.ones(len(lo), dtype=bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     pairs: dict[tuple[str, str], float] = {}
-    ids = knn.ids
     for x, y, v in zip(lo[first].tolist(), hi[first].tolist(), s[first].tolist()):
         ia, ib = ids[x], ids[y]
         pairs[(ia, ib) if ia < ib else (ib, ia)] = v
