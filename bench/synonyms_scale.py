@@ -120,7 +120,7 @@ def main() -> None:
           f"(largest {sizes.max()}), {knn.cells.shape[1]} per entity)  peak {peak_gb():.2f} GB", flush=True)
 
     t0 = time.perf_counter()
-    pairs = candidate_pairs(knn, set(ids), thr)
+    pairs = candidate_pairs(knn, set(ids).__contains__, thr)
     t_pairs = time.perf_counter() - t0
     total = t_knn + t_pairs
     print(f"pairs         {t_pairs:8.1f} s   ({len(pairs)} synonym pairs)", flush=True)
@@ -153,7 +153,7 @@ def main() -> None:
         hashes2 = hashes + [f"n{i}" for i in range(args.add)]
         t0 = time.perf_counter()
         knn2, queried = update_knn(knn, ids2, hashes2, m2, k, quiet, syn.cells_per_entity, syn.cell_size)
-        pairs2 = candidate_pairs(knn2, set(ids2), thr)
+        pairs2 = candidate_pairs(knn2, set(ids2).__contains__, thr)
         t_inc = time.perf_counter() - t0
         added = against_brute_force(m2, knn2, pairs2, ids2, np.arange(args.n, args.n + args.add), k, thr)
         print(f"later run     {t_inc:8.1f} s   (+{args.add} entities: {queried} joined, the rest kept their lists; "

@@ -43,7 +43,7 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -470,26 +470,34 @@ class VectorIndex:
 
     def missing(self, ids: list[str], hashes: list[str]) -> np.ndarray:
         """Positions in `ids` whose (id, hash) this index does not hold: the texts to embed before `sync`."""
-        holds = self.holds
-        return np.fromiter((p for p, (i, h) in enumerate(zip(ids, hashes)) if not holds(i, h)), dtype=np.int64)
+        return np.flatnonzero(self.stored_rows(ids, hashes) < 0)
 
-    def holds(self, item_id: str, text_hash: str) -> bool:
-        """Whether this index has a vector for this id made from a text with this hash."""
+    def stored_rows(self, ids: Iterable[str], hashes: Iterable[str]) -> np.ndarray:
+        """Per (id, hash), the row holding its vector (-1: none, or one made from another text)."""
+        row = self.stored_row
+        return np.fromiter((row(i, h) for i, h in zip(ids, hashes)), dtype=np.int64)
+
+    def stored_row(self, item_id: str, text_hash: str) -> int:
+        """The row with a vector for this id made from a text with this hash, else -1."""
         r = self._positions().get(item_id)
-        return r is not None and self.hashes[r] == text_hash
+        return r if r is not None and self.hashes[r] == text_hash else -1
 
-    def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None) -> dict:
+    def sync(self, ids: list[str], hashes: list[str], vectors, rows: np.ndarray | None = None,
+             stored: np.ndarray | None = None) -> dict:
         """Make the index hold exactly `ids` in this order. `vectors` holds a row per id, or (with `rows`, as
         `missing` returned) a row per listed position only, the other rows being kept from the index (which
         must hold them). `vectors` may also be an iterator of row blocks in that order, so a caller can embed
         millions of texts without holding them all; a block may be SparseRows of unit rows (`sparse_rows` of
         an embedder's output), which a worker process can hand back at a fraction of the dense bytes. Returns
-        counts: added, removed, kept, rebuilt (0/1: the graph was built from scratch)."""
+        counts: added, removed, kept, rebuilt (0/1: the graph was built from scratch). `stored` (`stored_rows`
+        of the same ids and hashes, when the caller has it) spares a second lookup of every id."""
         n = len(ids)
         if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
+        if stored is None or len(stored) != n:
+            stored = self.stored_rows(ids, hashes)
         if rows is None:     # a full matrix: only the rows the index lacks are taken from it
-            todo = self.missing(ids, hashes)
+            todo = np.flatnonzero(stored < 0)
             vectors = np.asarray(vectors)[todo] if n else vectors
         else:
             todo = np.asarray(rows, dtype=np.int64)
@@ -498,16 +506,12 @@ class VectorIndex:
         first = next(blocks, None) if len(todo) else None
         if first is not None and self.dim == 0:
             self.dim = first.dim if isinstance(first, SparseRows) else int(np.asarray(first).shape[-1])
-        pos = self._positions()
         is_new = np.zeros(n, dtype=bool)
         is_new[todo] = True
-        old_row = np.full(n, -1, dtype=np.int64)
-        for p, i in enumerate(ids):
-            if not is_new[p]:
-                r = pos.get(i)
-                if r is None or self.hashes[r] != hashes[p]:
-                    raise ValueError(f"index {self.name}: no stored vector for {i!r}; pass it in `vectors`")
-                old_row[p] = r
+        lacking = np.flatnonzero(~is_new & (stored < 0))
+        if len(lacking):
+            raise ValueError(f"index {self.name}: no stored vector for {ids[lacking[0]]!r}; pass it in `vectors`")
+        old_row = np.where(is_new, -1, stored)
         kept_rows = old_row[~is_new]
         gone = np.ones(len(self.ids), dtype=bool)
         gone[kept_rows] = False
