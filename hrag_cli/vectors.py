@@ -54,7 +54,8 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 4                    # 4: + column postings and memory-mapped ids (3: byte columns; 2: two-byte columns)
+FORMAT = 5                    # 5: a posted index keeps its values once, by column (4: + column postings and
+                              # memory-mapped ids; 3: byte columns; 2: two-byte columns)
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
@@ -157,11 +158,73 @@ class SparseRows:
     values stored."""
     kind = "sparse"
 
-    def __init__(self, indptr: np.ndarray, low: np.ndarray, bands: np.ndarray, data: np.ndarray, dim: int) -> None:
-        self.indptr, self.low, self.bands, self.data, self.dim = indptr, low, bands, data, dim
+    def __init__(self, indptr: np.ndarray, low: np.ndarray | None, bands: np.ndarray | None,
+                 data: np.ndarray | None, dim: int) -> None:
+        self.indptr, self.dim = indptr, dim
+        self._low, self._bands, self._data = low, bands, data
         self._cache: tuple[np.ndarray, np.ndarray] | None = None
         self._scans = 0
         self.postings: tuple[np.ndarray, ...] | None = None   # (ptr, low rows, bands, values): build_postings
+
+    @classmethod
+    def from_postings(cls, indptr: np.ndarray, postings: tuple[np.ndarray, ...], dim: int) -> "SparseRows":
+        """Rows saved by column only (a posted index keeps its values once): a query reads the postings;
+        the row arrays are derived the first time something reads rows (the synonyms stage's sync, a scan
+        of more than _POSTING_QUERIES queries)."""
+        rows = cls(indptr, None, None, None, dim)
+        rows.postings = postings
+        return rows
+
+    def _rows_from_postings(self) -> None:
+        """Each column's entries go to the next free place of their rows: columns ascend, so every row's
+        values come out in column order, as a row-wise build stores them. Linear in the values, one column
+        at a time."""
+        ptr, plow, pbands, pdata = self.postings                    # type: ignore[misc]
+        n, total = len(self), int(self.indptr[-1])
+        low, data = np.empty(total, dtype=np.uint8), np.empty(total, dtype=DTYPE)
+        bands = np.zeros((n, _n_bands(self.dim)), dtype=np.uint16)
+        cursor = np.asarray(self.indptr[:-1], dtype=np.int64).copy()
+        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
+        for c in range(self.dim):
+            s, e = int(ptr[c]), int(ptr[c + 1])
+            if e == s:
+                continue
+            rows = np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp)
+            at = cursor[rows]
+            low[at] = c % _BAND
+            data[at] = pdata[s:e]
+            cursor[rows] += 1                      # a column holds each row at most once
+            bands[rows, c // _BAND] += 1
+        if not np.array_equal(cursor, np.asarray(self.indptr[1:])):
+            raise HragError("the postings of a vector index do not fill its rows; run 'hrag synonyms' to rebuild it")
+        self._low, self._bands, self._data = low, bands, data
+
+    @property
+    def low(self) -> np.ndarray:
+        if self._low is None:
+            self._rows_from_postings()
+        return self._low                                            # type: ignore[return-value]
+
+    @property
+    def bands(self) -> np.ndarray:
+        if self._bands is None:
+            self._rows_from_postings()
+        return self._bands                                          # type: ignore[return-value]
+
+    @property
+    def data(self) -> np.ndarray:
+        if self._data is None:
+            self._rows_from_postings()
+        return self._data                                           # type: ignore[return-value]
+
+    @property
+    def values(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def by_column_only(self) -> bool:
+        """Loaded from postings alone, the row arrays not derived: saving again can reuse the postings."""
+        return self._low is None and self.postings is not None
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -193,7 +256,7 @@ class SparseRows:
         counts and widens the float16 values again for every query, half the cost of a fact search (a single
         cold query streams its one scan instead)."""
         self._scans += 1
-        if self._cache is None and self._scans > 1 and len(self.data) <= _SPARSE_CACHE_VALUES:
+        if self._cache is None and self._scans > 1 and self.values <= _SPARSE_CACHE_VALUES:
             self._cache = (self._cols(self.bands, self.low).astype(np.uint16),
                            np.asarray(self.data, dtype=np.float32))
         return self._cache
@@ -740,9 +803,15 @@ class VectorIndex:
         else:
             hnsw_path.unlink(missing_ok=True)
         rs = self._rows
-        arrays = ([(self.matrix_path(vectors_dir, self.name), rs.matrix)] if rs.kind == "dense" else
-                  list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.low, rs.bands, rs.data))))
-        query = [*IdKeys.arrays(self.ids), *(build_postings(rs) if self._posted() else ())]
+        posted = self._posted()
+        if rs.kind == "dense":
+            arrays = [(self.matrix_path(vectors_dir, self.name), rs.matrix)]
+        elif posted:        # the values once, by column (the postings below); the row starts give each row's size
+            arrays = [(self.sparse_paths(vectors_dir, self.name)[0], rs.indptr)]
+        else:
+            arrays = list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.low, rs.bands, rs.data)))
+        postings = (rs.postings if rs.by_column_only else build_postings(rs)) if posted else ()
+        query = [*IdKeys.arrays(self.ids), *postings]
         arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
@@ -755,7 +824,7 @@ class VectorIndex:
                             "space": "cosine", "m": self.m, "ef_construction": self.ef_construction,
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
                             "hnsw_bytes": size, "matrix_rows": len(self.ids), "storage": rs.kind,
-                            "values": int(rs.matrix.size if rs.kind == "dense" else len(rs.data)),
+                            "values": int(rs.matrix.size if rs.kind == "dense" else rs.values),
                             "key_bytes": len(query[0])}}
         graph = self._index is not None
         rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
@@ -802,9 +871,7 @@ class VectorIndex:
         idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
         idx._next_label = int(meta.get("next_label", 0))
-        idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim)
-        if idx._posted():
-            idx._rows.postings = query[3:]                                  # type: ignore[union-attr]
+        idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim, query[3:])
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
@@ -842,18 +909,24 @@ class VectorIndex:
         return arrays
 
     @classmethod
-    def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int) -> DenseRows | SparseRows:
-        """The rows, memory-mapped (a query touches only the pages it scores); checked against the id map."""
+    def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int,
+                   postings: tuple[np.ndarray, ...] = ()) -> DenseRows | SparseRows:
+        """The rows, memory-mapped (a query touches only the pages it scores); checked against the id map. A
+        posted index (`postings`, checked by _load_query_arrays) keeps only its row starts beside them."""
         if not count:
             return DenseRows(np.zeros((0, dim), dtype=DTYPE))
         sparse = meta.get("storage") == "sparse"
         paths = cls.sparse_paths(vectors_dir, name) if sparse else (cls.matrix_path(vectors_dir, name),)
         try:
-            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
+            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:1 if postings else None]]
         except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
             arrays = []
         values = int(meta.get("values", -1))
-        if sparse and len(arrays) == 4:
+        if sparse and postings and len(arrays) == 1:
+            indptr = arrays[0]
+            if indptr.shape == (count + 1,) and int(indptr[-1]) == values and int(indptr[0]) == 0:
+                return SparseRows.from_postings(indptr, postings, dim)
+        elif sparse and len(arrays) == 4:
             indptr, low, bands, data = arrays
             if (indptr.shape == (count + 1,) and len(low) == len(data) == values and data.dtype == DTYPE
                     and low.dtype == np.uint8 and bands.shape == (count, _n_bands(dim)) and int(indptr[-1]) == values):

@@ -41,9 +41,9 @@ def _copy(built: Path, dst: Path) -> Path:
 # The issue's checks first, then one file of each other kind with one damage each (rotating through the four
 # kinds), to stay fast; bench/damage_matrix.py runs and prints the full product (every file x every damage).
 USER_CHECKS = [("graph/entities.jsonl", "truncate"), ("graph/facts.jsonl", "truncate"),
-               ("vectors/chunks.csr-data.npy", "truncate"), ("graph/graph.pkl", "delete"),
+               ("vectors/chunks.csc-data.npy", "truncate"), ("graph/graph.pkl", "delete"),
                ("graph/entities.jsonl", "empty"), ("vectors/facts.ids.jsonl", "delete"),
-               ("vectors/chunks.csr-data.npy", "zero"), ("vectors/chunks.csr-data.npy", "empty"), ("vectors/bm25", "truncate"),
+               ("vectors/chunks.csc-data.npy", "zero"), ("vectors/chunks.csc-data.npy", "empty"), ("vectors/bm25", "truncate"),
                ("manifest.json", "truncate"), ("manifest.json", "delete"), ("project.json", "empty")]
 OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entities.csr-cols.npy", "vectors/idf.npz",
           "cache/extractions.jsonl"]
@@ -52,7 +52,7 @@ OTHERS = ["docs.jsonl", "chunks.jsonl", "graph/synonyms.jsonl", "vectors/entitie
 def test_damage_matrix(built, tmp_path: Path) -> None:
     root, baseline = built
     files = project_files(root)
-    assert "graph/entities.jsonl" in files and "vectors/chunks.csr-data.npy" in files
+    assert "graph/entities.jsonl" in files and "vectors/chunks.csc-data.npy" in files
     others = [next(f for f in files if Path(f).match(pat)) for pat in OTHERS]
     cases = list(USER_CHECKS) + [(f, DAMAGES[i % 4]) for i, f in enumerate(others)]
     failures = []
@@ -78,7 +78,7 @@ def test_status_names_the_damaged_file_and_verify_hashes_whole_files(built, tmp_
     code, out, _ = cli("status", "-p", str(root), "--json")
     assert code == 0 and "damaged" not in orjson.loads(out)
     # a byte flipped in the middle of a big file escapes the sampled check but not --verify
-    target = root / "vectors" / "chunks.csr-data.npy"
+    target = root / "vectors" / "chunks.csc-data.npy"
     data = bytearray(target.read_bytes())
     if len(data) > 300_000:
         data[len(data) // 2 + 12345] ^= 0xFF
@@ -88,7 +88,7 @@ def test_status_names_the_damaged_file_and_verify_hashes_whole_files(built, tmp_
     code, out, _ = cli("status", "-p", str(root), "--json", "--verify")
     info = orjson.loads(out)
     assert code == 0 and info["stages"]["synonyms"]["state"] == "damaged"
-    assert any("vectors/chunks.csr-data.npy" in line and "hrag index" in line for line in info["damaged"])
+    assert any("vectors/chunks.csc-data.npy" in line and "hrag index" in line for line in info["damaged"])
 
 
 def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path: Path) -> None:
@@ -355,10 +355,10 @@ def test_rerunning_a_stage_never_records_a_damaged_file_as_good(built, tmp_path:
     the zeros and record them."""
     root, baseline = built
     root = _copy(root, tmp_path / "p")
-    target = (root / "vectors" / "chunks.csr-data.npy").resolve()
+    target = (root / "vectors" / "chunks.csc-data.npy").resolve()
     target.write_bytes(b"\0" * target.stat().st_size)
     code, _, err = cli("synonyms", "-p", str(root), "-q")
-    assert code == 0 and "vectors/chunks.csr-data.npy is damaged" in err, err
+    assert code == 0 and "vectors/chunks.csc-data.npy is damaged" in err, err
     code, got, err = answers(root, FAST)
     assert code == 0 and got == baseline, err
 

@@ -217,6 +217,11 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
         VectorIndex.load(tmp_path, "facts", s)
 
 
+def exact_search_ids(m: np.ndarray, ids: list[str], nq: int) -> list[list[str]]:
+    rows, _ = exact_topk(m, m[:nq], 5)
+    return [[ids[int(r)] for r in row] for row in rows]
+
+
 def test_sparse_rows_are_stored_sparse_and_search_like_dense(tmp_path) -> None:
     """Builtin-like vectors (a few nonzero buckets) are stored as sparse rows: same answers, far fewer bytes,
     through an incremental sync and a save/load; a later dense batch keeps working."""
@@ -231,10 +236,19 @@ def test_sparse_rows_are_stored_sparse_and_search_like_dense(tmp_path) -> None:
     s = VectorSettings()
     idx = VectorIndex.build("facts", ids, m, s, "m", hashes=hashes)
     idx.save(tmp_path)
-    assert all(p.exists() for p in VectorIndex.sparse_paths(tmp_path, "facts"))
+    # facts are posted: the values are kept once, by column, beside the row starts
+    indptr_path, *row_values = VectorIndex.sparse_paths(tmp_path, "facts")
+    assert indptr_path.exists() and not any(p.exists() for p in row_values)
+    assert all(p.exists() for p in VectorIndex.query_paths(tmp_path, "facts"))
     assert not VectorIndex.matrix_path(tmp_path, "facts").exists()
     back = VectorIndex.load(tmp_path, "facts", s)
-    got, sims = back.search(m[:30], 5)
+    assert back._rows.by_column_only
+    assert back.search(m[:10], 5)[0] == [g[:5] for g in exact_search_ids(m, ids, 10)]
+    assert back._rows.by_column_only                     # a query's search reads the postings alone
+    got, sims = back.search(m[:30], 5)                   # more queries than postings serve: rows derived
+    for a, b in ((back._rows.low, idx._rows.low), (back._rows.bands, idx._rows.bands),
+                 (back._rows.data, idx._rows.data), (back._rows.indptr, idx._rows.indptr)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))    # the rows derived from the columns are the rows
     rows, exact = exact_topk(m, m[:30], 5)
     assert [g[0] for g in got] == ids[:30] and np.allclose(sims, exact, atol=2e-3)
     assert np.allclose(back.scores(m[7]), m @ m[7], atol=2e-3)
@@ -328,7 +342,8 @@ def test_a_query_load_reads_mapped_ids_and_scores_through_the_postings(tmp_path)
     ids = [f"é{i:04d}" if i % 3 else f"z{i}" for i in range(n)]      # not in id order, non-ASCII
     VectorIndex.build("facts", ids, m, VectorSettings(), "m", hashes=[f"h{i}" for i in range(n)]).save(tmp_path)
     scan = VectorIndex.load(tmp_path, "facts", VectorSettings())
-    scan._rows.postings = None
+    assert len(scan._rows.low) == int(scan._rows.indptr[-1])       # the rows, derived from the columns ...
+    scan._rows.postings = None                                      # ... and scanned row by row
     lazy = VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True)
     assert lazy._rows.postings is not None and len(lazy.ids) == n and list(lazy.ids) == ids
     assert [lazy.position(i) for i in ids] == list(range(n)) and lazy.position("absent") is None
