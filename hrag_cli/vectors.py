@@ -199,23 +199,15 @@ class SparseRows:
             raise HragError("the postings of a vector index do not fill its rows; run 'hrag synonyms' to rebuild it")
         self._low, self._bands, self._data = low, bands, data
 
-    @property
-    def low(self) -> np.ndarray:
+    def _row_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(low column bytes, band counts, values), derived from the postings on first use."""
         if self._low is None:
             self._rows_from_postings()
-        return self._low                                            # type: ignore[return-value]
+        return self._low, self._bands, self._data                   # type: ignore[return-value]
 
-    @property
-    def bands(self) -> np.ndarray:
-        if self._bands is None:
-            self._rows_from_postings()
-        return self._bands                                          # type: ignore[return-value]
-
-    @property
-    def data(self) -> np.ndarray:
-        if self._data is None:
-            self._rows_from_postings()
-        return self._data                                           # type: ignore[return-value]
+    low = property(lambda self: self._row_arrays()[0])
+    bands = property(lambda self: self._row_arrays()[1])
+    data = property(lambda self: self._row_arrays()[2])
 
     @property
     def values(self) -> int:
