@@ -19,8 +19,9 @@ Writers (the synonyms stage):
     idx = VectorIndex.load_or_create(vectors_dir, "chunks", settings.vectors, model_id, dim)
     todo = idx.missing(ids, hashes)          # positions whose (id, text hash) the index lacks: embed only those
     counts = idx.sync(ids, hashes, vectors_of_todo, rows=todo)   # or sync(ids, hashes, full_matrix)
-    idx.save(project.vectors_dir)            # <name>.f16.npy or <name>.csr-*.npy, <name>.hnsw (large dense only),
-                                             # <name>.ids.jsonl
+    idx.save(project.vectors_dir)            # <name>.f16.npy or <name>.csr-*.npy (a posted sparse index: only
+                                             # csr-indptr, its values in <name>.csc-*.npy), <name>.keys/koff/
+                                             # korder.npy, <name>.hnsw (large dense only), <name>.ids.jsonl
 
 Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores):
 - Building HNSW graphs was 78 % of a MuSiQue build (2048-dim vectors, 2k-20k items per index), and at those
