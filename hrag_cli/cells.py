@@ -101,7 +101,7 @@ def nearest_cells(matrix: np.ndarray, plan: CellPlan, r: int, block: int | None 
     out = np.empty((n, r), dtype=np.int32)
     parallel = n * len(plan.centroids) >= (PARALLEL_MIN if parallel_min is None else parallel_min)
     block = block or min(8192, max(64, 4 * BLOCK_CELLS // len(plan.centroids)))    # 64 MB of cosines at most
-    blocks = [(s, min(n, s + block)) for s in range(0, n, block)]
+    blocks = forkpool.ranges(n, block)
     for s, near in forkpool.run_tasks(_nearest_block, (matrix, plan, r), blocks, parallel):
         out[s:s + len(near)] = near
         if on_rows is not None:

@@ -249,8 +249,7 @@ def _records(rel: str, text: str, settings: DocumentSettings, reporter: Reporter
         key = str(key).strip() if isinstance(key, (str, int, float)) and not isinstance(key, bool) else ""
         key = key or f"line{lineno}"
         if key in seen:
-            result.warnings += 1
-            reporter.warn(f"{where}: duplicate id '{key}', keyed by line number instead")
+            _warn(result, reporter, f"{where}: duplicate id '{key}', keyed by line number instead")
             key = f"line{lineno}"
         seen.add(key)
         title = rec.get(titlef)
@@ -260,10 +259,15 @@ def _records(rel: str, text: str, settings: DocumentSettings, reporter: Reporter
     return docs
 
 
+def _warn(result: ScanResult, reporter: Reporter, message: str) -> None:
+    """Every warning goes through here: a file that gave one is not stat-stamped, so it is read next time."""
+    result.warnings += 1
+    reporter.warn(message)
+
+
 def _skip(result: ScanResult, reporter: Reporter, where: str, reason: str) -> None:
     result.skipped.append(f"{where}: {reason}")
-    result.warnings += 1
-    reporter.warn(f"skipped {where}: {reason}")
+    _warn(result, reporter, f"skipped {where}: {reason}")
 
 
 def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter, result: ScanResult,
@@ -309,8 +313,7 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
     if path.suffix.lower() in RECORD_SUFFIXES:
         docs = _records(rel, text, settings, reporter, result)
         if not docs and text.strip():
-            result.warnings += 1
-            reporter.warn(f"{rel}: no usable records")
+            _warn(result, reporter, f"{rel}: no usable records")
         result.documents.extend(docs)
         return
     if not text.strip():

@@ -92,6 +92,11 @@ def forked_map(fn: Callable[[S, T], R], shared: S, tasks: Iterable[T], parallel:
             yield pending.popleft().get()
 
 
+def ranges(n: int, step: int) -> list[tuple[int, int]]:
+    """[start, stop) of consecutive runs of `step` over n items: the tasks of a job split by position."""
+    return [(s, min(n, s + step)) for s in range(0, n, step)]
+
+
 def shared_array(shape: tuple[int, ...], dtype: Any, fill: Any) -> np.ndarray:
     """An array in an anonymous shared mapping, filled with `fill`: made before a pool forks, what its workers
     write into it the parent reads (each worker writing its own cells of it)."""

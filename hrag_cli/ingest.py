@@ -144,8 +144,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
         "roots": [str(Path(r).expanduser().resolve()) for r in roots],
     }
     prev = project.stage("chunk") if reuse else None
-    same = (prev is not None and prev.output_digest == digest and unread_docs == len(documents) == len(old_docs)
-            and len(chunks) == len(old_chunks))
+    same = prev is not None and prev.output_digest == digest and unread_docs == len(documents)   # digest: every id
     if write and not same:   # (same: every file unread and nothing gone, so the files would come out as they are)
         # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than
         # the chunks they describe. Chunks are read whole (text is most of them), so they are compressed.

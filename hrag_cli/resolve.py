@@ -370,8 +370,7 @@ def load_inputs(project: Project, settings: Settings | None = None
                 ) -> tuple[list[Document], list[ChunkRef], Callable[[], Iterator[ExtractionRecord]]]:
     """Documents, chunks, and what merge_records reads the records through (they are never all held)."""
     docs = load_documents(project)
-    chunks = [ChunkRef(c["chunk_id"], c["doc_id"], int(c["order"])) for c in store.read_jsonl(project.chunks_path)]
-    return docs, chunks, lambda: load_records(project, settings)
+    return docs, _chunk_refs(load_chunks(project)), lambda: load_records(project, settings)
 
 
 def _chunk_refs(chunks: list[Chunk]) -> list[ChunkRef]:

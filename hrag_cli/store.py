@@ -208,29 +208,8 @@ def iter_lines(path: Path) -> Iterator[bytes]:
         yield from _whole_lines(fh)
 
 
-def scan_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(byte offset, record) of each record read_jsonl yields from a plain (append-only) file, so a caller can
-    keep offsets instead of records (a 100k-chunk extraction cache is gigabytes as objects) and read the ones
-    it wants back with read_jsonl_at."""
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with fh:
-        offset = 0
-        for line in fh:
-            at, offset = offset, offset + len(line)
-            if not line.endswith(b"\n"):
-                return                                  # torn tail, as in read_jsonl
-            if line.strip():
-                try:
-                    yield at, orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-
-
 def read_jsonl_at(path: Path, offsets: Iterable[int]) -> Iterator[Any]:
-    """The records scan_jsonl found at these offsets, in the order given."""
+    """The records of a plain file at these byte offsets (each the start of a line), in the order given."""
     with open(path, "rb") as fh:
         for at in offsets:
             fh.seek(at)
@@ -283,19 +262,11 @@ def line_blocks(path: Path) -> Iterator[bytes]:
     except FileNotFoundError:
         return
     with fh:
-        unzip = zlib.decompressobj(wbits=31) if fh.read(2) == _GZIP_MAGIC else None
+        compressed = fh.read(2) == _GZIP_MAGIC
         fh.seek(0)
         tail = b""
-        while block := fh.read(_WRITE_BLOCK):
-            try:
-                data = unzip.decompress(block) if unzip else block
-                while unzip and unzip.eof and unzip.unused_data:   # the next gzip member (zcat reads them all)
-                    rest = unzip.unused_data
-                    unzip = zlib.decompressobj(wbits=31)
-                    data += unzip.decompress(rest)
-            except zlib.error:
-                return
-            data = tail + data
+        for block in _gunzip(fh) if compressed else iter(lambda: fh.read(_WRITE_BLOCK), b""):
+            data = tail + block
             cut = data.rfind(b"\n") + 1
             tail = data[cut:]
             if cut:

@@ -188,6 +188,7 @@ def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
     return uniq, out_src, out_sim
 
 
+_BEST_K_BATCH = 25_000       # queried rows per ranking task
 _BEST_K_PARALLEL = 1 << 22     # candidates (rows x slots) from which their ranking runs in forked workers
 
 
@@ -244,8 +245,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     with reporter.task("synonyms: nearest entities", total=int(query.sum()) * out.cells.shape[1]) as task:
         found = join(matrix, out.cells, plan.cells, query, k, out.sim[:, k - 1], on_cell=task.advance,
                      min_sim=min_sim)
-    batch = 25_000
-    spans = [(s, min(len(found.rows), s + batch)) for s in range(0, len(found.rows), batch)]
+    spans = forkpool.ranges(len(found.rows), _BEST_K_BATCH)
     for s, (nbr, sim) in forkpool.run_tasks(_best_of, (found.nbr, found.sim, k), spans,
                                             found.nbr.size >= _BEST_K_PARALLEL):
         rows = found.rows[s:s + len(nbr)]

@@ -180,20 +180,17 @@ class SparseRows:
         """Each column's entries go to the next free place of their rows: columns ascend, so every row's
         values come out in column order, as a row-wise build stores them. Linear in the values, one column
         at a time."""
-        ptr, plow, pbands, pdata = self.postings                    # type: ignore[misc]
         n, total = len(self), int(self.indptr[-1])
         low, data = np.empty(total, dtype=np.uint8), np.empty(total, dtype=DTYPE)
         bands = np.zeros((n, _n_bands(self.dim)), dtype=np.uint16)
         cursor = np.asarray(self.indptr[:-1], dtype=np.int64).copy()
-        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
         for c in range(self.dim):
-            s, e = int(ptr[c]), int(ptr[c + 1])
-            if e == s:
+            rows, values = self._column(c)
+            if not len(rows):
                 continue
-            rows = np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp)
             at = cursor[rows]
             low[at] = c % _BAND
-            data[at] = pdata[s:e]
+            data[at] = values
             cursor[rows] += 1                      # a column holds each row at most once
             bands[rows, c // _BAND] += 1
         if not np.array_equal(cursor, np.asarray(self.indptr[1:])):
@@ -259,16 +256,19 @@ class SparseRows:
         columns (a fact query fills ~50 of 2048, so ~2 % of a 1.9M-row index's values instead of all of them).
         A row's products are summed in column order, as the row scan's are, but one by one: sums may differ
         from the scan's in the last bit of float32."""
-        ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
-        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
         out = np.zeros((len(q), len(self)), dtype=np.float32)
         for j, qv in enumerate(q):
             for c in np.flatnonzero(qv).tolist():
-                s, e = int(ptr[c]), int(ptr[c + 1])
-                if e > s:                          # a column holds each row at most once: no repeated index
-                    rows = np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp)
-                    out[j, rows] += np.asarray(pdata[s:e], dtype=np.float32) * qv[c]
+                rows, values = self._column(c)     # a column holds each row at most once: no repeated index
+                out[j, rows] += np.asarray(values, dtype=np.float32) * qv[c]
         return out
+
+    def _column(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Column c's postings: its rows (ascending) and their float16 values."""
+        ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
+        s, e = int(ptr[c]), int(ptr[c + 1])
+        high = np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND
+        return np.repeat(high, np.asarray(pbands[c], dtype=np.intp)) | np.asarray(plow[s:e], np.intp), pdata[s:e]
 
     def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         n = len(self)
@@ -745,9 +745,10 @@ class VectorIndex:
 
     # -- persistence ------------------------------------------------------------------------------------
     def _posted(self) -> bool:
-        """Whether the saved index carries column postings: sparse rows that ppr and naive search (facts,
-        chunks; relations when embedded). Not the entities (local/hybrid/mix only, 85M values at 100,000
-        passages) nor the synonym stage's name vectors: postings store every value a second time (4 bytes)."""
+        """Whether the index is saved by column (postings, its values once): sparse rows that ppr and naive
+        search (facts, chunks; relations when embedded). Not the entities (local/hybrid/mix only, 85M values at
+        100,000 passages) nor the synonym stage's name vectors, which the synonyms stage reads row by row: a
+        posted index's rows are derived from its columns on each such load."""
         return self._rows.kind == "sparse" and len(self.ids) > 0 and self.name in POSTED
 
     @staticmethod

@@ -76,7 +76,7 @@ class WalkGraph:
         self._n_entities: int | None = None             # counted once: entity_row asks for it per name
         self._degrees: np.ndarray | None = None
         self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
-        self._steps: dict[tuple, tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]] = {}
+        self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -184,11 +184,8 @@ class WalkGraph:
 
     def weights(self, scale: Scale = None) -> np.ndarray:
         """Each entry's weight, with the kinds in `scale` multiplied by their factor."""
-        w = self.weight
-        for k, f in (scale or {}).items():
-            if f != 1.0:
-                w = np.where(self.kind == EDGE_KINDS.index(k), w * f, w)
-        return w
+        factor = kind_factors(scale)
+        return self.weight if factor is None else self.weight * factor[np.asarray(self.kind)]
 
     def spread(self, vertices: np.ndarray, amount: np.ndarray, scale: Scale = None) -> tuple[np.ndarray, np.ndarray]:
         """Where the mass goes when each vertex in `vertices` (distinct, each with a row) spreads `amount` of it
@@ -208,9 +205,8 @@ class WalkGraph:
         share = np.divide(amount, strength, out=np.zeros(len(vertices)), where=strength > 0)
         return np.asarray(self._cols32[idx]), w * np.repeat(share, lens)
 
-    def transition(self, scale: Scale = None) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
-        """One step of the walk over every entry for edge weights `scale`d as in `weights`, and which vertices
-        have a usable edge: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over
+    def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:
+        """One step of the walk over every entry for edge weights `scale`d as in `weights`: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over
         its edges in proportion to their weights (a vertex without a usable edge sends nothing). Made once per
         scale (a query batch reuses it): each entry's share w / strength of its far end, precomputed, so a step
         is one gather, one product and one segmented sum over the rows that have entries."""
@@ -218,7 +214,6 @@ class WalkGraph:
         if key in self._steps:
             return self._steps[key]
         n, cols = self.vcount(), self.cols
-        kind_factors(scale)                         # a negative factor is an error here too
         w = np.asarray(self.weights(scale), dtype=np.float64)
         if len(w) and float(w.min()) < 0:
             raise ValueError("edge weights must not be negative")
@@ -227,8 +222,7 @@ class WalkGraph:
         strength = np.zeros(n)
         if len(filled):
             strength[filled] = np.add.reduceat(w, starts)
-        live = strength > 0
-        share = (w * np.divide(1.0, strength, out=np.zeros(n), where=live)[cols]).astype(np.float32)
+        share = (w * np.divide(1.0, strength, out=np.zeros(n), where=strength > 0)[cols]).astype(np.float32)
         flow = np.empty(len(w), dtype=np.float32)
 
         def step(p: np.ndarray) -> np.ndarray:
@@ -239,8 +233,8 @@ class WalkGraph:
                 out[filled] = np.add.reduceat(flow, starts)
             return out
 
-        self._steps[key] = (step, live)
-        return step, live
+        self._steps[key] = step
+        return step
 
 
 def kind_factors(scale: Scale) -> np.ndarray | None:

@@ -48,8 +48,11 @@ def _indexed(tmp_path: Path, chunks: str) -> Project:
     return p
 
 
-def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_path: Path) -> None:
+def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_path: Path, monkeypatch) -> None:
     p = _project(tmp_path)
+    scans: list[int] = []
+    scan = cache_index._scan_from
+    monkeypatch.setattr(cache_index, "_scan_from", lambda fh, at, crc: scans.append(at) or scan(fh, at, crc))
     with p.lock(), store.JsonlAppender(p.extractions_path) as out:
         out.append(_rec("a"))
         out.append(_rec("b", "failed", 0))
@@ -60,7 +63,10 @@ def test_the_index_follows_appends_and_reads_records_back_at_their_offsets(tmp_p
         with store.JsonlAppender(p.extractions_path) as out:
             out.append(_rec("a", n=3))        # a later record of the same chunk wins
             out.append(_rec("c", extractor="llm:m:1"))
+        before = cache_index.entries(p)[-1][1]         # where the indexed lines ended ...
+        scans.clear()
         latest = cache_index.latest(p)
+    assert scans == [before]                          # ... is where the next run starts parsing: not at 0
     assert _by_index(p) == _by_parsing(p)
     assert latest[("a", "rules-v1")].entities == 3
     assert cache_index.full_record(p, latest[("a", "rules-v1")]) == _rec("a", n=3)

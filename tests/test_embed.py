@@ -286,7 +286,7 @@ def test_st_bf16_is_its_own_model_and_close_to_float32(tmp_path: Path) -> None:
     f32 = get_embedder(None, s)
     assert bf16.model_id == f32.model_id + "+bf16"
     whole = f32.encode(texts)
-    f32.backend.tokens_per_pass = 8                     # one text per pass: the rows still follow the input order
+    f32.backend.tokens_per_pass = 8                     # passes of a few texts: the rows still follow the input order
     assert np.allclose(f32.encode(texts), whole, atol=1e-5)
     cos = (bf16.encode(texts) * whole).sum(axis=1)
     assert cos.min() > 0.999

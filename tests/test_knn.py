@@ -188,6 +188,7 @@ def test_a_whole_pass_in_worker_processes_matches_one_process(monkeypatch) -> No
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.setattr("hrag_cli.cells.PARALLEL_MIN", 0)
     monkeypatch.setattr("hrag_cli.synonyms._BEST_K_PARALLEL", 0)
+    monkeypatch.setattr("hrag_cli.synonyms._BEST_K_BATCH", 100)     # several ranking tasks, so workers run
     pfirst, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
     pooled, _ = update_knn(pfirst, ids2, hashes2, m2, K, QUIET, *CELLS)
     for a, b in ((first, pfirst), (serial, pooled)):

@@ -106,8 +106,6 @@ def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str)
     data = state.read_bytes()
     state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
     state.write_bytes(data[: len(data) // 2] if how == "truncate" else data[:8] + b"\x00" * (len(data) - 8))
-    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
-             for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     out = _index(docs, inc)
     assert "resolve_state.bin" in out and _merged(inc) > 1
@@ -126,8 +124,6 @@ def test_a_schema_is_part_of_the_state(tmp_path: Path) -> None:
     inc = tmp_path / "inc"
     schema = ("--schema", str(SAMPLE / "schema.toml"))
     _index(docs, inc, *schema)
-    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
-             for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc, *schema)
     assert _merged(inc) == 1

@@ -107,8 +107,10 @@ def test_life_dates_and_nationality_adjectives_get_types() -> None:
     assert e["Bihoz"] == "unknown"
 
 
-def test_forked_map_yields_every_result_in_order() -> None:
+def test_forked_map_yields_every_result_in_order(monkeypatch) -> None:
     from hrag_cli.forkpool import forked_map
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)       # forked workers even on a one-core machine
 
     assert list(forked_map(pow, 3, iter(range(37)))) == [3 ** i for i in range(37)]    # a stream of tasks
     assert list(forked_map(pow, 3, [])) == []

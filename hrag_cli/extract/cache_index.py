@@ -123,7 +123,7 @@ def _scan_from(fh: Any, at: int, crc: int) -> list[list]:
     out = []
     for line in fh:
         if not line.endswith(b"\n"):
-            break                       # torn tail, as store.scan_jsonl
+            break                       # torn tail, as store.read_jsonl
         start, at = at, at + len(line)
         crc = zlib.crc32(line, crc)
         try:

@@ -179,7 +179,7 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 # or follows "a"/"an". Without these cues the rules typed about a quarter of their names unknown.
 _LIFE_RE = re.compile(r"\s*\(\s*(?:born|died|née|nee|b\.|d\.)[\s,]")
 _NEXT_WORD_RE = re.compile(r"\s+([a-z][a-z\-]+)\b")
-_DEMONYM_ENDINGS = ("an", "ian", "ish", "ese", "ic", "ch", "i")
+_DEMONYM_ENDINGS = ("an", "ish", "ese", "ic", "ch", "i")   # "an" covers "-ian"
 
 
 def _next_cue(after: str) -> str:
@@ -187,7 +187,7 @@ def _next_cue(after: str) -> str:
     if _LIFE_RE.match(after):
         return "life"
     m = _NEXT_WORD_RE.match(after)
-    return "adjective" if m and m.group(1) not in STOP_WORDS and m.group(1) not in _COMMON_STARTERS else ""
+    return "adjective" if m and m.group(1) not in _COMMON_STARTERS else ""      # _COMMON_STARTERS holds STOP_WORDS
 
 
 @lru_cache(maxsize=65536)

@@ -19,7 +19,7 @@ from typing import Any
 from .. import store
 from ..config import Settings
 from ..errors import BudgetExceeded, RunStopped, UsageError
-from ..forkpool import forked_map
+from ..forkpool import forked_map, ranges
 from ..progress import Reporter
 from ..project import Project, StageOutcome, fingerprint
 from ..records import Chunk, ExtractionRecord
@@ -320,7 +320,7 @@ def _run_rules(project: Project, todo: list[Chunk], latest: Latest, reporter: Re
     one core would do a 100k-chunk folder alone); records are appended in `todo` order, as one process would."""
     if not todo:
         return
-    spans = [(s, min(len(todo), s + RULES_BATCH)) for s in range(0, len(todo), RULES_BATCH)]
+    spans = ranges(len(todo), RULES_BATCH)
     jobs = forked_map(_rules_batch, todo, spans, parallel=len(todo) >= RULES_PARALLEL_MIN)
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         for recs in jobs:

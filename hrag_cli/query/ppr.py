@@ -83,7 +83,7 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         if not len(active):
             break
         if int(degree[active].sum()) * SWEEP_COST > entries:
-            step, _ = graph.transition(scale)
+            step = graph.transition(scale)
             kept += (1.0 - damping) * residual
             residual = damping * step(residual.astype(np.float32)).astype(np.float64)
             continue
