@@ -259,8 +259,8 @@ class SparseRows:
         out = np.zeros((len(q), len(self)), dtype=np.float32)
         for j, qv in enumerate(q):
             for c in np.flatnonzero(qv).tolist():
-                rows, values = self._column(c)     # a column holds each row at most once: no repeated index
-                out[j, rows] += np.asarray(values, dtype=np.float32) * qv[c]
+                rows, values = self._column(c)     # one pass in place (a gather, add and scatter took 1.6x)
+                np.add.at(out[j], rows, np.asarray(values, dtype=np.float32) * qv[c])
         return out
 
     def _column(self, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -469,7 +469,30 @@ def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, n
     k = min(k, len(rows_store))
     if k <= 0:
         return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float32)
+    if getattr(rows_store, "postings", None) is not None and len(q) <= _POSTING_QUERIES:
+        found = [_top_rows(sims, k) for sims in rows_store.posting_scores(q)]
+        return np.stack([r for r, _ in found]), np.stack([x for _, x in found])
     return _merge_topk([_block_topk(sims, s, k) for s, sims in rows_store.blocks(q)], k)
+
+
+_BOUND_BLOCK = 4096           # rows per block whose maximum bounds a top-k from below
+
+
+def _top_rows(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of one query's scores over every row (rows int64, sims float32), best first, ties to the lower
+    row as `_merge_topk` breaks them. The k-th best of the block maxima is a floor no top-k score is under, so
+    only the rows at or above it are sorted (a fact search: a dozen of 1.9M; a partition of all took 19 ms)."""
+    n, nb = len(sims), len(sims) // _BOUND_BLOCK
+    if nb >= k:
+        peaks = sims[: nb * _BOUND_BLOCK].reshape(nb, _BOUND_BLOCK).max(axis=1)
+        floor = np.partition(peaks, nb - k)[nb - k]
+    else:
+        floor = np.partition(sims, n - k)[n - k]
+    cand = np.flatnonzero(sims >= floor)
+    if len(cand) < k:                      # NaN scores compare false: rank every row as the merge would
+        cand = np.arange(n)
+    order = np.lexsort((cand, -sims[cand]))[:k]
+    return cand[order].astype(np.int64), sims[cand[order]].astype(np.float32)
 
 
 class VectorIndex:
@@ -886,7 +909,7 @@ class VectorIndex:
         paths = cls.query_paths(vectors_dir, name)
         sparse = meta.get("storage") == "sparse" and count > 0 and name in POSTED   # as `_posted`
         try:
-            arrays = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:7 if sparse else 3])
+            arrays = tuple(_mapped(p) for p in paths[:7 if sparse else 3])
         except (OSError, ValueError, EOFError):
             arrays = ()
         values, key_bytes = int(meta.get("values", -1)), int(meta.get("key_bytes", -1))
@@ -912,7 +935,7 @@ class VectorIndex:
         sparse = meta.get("storage") == "sparse"
         paths = cls.sparse_paths(vectors_dir, name) if sparse else (cls.matrix_path(vectors_dir, name),)
         try:
-            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:1 if postings else None]]
+            arrays = [_mapped(p) for p in paths[:1 if postings else None]]
         except (OSError, ValueError, EOFError):   # numpy reads an empty file as EOFError
             arrays = []
         values = int(meta.get("values", -1))
@@ -929,6 +952,12 @@ class VectorIndex:
             return DenseRows(arrays[0])
         raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
                         f"run 'hrag synonyms' to rebuild it")
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A saved .npy memory-mapped, as a plain array: indexing an np.memmap costs ~4 us a call in its Python
+    wrapper, and a query's id and vertex lookups make thousands of them."""
+    return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False))
 
 
 class _LazyColumn(Sequence):

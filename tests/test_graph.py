@@ -147,14 +147,14 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     assert syn[is_syn].tolist() == [0.0, 0.0] and (syn[~is_syn] == walk.weight[~is_syn]).all()
     # the arrays are mapped from the file, not read whole, and hold what np.load reads; a compressed .npz
     # (not what save_walk writes) still loads, read whole
-    assert isinstance(walk.indptr, np.memmap) and isinstance(walk.weight, np.memmap)
+    assert isinstance(walk.indptr.base, np.memmap) and isinstance(walk.weight.base, np.memmap)
     with np.load(project.walk_path) as npz:
         saved = {k: npz[k] for k in npz.files}
     assert (walk.indptr == saved["indptr"]).all() and (walk.weight == saved["weight"]).all()
     with open(project.walk_path, "wb") as fh:
         np.savez_compressed(fh, **saved)
     packed = WalkGraph.load(project)
-    assert not isinstance(packed.weight, np.memmap) and (packed.cols == walk.cols).all()
+    assert not isinstance(packed.weight.base, np.memmap) and (packed.cols == walk.cols).all()
     assert all(packed.vertex(k) == v for v, k in enumerate(g.vs["key"]))
 
     project.walk_path.unlink()                                     # built before walk.npz existed

@@ -74,18 +74,22 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
     if total <= 0:
         raise ValueError("reset vector is all zeros")
     degree = graph.degrees()
-    limit = eps * total * np.maximum(degree, 1)
+    cap = eps * total
     entries = len(graph.weight)
     residual = reset.copy()
     kept = np.zeros(n)
+    touched = np.flatnonzero(residual)          # only these can be over their limit (ascending)
     for _ in range(max_rounds):
-        active = np.flatnonzero(residual > limit)
+        if touched is None:
+            touched = np.arange(n)
+        active = touched[residual[touched] > cap * np.maximum(degree[touched], 1)]
         if not len(active):
             break
         if int(degree[active].sum()) * SWEEP_COST > entries:
             step = graph.transition(scale)
             kept += (1.0 - damping) * residual
             residual = damping * step(residual.astype(np.float32)).astype(np.float64)
+            touched = None
             continue
         amount = residual[active]
         residual[active] = 0.0
@@ -93,6 +97,10 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         rows = degree[active] > 0
         targets, mass = graph.spread(active[rows], damping * amount[rows], scale)
         np.add.at(residual, targets, mass)
+        # the next round's vertices are among those that just received mass
+        mark = np.zeros(n, dtype=bool)
+        mark[targets] = True
+        touched = np.flatnonzero(mark)
     kept += (1.0 - damping) * residual
     return kept
 

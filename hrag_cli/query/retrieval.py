@@ -63,6 +63,30 @@ def by_score(*lists: Sequence[RankedChunk], key=lambda x: x) -> list[RankedChunk
 # ------------------------------------------------------------------------------------------ chunk scores
 
 
+def top_order(scores: np.ndarray, m: int) -> np.ndarray:
+    """`np.argsort(-scores, kind="stable")[:m]` (the m best, ties to the lower index) without sorting the rest:
+    the scores at or above the m-th best are sorted alone (100,000 chunks: 0.5 ms against 8 ms)."""
+    n = len(scores)
+    if n <= 4 * m:
+        return np.argsort(-scores, kind="stable")[:m]
+    floor = np.partition(scores, n - m)[n - m]
+    cand = np.flatnonzero(scores >= floor)
+    if len(cand) < m:                      # NaN compares false: sort every score as argsort would
+        return np.argsort(-scores, kind="stable")[:m]
+    return cand[np.argsort(-scores[cand], kind="stable")][:m]
+
+
+def ranks_of(scores: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """The rank (1 = best) `rrf_scores` gives each of `items`: its place in the stable descending order, i.e.
+    the scores above it plus the equal scores at lower indices, plus one."""
+    ordered = np.sort(scores)
+    v = scores[items]
+    right = np.searchsorted(ordered, v, side="right")
+    same = right - np.searchsorted(ordered, v, side="left")
+    ties = [np.count_nonzero(scores[:i] == x) if c > 1 else 0 for i, x, c in zip(items.tolist(), v.tolist(), same.tolist())]
+    return (len(scores) - right + np.asarray(ties, dtype=np.int64) + 1).astype(np.float64)
+
+
 def rrf_scores(scores: np.ndarray, rrf_k: float) -> np.ndarray:
     """1 / (rrf_k + rank), rank 1 = best score; ties keep index order."""
     ranks = np.empty(len(scores), dtype=np.float64)
@@ -106,7 +130,7 @@ def _ranked(ix: QueryIndex, ids: Iterable[str], scores: Iterable[float], limit: 
 
 
 def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedChunk]:
-    order = np.argsort(-scores, kind="stable")[: limit * 2 + 10]
+    order = top_order(scores, limit * 2 + 10)
     ids = ix.chunk_ids
     return _ranked(ix, (ids[i] for i in order), (scores[i] for i in order), limit)
 
@@ -219,14 +243,50 @@ def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None
         return walk
     k = max(s.fusion_k, 1e-6)
     lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
-    rest = (1.0 - lw) * rrf_scores(passage, k)
-    if lw > 0:
-        rest = rest + lw * np.where(lexical > 0, rrf_scores(lexical, k), 0.0)
-    fused = max(w, 0.0) * rrf_scores(walk, k) + (1.0 - max(w, 0.0)) * rest
-    head = np.argsort(-fused, kind="stable")[: s.fusion_head]
+    head = _fused_head(walk, passage, lexical if lw > 0 else None, max(w, 0.0), lw, k, s.fusion_head)
     out = minmax(walk) * 0.5                    # below the head: the walk's order, scores in [0, 0.5]
     out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
     return out
+
+
+def _fused(ranks: list[np.ndarray], lexical_hit: np.ndarray | None, w: float, lw: float, k: float) -> np.ndarray:
+    """w x rrf(walk) + (1 - w) x ((1 - lw) x rrf(passage) + lw x rrf(BM25) where BM25 matched), from ranks."""
+    rest = (1.0 - lw) * (1.0 / (k + ranks[1]))
+    if lexical_hit is not None:
+        rest = rest + lw * np.where(lexical_hit, 1.0 / (k + ranks[2]), 0.0)
+    return w * (1.0 / (k + ranks[0])) + (1.0 - w) * rest
+
+
+def _fused_head(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, lw: float,
+                k: float, head: int, reach: int = 32, window: int = 1024) -> np.ndarray:
+    """The first `head` chunks of the rank fusion (`_fused`; ties to the lower index) without ranking every
+    chunk (three stable sorts of 100,000 scores took 25 ms a query). A chunk outside the best `reach` of every
+    list scores at most the fusion of rank reach + 1 everywhere; a candidate ranked below the best `window` of
+    a list at most as if it were next after them. When the head's last score beats both, the candidates
+    ranked within the windows hold the head, with the very scores ranking every chunk gives; otherwise the
+    candidates' ranks are counted exactly."""
+    lists = [walk, passage] + ([lexical] if lexical is not None else [])
+    reach = max(reach, head)
+    orders = [top_order(x, min(window, len(x))) for x in lists]
+    cand = np.unique(np.concatenate([o[:reach] for o in orders]))
+    hit = lexical[cand] > 0 if lexical is not None else None
+    ranks = []
+    for x, o in zip(lists, orders):
+        place = np.zeros(len(x), dtype=np.int64)
+        place[o] = np.arange(1, len(o) + 1)
+        ranks.append(place[cand].astype(np.float64))
+    known = np.all([r > 0 for r in ranks], axis=0)
+    fused = _fused([np.where(r > 0, r, len(o) + 1.0) for r, o in zip(ranks, orders)], hit, w, lw, k)  # exact where known
+    outside = _fused([np.full(1, reach + 1.0)] * 3, np.ones(1, bool) if lexical is not None else None, w, lw, k)[0]
+    best = np.sort(fused[known])[::-1]
+    if len(best) >= head and best[head - 1] > outside * (1 + 1e-9) and not np.any(fused[~known] >= best[head - 1]):
+        cand, fused = cand[known], fused[known]
+    else:
+        fused = _fused([r if r.all() else ranks_of(x, cand) for r, x in zip(ranks, lists)], hit, w, lw, k)
+        if not (len(fused) >= head and np.sort(fused)[::-1][head - 1] > outside * (1 + 1e-9)):
+            cand = np.arange(len(walk))
+            fused = _fused([ranks_of(x, cand) for x in lists], lexical > 0 if lexical is not None else None, w, lw, k)
+    return cand[np.lexsort((cand, -fused))[:head]]
 
 
 def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
@@ -403,7 +463,7 @@ def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0, by_m
             for cid in dict.fromkeys(source_ids):
                 if cid in row:
                     vote[row[cid]] = vote.get(row[cid], 0.0) + w
-        similar = (int(i) for i in np.argsort(-passage, kind="stable")[:limit])
+        similar = (int(i) for i in top_order(passage, limit))
         share = boost / total if total > 0 else 0.0
         score = {i: float(passage[i]) + share * vote.get(i, 0.0) for i in [*vote, *similar]}
         order = sorted(score, key=lambda i: -score[i])
