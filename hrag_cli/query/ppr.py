@@ -46,6 +46,9 @@ SWEEP_COST = 8
 # 1e-13 on 10 of 10 walks, and the swaps below them between chunks within 1e-3 of each other (bench/walk_speed.py);
 # 1e-8 took 2.7x the CPU and still swapped some.
 PUSH_EPS = 1e-7
+# A round that sent mass along fewer than 1 / SPARSE_ROUND as many entries as there are vertices tests only the
+# vertices it reached for the next round; a larger one scans every vertex (cheaper than sorting its targets).
+SPARSE_ROUND = 32
 PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalized_pagerank's default
 PRIOR_FILE = "chunk_prior.npz"
 
@@ -78,11 +81,15 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
     entries = len(graph.weight)
     residual = reset.copy()
     kept = np.zeros(n)
-    touched = np.flatnonzero(residual)          # only these can be over their limit (ascending)
+    limit: np.ndarray | None = None
+    touched = np.flatnonzero(residual)          # only these can be over their limit (ascending); None: any
     for _ in range(max_rounds):
         if touched is None:
-            touched = np.arange(n)
-        active = touched[residual[touched] > cap * np.maximum(degree[touched], 1)]
+            if limit is None:
+                limit = cap * np.maximum(degree, 1)
+            active = np.flatnonzero(residual > limit)
+        else:
+            active = touched[residual[touched] > cap * np.maximum(degree[touched], 1)]
         if not len(active):
             break
         if int(degree[active].sum()) * SWEEP_COST > entries:
@@ -97,10 +104,9 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         rows = degree[active] > 0
         targets, mass = graph.spread(active[rows], damping * amount[rows], scale)
         np.add.at(residual, targets, mass)
-        # the next round's vertices are among those that just received mass
-        mark = np.zeros(n, dtype=bool)
-        mark[targets] = True
-        touched = np.flatnonzero(mark)
+        # the next round's vertices are among those that just received mass: when those are few, only they
+        # are tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex
+        touched = np.unique(targets) if len(targets) * SPARSE_ROUND < n else None
     kept += (1.0 - damping) * residual
     return kept
 
