@@ -175,19 +175,28 @@ class BM25Index:
         return float(np.log1p((n - df + 0.5) / (df + 0.5)))
 
     def _inverted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ptr, slots int32, tfs int32): term t's entries are ptr[t]:ptr[t + 1], slots ascending. Sorted by
+        term as two stable radix passes over its 16-bit halves (a stable sort of 8M int32 terms at 100,000
+        chunks took a second), kept as int32 (half the memory of int64 slots and float64 counts)."""
         if self._inv is None:
             n_slots = len(self._slot_doc)
             lens = self._slot_end[:n_slots] - self._slot_start[:n_slots]
             # live entries only (removed slots have end == start, their old entries are skipped)
             total = int(lens.sum())
             starts = self._slot_start[:n_slots]
-            pos = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
-            tids = self._pool_tid[pos]
-            slots = np.repeat(np.arange(n_slots, dtype=np.int64), lens)
-            order = np.argsort(tids, kind="stable")
+            offset = starts - (np.cumsum(lens) - lens)
+            if offset.any():
+                pos = np.repeat(offset, lens) + np.arange(total, dtype=np.int64)
+                tids, tfs = self._pool_tid[pos], self._pool_tf[pos]
+            else:                                   # a compact pool (as loaded): its entries in order
+                tids, tfs = self._pool_tid[:total], self._pool_tf[:total]
+            tids = tids.astype(np.uint32)
+            order = np.argsort((tids & 0xFFFF).astype(np.uint16), kind="stable")
+            order = order[np.argsort((tids[order] >> 16).astype(np.uint16), kind="stable")]
             ptr = np.zeros(len(self._terms) + 1, dtype=np.int64)
             np.cumsum(np.bincount(tids, minlength=len(self._terms)), out=ptr[1:])
-            self._inv = (ptr, slots[order], self._pool_tf[pos][order].astype(np.float64))
+            slots = np.repeat(np.arange(n_slots, dtype=np.int32), lens)
+            self._inv = (ptr, slots[order], tfs[order].astype(np.int32))
         return self._inv
 
     def _postings(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -207,7 +216,7 @@ class BM25Index:
         order = np.argsort(pool[pos], kind="stable")   # by term, slots ascending within one
         ptr = np.zeros(len(self._terms) + 1, dtype=np.int64)
         np.cumsum(np.bincount(pool[pos], minlength=len(self._terms)), out=ptr[1:])
-        return ptr, slot[order].astype(np.int64), self._pool_tf[pos][order].astype(np.float64)
+        return ptr, slot[order], self._pool_tf[pos][order]
 
     def _score_vector(self, query: str) -> np.ndarray | None:
         """BM25 score per slot (removed slots score 0), or None when no query term is indexed."""
@@ -226,7 +235,7 @@ class BM25Index:
             df = float(self._df[t])
             w = np.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
             sl = slots[ptr[t] : ptr[t + 1]]
-            tf = tfs[ptr[t] : ptr[t + 1]]
+            tf = tfs[ptr[t] : ptr[t + 1]].astype(np.float64)
             scores[sl] += w * tf / (tf + norm_by_slot[sl])  # a slot appears once per term
         return scores
 

@@ -55,7 +55,7 @@ def test_doc_paths_are_found_at_their_lines_then_read_whole(tmp_path) -> None:
 
     def whole():
         reads.append(1)
-        return {d.doc_id: d for d in docs}
+        return {d.doc_id: d.path for d in docs}
 
     paths = DocPaths(path, whole)
     assert [paths.get(f"d{i}") for i in (7, 3, 0)] == ["p/7.txt", "p/3.txt", "p/0.txt"] and not reads

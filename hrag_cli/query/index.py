@@ -101,12 +101,12 @@ class LazyRecords(Mapping):
 class DocPaths:
     """doc id -> path for the few documents a query shows, each found in the memory-mapped docs.jsonl by the
     bytes its line opens with (one C-level search; 100,000 documents parsed whole took ~0.4 s of a cold query).
-    After FIND_LIMIT searches (a batch of queries) the whole file is read once instead; so is it when a search
-    misses (an absent id, a compressed file or another field order)."""
+    After FIND_LIMIT searches (a batch of queries) the whole file is read once instead (`whole`: doc id -> path);
+    so is it when a search misses (an absent id, a compressed file or another field order)."""
 
     FIND_LIMIT = 64
 
-    def __init__(self, path: Path, whole: Callable[[], Mapping]) -> None:
+    def __init__(self, path: Path, whole: Callable[[], Mapping[str, str]]) -> None:
         self.path, self._whole = path, whole
         self._found: dict[str, str] = {}
         self._mm: Any = None
@@ -139,8 +139,7 @@ class DocPaths:
             except OSError:
                 path = None
         if path is None:
-            doc = self._whole().get(doc_id)
-            path = doc.path if doc else ""
+            path = self._whole().get(doc_id, "")
         self._found[doc_id] = path
         return path
 
@@ -204,7 +203,14 @@ class QueryIndex:
 
     @cached_property
     def doc_paths(self) -> DocPaths:
-        return DocPaths(self.project.docs_path, lambda: self.docs)
+        return DocPaths(self.project.docs_path, lambda: self._paths_by_doc)
+
+    @cached_property
+    def _paths_by_doc(self) -> dict[str, str]:
+        """doc id -> path of every document, the two fields alone (every record kept as a parsed dict held
+        ~100 MB of a batch's memory at 100,000 documents)."""
+        return {r["doc_id"]: str(r.get("path", "")) for r in store.read_jsonl(self.project.docs_path)
+                if isinstance(r, dict) and "doc_id" in r}
 
     def doc_path(self, doc_id: str) -> str:
         return self.doc_paths.get(doc_id)
