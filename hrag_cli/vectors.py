@@ -470,29 +470,28 @@ def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, n
     if k <= 0:
         return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float32)
     if getattr(rows_store, "postings", None) is not None and len(q) <= _POSTING_QUERIES:
-        found = [_top_rows(sims, k) for sims in rows_store.posting_scores(q)]
-        return np.stack([r for r, _ in found]), np.stack([x for _, x in found])
+        sims = rows_store.posting_scores(q)
+        rows = np.stack([top_order(x, k) for x in sims]).astype(np.int64)
+        return rows, np.take_along_axis(sims, rows, axis=1)
     return _merge_topk([_block_topk(sims, s, k) for s, sims in rows_store.blocks(q)], k)
 
 
-_BOUND_BLOCK = 4096           # rows per block whose maximum bounds a top-k from below
-
-
-def _top_rows(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of one query's scores over every row (rows int64, sims float32), best first, ties to the lower
-    row as `_merge_topk` breaks them. The k-th best of the block maxima is a floor no top-k score is under, so
-    only the rows at or above it are sorted (a fact search: a dozen of 1.9M; a partition of all took 19 ms)."""
-    n, nb = len(sims), len(sims) // _BOUND_BLOCK
-    if nb >= k:
-        peaks = sims[: nb * _BOUND_BLOCK].reshape(nb, _BOUND_BLOCK).max(axis=1)
-        floor = np.partition(peaks, nb - k)[nb - k]
-    else:
-        floor = np.partition(sims, n - k)[n - k]
-    cand = np.flatnonzero(sims >= floor)
-    if len(cand) < k:                      # NaN scores compare false: rank every row as the merge would
-        cand = np.arange(n)
-    order = np.lexsort((cand, -sims[cand]))[:k]
-    return cand[order].astype(np.int64), sims[cand[order]].astype(np.float32)
+def top_order(scores: np.ndarray, m: int) -> np.ndarray:
+    """`np.argsort(-scores, kind="stable")[:m]` (the m best, ties to the lower index: `_merge_topk`'s order)
+    without sorting the rest. Over blocks of the scores, the m-th best block maximum is a floor no m-th best
+    score is under, so only the scores at or above it are sorted (a fact search: a dozen of 1.9M, where a
+    partition of every score took 19 ms; 100,000 chunks: 0.2 ms against 8 ms for the sort)."""
+    n = len(scores)
+    m = min(m, n)
+    if n <= 4 * m or m <= 0:
+        return np.argsort(-scores, kind="stable")[:m]
+    width = max(1, n // (2 * m))
+    peaks = scores[: n - n % width].reshape(-1, width).max(axis=1)
+    floor = np.partition(peaks, len(peaks) - m)[len(peaks) - m]
+    cand = np.flatnonzero(scores >= floor)
+    if len(cand) < m:                      # NaN compares false: sort every score as argsort would
+        return np.argsort(-scores, kind="stable")[:m]
+    return cand[np.argsort(-scores[cand], kind="stable")][:m]
 
 
 class VectorIndex:

@@ -106,7 +106,11 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         np.add.at(residual, targets, mass)
         # the next round's vertices are among those that just received mass: when those are few, only they
         # are tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex
-        touched = np.unique(targets) if len(targets) * SPARSE_ROUND < n else None
+        if len(targets) * SPARSE_ROUND < n:
+            touched = np.sort(targets)
+            touched = touched[np.concatenate(([True], touched[1:] != touched[:-1]))] if len(touched) else touched
+        else:
+            touched = None
     kept += (1.0 - damping) * residual
     return kept
 
