@@ -72,6 +72,30 @@ def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path
     assert rrf_scores(np.array([0.2, 0.9]), 0).tolist() == [0.5, 1.0]
 
 
+def test_fused_head_is_the_head_of_ranking_every_chunk(sample_project: Path) -> None:
+    """The head found from the best of each list is the head of the fusion over every chunk's rank (ties to
+    the lower index), on lists with many ties, chunks the graph lacks (-1) and BM25 matching a few."""
+    base = Project(sample_project).settings().query
+    rng = np.random.default_rng(4)
+    for t in range(60):
+        n = int(rng.integers(2, 5000))
+        walk, passage = rng.random(n) ** 6, rng.random(n)
+        lexical = rng.random(n) * (rng.random(n) < 0.2) if t % 4 else None
+        if t % 3 == 0:
+            walk, passage = np.round(walk, 2), np.where(rng.random(n) < 0.7, 0.0, np.round(passage, 2))
+        walk[rng.random(n) < 0.1] = -1.0
+        s = replace(base, fusion_head=int(rng.choice([1, 2, 5, 50])), fusion_k=float(rng.choice([1.0, 60.0])))
+        w = float(rng.choice([0.0, 0.4, 0.9]))
+        lw = s.fusion_lexical if lexical is not None else 0.0
+        rest = (1.0 - lw) * rrf_scores(passage, s.fusion_k)
+        if lw > 0:
+            rest = rest + lw * np.where(lexical > 0, rrf_scores(lexical, s.fusion_k), 0.0)
+        fused = w * rrf_scores(walk, s.fusion_k) + (1.0 - w) * rest
+        head = np.argsort(-fused, kind="stable")[: s.fusion_head]
+        got = fuse_ranks(walk, passage, lexical, w, s)
+        assert np.argsort(-got, kind="stable")[: len(head)].tolist() == head.tolist()
+
+
 def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
     s = replace(Project(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
                 seed_confidence=0.5, rules_unnamed_walk_weight=1.0)

@@ -138,6 +138,20 @@ def test_local_walk_reads_only_the_reset_neighbourhood_and_matches_prpack() -> N
     assert list(np.argsort(-coarse)[:5]) == list(np.argsort(-got)[:5])
 
 
+def test_a_batch_walk_prepares_its_arrays_and_walks_the_same_bits() -> None:
+    """Once spreads have read as many entries as the graph holds, the scaled weights and native neighbours are
+    made whole; the walk's mass is the same to the last bit, with scaled SYNONYM edges too."""
+    (_, cold), (_, batch) = _ring(), _ring()
+    reset = np.zeros(cold.vcount())
+    reset[[5, 17, 2999]] = [0.5, 0.3, 0.2]
+    scale = {"SYNONYM": 0.25}
+    cold._spread = -10 ** 9                          # a single query: rows read as they are
+    batch._spread = len(batch.weight)                # as after a batch of walks
+    first, again = walk_mass(cold, reset, 0.5, scale, eps=1e-7), walk_mass(batch, reset, 0.5, scale, eps=1e-7)
+    assert not any(k[0] == "weights" for k in cold.memo) and any(k[0] == "weights" for k in batch.memo)
+    assert np.array_equal(first, again)
+
+
 def test_bounded_reset_is_its_head_plus_the_mean_of_the_rest() -> None:
     seeds = SeedWeights(entity={0: 0.5})
     reset, floor = build_reset(6, seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)

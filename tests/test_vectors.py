@@ -9,7 +9,7 @@ import pytest
 
 from hrag_cli.config import VectorSettings
 from hrag_cli.errors import HragError
-from hrag_cli.vectors import FORMAT, VectorIndex, exact_topk, sparse_rows
+from hrag_cli.vectors import FORMAT, ReadAt, VectorIndex, exact_topk, sparse_rows, top_order
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -371,3 +371,37 @@ def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
     rows.postings = build_postings(rows)
     assert rows.postings[2].shape == (dim, 3) and int(rows.postings[2].sum()) == len(rows.data)
     assert np.allclose(rows.posting_scores(q), scan, atol=1e-6)
+
+
+def test_top_order_is_the_stable_descending_sort_cut() -> None:
+    """The m best, ties to the lower index, as np.argsort(-x, kind="stable")[:m], over ties, zeros and sizes
+    where the block-maximum floor is used and where it is not."""
+    rng = np.random.default_rng(11)
+    for t in range(200):
+        n = int(rng.integers(1, 20_000))
+        x = rng.random(n).astype(np.float32 if t % 2 else np.float64)
+        if t % 3 == 0:
+            x = np.round(x, 2)
+        if t % 5 == 0:
+            x[rng.random(n) < 0.9] = 0
+        m = int(rng.integers(1, 300))
+        assert top_order(x, m).tolist() == np.argsort(-x, kind="stable")[:m].tolist()
+
+
+def test_a_query_reads_postings_at_offsets_and_a_truncated_file_is_an_error(tmp_path) -> None:
+    """A query's load reads the postings' rows and values with pread (not mapped); a file cut short after the
+    load is reported with its fix, never read as zeros."""
+    rng = np.random.default_rng(6)
+    m = np.zeros((300, 64), np.float32)
+    for i in range(300):
+        m[i, rng.choice(64, size=5, replace=False)] = rng.random(5) + 0.1
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    VectorIndex.build("facts", ids_of(300), m, VectorSettings(), "m").save(tmp_path)
+    lazy = VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True)
+    assert isinstance(lazy._rows.postings[1], ReadAt) and isinstance(lazy._rows.postings[3], ReadAt)
+    got, _ = lazy.search(m[:3], 1)
+    assert got == [["x0"], ["x1"], ["x2"]]
+    data = VectorIndex.query_paths(tmp_path, "facts")[6]
+    data.write_bytes(data.read_bytes()[:-64])
+    with pytest.raises(HragError, match="truncated"):
+        lazy.search(np.full((1, 64), 0.125, np.float32), 1)     # every column: the last one is cut
