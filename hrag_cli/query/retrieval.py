@@ -65,8 +65,8 @@ def by_score(*lists: Sequence[RankedChunk], key=lambda x: x) -> list[RankedChunk
 
 
 def ranks_of(scores: np.ndarray, items: np.ndarray) -> np.ndarray:
-    """The rank (1 = best) `rrf_scores` gives each of `items`: its place in the stable descending order, i.e.
-    the scores above it plus the equal scores at lower indices, plus one."""
+    """The rank `all_ranks` gives each of a few `items`: the scores above it plus the equal scores at lower
+    indices, plus one (one sort of the scores, and a count per tied item)."""
     ordered = np.sort(scores)
     v = scores[items]
     right = np.searchsorted(ordered, v, side="right")
@@ -75,11 +75,16 @@ def ranks_of(scores: np.ndarray, items: np.ndarray) -> np.ndarray:
     return (len(scores) - right + np.asarray(ties, dtype=np.int64) + 1).astype(np.float64)
 
 
-def rrf_scores(scores: np.ndarray, rrf_k: float) -> np.ndarray:
-    """1 / (rrf_k + rank), rank 1 = best score; ties keep index order."""
+def all_ranks(scores: np.ndarray) -> np.ndarray:
+    """Every score's rank (1 = best; ties keep index order), as float64."""
     ranks = np.empty(len(scores), dtype=np.float64)
     ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
-    return 1.0 / (rrf_k + ranks)
+    return ranks
+
+
+def rrf_scores(scores: np.ndarray, rrf_k: float) -> np.ndarray:
+    """1 / (rrf_k + rank), rank 1 = best score; ties keep index order."""
+    return 1.0 / (rrf_k + all_ranks(scores))
 
 
 def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
@@ -273,7 +278,7 @@ def _fused_head(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | Non
         fused = _fused([r if r.all() else ranks_of(x, cand) for r, x in zip(ranks, lists)], hit, w, lw, k)
         if not (len(fused) >= head and np.sort(fused)[::-1][head - 1] > outside * (1 + 1e-9)):
             cand = np.arange(len(walk))
-            fused = _fused([ranks_of(x, cand) for x in lists], lexical > 0 if lexical is not None else None, w, lw, k)
+            fused = _fused([all_ranks(x) for x in lists], lexical > 0 if lexical is not None else None, w, lw, k)
     return cand[np.lexsort((cand, -fused))[:head]]
 
 
