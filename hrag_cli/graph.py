@@ -15,7 +15,6 @@ description in the pickle was a third of a rules project's graph folder and no w
 from __future__ import annotations
 
 import pickle
-import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import store
+from . import graph_pickle, store
 from .errors import HragError
+from .graph_pickle import Column, GraphColumns
 from .project import Project
 from .records import Document, Entity, Relation, Synonym
 
@@ -65,11 +65,16 @@ class GraphRelation:
 
 def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity] | list[GraphEntity],
                 relations: list[Relation] | list[GraphRelation], mentions: Iterable[tuple[str, str, int]]) -> Any:
+    """The igraph graph of `graph_columns` (for callers that walk or export a graph in memory)."""
+    return graph_columns(docs, chunks, entities, relations, mentions).to_igraph()
+
+
+def graph_columns(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity] | list[GraphEntity],
+                  relations: list[Relation] | list[GraphRelation],
+                  mentions: Iterable[tuple[str, str, int]]) -> GraphColumns:
     """Vertices: documents (sorted by doc_id), chunks (by doc_id, order; one vertex per chunk_id even when
     the same text occurs in two documents), entities (sorted by id). `mentions` = (chunk_id, entity_id, count).
     Edges in the order PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, so equal inputs give equal graphs."""
-    import igraph
-
     docs = sorted(docs, key=lambda d: d.doc_id)
     chunks = sorted(chunks, key=lambda c: (c.doc_id, c.order, c.chunk_id))
     first_chunk: dict[str, ChunkRef] = {}
@@ -79,23 +84,10 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
     nd, nc, ne = len(docs), len(uchunks), len(entities)
     n = nd + nc + ne
 
-    index: dict[str, int] = {}
-    for i, d in enumerate(docs):
-        index[d.doc_id] = i
-    for i, c in enumerate(uchunks, nd):
-        index[c.chunk_id] = i
-    for i, e in enumerate(entities, nd + nc):
-        index[e.id] = i
-
-    edges: list[tuple[int, int]] = []
-    kinds: list[str] = []
-    weights: list[float] = []
+    keys = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks] + [e.id for e in entities]
+    index = {k: i for i, k in enumerate(keys)}
 
     part_of = sorted({(index[c.doc_id], index[c.chunk_id]) for c in chunks if c.doc_id in index})
-    edges.extend(part_of)
-    kinds.extend([PART_OF] * len(part_of))
-    weights.extend([1.0] * len(part_of))
-
     nxt: set[tuple[int, int]] = set()
     prev: ChunkRef | None = None
     for c in chunks:  # sorted by (doc_id, order)
@@ -104,44 +96,40 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
             nxt.add((a, b) if a < b else (b, a))
         prev = c
     nxt_sorted = sorted(nxt)
-    edges.extend(nxt_sorted)
-    kinds.extend([NEXT_CHUNK] * len(nxt_sorted))
-    weights.extend([1.0] * len(nxt_sorted))
-
-    n_before_rel = len(edges)
-    edges.extend((index[r.src], index[r.tgt]) for r in relations)
-    kinds.extend([RELATION] * len(relations))
-    weights.extend(float(r.weight) for r in relations)
-
-    for chunk_id, entity_id, count in mentions:
-        edges.append((index[chunk_id], index[entity_id]))
-        kinds.append(MENTIONED_IN)
-        weights.append(float(count))
-
-    g = igraph.Graph(n=n, edges=edges, directed=False)
-    del edges
-    # every string interned: pickle writes a string once per object, so equal strings must be one object
-    # whichever way the inputs were made (resolve builds them from records or, after additions, from its files)
-    # for equal graphs to pickle to equal bytes
-    s = sys.intern
-    none_d, none_c, none_e = [None] * nd, [None] * nc, [None] * ne
-    g.vs["kind"] = [DOCUMENT] * nd + [CHUNK] * nc + [ENTITY] * ne
-    g.vs["key"] = [s(d.doc_id) for d in docs] + [s(c.chunk_id) for c in uchunks] + [s(e.id) for e in entities]
-    g.vs["path"] = [s(d.path) for d in docs] + none_c + none_e
-    g.vs["doc_id"] = none_d + [s(c.doc_id) for c in uchunks] + none_e
-    g.vs["order"] = none_d + [c.order for c in uchunks] + none_e
-    g.vs["name"] = none_d + none_c + [s(e.name) for e in entities]
-    g.vs["type"] = none_d + none_c + [s(e.type) for e in entities]
-    g.vs["aliases"] = none_d + none_c + [[s(a) for a in e.aliases] for e in entities]
-
-    m = g.ecount()
     n_rel = len(relations)
-    pad_front, pad_back = [None] * n_before_rel, [None] * (m - n_before_rel - n_rel)
-    g.es["kind"] = kinds
-    g.es["weight"] = weights
-    g.es["key"] = pad_front + [s(r.id) for r in relations] + pad_back
-    g.es["rel_type"] = pad_front + [s(r.rel_type) if r.rel_type else None for r in relations] + pad_back
-    return g
+    rel_ends = np.fromiter((index[k] for r in relations for k in (r.src, r.tgt)), dtype=np.int64, count=2 * n_rel)
+    men_ends: list[int] = []
+    men_weight: list[float] = []
+    for chunk_id, entity_id, count in mentions:
+        men_ends += (index[chunk_id], index[entity_id])
+        men_weight.append(float(count))
+    n_men = len(men_weight)
+    edges = np.concatenate([np.asarray(part_of + nxt_sorted, dtype=np.int64).reshape(-1, 2),
+                            rel_ends.reshape(-1, 2), np.asarray(men_ends, dtype=np.int64).reshape(-1, 2)])
+    n_struct = len(part_of) + len(nxt_sorted)
+    weight = np.concatenate([np.ones(n_struct), np.fromiter((float(r.weight) for r in relations), dtype=np.float64,
+                                                            count=n_rel), np.asarray(men_weight, dtype=np.float64)])
+    kind = np.repeat(np.arange(4, dtype=np.int32), [len(part_of), len(nxt_sorted), n_rel, n_men])
+    none_d, none_c, none_e = [None] * nd, [None] * nc, [None] * ne
+    vattrs: dict[str, Column | list] = {
+        "kind": Column(list(VERTEX_KINDS), np.repeat(np.arange(3, dtype=np.int32), [nd, nc, ne])),
+        "key": Column(keys, np.arange(n, dtype=np.int32)),
+        "path": Column.of([d.path for d in docs] + none_c + none_e, (None,)),
+        "doc_id": Column.of(none_d + [c.doc_id for c in uchunks] + none_e, (None,)),
+        "order": Column.of(none_d + [c.order for c in uchunks] + none_e, (None,)),
+        "name": Column.of(none_d + none_c + [e.name for e in entities], (None,)),
+        "type": Column.of(none_d + none_c + [e.type for e in entities], (None,)),
+        "aliases": none_d + none_c + [list(e.aliases) for e in entities],
+    }
+    rel = np.arange(n_struct, n_struct + n_rel)
+    key_codes = np.zeros(len(edges), dtype=np.int32)
+    key_codes[rel] = np.arange(1, n_rel + 1, dtype=np.int32)
+    rel_type = Column.of([r.rel_type or None for r in relations], (None,))
+    type_codes = np.zeros(len(edges), dtype=np.int32)
+    type_codes[rel] = rel_type.codes
+    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": Column([None] + [r.id for r in relations], key_codes),
+              "rel_type": Column(rel_type.vocab, type_codes)}
+    return GraphColumns(n, edges, weight, vattrs, eattrs, split=len(edges))
 
 
 def key_index(graph: Any) -> dict[str, int]:
@@ -150,29 +138,32 @@ def key_index(graph: Any) -> dict[str, int]:
 
 
 def save_graph(project: Project, graph: Any) -> None:
-    """The pickle, zlib-compressed (level 1): its keys and kinds are repetitive text, a third of the bytes for a
-    few milliseconds; then graph/walk.npz, the arrays a query walks."""
-    data = zlib.compress(pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL), 1)
-    store.atomic_write_bytes(project.graph_path, data)
-    save_walk(project, graph)
+    """graph/graph.pkl (`graph_pickle`: arrays a pickle turns back into the igraph graph, no zlib over the whole),
+    then graph/walk.npz, the arrays a query walks. `graph`: GraphColumns or an igraph graph."""
+    cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
+    store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
+    save_walk(project, cols)
 
 
 VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)    # walk.npz's vertex kind codes (layout: walk.py)
 
 
+def _codes_in(col: Column, names: tuple[str, ...]) -> np.ndarray:
+    """A column's values as their index in `names` (uint8)."""
+    lut = np.array([names.index(v) for v in col.vocab] or [0], dtype=np.uint8)
+    return lut[col.codes]
+
+
 def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
-    """The arrays of the layout above from an igraph graph (undirected; every edge has kind and weight)."""
-    n, m = graph.vcount(), graph.ecount()
-    el = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
-    weight = np.asarray(graph.es["weight"], dtype=np.float64) if m else np.zeros(0)
-    kind_index = {k: i for i, k in enumerate(EDGE_KINDS)}
-    kind = np.fromiter((kind_index[k] for k in graph.es["kind"]), dtype=np.uint8, count=m) if m else \
-        np.zeros(0, np.uint8)
+    """The arrays of the layout above from the graph's columns (or an igraph graph: undirected, every edge
+    with kind and weight)."""
+    cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
+    n, el, weight = cols.n, cols.edges, cols.weight
+    kind = _codes_in(cols.eattrs["kind"], EDGE_KINDS) if cols.m else np.zeros(0, np.uint8)
     rows = np.concatenate([el[:, 0], el[:, 1]])
     order = np.argsort(rows, kind="stable")
-    vkind_index = {k: i for i, k in enumerate(VERTEX_KINDS)}
-    keys = graph.vs["key"] if n else []
-    blobs = [k.encode("utf-8") for k in keys]
+    key = cols.vattrs["key"] if n else Column([], np.zeros(0, np.int32))
+    blobs = [k.encode("utf-8") for k in key.values()]
     koff = np.zeros(n + 1, dtype=np.int64)
     np.cumsum([len(b) for b in blobs], out=koff[1:])
     return {
@@ -180,11 +171,12 @@ def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
         "cols": np.concatenate([el[:, 1], el[:, 0]])[order].astype(np.int32),
         "weight": np.concatenate([weight, weight])[order],
         "kind": np.concatenate([kind, kind])[order],
-        "vkind": np.fromiter((vkind_index[k] for k in graph.vs["kind"]), dtype=np.uint8, count=n) if n else
-        np.zeros(0, np.uint8),
+        "vkind": _codes_in(cols.vattrs["kind"], VERTEX_KINDS) if n else np.zeros(0, np.uint8),
         "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
         "koff": koff,
-        "order": np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64),
+        # UTF-8 bytes sort as their strings do; keys never end in NUL, which numpy's bytes type would drop
+        "order": np.argsort(np.array(blobs, dtype=bytes), kind="stable").astype(np.int64) if n else
+        np.zeros(0, np.int64),
     }
 
 
@@ -194,37 +186,56 @@ def save_walk(project: Project, graph: Any) -> None:
         np.savez(fh, **walk_arrays(graph))
 
 
+def _unpickle(project: Project, data: bytes) -> Any:
+    try:
+        return pickle.loads(data if data[:1] == b"\x80" else zlib.decompress(data))
+    except Exception as exc:  # a damaged pickle can raise nearly anything
+        raise HragError(f"{project.graph_path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
+
+
+def _graph_bytes(project: Project) -> bytes:
+    try:
+        return project.graph_path.read_bytes()
+    except FileNotFoundError:
+        raise HragError(f"no graph in {project.root} yet: run 'hrag index DOCS' (or 'hrag resolve')") from None
+
+
 def load_graph(project: Project) -> tuple[Any, dict[str, int]]:
     """THE loader every later stage uses: the graph and its key -> vertex index map. Reads the compressed
     pickle and the plain one earlier versions wrote (a pickle starts with 0x80, a zlib stream never does)."""
+    graph = _unpickle(project, _graph_bytes(project))
+    return graph, key_index(graph)
+
+
+def load_columns(project: Project) -> GraphColumns:
+    """The saved graph as columns, without making the igraph graph (a pickle of earlier versions: made, then
+    taken apart)."""
+    data = _graph_bytes(project)
+    if data[:1] != b"\x80":        # zlib: igraph's own pickle, as earlier versions wrote it
+        return GraphColumns.of_igraph(_unpickle(project, data))
     try:
-        data = project.graph_path.read_bytes()
-    except FileNotFoundError:
-        raise HragError(f"no graph in {project.root} yet: run 'hrag index DOCS' (or 'hrag resolve')") from None
-    try:
-        graph = pickle.loads(data if data[:1] == b"\x80" else zlib.decompress(data))
+        return graph_pickle.loads(data)
+    except graph_pickle.NotColumns:
+        return GraphColumns.of_igraph(_unpickle(project, data))
     except Exception as exc:  # a damaged pickle can raise nearly anything
         raise HragError(f"{project.graph_path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
-    return graph, key_index(graph)
 
 
 def edge_counts(graph: Any) -> dict[str, int]:
     """Edges per kind, every kind present (0 when none)."""
+    cols = graph.eattrs["kind"] if isinstance(graph, GraphColumns) else Column.of(graph.es["kind"]) \
+        if graph.ecount() else Column([], np.zeros(0, np.int32))
+    per_code = np.bincount(cols.codes, minlength=len(cols.vocab))
     counts = dict.fromkeys(EDGE_KINDS, 0)
-    if graph.ecount():
-        for k in graph.es["kind"]:
-            counts[k] = counts.get(k, 0) + 1
+    for k, c in zip(cols.vocab, per_code.tolist()):
+        counts[k] = counts.get(k, 0) + c
     return counts
 
 
-def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> Any:
-    """Replace every SYNONYM edge with `pairs` (entity keys a, b and a cosine similarity as weight).
-    Pairs naming an unknown key, a self-pair, or a repeat of an unordered pair are skipped. Returns the
-    same graph, changed in place."""
-    old = [e.index for e in graph.es.select(kind_eq=SYNONYM)] if graph.ecount() else []
-    if old:
-        graph.delete_edges(old)
-    index = key_index(graph)
+def _synonym_edges(index: dict[str, int], pairs: Iterable[Synonym | tuple[str, str, float] | dict]
+                   ) -> tuple[list[tuple[int, int]], list[float]]:
+    """The SYNONYM edges of `pairs` (entity keys a, b and a cosine similarity as weight). Pairs naming an
+    unknown key, a self-pair, or a repeat of an unordered pair are skipped."""
     new_edges: list[tuple[int, int]] = []
     sims: list[float] = []
     seen: set[tuple[int, int]] = set()
@@ -244,8 +255,43 @@ def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, floa
         seen.add(pair)
         new_edges.append(pair)
         sims.append(float(s))
+    return new_edges, sims
+
+
+def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> Any:
+    """Replace every SYNONYM edge with `pairs` (as `_synonym_edges` reads them). Returns the same graph,
+    changed in place."""
+    old = [e.index for e in graph.es.select(kind_eq=SYNONYM)] if graph.ecount() else []
+    if old:
+        graph.delete_edges(old)
+    new_edges, sims = _synonym_edges(key_index(graph), pairs)
     if new_edges:
         none = [None] * len(new_edges)
         graph.add_edges(new_edges, attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims, "key": none,
                                                "rel_type": none})
     return graph
+
+
+def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> GraphColumns:
+    """`add_synonym_edges` on columns: every SYNONYM edge dropped, those of `pairs` appended after the rest."""
+    kind = cols.eattrs["kind"]
+    keep = np.flatnonzero(kind.codes != kind.vocab.index(SYNONYM)) if SYNONYM in kind.vocab else None
+    if keep is not None and len(keep) < cols.m:
+        cols = GraphColumns(cols.n, cols.edges[keep], cols.weight[keep], cols.vattrs,
+                            {k: c.take(keep) for k, c in cols.eattrs.items()}, cols.packed)
+    cols.split = cols.m
+    key = cols.vattrs["key"]
+    new_edges, sims = _synonym_edges({k: i for i, k in enumerate(key.values())}, pairs)
+    if not new_edges:
+        return cols
+    k = len(new_edges)
+    tail = {"kind": Column([SYNONYM], np.zeros(k, np.int32)), "key": Column([None], np.zeros(k, np.int32)),
+            "rel_type": Column([None], np.zeros(k, np.int32))}
+    return GraphColumns(cols.n, np.concatenate([cols.edges, np.asarray(new_edges, dtype=np.int64)]),
+                        np.concatenate([cols.weight, np.asarray(sims, dtype=np.float64)]), cols.vattrs,
+                        {name: c.concat(tail[name]) for name, c in cols.eattrs.items()}, cols.packed, cols.split)
+
+
+def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
+    """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz)."""
+    save_graph(project, set_synonym_edges(load_columns(project), pairs))

@@ -39,7 +39,7 @@ from . import resolve_patch, resolve_state, store
 from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
-from .graph import ChunkRef, build_graph, edge_counts, save_graph
+from .graph import ChunkRef, edge_counts, graph_columns, save_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -468,7 +468,7 @@ def write_outputs(project: Project, resolved: Resolved, docs: list[Document], ch
     store.write_jsonl(project.relations_path, (r.to_json() for r in resolved.relations), compress=True)
     store.write_jsonl(project.facts_path, resolved.facts)
     store.write_jsonl(project.merges_path, resolved.merges)
-    graph = build_graph(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
+    graph = graph_columns(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
     resolved.entities, resolved.relations, resolved.mentions = [], [], []
     save_graph(project, graph)
     return graph
@@ -533,7 +533,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                 resolve_state.save(project.resolve_state_path, header, merged, keys)
                 resolve_state.drop_delta(project.resolve_state_path)
             del keys
-            graph = build_graph(docs, chunks, graph_ents, graph_rels, merged.mentions)
+            graph = graph_columns(docs, chunks, graph_ents, graph_rels, merged.mentions)
             del graph_ents, graph_rels, merged
             save_graph(project, graph)
     if graph is None:
@@ -563,8 +563,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     ec = edge_counts(graph)
     counts = {
         **sizes,
-        "vertices": graph.vcount(),
-        "edges": graph.ecount(),
+        "vertices": graph.n,
+        "edges": graph.m,
         **{f"edges_{k.lower()}": v for k, v in ec.items() if k != "SYNONYM"},
         **stats,
         "summaries_llm_calls": summarizer.llm_calls,

@@ -672,12 +672,10 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     ordered = sorted(pairs.items())
     records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
     store.write_jsonl(project.synonyms_path, records)
-    from .graph import add_synonym_edges, load_graph, save_graph
+    from .graph import save_synonym_edges
 
     if project.graph_path.exists():
-        graph, _ = load_graph(project)
-        add_synonym_edges(graph, records)
-        save_graph(project, graph)
+        save_synonym_edges(project, records)
         from .query.ppr import save_chunk_prior
 
         save_chunk_prior(project, settings)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hrag_cli.errors import HragError
-from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, load_graph,
-                            save_graph)
+from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns,
+                            load_columns, load_graph, save_graph, save_synonym_edges, set_synonym_edges)
 from hrag_cli.project import Project
 from hrag_cli.records import Document, Entity, Relation, Synonym
 
@@ -27,6 +27,17 @@ def _sample():
     relations = [Relation("r1", "acme", "bob", ["employs"], ["work"], "Acme employs Bob.", 7.5, ["k1"])]
     mentions = [("k1", "acme", 2), ("k2", "acme", 1), ("k1", "bob", 3), ("k9", "zürich", 1)]
     return docs, chunks, entities, relations, mentions
+
+
+def _assert_same_graph(a, b) -> None:
+    """Same vertices, edges and every attribute, in the same order."""
+    assert (a.vcount(), a.ecount(), a.is_directed()) == (b.vcount(), b.ecount(), b.is_directed())
+    assert a.get_edgelist() == b.get_edgelist()
+    assert sorted(a.vs.attributes()) == sorted(b.vs.attributes()) and sorted(a.es.attributes()) == sorted(b.es.attributes())
+    for k in b.vs.attributes():
+        assert a.vs[k] == b.vs[k], k
+    for k in b.es.attributes():
+        assert a.es[k] == b.es[k], k
 
 
 def _edges(g, kind: str) -> list[tuple[str, str, float]]:
@@ -90,11 +101,11 @@ def test_save_load_roundtrip_and_key_map(tmp_path: Path) -> None:
     assert keys["bob"] == 7 and keys["d1"] == 0 and keys["k9"] == 5
     assert g2.vs[keys["zürich"]]["name"] == "Zürich"
     assert g2.es["weight"] == g.es["weight"]
-    stored = project.graph_path.read_bytes()
-    assert stored[:1] != b"\x80"                                   # stored compressed: a zlib stream of the pickle
-    assert pickle.loads(zlib.decompress(stored)).vs["key"] == g.vs["key"]
-    project.graph_path.write_bytes(pickle.dumps(g))               # a plain pickle (earlier versions) still loads
-    assert load_graph(project)[0].vs["key"] == g.vs["key"]
+    _assert_same_graph(pickle.loads(project.graph_path.read_bytes()), g)   # a plain pickle: igraph alone loads it
+    for earlier in (pickle.dumps(g), zlib.compress(pickle.dumps(g), 1)):      # igraph's own, plain or compressed
+        project.graph_path.write_bytes(earlier)
+        assert load_graph(project)[0].vs["key"] == g.vs["key"]
+        _assert_same_graph(load_columns(project).to_igraph(), g)
     project.graph_path.write_bytes(b"not a pickle")
     with pytest.raises(HragError, match="damaged"):
         load_graph(project)
@@ -163,3 +174,39 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     project.walk_path.write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(HragError, match="walk.npz is damaged.*hrag resolve"):
         WalkGraph.load(project)
+
+
+def test_columns_file_round_trip_and_synonym_part_reused(tmp_path: Path) -> None:
+    """graph.pkl is written from columns and read back as columns without making the graph; replacing the
+    SYNONYM edges gives the graph add_synonym_edges gives, and keeps every other member's compressed bytes."""
+    project = Project(tmp_path / "p")
+    project.init()
+    cols = graph_columns(*_sample())
+    save_graph(project, cols)
+    back = load_columns(project)
+    _assert_same_graph(back.to_igraph(), build_graph(*_sample()))
+    assert back.split == back.m and edge_counts(back) == edge_counts(build_graph(*_sample()))
+    first = project.graph_path.read_bytes()
+    pairs = [("acme", "bob", 0.91), ("bob", "zürich", 0.85), ("bob", "bob", 1.0)]
+    save_synonym_edges(project, pairs)
+    with_syn = project.graph_path.read_bytes()
+    expected = add_synonym_edges(build_graph(*_sample()), pairs)
+    _assert_same_graph(pickle.loads(with_syn), expected)
+    # equal to the columns made in one go: the same bytes whichever way the graph came
+    assert with_syn == _saved_bytes(tmp_path / "q", set_synonym_edges(graph_columns(*_sample()), pairs))
+    assert load_columns(project).split == cols.m
+    save_synonym_edges(project, [("acme", "zürich", 0.5)])              # replaced, not added to
+    _assert_same_graph(pickle.loads(project.graph_path.read_bytes()),
+                       add_synonym_edges(build_graph(*_sample()), [("acme", "zürich", 0.5)]))
+    save_synonym_edges(project, [])
+    assert project.graph_path.read_bytes() == first
+    project.graph_path.write_bytes(first[:-40])
+    with pytest.raises(HragError, match="damaged"):
+        load_columns(project)
+
+
+def _saved_bytes(root: Path, cols) -> bytes:
+    project = Project(root)
+    project.init()
+    save_graph(project, cols)
+    return project.graph_path.read_bytes()

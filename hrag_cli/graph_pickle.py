@@ -1,0 +1,284 @@
+"""graph.pkl written straight from numpy columns, and read back as columns (DESIGN.md §3).
+
+Why: `pickle.dumps` of an igraph graph writes every edge as a tuple and every attribute value as an object (4 s at
+100,000 passages, 185 MB that zlib then took 1.4 s over), and a later stage had to unpickle it whole (4.6 s) to add
+its edges. This file is still a pickle that `pickle.load` turns into the same `igraph.Graph` with nothing but the
+standard library and igraph: its arguments are built on load by standard calls, `Graph(n, edges, False, {},
+vertex_attrs, edge_attrs)` with
+  edges    memoryview(array('q', ...)).cast('B').cast('q', (m, 2))    (igraph reads the buffer directly)
+  weight   array('d', ...)                                          (igraph makes the list of floats)
+  others   list(map(json.loads(VOCAB).__getitem__, array('i', CODES)))   (each distinct value once, as igraph's
+           own pickle memoises equal strings)
+  aliases  json.loads(...)                                          (a fresh list per vertex)
+Arrays go through `array`'s own portable reduction. `read_columns` loads such a file without running those calls,
+so a stage that changes a few edges reads numpy arrays in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import array
+import io
+import json
+import pickle
+import sys
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+
+class Column:
+    """An attribute with few distinct values or none repeated: value i = vocab[codes[i]]. A column read from
+    a file keeps its vocabulary's JSON and parses it on first use (a stage that only appends edges never does)."""
+
+    __slots__ = ("_vocab", "_json", "codes")
+
+    def __init__(self, vocab: list | None, codes: np.ndarray, vocab_json: bytes | None = None) -> None:
+        self._vocab, self._json, self.codes = vocab, vocab_json, codes
+
+    @property
+    def vocab(self) -> list:
+        if self._vocab is None:
+            self._vocab = json.loads(self._json or b"[]")
+        return self._vocab
+
+    def vocab_json(self) -> bytes:
+        if self._json is None:
+            self._json = orjson.dumps(self._vocab)
+        return self._json
+
+    def __repr__(self) -> str:
+        return f"Column({len(self.codes)} rows)"
+
+    def values(self) -> list:
+        return [self.vocab[c] for c in self.codes.tolist()]
+
+    @classmethod
+    def of(cls, values: list, vocab: tuple = ()) -> "Column":
+        """`vocab` first (a fixed vocabulary keeps equal values coded alike whichever rows a graph has), then
+        every other value in the order it first appears."""
+        index: dict[Any, int] = {v: i for i, v in enumerate(vocab)}
+        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
+        return cls(list(index), codes)
+
+    def take(self, rows: np.ndarray) -> "Column":
+        return Column(self._vocab, self.codes[rows], self._json)
+
+    def concat(self, other: "Column") -> "Column":
+        """This column's rows, then `other`'s (their vocabularies joined, values kept; this one's vocabulary
+        stays as it is when it holds all of `other`'s values)."""
+        index = {v: i for i, v in enumerate(self.vocab)}
+        remap = np.fromiter((index.setdefault(v, len(index)) for v in other.vocab), dtype=np.int32,
+                            count=len(other.vocab))
+        codes = np.concatenate([self.codes, remap[other.codes]]).astype(np.int32)
+        return Column(self._vocab, codes, self._json) if len(index) == len(self.vocab) else Column(list(index), codes)
+
+
+@dataclass
+class GraphColumns:
+    """The whole graph as arrays: `edges` (m, 2) in igraph's edge order, `weight` per edge, every other
+    attribute a Column (vertex `aliases`: a list per vertex)."""
+
+    n: int
+    edges: np.ndarray                                   # int64 (m, 2)
+    weight: np.ndarray                                  # float64 (m)
+    vattrs: dict[str, Column | list] = field(default_factory=dict)
+    eattrs: dict[str, Column] = field(default_factory=dict)
+    # what the file this came from held, raw bytes -> compressed member, so a stage that keeps most of the graph
+    # compresses only what it changed (a dict lookup compares the bytes: a hit is exact)
+    packed: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    # the first edge of the SYNONYM edges at the end (m: none). Every edge array is stored in two parts split
+    # there, so the synonyms stage rewrites the second part and reuses the first one's member.
+    split: int = -1
+
+    @property
+    def m(self) -> int:
+        return len(self.edges)
+
+    def to_igraph(self) -> Any:
+        import igraph
+
+        g = igraph.Graph(self.n, np.ascontiguousarray(self.edges, dtype=np.int64), directed=False)
+        for k, c in self.vattrs.items():
+            g.vs[k] = c.values() if isinstance(c, Column) else c
+        g.es["kind"] = self.eattrs["kind"].values()
+        g.es["weight"] = self.weight.tolist()
+        for k, c in self.eattrs.items():
+            if k != "kind":
+                g.es[k] = c.values()
+        return g
+
+    @classmethod
+    def of_igraph(cls, graph: Any) -> "GraphColumns":
+        """Columns of any igraph graph (the slow path, for a graph made elsewhere or a pickle of earlier versions)."""
+        m = graph.ecount()
+        vattrs: dict[str, Column | list] = {k: graph.vs[k] if k == "aliases" else Column.of(graph.vs[k])
+                                            for k in graph.vs.attributes()}
+        eattrs = {k: Column.of(graph.es[k]) for k in graph.es.attributes() if k != "weight"}
+        return cls(graph.vcount(), np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(m, 2),
+                   np.asarray(graph.es["weight"] if m else [], dtype=np.float64), vattrs, eattrs)
+
+
+class _Call:
+    """A call the unpickler makes: reduced to (func, args) by `_Writer`."""
+
+    def __init__(self, func: Any, *args: Any) -> None:
+        self.func, self.args = func, args
+
+    def __call__(self, *args: Any) -> Any:     # pickle reduces only to a callable: this one is called on load
+        raise TypeError("a call to be pickled, not made")
+
+
+def _method(obj: Any, name: str, *args: Any) -> _Call:
+    return _Call(_Call(getattr, obj, name), *args)
+
+
+class _Writer(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, _Call):
+            return obj.func, obj.args
+        return NotImplemented
+
+
+def _member(raw: bytes, packed: dict[bytes, bytes]) -> _Call:
+    """zlib.decompress(the member of `raw`), made once per distinct `raw` in a file (the pickle then writes it
+    once and refers to it after, whether it was compressed now or came from `packed`)."""
+    data = packed.get(raw)
+    if data is None:
+        data = packed[raw] = zlib.compress(raw, 1)
+    return _Call(zlib.decompress, data)
+
+
+def _array(typecode: str, a: np.ndarray, packed: dict[bytes, bytes], split: int = -1) -> _Call:
+    """array(typecode, the bytes of `a`), stored zlib-compressed (level 1) in one part, or two split at row
+    `split`."""
+    a = np.ascontiguousarray(a)
+    if split < 0:
+        return _Call(array.array, typecode, _member(a.tobytes(), packed))
+    parts = [_member(a[:split].tobytes(), packed), _member(a[split:].tobytes(), packed)]
+    return _Call(array.array, typecode, _Call(getattr(b"", "join"), parts))
+
+
+def _column_call(c: Column | list, packed: dict[bytes, bytes], split: int = -1) -> _Call:
+    if not isinstance(c, Column):
+        return _Call(json.loads, _member(orjson.dumps(c), packed))
+    vocab = _Call(json.loads, _member(c.vocab_json(), packed))
+    return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), _array("i", c.codes.astype(np.int32), packed,
+                                                                               split)))
+
+
+def dumps(cols: GraphColumns) -> bytes:
+    """The pickle bytes of `cols` (equal columns give equal bytes)."""
+    import igraph
+
+    packed, split = dict(cols.packed), cols.split if 0 <= cols.split <= cols.m else cols.m
+    flat = _array("q", cols.edges.astype(np.int64, copy=False).reshape(-1), packed, 2 * split)
+    # no edges: an empty list (a memoryview cannot take the shape (0, 2))
+    edges = _method(_method(_Call(memoryview, flat), "cast", "B"), "cast", "q", (cols.m, 2)) if cols.m else []
+    # names interned: the pickle writes an object once and refers to it after, so equal names must be one
+    # object whichever way the columns were made (built now, or read from a file)
+    vattrs = {sys.intern(k): _column_call(c, packed) for k, c in cols.vattrs.items()}
+    eattrs: dict[str, Any] = {"kind": _column_call(cols.eattrs["kind"], packed, split),
+                              "weight": _array("d", cols.weight.astype(np.float64, copy=False), packed, split)}
+    eattrs.update((sys.intern(k), _column_call(c, packed, split)) for k, c in cols.eattrs.items() if k != "kind")
+    buf = io.BytesIO()
+    _Writer(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(_Call(igraph.Graph, cols.n, edges, False, {}, vattrs, eattrs))
+    return buf.getvalue()
+
+
+class _Node:
+    """A call recorded, not made, by `_Reader` (calling one records that call too)."""
+
+    def __init__(self, name: str, args: tuple) -> None:
+        self.name, self.args = name, args
+
+    def __call__(self, *args: Any) -> "_Node":
+        return _Node("call", (self, *args))
+
+
+def _members(node: Any, out: list) -> list:
+    """Every zlib member under `node`, depth first (the parts of one array in order)."""
+    for a in node.args if isinstance(node, _Node) else node if isinstance(node, (list, tuple)) else ():
+        if isinstance(a, _Node) and a.name == "decompress":
+            out.append(a.args[0])
+        else:
+            _members(a, out)
+    return out
+
+
+class _Stub:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any) -> _Node:
+        return _Node(self.name, args)
+
+
+_STUBS = {("igraph", "Graph"), ("builtins", "list"), ("builtins", "map"), ("builtins", "getattr"),
+          ("builtins", "memoryview"), ("json", "loads"), ("zlib", "decompress"), ("array", "array")}
+
+
+class _Reader(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _STUBS:
+            return _Stub(name)
+        raise pickle.UnpicklingError(f"unexpected global {module}.{name}")
+
+
+class NotColumns(Exception):
+    """The file is a pickle of another shape (igraph's own, from earlier versions): load it whole instead."""
+
+
+class _Unpacker:
+    """Turns the recorded calls back into arrays, noting each member's raw bytes -> compressed form."""
+
+    def __init__(self) -> None:
+        self.packed: dict[bytes, bytes] = {}
+        self.split = -1
+
+    def raw(self, node: Any, split_items: int = 0) -> bytes:
+        parts = _members(node, [])
+        if not parts:
+            raise NotColumns("expected a compressed member")
+        raws = [zlib.decompress(p) for p in parts]
+        self.packed.update(zip(raws, parts))
+        if len(raws) == 2 and split_items:
+            self.split = len(raws[0]) // split_items
+        return b"".join(raws)
+
+    def array(self, node: Any, dtype: Any, split_items: int = 0) -> np.ndarray:
+        raw = self.raw(node, split_items)
+        if len(raw) % np.dtype(dtype).itemsize:
+            raise NotColumns("array bytes do not fit its type")
+        return np.frombuffer(raw, dtype=dtype)
+
+    def column(self, node: Any) -> Column | list:
+        if not isinstance(node, _Node):
+            raise NotColumns("unexpected column")
+        if node.name == "loads":
+            return json.loads(self.raw(node))
+        mapped = node.args[0] if node.args else None
+        getter = mapped.args[0] if isinstance(mapped, _Node) and mapped.args else None
+        if not (isinstance(getter, _Node) and getter.name == "getattr" and len(mapped.args) == 2):
+            raise NotColumns("unexpected column")
+        return Column(None, self.array(mapped.args[1], np.int32), self.raw(getter.args[0]))
+
+
+def loads(data: bytes) -> GraphColumns:
+    """The columns of a pickle `dumps` wrote, without making the graph; NotColumns for any other pickle."""
+    try:
+        root = _Reader(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as exc:
+        raise NotColumns(str(exc)) from exc
+    if not (isinstance(root, _Node) and root.name == "Graph" and len(root.args) == 6):
+        raise NotColumns("not a graph")
+    n, edges, _directed, _gattrs, vattrs, eattrs = root.args
+    u = _Unpacker()
+    e = u.array(edges, np.int64, 16).reshape(-1, 2) if edges != [] else np.zeros((0, 2), np.int64)
+    weight = u.array(eattrs["weight"], np.float64)
+    cols = GraphColumns(int(n), e, weight, {k: u.column(v) for k, v in vattrs.items()},
+                        {k: u.column(v) for k, v in eattrs.items() if k != "weight"})
+    cols.packed, cols.split = u.packed, u.split
+    return cols
