@@ -69,24 +69,28 @@ def build_graph(docs: list[Document], chunks: list[ChunkRef], entities: list[Ent
     return graph_columns(docs, chunks, entities, relations, mentions).to_igraph()
 
 
-def graph_columns(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity] | list[GraphEntity],
-                  relations: list[Relation] | list[GraphRelation],
-                  mentions: Iterable[tuple[str, str, int]]) -> GraphColumns:
-    """Vertices: documents (sorted by doc_id), chunks (by doc_id, order; one vertex per chunk_id even when
-    the same text occurs in two documents), entities (sorted by id). `mentions` = (chunk_id, entity_id, count).
-    Edges in the order PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, so equal inputs give equal graphs."""
+@dataclass
+class _Structure:
+    """The documents and chunks of a graph: its first vertices, and the PART_OF and NEXT_CHUNK edges."""
+
+    keys: list[str]
+    paths: list[str]                    # per document
+    chunk_docs: list[str]               # per chunk vertex
+    chunk_orders: list[int]
+    pairs: np.ndarray                   # (PART_OF + NEXT_CHUNK, 2)
+    n_part: int
+    n_next: int
+
+
+def _structure(docs: list[Document], chunks: list[ChunkRef]) -> _Structure:
     docs = sorted(docs, key=lambda d: d.doc_id)
     chunks = sorted(chunks, key=lambda c: (c.doc_id, c.order, c.chunk_id))
     first_chunk: dict[str, ChunkRef] = {}
     for c in chunks:
         first_chunk.setdefault(c.chunk_id, c)
     uchunks = list(first_chunk.values())
-    nd, nc, ne = len(docs), len(uchunks), len(entities)
-    n = nd + nc + ne
-
-    keys = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks] + [e.id for e in entities]
+    keys = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks]
     index = {k: i for i, k in enumerate(keys)}
-
     part_of = sorted({(index[c.doc_id], index[c.chunk_id]) for c in chunks if c.doc_id in index})
     nxt: set[tuple[int, int]] = set()
     prev: ChunkRef | None = None
@@ -95,7 +99,56 @@ def graph_columns(docs: list[Document], chunks: list[ChunkRef], entities: list[E
             a, b = index[prev.chunk_id], index[c.chunk_id]
             nxt.add((a, b) if a < b else (b, a))
         prev = c
-    nxt_sorted = sorted(nxt)
+    pairs = np.asarray(part_of + sorted(nxt), dtype=np.int64).reshape(-1, 2)
+    return _Structure(keys, [d.path for d in docs], [c.doc_id for c in uchunks], [c.order for c in uchunks], pairs,
+                      len(part_of), len(nxt))
+
+
+def _padded(values: list, before: int, after: int = 0) -> Column:
+    """Column.of(None x before + values + None x after), None coded 0, without walking the padding."""
+    c = Column.of(values, (None,))
+    return Column(c.vocab, np.concatenate([np.zeros(before, np.int32), c.codes, np.zeros(after, np.int32)]))
+
+
+def _assemble(st: _Structure, ent_ids: list[str], names: list, types: list, aliases: list, rel_ends: np.ndarray,
+              rel_weight: np.ndarray, rel_ids: list[str], rel_types: list, men_ends: np.ndarray,
+              men_weight: np.ndarray) -> GraphColumns:
+    """The columns of a graph from its parts, entity and relation lists in id order (vertex numbers in the
+    ends: documents and chunks as in `st`, then the entities)."""
+    nd = len(st.paths)
+    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_ids)
+    n = nd + nc + ne
+    edges = np.concatenate([st.pairs, rel_ends.reshape(-1, 2), men_ends.reshape(-1, 2)]).astype(np.int64)
+    n_struct = len(st.pairs)
+    weight = np.concatenate([np.ones(n_struct), rel_weight, men_weight]).astype(np.float64)
+    kind = np.repeat(np.arange(4, dtype=np.int32), [st.n_part, st.n_next, n_rel, len(men_weight)])
+    vattrs: dict[str, Column | list] = {
+        "kind": Column(list(VERTEX_KINDS), np.repeat(np.arange(3, dtype=np.int32), [nd, nc, ne])),
+        "key": Column(st.keys + ent_ids, np.arange(n, dtype=np.int32)),
+        "path": _padded(st.paths, 0, nc + ne),
+        "doc_id": _padded(st.chunk_docs, nd, ne),
+        "order": _padded(st.chunk_orders, nd, ne),
+        "name": _padded(names, nd + nc),
+        "type": _padded(types, nd + nc),
+        "aliases": [None] * (nd + nc) + aliases,
+    }
+    m = len(edges)
+    key_codes = np.zeros(m, dtype=np.int32)
+    key_codes[n_struct:n_struct + n_rel] = np.arange(1, n_rel + 1, dtype=np.int32)
+    rel_type = _padded(rel_types, n_struct, m - n_struct - n_rel)
+    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": Column([None] + rel_ids, key_codes), "rel_type": rel_type}
+    return GraphColumns(n, edges, weight, vattrs, eattrs, split=m)
+
+
+def graph_columns(docs: list[Document], chunks: list[ChunkRef], entities: list[Entity] | list[GraphEntity],
+                  relations: list[Relation] | list[GraphRelation],
+                  mentions: Iterable[tuple[str, str, int]]) -> GraphColumns:
+    """Vertices: documents (sorted by doc_id), chunks (by doc_id, order; one vertex per chunk_id even when
+    the same text occurs in two documents), entities (sorted by id). `mentions` = (chunk_id, entity_id, count).
+    Edges in the order PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, so equal inputs give equal graphs."""
+    st = _structure(docs, chunks)
+    ent_ids = [e.id for e in entities]
+    index = {k: i for i, k in enumerate(st.keys + ent_ids)}
     n_rel = len(relations)
     rel_ends = np.fromiter((index[k] for r in relations for k in (r.src, r.tgt)), dtype=np.int64, count=2 * n_rel)
     men_ends: list[int] = []
@@ -103,33 +156,11 @@ def graph_columns(docs: list[Document], chunks: list[ChunkRef], entities: list[E
     for chunk_id, entity_id, count in mentions:
         men_ends += (index[chunk_id], index[entity_id])
         men_weight.append(float(count))
-    n_men = len(men_weight)
-    edges = np.concatenate([np.asarray(part_of + nxt_sorted, dtype=np.int64).reshape(-1, 2),
-                            rel_ends.reshape(-1, 2), np.asarray(men_ends, dtype=np.int64).reshape(-1, 2)])
-    n_struct = len(part_of) + len(nxt_sorted)
-    weight = np.concatenate([np.ones(n_struct), np.fromiter((float(r.weight) for r in relations), dtype=np.float64,
-                                                            count=n_rel), np.asarray(men_weight, dtype=np.float64)])
-    kind = np.repeat(np.arange(4, dtype=np.int32), [len(part_of), len(nxt_sorted), n_rel, n_men])
-    none_d, none_c, none_e = [None] * nd, [None] * nc, [None] * ne
-    vattrs: dict[str, Column | list] = {
-        "kind": Column(list(VERTEX_KINDS), np.repeat(np.arange(3, dtype=np.int32), [nd, nc, ne])),
-        "key": Column(keys, np.arange(n, dtype=np.int32)),
-        "path": Column.of([d.path for d in docs] + none_c + none_e, (None,)),
-        "doc_id": Column.of(none_d + [c.doc_id for c in uchunks] + none_e, (None,)),
-        "order": Column.of(none_d + [c.order for c in uchunks] + none_e, (None,)),
-        "name": Column.of(none_d + none_c + [e.name for e in entities], (None,)),
-        "type": Column.of(none_d + none_c + [e.type for e in entities], (None,)),
-        "aliases": none_d + none_c + [list(e.aliases) for e in entities],
-    }
-    rel = np.arange(n_struct, n_struct + n_rel)
-    key_codes = np.zeros(len(edges), dtype=np.int32)
-    key_codes[rel] = np.arange(1, n_rel + 1, dtype=np.int32)
-    rel_type = Column.of([r.rel_type or None for r in relations], (None,))
-    type_codes = np.zeros(len(edges), dtype=np.int32)
-    type_codes[rel] = rel_type.codes
-    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": Column([None] + [r.id for r in relations], key_codes),
-              "rel_type": Column(rel_type.vocab, type_codes)}
-    return GraphColumns(n, edges, weight, vattrs, eattrs, split=len(edges))
+    return _assemble(st, ent_ids, [e.name for e in entities], [e.type for e in entities],
+                     [list(e.aliases) for e in entities], rel_ends,
+                     np.fromiter((float(r.weight) for r in relations), dtype=np.float64, count=n_rel),
+                     [r.id for r in relations], [r.rel_type or None for r in relations],
+                     np.asarray(men_ends, dtype=np.int64), np.asarray(men_weight, dtype=np.float64))
 
 
 def key_index(graph: Any) -> dict[str, int]:

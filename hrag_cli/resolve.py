@@ -40,6 +40,7 @@ from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, edge_counts, graph_columns, save_graph
+from .graph_update import updated_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -533,7 +534,14 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                 resolve_state.save(project.resolve_state_path, header, merged, keys)
                 resolve_state.drop_delta(project.resolve_state_path)
             del keys
-            graph = graph_columns(docs, chunks, graph_ents, graph_rels, merged.mentions)
+            # 12rs: patch_outputs returns only the items made again and merged.touched holds the new chunks'
+            # mentions; until then they are picked out of the full lists here
+            ids = {k: set(v) for k, v in changed.items()}
+            totals = (len(graph_ents), len(graph_rels), len(merged.mentions))
+            graph = updated_graph(project, docs, chunks, [e for e in graph_ents if e.id in ids["entities"]],
+                                  [r for r in graph_rels if r.id in ids["relations"]], merged.mentions, totals,
+                                  reporter, new_only=False) \
+                or graph_columns(docs, chunks, graph_ents, graph_rels, merged.mentions)
             del graph_ents, graph_rels, merged
             save_graph(project, graph)
     if graph is None:

@@ -1,0 +1,81 @@
+"""The graph after an incremental resolve (graph_update.update_columns) is the graph a build from every item
+gives: the same columns, so graph.pkl has the same bytes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from hrag_cli import graph_pickle
+from hrag_cli.graph import ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph, set_synonym_edges
+from hrag_cli.graph_update import OutOfStep, update_columns
+from hrag_cli.project import Project
+from hrag_cli.records import Document
+
+
+def _corpus(rng: random.Random, n_docs: int, ents: dict, rels: dict, tag: str):
+    """Documents of 1-3 chunks; each chunk mentions a few entities (new ones made as needed), and relations
+    join entities it mentions."""
+    docs, chunks, mentions = [], [], []
+    for d in range(n_docs):
+        doc_id = f"d{tag}{rng.randrange(10**6):06d}"
+        docs.append(Document(doc_id, f"{doc_id}.txt", "h", 1))
+        for o in range(rng.randint(1, 3)):
+            chunk_id = f"c{rng.randrange(10**6):06d}"
+            chunks.append(ChunkRef(chunk_id, doc_id, o))
+            named = sorted({rng.choice(sorted(ents)) if ents and rng.random() < 0.6 else f"e{rng.randrange(10**6):06d}"
+                            for _ in range(rng.randint(1, 4))})
+            for eid in named:
+                ents[eid] = GraphEntity(eid, f"N{rng.randrange(40)}", rng.choice(["person", "place", "UNKNOWN"]),
+                                        [f"a{rng.randrange(3)}"] if rng.random() < 0.2 else [])
+                mentions.append((chunk_id, eid, rng.randint(1, 3)))
+            for a, b in zip(named, named[1:]):
+                rels[(a, b)] = GraphRelation(f"r-{a}-{b}", a, b, float(rng.randint(1, 9)) / 2,
+                                             rng.choice(["", "works_for", "born_in"]))
+    return docs, chunks, mentions
+
+
+def _sorted_items(ents: dict, rels: dict):
+    return [ents[k] for k in sorted(ents)], [rels[k] for k in sorted(rels)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    ents: dict = {}
+    rels: dict = {}
+    docs, chunks, mentions = _corpus(rng, 30, ents, rels, "a")
+    e_list, r_list = _sorted_items(ents, rels)
+    before_ents, before_rels = dict(ents), dict(rels)
+    old = set_synonym_edges(graph_columns(docs, chunks, e_list, r_list, sorted(mentions, key=lambda m: m[0])),
+                            [(e_list[0].id, e_list[-1].id, 0.9)])
+    project = Project(tmp_path / "p")
+    project.init()
+    save_graph(project, old)
+    # additions: new documents whose chunks name old and new entities (old ones renamed/retyped, old relations
+    # weighed again), and one old document renamed
+    new_docs, new_chunks, new_mentions = _corpus(rng, 5, ents, rels, "b")
+    docs = [Document(d.doc_id, "renamed.txt", "h", 1) if i == 3 else d for i, d in enumerate(docs)]
+    changed_e = [e for k, e in sorted(ents.items()) if before_ents.get(k) is not e]
+    changed_r = [r for k, r in sorted(rels.items()) if before_rels.get(k) is not r]
+    assert changed_e and changed_r
+    all_mentions = sorted(mentions + new_mentions, key=lambda m: m[0])
+    new_mentions = [m for m in all_mentions if m[0] in {c.chunk_id for c in new_chunks}]
+    e_list, r_list = _sorted_items(ents, rels)
+    fresh = graph_columns(docs + new_docs, chunks + new_chunks, e_list, r_list, all_mentions)
+    got = update_columns(load_columns(project), docs + new_docs, chunks + new_chunks, changed_e, changed_r,
+                         new_mentions)
+    assert graph_pickle.dumps(got) == graph_pickle.dumps(fresh)
+
+
+def test_out_of_step_when_the_saved_graph_does_not_fit() -> None:
+    docs = [Document("d1", "a.txt", "h", 1)]
+    chunks = [ChunkRef("c1", "d1", 0)]
+    ents = [GraphEntity("e1", "E", "person", [])]
+    old = graph_columns(docs, chunks, ents, [], [("c1", "e1", 1)])
+    with pytest.raises(OutOfStep, match="went away"):            # a document removed: not an addition
+        update_columns(old, [], [], [], [], [])
+    with pytest.raises(OutOfStep, match="unknown entity"):
+        update_columns(old, docs, chunks, [], [GraphRelation("r", "e1", "e9", 1.0, "")], [])
