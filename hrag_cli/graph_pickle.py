@@ -31,29 +31,32 @@ import orjson
 
 class Column:
     """An attribute with few distinct values or none repeated: value i = vocab[codes[i]]. A column read from
-    a file keeps its vocabulary's JSON and parses it on first use (a stage that only appends edges never does)."""
+    a file keeps its vocabulary's compressed JSON and parses it on first use (a stage that only appends edges
+    never does, and writes that member back as it was)."""
 
-    __slots__ = ("_vocab", "_json", "codes")
+    __slots__ = ("_vocab", "_json", "_z", "codes")
 
-    def __init__(self, vocab: list | None, codes: np.ndarray, vocab_json: bytes | None = None) -> None:
-        self._vocab, self._json, self.codes = vocab, vocab_json, codes
+    def __init__(self, vocab: list | None, codes: np.ndarray, vocab_json: bytes | None = None,
+                 vocab_z: bytes | None = None) -> None:
+        self._vocab, self._json, self._z, self.codes = vocab, vocab_json, vocab_z, codes
 
     @property
     def vocab(self) -> list:
         if self._vocab is None:
-            self._vocab = json.loads(self._json or b"[]")
+            self._vocab = json.loads(self.vocab_json())
         return self._vocab
 
     def vocab_json(self) -> bytes:
         if self._json is None:
-            self._json = orjson.dumps(self._vocab)
+            self._json = zlib.decompress(self._z) if self._z is not None else orjson.dumps(self._vocab)
         return self._json
 
     def __repr__(self) -> str:
         return f"Column({len(self.codes)} rows)"
 
     def values(self) -> list:
-        return [self.vocab[c] for c in self.codes.tolist()]
+        vocab = self.vocab
+        return [vocab[c] for c in self.codes.tolist()]
 
     @classmethod
     def of(cls, values: list, vocab: tuple = ()) -> "Column":
@@ -64,16 +67,28 @@ class Column:
         return cls(list(index), codes)
 
     def take(self, rows: np.ndarray) -> "Column":
-        return Column(self._vocab, self.codes[rows], self._json)
+        return Column(self._vocab, self.codes[rows], self._json, self._z)
+
+    def code(self, value: Any) -> int | None:
+        """The code of `value`, or None. None's code is read off the JSON when the vocabulary starts with it,
+        so a long vocabulary is not parsed to find it."""
+        if value is None and self._vocab is None and self.vocab_json().startswith(b"[null"):
+            return 0
+        try:
+            return self.vocab.index(value)
+        except ValueError:
+            return None
 
     def concat(self, other: "Column") -> "Column":
         """This column's rows, then `other`'s (their vocabularies joined, values kept; this one's vocabulary
-        stays as it is when it holds all of `other`'s values)."""
+        stays as it is, compressed member and all, when it holds all of `other`'s values)."""
+        remap = [self.code(v) for v in other.vocab]
+        if None not in remap:
+            codes = np.concatenate([self.codes, np.asarray(remap, dtype=np.int32)[other.codes]])
+            return Column(self._vocab, codes, self._json, self._z)
         index = {v: i for i, v in enumerate(self.vocab)}
-        remap = np.fromiter((index.setdefault(v, len(index)) for v in other.vocab), dtype=np.int32,
-                            count=len(other.vocab))
-        codes = np.concatenate([self.codes, remap[other.codes]]).astype(np.int32)
-        return Column(self._vocab, codes, self._json) if len(index) == len(self.vocab) else Column(list(index), codes)
+        at = np.fromiter((index.setdefault(v, len(index)) for v in other.vocab), dtype=np.int32, count=len(other.vocab))
+        return Column(list(index), np.concatenate([self.codes, at[other.codes]]).astype(np.int32))
 
 
 @dataclass
@@ -164,7 +179,7 @@ def _array(typecode: str, a: np.ndarray, packed: dict[bytes, bytes], split: int 
 def _column_call(c: Column | list, packed: dict[bytes, bytes], split: int = -1) -> _Call:
     if not isinstance(c, Column):
         return _Call(json.loads, _member(orjson.dumps(c), packed))
-    vocab = _Call(json.loads, _member(c.vocab_json(), packed))
+    vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else _member(c.vocab_json(), packed))
     return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), _array("i", c.codes.astype(np.int32), packed,
                                                                                split)))
 
@@ -263,7 +278,10 @@ class _Unpacker:
         getter = mapped.args[0] if isinstance(mapped, _Node) and mapped.args else None
         if not (isinstance(getter, _Node) and getter.name == "getattr" and len(mapped.args) == 2):
             raise NotColumns("unexpected column")
-        return Column(None, self.array(mapped.args[1], np.int32), self.raw(getter.args[0]))
+        parts = _members(getter.args[0], [])
+        if len(parts) != 1:
+            raise NotColumns("unexpected vocabulary")
+        return Column(None, self.array(mapped.args[1], np.int32), vocab_z=parts[0])
 
 
 def loads(data: bytes) -> GraphColumns:

@@ -30,9 +30,9 @@ import numpy as np
 
 from .errors import HragError
 from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_graph, walk_arrays
+from .graph import WALK_ARRAYS as _ARRAYS
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
-_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
 _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
 

@@ -12,7 +12,8 @@ import pytest
 
 from hrag_cli.errors import HragError
 from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns,
-                            load_columns, load_graph, save_graph, save_synonym_edges, set_synonym_edges)
+                            load_columns, load_graph, save_graph, save_synonym_edges, set_synonym_edges,
+                            walk_arrays)
 from hrag_cli.project import Project
 from hrag_cli.records import Document, Entity, Relation, Synonym
 
@@ -195,14 +196,28 @@ def test_columns_file_round_trip_and_synonym_part_reused(tmp_path: Path) -> None
     # equal to the columns made in one go: the same bytes whichever way the graph came
     assert with_syn == _saved_bytes(tmp_path / "q", set_synonym_edges(graph_columns(*_sample()), pairs))
     assert load_columns(project).split == cols.m
+    _assert_walk_of(project)                          # walk.npz updated in place: the arrays walk_arrays makes
     save_synonym_edges(project, [("acme", "zürich", 0.5)])              # replaced, not added to
     _assert_same_graph(pickle.loads(project.graph_path.read_bytes()),
                        add_synonym_edges(build_graph(*_sample()), [("acme", "zürich", 0.5)]))
+    _assert_walk_of(project)
     save_synonym_edges(project, [])
     assert project.graph_path.read_bytes() == first
+    _assert_walk_of(project)
+    project.walk_path.unlink()                        # missing (or not of this graph): made from the columns
+    save_synonym_edges(project, pairs)
+    _assert_walk_of(project)
     project.graph_path.write_bytes(first[:-40])
     with pytest.raises(HragError, match="damaged"):
         load_columns(project)
+
+
+def _assert_walk_of(project: Project) -> None:
+    want = walk_arrays(load_columns(project))
+    with np.load(project.walk_path) as got:
+        assert sorted(got.files) == sorted(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
 
 
 def _saved_bytes(root: Path, cols) -> bytes:

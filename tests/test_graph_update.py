@@ -6,10 +6,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hrag_cli import graph_pickle
-from hrag_cli.graph import ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph, set_synonym_edges
+from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph,
+                            save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph_update import OutOfStep, update_columns
 from hrag_cli.project import Project
 from hrag_cli.records import Document
@@ -68,6 +70,14 @@ def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> Non
     got = update_columns(load_columns(project), docs + new_docs, chunks + new_chunks, changed_e, changed_r,
                          new_mentions)
     assert graph_pickle.dumps(got) == graph_pickle.dumps(fresh)
+    # the synonyms stage then puts its edges into the saved walk arrays: the arrays made from scratch
+    save_graph(project, got)
+    for round_ in range(2):
+        pairs = [(rng.choice(e_list).id, rng.choice(e_list).id, rng.random()) for _ in range(25)]
+        save_synonym_edges(project, pairs)
+        with np.load(project.walk_path) as saved:
+            want = walk_arrays(load_columns(project))
+            assert all(np.array_equal(saved[k], want[k]) for k in want), round_
 
 
 def test_out_of_step_when_the_saved_graph_does_not_fit() -> None:
