@@ -104,14 +104,15 @@ def _structure(docs: list[Document], chunks: list[ChunkRef]) -> _Structure:
                       len(part_of), len(nxt))
 
 
-def _padded(values: list, before: int, after: int = 0) -> Column:
-    """Column.of(None x before + values + None x after), None coded 0, without walking the padding."""
-    c = Column.of(values, (None,))
+def _padded(values: list | Column, before: int, after: int = 0) -> Column:
+    """Column.of(None x before + values + None x after), None coded 0, without walking the padding (`values`
+    may come coded so already)."""
+    c = values if isinstance(values, Column) else Column.of(values, (None,))
     return Column(c.vocab, np.concatenate([np.zeros(before, np.int32), c.codes, np.zeros(after, np.int32)]))
 
 
-def _assemble(st: _Structure, ent_ids: list[str], names: list, types: list, aliases: list, rel_ends: np.ndarray,
-              rel_weight: np.ndarray, rel_ids: list[str], rel_types: list, men_ends: np.ndarray,
+def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: list | Column, aliases: list,
+              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str], rel_types: list | Column, men_ends: np.ndarray,
               men_weight: np.ndarray) -> GraphColumns:
     """The columns of a graph from its parts, entity and relation lists in id order (vertex numbers in the
     ends: documents and chunks as in `st`, then the entities)."""
@@ -312,7 +313,9 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
                             {k: c.take(keep) for k, c in cols.eattrs.items()}, cols.packed)
     cols.split = cols.m
     key = cols.vattrs["key"]
-    new_edges, sims = _synonym_edges({k: i for i, k in enumerate(key.values())}, pairs)
+    in_order = np.array_equal(key.codes, np.arange(cols.n))       # as a build codes them: vocab = keys
+    new_edges, sims = _synonym_edges(dict(zip(key.vocab, range(cols.n))) if in_order else
+                                     {k: i for i, k in enumerate(key.values())}, pairs)
     if not new_edges:
         return cols
     k = len(new_edges)

@@ -45,6 +45,41 @@ def _spliced(old: list, at: np.ndarray, new: list) -> list:
     return out
 
 
+class _Coded:
+    """A column's rows from `start` (or `rows`), to change and insert into by value while staying codes; `column`
+    then gives them coded as Column.of(values, (None,)) would."""
+
+    def __init__(self, col: Column, start: int, at: np.ndarray | None, rows: np.ndarray | None = None) -> None:
+        self.vocab = list(col.vocab)
+        self.index = {v: i for i, v in enumerate(self.vocab)}
+        codes = col.codes[start:] if rows is None else col.codes[rows]
+        self.codes = np.insert(codes, at, 0) if at is not None and len(at) else codes.copy()
+
+    def _code(self, value: object) -> int:
+        code = self.index.get(value)
+        if code is None:
+            code = self.index[value] = len(self.vocab)
+            self.vocab.append(value)
+        return code
+
+    def set(self, row: int, value: object) -> None:
+        self.codes[row] = self._code(value)
+
+    def insert(self, at: np.ndarray, values: list) -> None:
+        self.codes = np.insert(self.codes, at, np.asarray([self._code(v) for v in values], dtype=np.int32))
+
+    def column(self) -> Column:
+        if not len(self.codes):
+            return Column([None], self.codes)
+        uniq, first = np.unique(self.codes, return_index=True)
+        seen = uniq[np.argsort(first)]
+        none = self.index.get(None)
+        seen = seen[seen != none] if none is not None else seen
+        remap = np.zeros(len(self.vocab), dtype=np.int32)
+        remap[seen] = np.arange(1, len(seen) + 1, dtype=np.int32)
+        return Column([None] + [self.vocab[i] for i in seen.tolist()], remap[self.codes])
+
+
 def _inserted(old: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
     return np.insert(old, at, new, axis=0) if len(new) else old
 
@@ -78,15 +113,13 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
         raise OutOfStep(f"document or chunk {exc} went away") from None
     remap[ent0:] = n_dc + np.arange(len(old_ents)) + np.searchsorted(at, np.arange(len(old_ents)), side="right")
 
-    def entity_column(name: str) -> list:
-        col = old.vattrs[name]
-        vals = col.values()[ent0:] if isinstance(col, Column) else col[ent0:]
-        return _spliced(vals, at, [None] * len(added))
-
-    names, types, aliases = entity_column("name"), entity_column("type"), entity_column("aliases")
+    aliases = _spliced(old.vattrs["aliases"][ent0:], at, [None] * len(added))
+    names, types = _Coded(old.vattrs["name"], ent0, at), _Coded(old.vattrs["type"], ent0, at)
     for e in entities:
         i = bisect.bisect_left(ent_ids, e.id)
-        names[i], types[i], aliases[i] = e.name, e.type, list(e.aliases)
+        names.set(i, e.name)
+        types.set(i, e.type)
+        aliases[i] = list(e.aliases)
 
     def vertex(eid: str) -> int:
         i = bisect.bisect_left(ent_ids, eid)
@@ -99,8 +132,10 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     rel = np.flatnonzero(ek == _REL)
     r_ends = remap[old.edges[rel]]
     r_weight = old.weight[rel].copy()
-    r_ids = old.eattrs["key"].take(rel).values()
-    r_types = old.eattrs["rel_type"].take(rel).values()
+    key = old.eattrs["key"]
+    in_order = len(rel) == 0 or (key.code(None) == 0 and np.array_equal(key.codes[rel], np.arange(1, len(rel) + 1)))
+    r_ids = key.vocab[1:len(rel) + 1] if in_order else key.take(rel).values()   # a build's vocabulary: their ids
+    r_types = _Coded(old.eattrs["rel_type"], 0, None, rel)
     r_order = r_ends[:, 0] * n + r_ends[:, 1]
     if len(r_order) and not (np.diff(r_order) > 0).all():
         raise OutOfStep("relation edges are not in id order")
@@ -112,13 +147,14 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     for j in np.flatnonzero(found).tolist():
         r = relations[j]
         p = int(pos[j])
-        r_weight[p], r_types[p], r_ids[p] = float(r.weight), r.rel_type or None, r.id
+        r_weight[p], r_ids[p] = float(r.weight), r.id
+        r_types.set(p, r.rel_type or None)
     new_r = np.flatnonzero(~found)
     at_r = pos[new_r]
     r_ends = _inserted(r_ends, at_r, ends[new_r])
     r_weight = _inserted(r_weight, at_r, np.asarray([float(relations[j].weight) for j in new_r.tolist()]))
     r_ids = _spliced(r_ids, at_r, [relations[j].id for j in new_r.tolist()])
-    r_types = _spliced(r_types, at_r, [relations[j].rel_type or None for j in new_r.tolist()])
+    r_types.insert(at_r, [relations[j].rel_type or None for j in new_r.tolist()])
 
     # mentions: in chunk_id order, each chunk's run whole; a new chunk's run goes before any run of its chunk_id
     men = np.flatnonzero(ek == _MEN)
@@ -141,7 +177,8 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     at_m = np.asarray(new_at, dtype=np.int64)
     m_ends = _inserted(m_ends, at_m, np.asarray(new_ends, dtype=np.int64).reshape(-1, 2))
     m_weight = _inserted(m_weight, at_m, np.asarray(new_weight, dtype=np.float64))
-    return _assemble(st, ent_ids, names, types, aliases, r_ends, r_weight, r_ids, r_types, m_ends, m_weight)
+    return _assemble(st, ent_ids, names.column(), types.column(), aliases, r_ends, r_weight, r_ids, r_types.column(),
+                     m_ends, m_weight)
 
 
 def updated_graph(project: Project, docs: list[Document], chunks: list[ChunkRef], entities: list[GraphEntity],
