@@ -72,8 +72,11 @@ class Column:
     def code(self, value: Any) -> int | None:
         """The code of `value`, or None. None's code is read off the JSON when the vocabulary starts with it,
         so a long vocabulary is not parsed to find it."""
-        if value is None and self._vocab is None and self.vocab_json().startswith(b"[null"):
-            return 0
+        if value is None and self._vocab is None:
+            head = self._json[:5] if self._json is not None else \
+                zlib.decompressobj().decompress(self._z or b"", 5)      # the first bytes only
+            if head == b"[null":
+                return 0
         try:
             return self.vocab.index(value)
         except ValueError:
