@@ -89,3 +89,29 @@ def test_out_of_step_when_the_saved_graph_does_not_fit() -> None:
         update_columns(old, [], [], [], [], [])
     with pytest.raises(OutOfStep, match="unknown entity"):
         update_columns(old, docs, chunks, [], [GraphRelation("r", "e1", "e9", 1.0, "")], [])
+
+
+def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> None:
+    """updated_graph: the caller builds from every item, after one warning naming the file."""
+    import io
+
+    from hrag_cli.graph_update import updated_graph
+    from hrag_cli.progress import Reporter
+
+    docs = [Document("d1", "a.txt", "h", 1)]
+    chunks = [ChunkRef("c1", "d1", 0), ChunkRef("c2", "d1", 1)]
+    ents = [GraphEntity("e1", "E", "person", []), GraphEntity("e2", "F", "place", [])]
+    project = Project(tmp_path / "p")
+    project.init()
+    save_graph(project, graph_columns(docs, chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
+    out = io.StringIO()
+    args = (project, docs, chunks, ents[1:], [], [("c2", "e2", 2)])
+    got = updated_graph(*args, (2, 0, 2), Reporter("quiet", out))
+    assert got is not None and out.getvalue() == ""
+    assert graph_pickle.dumps(got) == graph_pickle.dumps(graph_columns(docs, chunks, ents, [], [("c1", "e1", 1),
+                                                                                                ("c2", "e2", 2)]))
+    assert updated_graph(*args, (3, 0, 2), Reporter("quiet", out)) is None      # not the graph the merge expects
+    project.graph_path.write_bytes(project.graph_path.read_bytes()[:100])
+    assert updated_graph(*args, (2, 0, 2), Reporter("quiet", out)) is None
+    warnings = out.getvalue().splitlines()
+    assert len(warnings) == 2 and all("graph.pkl cannot be updated" in w and "from every item" in w for w in warnings)
