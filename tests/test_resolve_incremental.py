@@ -156,14 +156,13 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut at any
     frame boundary or inside one, or garbage, is Damaged, never a half-loaded state."""
     from hrag_cli import resolve_state
-    from hrag_cli.resolve import _EntityAcc, _FactAcc, _RelationAcc, Merged
+    from hrag_cli.resolve import Merged
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
     path = Project(tmp_path / "p").resolve_state_path
-    accs = {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc}
-    merged, _ = resolve_state.load(path, Merged, accs)
+    merged, _ = resolve_state.load(path, Merged)
     assert merged.entities and merged.mentions
     data = path.read_bytes()
     for n, bad in enumerate([data[:len(data) - 1], data[:len(data) // 2], data[:20],
@@ -171,7 +170,7 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
         broken = tmp_path / f"broken{n}.bin"
         broken.write_bytes(bad)
         with pytest.raises(resolve_state.Damaged):
-            resolve_state.load(broken, Merged, accs)
+            resolve_state.load(broken, Merged)
 
 
 def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
