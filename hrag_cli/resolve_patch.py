@@ -2,12 +2,13 @@
 each, making records again only for the keys the merge touched and copying every other line as it was.
 
 entities.jsonl, relations.jsonl and facts.jsonl are sorted by key (entity id, entity pair, fact key), and the
-saved state holds every key, so walking the state's keys in order walks the old file's lines in step (a key
-the merge created has no old line). A fact names its subject and object, so a fact whose entity changed its
-display name is made again too. What the graph needs of every entity and relation comes from the state's
-accumulators. The result is the file a full resolve would write; a file with fewer or more lines than the
-state has keys, or a replaced line whose key is not the one expected, raises OutOfStep, and resolve merges from
-scratch instead.
+saved state holds every key, so a key's line in the old file is its place among the sorted keys less the keys
+the merge created before it: the changed lines are found by bisection and the lines between them copied as
+byte runs, with no Python per unchanged key. A fact names its subject and object, so a fact whose entity
+changed its display name is made again too. The graph gets the entities and relations made again (the rest
+are as the graph on disk has them). The result is the file a full resolve would write; a file with fewer or
+more lines than the state has keys, or a replaced line whose key is not the one expected, raises OutOfStep,
+and resolve merges from scratch instead.
 """
 
 from __future__ import annotations
