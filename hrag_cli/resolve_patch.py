@@ -23,8 +23,8 @@ import orjson
 
 from . import store
 from .graph import GraphEntity, GraphRelation
-from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, live,
-                              relation_id, relation_record, relation_type)
+from .resolve_records import (UNKNOWN, _aliases, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
+                              fact_record, live, relation_id, relation_record, relation_type)
 from .summaries import Summarizer
 
 
@@ -210,10 +210,9 @@ def graph_items(merged: Any, keys: dict[str, list]) -> tuple[list[GraphEntity], 
     graph_ents = []
     for eid in keys["entities"]:
         acc = ents[eid]
-        if acc.__class__ is tuple:
-            acc = _EntityAcc.saved(acc)
-        e = entity_record(eid, acc, _top(acc.names), "")
-        graph_ents.append(GraphEntity(eid, e.name, e.type, e.aliases))
+        _, names, types, _, _, declared = acc if acc.__class__ is tuple else acc.item(eid)
+        name = _top(names)
+        graph_ents.append(GraphEntity(eid, name, _vote_type(types), _aliases(name, names, declared)))
     graph_rels = []
     for pair in keys["relations"]:
         racc = rels[pair]

@@ -83,13 +83,13 @@ def _vote_type(types: dict[str, int]) -> str:
     return _top(real) if real else UNKNOWN
 
 
-def _aliases(name: str, acc: _EntityAcc) -> list[str]:
-    """Every other surface form the entity was mentioned by, then the declared aliases not among them
-    (case-insensitively), sorted."""
-    out = [n for n in acc.names if n != name]
-    if acc.aliases:
-        seen = {n.casefold() for n in acc.names}
-        out += [a for a in acc.aliases if a and a.casefold() not in seen]
+def _aliases(name: str, names: dict[str, int], declared: set[str] | None) -> list[str]:
+    """Every other surface form the entity was mentioned by (`names`), then the `declared` aliases not among
+    them (case-insensitively), sorted."""
+    out = [n for n in names if n != name]
+    if declared:
+        seen = {n.casefold() for n in names}
+        out += [a for a in declared if a and a.casefold() not in seen]
     return sorted(out)
 
 
@@ -105,7 +105,7 @@ def _union(values: list[str]) -> list[str]:
 
 def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
     return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
-                  aliases=_aliases(name, acc), source_ids=acc.sources)
+                  aliases=_aliases(name, acc.names, acc.aliases), source_ids=acc.sources)
 
 
 def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
