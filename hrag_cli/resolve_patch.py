@@ -2,16 +2,18 @@
 each, making records again only for the keys the merge touched and copying every other line as it was.
 
 entities.jsonl, relations.jsonl and facts.jsonl are sorted by key (entity id, entity pair, fact key), and the
-saved state holds every key, so walking the state's keys in order walks the old file's lines in step (a key
-the merge created has no old line). A fact names its subject and object, so a fact whose entity changed its
-display name is made again too. What the graph needs of every entity and relation comes from the state's
-accumulators. The result is the file a full resolve would write; a file with fewer or more lines than the
-state has keys, or a replaced line whose key is not the one expected, raises OutOfStep, and resolve merges from
-scratch instead.
+saved state holds every key, so a key's line in the old file is its place among the sorted keys less the keys
+the merge created before it: the changed lines are found by bisection and the lines between them copied as
+byte runs, with no Python per unchanged key. A fact names its subject and object, so a fact whose entity
+changed its display name is made again too. The graph gets the entities and relations made again (the rest
+are as the graph on disk has them). The result is the file a full resolve would write; a file with fewer or
+more lines than the state has keys, or a replaced line whose key is not the one expected, raises OutOfStep,
+and resolve merges from scratch instead.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ import orjson
 
 from . import store
 from .graph import GraphEntity, GraphRelation
-from .resolve_records import UNKNOWN, _top, entity_record, fact_record, relation_id, relation_record, relation_type
+from .resolve_records import (UNKNOWN, _aliases, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
+                              fact_record, live, relation_id, relation_record, relation_type)
 from .summaries import Summarizer
 
 
@@ -72,28 +75,37 @@ class _OldLines:
         return not self._fill()
 
 
-def _patched(path: Path, keys: list, changed: Callable[[Any], bool], new: set, remake: Callable[[Any, bytes | None], Any],
-             keep: Callable[[Any], None]) -> Iterator[Any]:
-    """The items of the patched file in key order: `remake(key, old line or None)` for a changed key (None: a
-    key the merge created), the old lines as they were, in runs, for the rest (`keep(key)` still sees each)."""
+def _patched(path: Path, keys: list, changed: Callable[[], list], new: set,
+             remake: Callable[[Any, bytes | None], Any]) -> Iterator[Any]:
+    """The items of the patched file in key order: `remake(key, old line or None)` for each of `changed()`
+    (sorted; called when the first item is wanted, so it may depend on what an earlier file's patch found; None:
+    a key the merge created), the old lines as they were, in runs, for the rest. A changed key's line is found
+    by its place among the sorted `keys` (every key, `new` among them), less the new keys before it: no Python
+    runs per unchanged key."""
     old = _OldLines(path)
-    run = 0
-    for key in keys:
-        if not changed(key):
-            keep(key)
-            run += 1
-            if run == _RUN:
-                yield old.copied(run)
-                run = 0
-            continue
-        if run:
-            yield old.copied(run)
-            run = 0
-        yield remake(key, None if key in new else old.take(1))
-    if run:
-        yield old.copied(run)
+    at = n_new = lo = 0         # old lines passed, new keys passed, where the last key was found in `keys`
+    for key in changed():
+        lo = bisect.bisect_left(keys, key, lo)
+        line = lo - n_new
+        yield from _copies(old, line - at)
+        if key in new:
+            n_new += 1
+            yield remake(key, None)
+            at = line
+        else:
+            yield remake(key, old.take(1))
+            at = line + 1
+    yield from _copies(old, len(keys) - len(new) - at)
     if not old.done():
         raise OutOfStep("has lines past the last key")
+
+
+def _copies(old: _OldLines, n: int) -> Iterator[orjson.Fragment]:
+    """The next `n` old lines as they are, in runs of at most _RUN lines."""
+    while n > 0:
+        k = min(n, _RUN)
+        yield old.copied(k)
+        n -= k
 
 
 def _parse(line: bytes, field: str, key: str) -> dict:
@@ -111,8 +123,9 @@ def _parse(line: bytes, field: str, key: str) -> dict:
 def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[str, list]
                   ) -> tuple[list[GraphEntity], list[GraphRelation], int, dict[str, list[str]]]:
     """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
-    graph's entities and relations, how many entities changed between UNKNOWN and a real type (+1 became
-    UNKNOWN), and the ids of the records made again (added or changed), per file, sorted."""
+    graph's entities and relations that were made again (the rest are as the graph on disk has them), how many
+    entities changed between UNKNOWN and a real type (+1 became UNKNOWN), and the ids of the records made again
+    (added or changed), per file, sorted."""
     t = merged.touched
     ents, rels, facts = merged.entities, merged.relations, merged.facts
     names: dict[str, str] = {}        # display names of touched entities
@@ -121,14 +134,9 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     unknown = 0
     changed: dict[str, list[str]] = {"entities": [], "relations": [], "facts": []}
 
-    def keep_entity(eid: str) -> None:   # the graph needs all but the description
-        acc = ents[eid]
-        e = entity_record(eid, acc, _top(acc.names), "")
-        graph_ents.append(GraphEntity(eid, e.name, e.type, e.aliases))
-
     def remake_entity(eid: str, line: bytes | None) -> Any:
         nonlocal unknown
-        acc = ents[eid]
+        acc = live(ents, eid, _EntityAcc)
         rec = None if line is None else _parse(line, "id", eid)
         name = names[eid] = _top(acc.names)
         e = entity_record(eid, acc, name, summarizer.describe("entity", name, acc.descs) if acc.descs else "")
@@ -145,15 +153,11 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     def name_of(eid: str) -> str:
         got = names.get(eid)
         if got is None:
-            got = names[eid] = _top(ents[eid].names)
+            got = names[eid] = _top(live(ents, eid, _EntityAcc).names)
         return got
 
-    def keep_relation(pair: tuple[str, str]) -> None:   # the graph's part of relation_record
-        racc = rels[pair]
-        graph_rels.append(GraphRelation(relation_id(pair), pair[0], pair[1], racc.weight, relation_type(racc)))
-
     def remake_relation(pair: tuple[str, str], line: bytes | None) -> Any:
-        racc = rels[pair]
+        racc = live(rels, pair, _RelationAcc)
         if line is not None:
             _parse(line, "id", relation_id(pair))
         desc = (summarizer.describe("relation", f"{name_of(pair[0])} and {name_of(pair[1])}", racc.descs)
@@ -164,25 +168,54 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         changed["relations"].append(r.id)
         return r.to_json()
 
-    def fact_changed(fkey: tuple[str, str, str]) -> bool:
-        return fkey in t.facts or fkey[0] in renamed or fkey[2] in renamed
+    def changed_facts() -> list[tuple[str, str, str]]:
+        """The facts merged into, and those naming a renamed entity (known once the entities are written)."""
+        out = set(t.facts)
+        if renamed:
+            order = keys["facts"]
+            for s in renamed:     # as subject: a run of the sorted keys
+                i = bisect.bisect_left(order, (s,))
+                while i < len(order) and order[i][0] == s:
+                    out.add(order[i])
+                    i += 1
+            out.update(fkey for fkey in order if fkey[2] in renamed)
+        return sorted(out)
 
     def remake_fact(fkey: tuple[str, str, str], line: bytes | None) -> Any:
         s, _, o = fkey
         pair = (s, o) if s < o else (o, s)
-        f = fact_record(fkey, facts[fkey], name_of(s), name_of(o), rel_ids.get(pair) or relation_id(pair))
+        f = fact_record(fkey, live(facts, fkey, _FactAcc), name_of(s), name_of(o),
+                        rel_ids.get(pair) or relation_id(pair))
         if line is not None:
             _parse(line, "id", f.id)
         changed["facts"].append(f.id)
         return f
 
-    entity_lines = _patched(project.entities_path, keys["entities"], t.entities.__contains__, t.new_entities,
-                            remake_entity, keep_entity)
-    relation_lines = _patched(project.relations_path, keys["relations"], t.relations.__contains__,
-                              t.new_relations, remake_relation, keep_relation)
-    fact_lines = _patched(project.facts_path, keys["facts"], fact_changed, t.new_facts, remake_fact,
-                          lambda fkey: None)
+    entity_lines = _patched(project.entities_path, keys["entities"], lambda: sorted(t.entities), t.new_entities,
+                            remake_entity)
+    relation_lines = _patched(project.relations_path, keys["relations"], lambda: sorted(t.relations),
+                              t.new_relations, remake_relation)
+    fact_lines = _patched(project.facts_path, keys["facts"], changed_facts, t.new_facts, remake_fact)
     store.write_jsonl(project.entities_path, entity_lines, compress=True)
     store.write_jsonl(project.relations_path, relation_lines, compress=True)
     store.write_jsonl(project.facts_path, fact_lines)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
+
+
+def graph_items(merged: Any, keys: dict[str, list]) -> tuple[list[GraphEntity], list[GraphRelation]]:
+    """Every entity and relation as the graph needs them, in key order, from the accumulators (a saved tuple
+    is read as it is, not made an object): what build_graph wants after a patch until the graph is updated
+    with the items made again alone."""
+    ents, rels = merged.entities, merged.relations
+    graph_ents = []
+    for eid in keys["entities"]:
+        acc = ents[eid]
+        _, names, types, _, _, declared = acc if acc.__class__ is tuple else acc.item(eid)
+        name = _top(names)
+        graph_ents.append(GraphEntity(eid, name, _vote_type(types), _aliases(name, names, declared)))
+    graph_rels = []
+    for pair in keys["relations"]:
+        racc = rels[pair]
+        weight, types = (racc[1], racc[6]) if racc.__class__ is tuple else (racc.weight, racc.types)
+        graph_rels.append(GraphRelation(relation_id(pair), pair[0], pair[1], weight, relation_type(types)))
+    return graph_ents, graph_rels

@@ -7,6 +7,8 @@ turn one accumulator into its entity, relation or fact. Both a full resolve and 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .project import fingerprint
 from .records import Entity, Fact, Relation
 
@@ -14,7 +16,33 @@ UNKNOWN = "UNKNOWN"
 _PLACEHOLDER_TYPES = {"", "unknown"}
 
 
-class _EntityAcc:
+class _Saved:
+    """A saved state holds each accumulator as the tuple (key, *slots) (resolve_state.py), and a loaded state
+    keeps the keys no new record touches as those tuples: making millions of objects cost more than the rest
+    of the load. `saved` makes the object when a key is touched; `item` is the tuple again."""
+
+    __slots__ = ()
+
+    @classmethod
+    def saved(cls, item: tuple) -> Any:
+        acc = cls.__new__(cls)
+        for name, value in zip(cls.__slots__, item[1:], strict=True):
+            setattr(acc, name, value)
+        return acc
+
+    def item(self, key: Any) -> tuple:
+        return (key, *(getattr(self, name) for name in self.__slots__))
+
+
+def live(accs: dict, key: Any, cls: type) -> Any:
+    """The accumulator of `key` in `accs`, made from its saved tuple (and put back) when it is one."""
+    acc = accs[key]
+    if acc.__class__ is tuple:
+        acc = accs[key] = cls.saved(acc)
+    return acc
+
+
+class _EntityAcc(_Saved):
     __slots__ = ("names", "types", "descs", "sources", "aliases")
 
     def __init__(self) -> None:
@@ -25,7 +53,7 @@ class _EntityAcc:
         self.aliases: set[str] | None = None   # aliases the rows declared (surface forms)
 
 
-class _RelationAcc:
+class _RelationAcc(_Saved):
     __slots__ = ("weight", "predicates", "keywords", "descs", "sources", "types")
 
     def __init__(self) -> None:
@@ -37,7 +65,7 @@ class _RelationAcc:
         self.types: dict[str, int] | None = None   # schema relation type -> mentions (None: no typed mention)
 
 
-class _FactAcc:
+class _FactAcc(_Saved):
     __slots__ = ("predicates", "sources")
 
     def __init__(self) -> None:
@@ -55,13 +83,13 @@ def _vote_type(types: dict[str, int]) -> str:
     return _top(real) if real else UNKNOWN
 
 
-def _aliases(name: str, acc: _EntityAcc) -> list[str]:
-    """Every other surface form the entity was mentioned by, then the declared aliases not among them
-    (case-insensitively), sorted."""
-    out = [n for n in acc.names if n != name]
-    if acc.aliases:
-        seen = {n.casefold() for n in acc.names}
-        out += [a for a in acc.aliases if a and a.casefold() not in seen]
+def _aliases(name: str, names: dict[str, int], declared: set[str] | None) -> list[str]:
+    """Every other surface form the entity was mentioned by (`names`), then the `declared` aliases not among
+    them (case-insensitively), sorted."""
+    out = [n for n in names if n != name]
+    if declared:
+        seen = {n.casefold() for n in names}
+        out += [a for a in declared if a and a.casefold() not in seen]
     return sorted(out)
 
 
@@ -77,21 +105,22 @@ def _union(values: list[str]) -> list[str]:
 
 def entity_record(eid: str, acc: _EntityAcc, name: str, description: str) -> Entity:
     return Entity(id=eid, name=name, type=_vote_type(acc.types), description=description,
-                  aliases=_aliases(name, acc), source_ids=acc.sources)
+                  aliases=_aliases(name, acc.names, acc.aliases), source_ids=acc.sources)
 
 
 def relation_record(pair: tuple[str, str], racc: _RelationAcc, description: str) -> Relation:
     return Relation(id=relation_id(pair), src=pair[0], tgt=pair[1], predicates=_union(racc.predicates),
                     keywords=_union(racc.keywords), description=description, weight=racc.weight,
-                    source_ids=racc.sources, rel_type=relation_type(racc))
+                    source_ids=racc.sources, rel_type=relation_type(racc.types))
 
 
 def relation_id(pair: tuple[str, str]) -> str:
     return fingerprint("relation", pair[0], pair[1])
 
 
-def relation_type(racc: _RelationAcc) -> str:
-    return _top(racc.types) if racc.types else ""
+def relation_type(types: dict[str, int] | None) -> str:
+    """The most frequent schema relation type of a relation's typed mentions ("" without any)."""
+    return _top(types) if types else ""
 
 
 def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import operator
 import struct
 import sys
 import zlib
@@ -107,12 +108,14 @@ def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) ->
     """Atomically write `merged` (resolve.Merged, before finalize empties it) in key order (`keys`:
     sorted_keys), in batches of plain tuples, so the file never needs a second copy of the state in memory."""
     ents, rels, facts = merged.entities, merged.relations, merged.facts
-    sections = {
-        "entities": ((k, a.names, a.types, a.descs, a.sources, a.aliases)
+    sections = {   # an accumulator a load kept as its saved tuple is written as it is
+        "entities": (a if a.__class__ is tuple else (k, a.names, a.types, a.descs, a.sources, a.aliases)
                      for k in keys["entities"] for a in (ents[k],)),
-        "relations": ((k, a.weight, a.predicates, a.keywords, a.descs, a.sources, a.types)
+        "relations": (a if a.__class__ is tuple else (k, a.weight, a.predicates, a.keywords, a.descs, a.sources,
+                                                      a.types)
                       for k in keys["relations"] for a in (rels[k],)),
-        "facts": ((k, a.predicates, a.sources) for k in keys["facts"] for a in (facts[k],)),
+        "facts": (a if a.__class__ is tuple else (k, a.predicates, a.sources)
+                  for k in keys["facts"] for a in (facts[k],)),
         "mentions": iter(merged.mentions),
     }
     with store.atomic_writer(path) as fh:
@@ -201,6 +204,9 @@ def _frames(fh: BinaryIO) -> Iterator[Any]:
             raise Damaged(type(exc).__name__) from None
 
 
+_first = operator.itemgetter(0)
+
+
 def read_header(path: Path) -> StateHeader | None:
     """The header alone (cheap: the caller decides from it whether the accumulators are worth loading);
     None when there is no state file. Raises Damaged."""
@@ -216,12 +222,12 @@ def read_header(path: Path) -> StateHeader | None:
         raise Damaged("no header") from None
 
 
-def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]:
-    """The Merged the file holds (accumulator classes given by the caller: resolve owns them) and the header's
-    UNKNOWN count. Raises Damaged."""
+def load(path: Path, merged_cls: type) -> tuple[Any, int]:
+    """The Merged the file holds and the header's UNKNOWN count. Each accumulator stays the tuple it was saved
+    as, (key, *fields), until a merge touches its key (resolve_records.live makes the object then): building
+    millions of objects nobody reads was a third of the load. Raises Damaged."""
     m = merged_cls()
-    ents, rels, facts, mentions = m.entities, m.relations, m.facts, m.mentions
-    ent_cls, rel_cls, fact_cls = accs["entities"], accs["relations"], accs["facts"]
+    sections = {"entities": (m.entities, 6), "relations": (m.relations, 7), "facts": (m.facts, 3)}
     counts = {"entities": 0, "relations": 0, "facts": 0, "mentions": 0}
     with open(path, "rb") as fh:
         frames = _frames(fh)
@@ -241,25 +247,17 @@ def load(path: Path, merged_cls: type, accs: dict[str, type]) -> tuple[Any, int]
                 if batch != counts:
                     raise Damaged("counts differ")
                 return m, unknown
-            counts[name] = counts.get(name, 0) + len(batch)
             try:
-                if name == "entities":
-                    for k, names, types, descs, sources, aliases in batch:
-                        a = ents[k] = ent_cls()
-                        a.names, a.types, a.descs, a.sources, a.aliases = names, types, descs, sources, aliases
-                elif name == "relations":
-                    for k, weight, preds, kws, descs, sources, types in batch:
-                        a = rels[k] = rel_cls()
-                        a.weight, a.predicates, a.keywords, a.descs, a.sources, a.types = \
-                            weight, preds, kws, descs, sources, types
-                elif name == "facts":
-                    for k, preds, sources in batch:
-                        a = facts[k] = fact_cls()
-                        a.predicates, a.sources = preds, sources
-                elif name == "mentions":
-                    mentions.extend(batch)
-                else:
+                counts[name] = counts.get(name, 0) + len(batch)
+                if name == "mentions":
+                    m.mentions.extend(batch)
+                    continue
+                if name not in sections:
                     raise Damaged(f"unknown section {name!r}")
+                accs, width = sections[name]
+                if set(map(type, batch)) != {tuple} or set(map(len, batch)) != {width}:
+                    raise Damaged(f"a {name} item has the wrong shape")
+                accs.update(zip(map(_first, batch), batch))
             except (TypeError, ValueError):
                 raise Damaged(f"a {name} item has the wrong shape") from None
     raise Damaged("no end frame")

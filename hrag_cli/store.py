@@ -149,11 +149,13 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> i
     at = 0
     with atomic_writer(path) as fh:
         buf = bytearray()
+        pos = 0     # buf[:pos] is written; cut off once per record, not per member (a run of lines handed over
+                    # as one Fragment had its whole tail moved for every member it filled)
 
         def flush(cut: int) -> None:
-            nonlocal at, n
-            part = bytes(buf[:cut])
-            del buf[:cut]
+            nonlocal at, n, pos
+            part = bytes(buf[pos:cut])
+            pos = cut
             if compress:
                 # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same
                 # bytes
@@ -172,11 +174,14 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> i
         # untouched runs so) and must get the members, line index and bytes that one record per line gives
         limit = _MEMBER if compress else _WRITE_BLOCK
         for rec in records:
+            if pos:
+                del buf[:pos]
+                pos = 0
             buf += orjson.dumps(rec, option=_DUMP_OPTS)
             buf += b"\n"
-            while len(buf) >= limit:
-                flush(buf.index(b"\n", limit - 1) + 1)
-        if buf or (compress and not offsets):
+            while len(buf) - pos >= limit:
+                flush(buf.index(b"\n", pos + limit - 1) + 1)
+        if len(buf) > pos or (compress and not offsets):
             flush(len(buf))
         if compress:
             fh.write(_line_index_member(offsets + [at], firsts + [n], at))

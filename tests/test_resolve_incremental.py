@@ -156,14 +156,13 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut at any
     frame boundary or inside one, or garbage, is Damaged, never a half-loaded state."""
     from hrag_cli import resolve_state
-    from hrag_cli.resolve import _EntityAcc, _FactAcc, _RelationAcc, Merged
+    from hrag_cli.resolve import Merged
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
     path = Project(tmp_path / "p").resolve_state_path
-    accs = {"entities": _EntityAcc, "relations": _RelationAcc, "facts": _FactAcc}
-    merged, _ = resolve_state.load(path, Merged, accs)
+    merged, _ = resolve_state.load(path, Merged)
     assert merged.entities and merged.mentions
     data = path.read_bytes()
     for n, bad in enumerate([data[:len(data) - 1], data[:len(data) // 2], data[:20],
@@ -171,7 +170,7 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
         broken = tmp_path / f"broken{n}.bin"
         broken.write_bytes(bad)
         with pytest.raises(resolve_state.Damaged):
-            resolve_state.load(broken, Merged, accs)
+            resolve_state.load(broken, Merged)
 
 
 def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
@@ -220,3 +219,32 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     out = _index(docs, inc)
     assert "resolve_delta.json" in out and _merged(inc) > 2
     _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_a_loaded_state_keeps_untouched_keys_as_saved_tuples_and_saves_them_back_unchanged(tmp_path: Path) -> None:
+    """resolve_state.load makes no accumulator object (a saved tuple stays one until a merge touches its key:
+    resolve_records.live); saving such a state writes what was loaded."""
+    from hrag_cli import resolve_state
+    from hrag_cli.resolve import Merged
+    from hrag_cli.resolve_records import _EntityAcc, _FactAcc, _RelationAcc, live
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    _index(docs, tmp_path / "p")
+    path = Project(tmp_path / "p").resolve_state_path
+    merged, unknown = resolve_state.load(path, Merged)
+    sections = ((merged.entities, _EntityAcc), (merged.relations, _RelationAcc), (merged.facts, _FactAcc))
+    assert all(type(v) is tuple for accs, _ in sections for v in accs.values())
+    for accs, cls in sections:                  # touch one key of each section
+        key = next(iter(accs))
+        saved = accs[key]
+        acc = live(accs, key, cls)
+        assert type(acc) is cls and accs[key] is acc and acc.item(key) == saved
+    header = resolve_state.read_header(path)
+    header.unknown = unknown
+    again = tmp_path / "again.bin"
+    resolve_state.save(again, header, merged, resolve_state.sorted_keys(merged))
+    back, _ = resolve_state.load(again, Merged)
+    first, _ = resolve_state.load(path, Merged)
+    for name in ("entities", "relations", "facts", "mentions", "records", "inexact"):
+        assert getattr(back, name) == getattr(first, name), name

@@ -1,0 +1,41 @@
+"""CPU of loading resolve's saved state (graph/resolve_state.bin) and sorting its keys, as a run after new
+documents does before merging them: the part of an incremental resolve that grows with the project.
+
+    .venv/bin/python bench/state_load.py PROJECT
+    PYTHONPATH=OLD_CHECKOUT .venv/bin/python bench/state_load.py PROJECT    # the same on older code
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import resource
+import time
+from pathlib import Path
+
+from hrag_cli import resolve, resolve_state
+from hrag_cli.project import Project
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("project", type=Path)
+    path = Project(ap.parse_args().project).resolve_state_path
+    gc.disable()                # as resolve runs it (resolve.gc_paused)
+    extra = ()
+    if "accs" in inspect.signature(resolve_state.load).parameters:     # code before the state kept tuples
+        extra = ({"entities": resolve._EntityAcc, "relations": resolve._RelationAcc, "facts": resolve._FactAcc},)
+    t0 = time.process_time()
+    merged, _ = resolve_state.load(path, resolve.Merged, *extra)
+    t1 = time.process_time()
+    resolve_state.sorted_keys(merged)
+    t2 = time.process_time()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"{path}: {path.stat().st_size / 1e6:.0f} MB, load {t1 - t0:.2f} s CPU, sorted keys {t2 - t1:.2f} s CPU, "
+          f"peak RSS {rss:.2f} GB ({len(merged.entities)} entities, {len(merged.relations)} relations, "
+          f"{len(merged.facts)} facts, {len(merged.mentions)} mentions)")
+
+
+if __name__ == "__main__":
+    main()
