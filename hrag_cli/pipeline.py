@@ -125,6 +125,18 @@ def _previous_import(project: Project, settings: Settings, reporter: Reporter) -
     return Path(recorded)
 
 
+def _taken_ids(project: Project, settings: Settings) -> Any:
+    """What lets the chunk stage append new files (extract.stage.taken_ids), when the extract stage's record
+    is current, i.e. made over the chunks the files hold now; else None (the chunk stage reads everything)."""
+    from .extract.stage import taken_ids
+
+    try:
+        fresh = project.stage_state("extract", expected_fingerprint(project, settings, "extract")) == "fresh"
+    except UsageError:      # bad extractor settings: said by the extract stage, after chunking
+        return None
+    return taken_ids(project) if fresh else None
+
+
 def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
     """Unchanged documents may keep their previous chunks only when chunking settings are the same and
     docs.jsonl / chunks.jsonl are intact."""
@@ -212,21 +224,28 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
-        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash)
+        taken = _taken_ids(project, settings) if reuse and not options.rehash else None
+        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash, taken=taken)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
-        chunks = chunked.chunks   # extract reads them instead of chunks.jsonl; resolve reads the file itself
+        # extract reads them instead of chunks.jsonl (only the appended ones when that is all that changed);
+        # resolve reads the file itself
+        chunks, appended = chunked.chunks, chunked.appended
         del chunked
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
 
+        if options.rehash:   # trust no sample: every byte of the extraction cache is checked against its index
+            from .extract import cache_index
+
+            cache_index.entries(project, full=True)
         import_openie = options.import_openie or _previous_import(project, settings, reporter)
         _remember(project, settings, reporter, summary, openie=import_openie is not None)
         extract_fp = expected_fingerprint(project, settings, "extract")
         try:
             extracted = run_extract(project, settings, reporter, reparse=options.reparse,
                                     retry_failed=options.retry_failed, max_cost=options.max_cost,
-                                    import_openie=import_openie, chunks=chunks)
+                                    import_openie=import_openie, chunks=chunks, added=appended)
         except BudgetExceeded as exc:
             summary["extract"] = {"stopped": str(exc)}
             reporter.warn(str(exc))     # the message already says that a re-run continues
@@ -271,6 +290,10 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
 
     info: dict[str, Any] = {"stages": {}}
     problems = project.check(full=verify)
+    if verify:   # the extraction cache against its index, every byte (status counts from what it finds)
+        from .extract import cache_index
+
+        cache_index.entries(project, full=True)
     for stage in STAGE_ORDER:
         rec = project.stage(stage)
         try:
