@@ -126,9 +126,9 @@ def current_records(project: Project, extractor: str, chunks: Iterable[Any] | No
     round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl's chunks
     (or their ChunkRefs), when the caller has read them already."""
     chunks = {ch.chunk_id: ch for ch in (load_chunks(project) if chunks is None else chunks)}
-    latest = cache_index.latest(project, {extractor})
-    ids = sorted(cid for (cid, _), seen in latest.items() if cid in chunks and seen.status in USABLE)
-    return CurrentRecords(chunks, ids, [latest[(cid, extractor)].at for cid in ids])
+    at = cache_index.latest_offsets(project, extractor, USABLE)
+    ids = sorted(cid for cid in at if cid in chunks)
+    return CurrentRecords(chunks, ids, [at[cid] for cid in ids])
 
 
 def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
