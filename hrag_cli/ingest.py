@@ -188,7 +188,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     """`reuse`: the pipeline vouches that the previous chunks were made with these settings and are intact;
     only then may unchanged files go unread (`rehash` reads them all the same). `taken(ids)`: whether any of
     these chunk ids may already be in chunks.jsonl; given, a run that only finds new files appends them to the
-    files instead of reading and writing every chunk again."""
+    files instead of reading and writing every chunk again (a run that finds nothing new needs no `taken`)."""
     from .documents import scan
 
     if settings.chunk.tokens < 1:
@@ -197,16 +197,16 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     stamps = load_stamps(project) if reuse and not rehash else {}
     scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root],
                    known={rel: st for rel, (st, _) in stamps.items()})
-    if prev is not None and stamps and taken is not None:
-        appended = _append(project, settings, reporter, roots, prev, stamps, scanned, write, taken)
+    if prev is not None and stamps and write:   # a dry run's estimate wants every chunk
+        appended = _append(project, settings, reporter, roots, prev, stamps, scanned, taken)
         if appended is not None:
             return appended
     return _rechunk(project, settings, reporter, roots, prev, stamps, scanned, write, reuse)
 
 
 def _append(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord,
-            stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult, write: bool,
-            taken: Callable[[set[str]], bool]) -> ChunkOutcome | None:
+            stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
+            taken: Callable[[set[str]], bool] | None) -> ChunkOutcome | None:
     """Every file the last run read is unchanged and was its only source of documents, so whatever was read now
     is new: chunk only that and append it to the files (O(new documents)). None when that does not hold, or a
     new chunk's text is one the files may hold already (the ids a full pass gives would differ)."""
@@ -216,21 +216,20 @@ def _append(project: Project, settings: Settings, reporter: Reporter, roots: lis
         return None     # a file changed, went, or is read on every run: the full pass sorts it out
     used: set[str] = set()
     documents, chunks, _ = _cut(scanned.documents, settings, reporter, used, lambda doc: None)
-    if used and taken(used):
+    if used and (taken is None or taken(used)):
         return None
     digest = prev.output_digest
     if documents:
         digest = fingerprint("chunk-append", digest, [(d.doc_id, d.path) for d in documents],
                              [(ch.chunk_id, ch.doc_id, ch.order) for ch in chunks])
-        if write:
-            # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than
-            # the chunks they describe
-            if store.extend_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks)) is None:
-                return None
-            if store.extend_jsonl(project.docs_path, (to_dict(d) for d in documents)) is None:
-                return None
-            files = {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps}
-            store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
+        # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than the
+        # chunks they describe
+        if store.extend_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks)) is None:
+            return None
+        if store.extend_jsonl(project.docs_path, (to_dict(d) for d in documents)) is None:
+            return None
+        files = {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps}
+        store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
     counts = _counts(before["docs"] + len(documents), before["chunks"] + len(chunks),
                      int(before.get("tokens", 0)) + sum(ch.n_tokens for ch in chunks), scanned, roots,
                      new_chunks=len(chunks), removed_chunks=0, reused_docs=before["docs"], epoch=_epoch(prev))

@@ -125,16 +125,13 @@ def _previous_import(project: Project, settings: Settings, reporter: Reporter) -
     return Path(recorded)
 
 
-def _taken_ids(project: Project, settings: Settings) -> Any:
-    """What lets the chunk stage append new files (extract.stage.taken_ids), when the extract stage's record
-    is current, i.e. made over the chunks the files hold now; else None (the chunk stage reads everything)."""
-    from .extract.stage import taken_ids
-
+def _extract_current(project: Project, settings: Settings) -> bool:
+    """Whether the extract stage's record was made over the chunks the files hold now (before this run's chunk
+    stage): then what the chunk stage appends is all the extract stage has to look at."""
     try:
-        fresh = project.stage_state("extract", expected_fingerprint(project, settings, "extract")) == "fresh"
+        return project.stage_state("extract", expected_fingerprint(project, settings, "extract")) == "fresh"
     except UsageError:      # bad extractor settings: said by the extract stage, after chunking
-        return None
-    return taken_ids(project) if fresh else None
+        return False
 
 
 def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
@@ -219,18 +216,21 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
 def _index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions, roots: list[Path],
            summary: dict[str, Any]) -> IndexResult:
     run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
+    taken_ids = STAGES["extract"].load("taken_ids")
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
-        taken = _taken_ids(project, settings) if reuse and not options.rehash else None
+        current = _extract_current(project, settings)
+        taken = taken_ids(project, current) if reuse and not options.rehash else None
         chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash, taken=taken)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
-        # extract reads them instead of chunks.jsonl (only the appended ones when that is all that changed);
-        # resolve reads the file itself
-        chunks, appended = chunked.chunks, chunked.appended
+        # extract reads them instead of chunks.jsonl (only the appended ones, when the extract stage's record
+        # covers the rest; else it reads the file); resolve reads the file itself
+        appended = chunked.appended and current
+        chunks = chunked.chunks if appended or not chunked.appended else None
         del chunked
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)

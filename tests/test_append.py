@@ -141,3 +141,35 @@ def test_a_killed_append_run_resumes_as_an_append(tmp_path: Path, monkeypatch) -
     _index(docs, fresh, "--stop-after", "extract")
     assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
     assert _extract_totals(inc) == _extract_totals(fresh)
+
+
+def test_stage_by_stage_runs_look_only_at_what_was_appended(tmp_path: Path, monkeypatch) -> None:
+    from hrag_cli import ingest
+    from hrag_cli.extract import stage
+
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
+    time.sleep(1.05)    # stamped by the chunk-only run, so the next one reads nothing
+    with monkeypatch.context() as m:    # neither stage may read every chunk back
+        m.setattr(ingest, "load_chunks", lambda project: (_ for _ in ()).throw(AssertionError("read whole")))
+        m.setattr(stage, "load_chunks", ingest.load_chunks)
+        added = _index(docs, inc, "--stop-after", "chunk")["chunk"]["new_chunks"]
+        summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["new_chunks"] == 0 and summary["extract"]["extracted_now"] == added > 0
+    _index(docs, fresh, "--stop-after", "extract")
+    assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+
+def test_with_no_extract_record_the_stage_looks_at_every_chunk(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    inc = tmp_path / "inc"
+    chunks = _index(docs, inc, "--stop-after", "extract")["extract"]["chunks"]
+    p = Project(inc)
+    with p.lock(), p.generation():      # as a run that left chunks pending leaves it
+        p.forget_stage("extract")
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["unread_files"] > 0 and summary["extract"]["chunks"] == chunks
+    assert summary["extract"]["cached"] == chunks

@@ -190,9 +190,14 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
     the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
-    the stage's record having covered every other one when the run began (then only they are looked at)."""
-    if added and not (reparse or retry_failed or import_openie is not None):
-        outcome = _extract_added(project, settings, reporter, chunks or [], max_cost)
+    the stage's record having covered every other one when the run began. Only the chunks appended since the
+    files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
+    if not (reparse or retry_failed or import_openie is not None):
+        prev = project.stage("extract")
+        since = _chunks_since(project, prev) if prev is not None else None
+        if since is None and added:
+            since = chunks or []
+        outcome = _extract_added(project, settings, reporter, since, max_cost) if since is not None else None
         if outcome is not None:
             return outcome
     chunks = load_chunks(project) if chunks is None or added else chunks
@@ -208,7 +213,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                               reparse=reparse, retry_failed=retry_failed)
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts.update(summary)
-    counts["cache_mark"] = _cache_size(project)
+    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
     if kind == "openie":
         # chunks the file has no passage for are not resumable work: they just have no extraction
         counts["unmatched"] = counts.pop("pending")
@@ -300,7 +305,7 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, chu
     counts["chunks"] += prev.counts["chunks"]
     counts["cached"] += prev.counts["chunks"]
     counts.update({k: int(prev.counts.get(k, 0)) + summary[k] for k in SUMMED})
-    counts["cache_mark"] = _cache_size(project)
+    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -308,6 +313,13 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, chu
         reporter.warn(failure_summary(project, every, cache_index.latest(project, {extractor}), extractor, counts))
     return StageOutcome(counts=counts, output_digest=fingerprint("extract-append", prev.output_digest, digest)
                         if chunks else prev.output_digest)
+
+
+def _chunk_mark(project: Project) -> dict | None:
+    """Where the chunk files the stage just covered end (ingest.chunk_mark): the next run looks only past it."""
+    from ..ingest import chunk_mark
+
+    return chunk_mark(project)
 
 
 def _cache_size(project: Project) -> int:
@@ -338,20 +350,35 @@ def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) 
     return True
 
 
-def taken_ids(project: Project) -> Callable[[set[str]], bool] | None:
-    """For the chunk stage's append (ingest.run_chunk), when the extract stage's record is current: whether any
-    of these ids may be a chunk's in chunks.jsonl. Every chunk there had a record in the extraction cache when
-    the record was made (nothing pending, none unmatched), so an id with no record before its mark is no
-    chunk's. None when the record cannot say."""
+def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | None:
+    """For the chunk stage's append (ingest.run_chunk): whether any of these ids may be a chunk's in
+    chunks.jsonl. Every chunk the extract stage's record covered (the files up to its chunk mark, or all of them
+    when `current`: the record was made over the chunks the files hold) had a record in the extraction cache
+    before its cache mark (nothing pending, none unmatched), and those appended since are known, so an id that
+    is neither is no chunk's. None when the record cannot say."""
     prev = project.stage("extract")
     if prev is None or prev.counts.get("pending") or prev.counts.get("unmatched"):
         return None
+    since = _chunks_since(project, prev)
+    if since is None and not current:
+        return None
+    appended = {ch.chunk_id for ch in since or []}
     mark = _mark(prev)
 
     def taken(ids: set[str]) -> bool:
-        return any(e[3] in ids for e in cache_index.entries(project) if not mark or e[0] < mark)
+        return bool(ids & appended) or any(e[3] in ids for e in cache_index.entries(project)
+                                            if not mark or e[0] < mark)
 
     return taken
+
+
+def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
+    """The chunks appended to chunks.jsonl since the files the stage's record covered (None: it kept no mark,
+    or the files were written whole since)."""
+    from ..ingest import added_since
+
+    added = added_since(project, prev.counts.get("chunk_mark"))
+    return None if added is None else added[1]
 
 
 def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
