@@ -16,16 +16,22 @@ cache answers it without a network call.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import store
 from .chunking import chunk_text
 from .config import Settings
 from .errors import UsageError
 from .progress import Reporter
-from .project import Project, StageOutcome, fingerprint, text_hash
+from .project import Project, StageOutcome, StageRecord, fingerprint, text_hash
 from .records import Chunk, Document, from_dict, to_dict
+
+if TYPE_CHECKING:
+    from .documents import LoadedDocument, ScanResult
+    from .graph import ChunkRef
 
 CHUNKER_VERSION = "chunk-v1"
 
@@ -34,6 +40,9 @@ CHUNKER_VERSION = "chunk-v1"
 class ChunkOutcome(StageOutcome):
     chunks: list[Chunk] = field(default_factory=list)
     documents: list[Document] = field(default_factory=list)
+    # True: `chunks` and `documents` hold only what this run added after the lines the files had (the rest is
+    # as the last run left it); False: they hold every chunk and document
+    appended: bool = False
 
 
 def settings_fingerprint(settings: Settings) -> str:
@@ -50,6 +59,48 @@ def load_chunks(project: Project) -> list[Chunk]:
 
 def load_documents(project: Project) -> list[Document]:
     return [from_dict(Document, r) for r in store.read_jsonl(project.docs_path)]
+
+
+def load_chunk_refs(project: Project) -> list[ChunkRef]:
+    """Every chunk without its text, for a stage that needs only where chunks are (resolve's graph)."""
+    from .graph import ChunkRef
+
+    return [ChunkRef(r["chunk_id"], r["doc_id"], int(r["order"])) for r in store.read_jsonl(project.chunks_path)]
+
+
+# ------------------------------------------------------------------------------------------------ marks
+
+
+def chunk_mark(project: Project) -> dict | None:
+    """Where docs.jsonl and chunks.jsonl end now: {"epoch", "docs", "chunks"} (line counts). A later stage that
+    keeps it can ask `added_since` for what came after, as long as the files were only appended to since (the
+    epoch changes whenever they are written again whole). None before the chunk stage ran."""
+    rec = project.stage("chunk")
+    if rec is None or not isinstance(rec.counts.get("docs"), int) or not isinstance(rec.counts.get("chunks"), int):
+        return None
+    return {"epoch": _epoch(rec), "docs": rec.counts["docs"], "chunks": rec.counts["chunks"]}
+
+
+def added_since(project: Project, mark: dict | None) -> tuple[list[Document], list[Chunk]] | None:
+    """The documents and chunks appended after `mark` (a `chunk_mark`), reading only the files' ends; None when
+    they were written whole since (or cannot say): the caller then reads everything."""
+    now = chunk_mark(project)
+    if not isinstance(mark, dict) or now is None or mark.get("epoch") != now["epoch"]:
+        return None
+    docs, chunks = now["docs"] - mark.get("docs", -1), now["chunks"] - mark.get("chunks", -1)
+    if docs < 0 or chunks < 0 or docs > now["docs"] or chunks > now["chunks"]:
+        return None
+    doc_lines, chunk_lines = store.last_lines(project.docs_path, docs), store.last_lines(project.chunks_path, chunks)
+    if doc_lines is None or chunk_lines is None:
+        return None
+    return ([from_dict(Document, store.loads(line)) for line in doc_lines],
+            [from_dict(Chunk, store.loads(line)) for line in chunk_lines])
+
+
+def _epoch(rec: StageRecord) -> str:
+    """The files' epoch: a project from before epochs wrote them whole on every change, so its output digest
+    (the content it wrote) names them."""
+    return str(rec.counts.get("epoch") or rec.output_digest)
 
 
 def load_stamps(project: Project) -> dict[str, tuple[list[int], list[str]]]:
@@ -76,41 +127,33 @@ def _known(stamps: dict[str, tuple[list[int], list[str]]], old_docs: dict[str, D
             if ids and all(i in old_docs and old_by_doc.get(i) for i in ids)}
 
 
-def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path],
-              write: bool = True, reuse: bool = False, rehash: bool = False) -> ChunkOutcome:
-    """`reuse`: the pipeline vouches that the previous chunks were made with these settings and are intact;
-    only then may unchanged files go unread (`rehash` reads them all the same)."""
-    from .documents import LoadedDocument, scan
+def _content_digest(documents: list[Document], chunks: list[Chunk]) -> str:
+    """What the chunk stage made of a corpus, whatever order the files hold it in: documents by path, chunks by
+    their document's path and order."""
+    docs = sorted(documents, key=lambda d: d.path)
+    where = {d.doc_id: i for i, d in enumerate(docs)}
+    ordered = sorted(chunks, key=lambda ch: (where.get(ch.doc_id, -1), ch.order))
+    return fingerprint([(d.doc_id, d.path) for d in docs], [(ch.chunk_id, ch.doc_id, ch.order) for ch in ordered])
 
-    if settings.chunk.tokens < 1:
-        raise UsageError(f"chunk.tokens (--chunk-tokens) must be at least 1, not {settings.chunk.tokens}")
-    old_docs = {d.doc_id: d for d in load_documents(project)}
-    old_chunks = load_chunks(project)
-    old_by_doc: dict[str, list[Chunk]] = defaultdict(list)
-    for ch in old_chunks:
-        old_by_doc[ch.doc_id].append(ch)
-    stamps = load_stamps(project) if reuse and not rehash else {}
-    scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root],
-                   known=_known(stamps, old_docs, old_by_doc))
-    for rel in scanned.unchanged:
-        scanned.stamps[rel] = stamps[rel]
-        scanned.documents.extend(LoadedDocument(old_docs[i], "") for i in stamps[rel][1])
-    unread_docs = sum(len(stamps[rel][1]) for rel in scanned.unchanged)
 
+def _cut(loaded: list[LoadedDocument], settings: Settings, reporter: Reporter, used_ids: set[str],
+         previous: Callable[[Document], list[Chunk] | None]) -> tuple[list[Document], list[Chunk], int]:
+    """Chunk documents in path order: (documents, chunks, how many reused `previous` chunks). Identical text
+    inside one document is kept once; the same text in a document after one that has it (`used_ids`) gets an
+    id salted by its doc_id."""
     c = settings.chunk
     chunks: list[Chunk] = []
     documents: list[Document] = []
-    used_ids: set[str] = set()
     reused = 0
-    with reporter.task("chunk", len(scanned.documents)) as task:
-        for loaded in sorted(scanned.documents, key=lambda d: d.doc.path):
-            doc = loaded.doc
-            old = old_docs.get(doc.doc_id)
-            if reuse and old is not None and old.sha256 == doc.sha256 and old_by_doc.get(doc.doc_id):   # or unread
-                pieces = [(ch.text, ch.n_tokens) for ch in sorted(old_by_doc[doc.doc_id], key=lambda x: x.order)]
+    with reporter.task("chunk", len(loaded)) as task:
+        for item in sorted(loaded, key=lambda d: d.doc.path):
+            doc = item.doc
+            old = previous(doc)
+            if old:
+                pieces = [(ch.text, ch.n_tokens) for ch in sorted(old, key=lambda x: x.order)]
                 reused += 1
             else:
-                pieces = [(p.text, p.n_tokens) for seg in loaded.segments()
+                pieces = [(p.text, p.n_tokens) for seg in item.segments()
                           for p in chunk_text(seg, c.tokens, c.overlap, c.encoding)]
             seen_here: set[str] = set()
             order = 0
@@ -127,28 +170,119 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
             doc.n_chunks = order
             documents.append(doc)
             task.advance()
+    return documents, chunks, reused
 
+
+def _counts(documents: int, chunks: int, tokens: int, scanned: ScanResult, roots: list[Path], **more: Any) -> dict:
+    return {"docs": documents, "chunks": chunks, "tokens": tokens, **more,
+            "unread_files": len(scanned.unchanged), "skipped_files": len(scanned.skipped),
+            "ignored_files": scanned.ignored, "roots": [str(Path(r).expanduser().resolve()) for r in roots]}
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+
+
+def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path],
+              write: bool = True, reuse: bool = False, rehash: bool = False,
+              taken: Callable[[set[str]], bool] | None = None) -> ChunkOutcome:
+    """`reuse`: the pipeline vouches that the previous chunks were made with these settings and are intact;
+    only then may unchanged files go unread (`rehash` reads them all the same). `taken(ids)`: whether any of
+    these chunk ids may already be in chunks.jsonl; given, a run that only finds new files appends them to the
+    files instead of reading and writing every chunk again (a run that finds nothing new needs no `taken`)."""
+    from .documents import scan
+
+    if settings.chunk.tokens < 1:
+        raise UsageError(f"chunk.tokens (--chunk-tokens) must be at least 1, not {settings.chunk.tokens}")
+    prev = project.stage("chunk") if reuse else None
+    stamps = load_stamps(project) if reuse and not rehash else {}
+    scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root],
+                   known={rel: st for rel, (st, _) in stamps.items()})
+    if prev is not None and stamps and write:   # a dry run's estimate wants every chunk
+        appended = _append(project, settings, reporter, roots, prev, stamps, scanned, taken)
+        if appended is not None:
+            return appended
+    return _rechunk(project, settings, reporter, roots, prev, stamps, scanned, write, reuse)
+
+
+def _append(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord,
+            stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
+            taken: Callable[[set[str]], bool] | None) -> ChunkOutcome | None:
+    """Every file the last run read is unchanged and was its only source of documents, so whatever was read now
+    is new: chunk only that and append it to the files (O(new documents)). None when that does not hold, or a
+    new chunk's text is one the files may hold already (the ids a full pass gives would differ)."""
+    before = prev.counts
+    if (set(scanned.unchanged) != stamps.keys() or not isinstance(before.get("chunks"), int)
+            or sum(len(ids) for _, ids in stamps.values()) != before.get("docs")):
+        return None     # a file changed, went, or is read on every run: the full pass sorts it out
+    used: set[str] = set()
+    documents, chunks, _ = _cut(scanned.documents, settings, reporter, used, lambda doc: None)
+    if used and (taken is None or taken(used)):
+        return None
+    digest = prev.output_digest
+    if documents:
+        digest = fingerprint("chunk-append", digest, [(d.doc_id, d.path) for d in documents],
+                             [(ch.chunk_id, ch.doc_id, ch.order) for ch in chunks])
+        # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than the
+        # chunks they describe
+        if store.extend_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks)) is None:
+            return None
+        if store.extend_jsonl(project.docs_path, (to_dict(d) for d in documents)) is None:
+            return None
+        files = {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps}
+        store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
+    counts = _counts(before["docs"] + len(documents), before["chunks"] + len(chunks),
+                     int(before.get("tokens", 0)) + sum(ch.n_tokens for ch in chunks), scanned, roots,
+                     new_chunks=len(chunks), removed_chunks=0, reused_docs=before["docs"], epoch=_epoch(prev))
+    return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents, appended=True)
+
+
+def _rechunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord | None,
+             stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult, write: bool,
+             reuse: bool) -> ChunkOutcome:
+    """The full pass: every document's chunks (an unchanged document keeps its previous ones), written whole in
+    path order."""
+    from .documents import LoadedDocument, scan
+
+    old_doc_list, old_chunks = load_documents(project), load_chunks(project)
+    old_docs = {d.doc_id: d for d in old_doc_list}
+    old_by_doc: dict[str, list[Chunk]] = defaultdict(list)
+    for ch in old_chunks:
+        old_by_doc[ch.doc_id].append(ch)
+    known = _known(stamps, old_docs, old_by_doc)
+    if any(rel not in known for rel in scanned.unchanged):   # stamped, but its documents are not all there
+        scanned = scan(roots, settings.documents, reporter, skip_dirs=[project.root], known=known)
+    for rel in scanned.unchanged:
+        scanned.stamps[rel] = stamps[rel]
+        scanned.documents.extend(LoadedDocument(old_docs[i], "") for i in stamps[rel][1])
+    unread_docs = sum(len(stamps[rel][1]) for rel in scanned.unchanged)
+
+    def previous(doc: Document) -> list[Chunk] | None:
+        old = old_docs.get(doc.doc_id)
+        if reuse and old is not None and old.sha256 == doc.sha256:   # or unread
+            return old_by_doc.get(doc.doc_id)
+        return None
+
+    documents, chunks, reused = _cut(scanned.documents, settings, reporter, set(), previous)
     old_ids = {ch.chunk_id for ch in old_chunks}
     new_ids = {ch.chunk_id for ch in chunks}
-    digest = fingerprint([(d.doc_id, d.path) for d in documents], [(ch.chunk_id, ch.doc_id, ch.order) for ch in chunks])
-    counts = {
-        "docs": len(documents),
-        "chunks": len(chunks),
-        "tokens": sum(ch.n_tokens for ch in chunks),
-        "new_chunks": len(new_ids - old_ids),
-        "removed_chunks": len(old_ids - new_ids),
-        "reused_docs": reused,
-        "unread_files": len(scanned.unchanged),
-        "skipped_files": len(scanned.skipped),
-        "ignored_files": scanned.ignored,
-        "roots": [str(Path(r).expanduser().resolve()) for r in roots],
-    }
-    prev = project.stage("chunk") if reuse else None
-    same = prev is not None and prev.output_digest == digest and unread_docs == len(documents)   # digest: every id
-    if write and not same:   # (same: every file unread and nothing gone, so the files would come out as they are)
+    digest = _content_digest(documents, chunks)
+    unchanged = prev is not None and digest == _content_digest(old_doc_list, old_chunks)
+    same = unchanged and unread_docs == len(documents)     # every file unread and nothing gone: files as they are
+    epoch = _epoch(prev) if prev is not None else ""
+    if write and not same:
         # chunks first: docs.jsonl's sha256 values are what allow reuse, so they must never be newer than
         # the chunks they describe. Chunks are read whole (text is most of them), so they are compressed.
         store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks), compress=True)
         store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
         store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": scanned.stamps}))
-    return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents)
+        in_place = ([d.doc_id for d in documents] == [d.doc_id for d in old_doc_list]
+                    and [ch.chunk_id for ch in chunks] == [ch.chunk_id for ch in old_chunks])
+        if not (unchanged and in_place):    # lines moved or changed: what a mark counted no longer holds
+            epoch = fingerprint("epoch", digest, epoch)
+    counts = _counts(len(documents), len(chunks), sum(ch.n_tokens for ch in chunks), scanned, roots,
+                     new_chunks=len(new_ids - old_ids), removed_chunks=len(old_ids - new_ids), reused_docs=reused,
+                     epoch=epoch or fingerprint("epoch", digest, ""))
+    # an unchanged corpus keeps its digest (an appended one's is not its content digest), so nothing downstream
+    # runs again
+    return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
+                        chunks=chunks, documents=documents)

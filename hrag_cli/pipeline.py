@@ -125,6 +125,15 @@ def _previous_import(project: Project, settings: Settings, reporter: Reporter) -
     return Path(recorded)
 
 
+def _extract_current(project: Project, settings: Settings) -> bool:
+    """Whether the extract stage's record was made over the chunks the files hold now (before this run's chunk
+    stage): then what the chunk stage appends is all the extract stage has to look at."""
+    try:
+        return project.stage_state("extract", expected_fingerprint(project, settings, "extract")) == "fresh"
+    except UsageError:      # bad extractor settings: said by the extract stage, after chunking
+        return False
+
+
 def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
     """Unchanged documents may keep their previous chunks only when chunking settings are the same and
     docs.jsonl / chunks.jsonl are intact."""
@@ -207,26 +216,36 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
 def _index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions, roots: list[Path],
            summary: dict[str, Any]) -> IndexResult:
     run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
+    taken_ids = STAGES["extract"].load("taken_ids")
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
-        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash)
+        current = _extract_current(project, settings)
+        taken = taken_ids(project, current) if reuse and not options.rehash else None
+        chunked = run_chunk(project, settings, reporter, roots, reuse=reuse, rehash=options.rehash, taken=taken)
         summary["chunk"] = chunked.counts
         project.record_stage("chunk", chunk_fp, chunked.output_digest, chunked.counts)
-        chunks = chunked.chunks   # extract reads them instead of chunks.jsonl; resolve reads the file itself
+        # extract reads them instead of chunks.jsonl (only the appended ones, when the extract stage's record
+        # covers the rest; else it reads the file); resolve reads the file itself
+        appended = chunked.appended and current
+        chunks = chunked.chunks if appended or not chunked.appended else None
         del chunked
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)
 
+        if options.rehash:   # trust no sample: every byte of the extraction cache is checked against its index
+            from .extract import cache_index
+
+            cache_index.entries(project, full=True)
         import_openie = options.import_openie or _previous_import(project, settings, reporter)
         _remember(project, settings, reporter, summary, openie=import_openie is not None)
         extract_fp = expected_fingerprint(project, settings, "extract")
         try:
             extracted = run_extract(project, settings, reporter, reparse=options.reparse,
                                     retry_failed=options.retry_failed, max_cost=options.max_cost,
-                                    import_openie=import_openie, chunks=chunks)
+                                    import_openie=import_openie, chunks=chunks, added=appended)
         except BudgetExceeded as exc:
             summary["extract"] = {"stopped": str(exc)}
             reporter.warn(str(exc))     # the message already says that a re-run continues
@@ -271,6 +290,10 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
 
     info: dict[str, Any] = {"stages": {}}
     problems = project.check(full=verify)
+    if verify:   # the extraction cache against its index, every byte (status counts from what it finds)
+        from .extract import cache_index
+
+        cache_index.entries(project, full=True)
     for stage in STAGE_ORDER:
         rec = project.stage(stage)
         try:

@@ -30,10 +30,11 @@ from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
 from .extract.schema import Schema, schema_of
 from .extract.stage import CurrentRecords, current_extractor, iter_current_records
+from .ingest import load_chunks, load_documents
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
-from .records import ExtractionRecord
+from .records import Chunk, ExtractionRecord
 
 MODES = ("strict", "lenient")
 GROUNDING = ("off", "flag", "drop")
@@ -168,15 +169,16 @@ def iter_pruned(project: Project, settings: Settings, current: CurrentRecords | 
     if extractor is None:
         return
     spec = prune_spec(settings, extractor)
+    if spec.active and current is not None and not all(isinstance(c, Chunk) for c in current.chunks.values()):
+        # resolve hands over chunk refs: pruning reads the chunks' text
+        current = CurrentRecords({c.chunk_id: c for c in load_chunks(project)}, current.ids, current.offsets)
     for chunk, rec in iter_current_records(project, extractor, current):
-        yield prune_record(rec, chunk.text, spec).record
+        yield prune_record(rec, chunk.text if spec.active else "", spec).record
 
 
 def run_prune(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
     """Count what pruning does to the current records (resolve applies it as it reads them). The output digest
     is the extract stage's when pruning is off, so resolve stays fresh; else it covers the pruning too."""
-    from .ingest import load_documents
-
     extract = project.stage("extract")
     digest = extract.output_digest if extract else ""
     extractor = current_extractor(project)

@@ -44,11 +44,11 @@ from .graph_update import updated_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
-from .records import Chunk, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
+from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
                               fact_record, relation_record)
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
-from .ingest import load_chunks, load_documents
+from .ingest import load_chunk_refs, load_documents
 
 def settings_fingerprint(settings: Settings) -> str:
     """Resolve settings; the model, language, context size and prompt wording only when summaries can run."""
@@ -389,17 +389,13 @@ def load_inputs(project: Project, settings: Settings | None = None
                 ) -> tuple[list[Document], list[ChunkRef], Callable[[], Iterator[ExtractionRecord]]]:
     """Documents, chunks, and what merge_records reads the records through (they are never all held)."""
     docs = load_documents(project)
-    return docs, _chunk_refs(load_chunks(project)), lambda: load_records(project, settings)
-
-
-def _chunk_refs(chunks: list[Chunk]) -> list[ChunkRef]:
-    return [ChunkRef(c.chunk_id, c.doc_id, int(c.order)) for c in chunks]
+    return docs, load_chunk_refs(project), lambda: load_records(project, settings)
 
 
 # ----------------------------------------------------------------------------------------------- stage
 
 
-def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[Chunk]
+def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
                    ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
     """The current records merged: into the saved state when `use_state` and adding is all that happened
     (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
@@ -516,11 +512,9 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
-    docs, all_chunks = load_documents(project), load_chunks(project)   # chunks.jsonl read once: it is mostly text
-    chunks = _chunk_refs(all_chunks)
+    docs, chunks = load_documents(project), load_chunk_refs(project)   # no chunk text (pruning reads it if it must)
     summarizer = Summarizer(project, settings, reporter)
-    merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, all_chunks)
-    del all_chunks
+    merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
     # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
     keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only
@@ -577,9 +571,10 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
         _file_digest(h, path)
-    # the graph also holds documents and chunks, which can change without any record changing (a rename)
-    h.update(fingerprint(sorted((d.doc_id, d.path) for d in docs),
-                         sorted((c.chunk_id, c.doc_id, c.order) for c in chunks)).encode())
+    # the graph also holds documents and chunks, which can change without any record changing (a rename): the
+    # chunk stage's digest says when they did
+    chunk_stage = project.stage("chunk")
+    h.update((chunk_stage.output_digest if chunk_stage else "").encode())
     digest = h.hexdigest()[:24]
     _write_changed(project, changed, before.output_digest if before else "", digest)
     ec = edge_counts(graph)

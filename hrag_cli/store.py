@@ -8,6 +8,7 @@ through a temp file in the same folder and os.replace, so a reader never sees ha
 from __future__ import annotations
 
 import errno
+import io
 import mmap
 import os
 import tempfile
@@ -143,49 +144,165 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> i
     ~64 KiB of lines each, and a last, empty member's comment lists where each starts and its first line
     number: `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query
     wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms."""
-    n = 0
-    offsets: list[int] = []
-    firsts: list[int] = []
-    at = 0
     with atomic_writer(path) as fh:
-        buf = bytearray()
-        pos = 0     # buf[:pos] is written; cut off once per record, not per member (a run of lines handed over
-                    # as one Fragment had its whole tail moved for every member it filled)
+        return _write_lines(fh, records, compress)
 
-        def flush(cut: int) -> None:
-            nonlocal at, n, pos
-            part = bytes(buf[pos:cut])
-            pos = cut
-            if compress:
-                # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same
-                # bytes
-                packer = zlib.compressobj(1, wbits=31)
-                out = packer.compress(part) + packer.flush()
-                offsets.append(at)
-                firsts.append(n)
-                at += len(out)
-                fh.write(out)
-            else:
-                fh.write(part)
-            n += part.count(b"\n")
 
-        # a member ends after the first line that takes it to `limit` bytes, found in the bytes rather than
-        # counted per record: a caller may hand over many lines as one orjson.Fragment (resolve_patch copies
-        # untouched runs so) and must get the members, line index and bytes that one record per line gives
-        limit = _MEMBER if compress else _WRITE_BLOCK
-        for rec in records:
-            if pos:
-                del buf[:pos]
-                pos = 0
-            buf += orjson.dumps(rec, option=_DUMP_OPTS)
-            buf += b"\n"
-            while len(buf) - pos >= limit:
-                flush(buf.index(b"\n", pos + limit - 1) + 1)
-        if len(buf) > pos or (compress and not offsets):
-            flush(len(buf))
+def _write_lines(fh: BinaryIO, records: Iterable[Any], compress: bool, at: int = 0, n: int = 0,
+                 offsets: list[int] | None = None, firsts: list[int] | None = None, head: bytes = b"") -> int:
+    """write_jsonl's lines into `fh`; a compressed file goes on from a state `extend_jsonl` read back: its
+    members so far (`offsets`, `firsts`, ending at byte `at` and line `n`) and the lines of the member it took
+    off again (`head`), so the members come out as writing every line at once gives them."""
+    offsets = [] if offsets is None else offsets
+    firsts = [] if firsts is None else firsts
+    buf = bytearray(head)
+    pos = 0     # buf[:pos] is written; cut off once per record, not per member (a run of lines handed over
+                # as one Fragment had its whole tail moved for every member it filled)
+
+    def flush(cut: int) -> None:
+        nonlocal at, n, pos
+        part = bytes(buf[pos:cut])
+        pos = cut
         if compress:
-            fh.write(_line_index_member(offsets + [at], firsts + [n], at))
+            # zlib's gzip container (wbits 31) has no file name or time in its header: same records, same
+            # bytes
+            packer = zlib.compressobj(1, wbits=31)
+            out = packer.compress(part) + packer.flush()
+            offsets.append(at)
+            firsts.append(n)
+            at += len(out)
+            fh.write(out)
+        else:
+            fh.write(part)
+        n += part.count(b"\n")
+
+    # a member ends after the first line that takes it to `limit` bytes, found in the bytes rather than
+    # counted per record: a caller may hand over many lines as one orjson.Fragment (resolve_patch copies
+    # untouched runs so) and must get the members, line index and bytes that one record per line gives
+    limit = _MEMBER if compress else _WRITE_BLOCK
+    for rec in records:
+        if pos:
+            del buf[:pos]
+            pos = 0
+        buf += orjson.dumps(rec, option=_DUMP_OPTS)
+        buf += b"\n"
+        while len(buf) - pos >= limit:
+            flush(buf.index(b"\n", pos + limit - 1) + 1)
+    if len(buf) > pos or (compress and not offsets):
+        flush(len(buf))
+    if compress:
+        fh.write(_line_index_member(offsets + [at], firsts + [n], at))
     return n
+
+
+def extend_jsonl(path: Path, records: Iterable[Any]) -> int | None:
+    """Atomically replace `path` with its own lines followed by `records`, without reading what it holds: the
+    bytes are copied by the kernel, except a compressed file's last member, which is decompressed and written
+    again with the new lines, so the file comes out byte for byte as write_jsonl writes all its lines at once.
+    Returns how many records were added; None when the file is missing, ends in a torn line, or is a compressed
+    file without a sound line index: the caller writes it whole instead."""
+    try:
+        src = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with src:
+        size = os.fstat(src.fileno()).st_size
+        compressed = src.read(2) == _GZIP_MAGIC
+        head, state = b"", {}
+        if compressed:
+            index = _line_index(src)
+            if index is None:
+                return None
+            offsets, firsts = ([int(x) for x in a] for a in index)   # each ends with the index member
+            src.seek(offsets[-2])
+            try:
+                head = zlib.decompress(src.read(offsets[-1] - offsets[-2]), wbits=31)
+            except zlib.error:
+                return None
+            if head.count(b"\n") != firsts[-1] - firsts[-2] or not head.endswith(b"\n") and head:
+                return None
+            keep = offsets[-2]
+            state = {"at": keep, "n": firsts[-2], "offsets": offsets[:-2], "firsts": firsts[:-2], "head": head}
+        else:
+            src.seek(max(0, size - 1))
+            if size and src.read(1) != b"\n":
+                return None
+            keep = size
+        added = 0
+
+        def counted() -> Iterator[Any]:
+            nonlocal added
+            for rec in records:
+                added += 1
+                yield rec
+
+        with atomic_writer(path) as fh:
+            _copy_bytes(src, fh, keep)
+            _write_lines(fh, counted(), compressed, **state)
+    return added
+
+
+def _copy_bytes(src: BinaryIO, dst: BinaryIO, count: int) -> None:
+    """The first `count` bytes of `src` to the end of `dst`, in the kernel where it can (no user-space copy)."""
+    dst.flush()
+    done = 0
+    try:
+        while done < count:
+            got = os.copy_file_range(src.fileno(), dst.fileno(), count - done, done)
+            if not got:
+                break
+            done += got
+    except OSError:     # a file system or kernel without it: copied below
+        pass
+    dst.seek(0, os.SEEK_END)
+    src.seek(done)
+    while done < count:
+        block = src.read(min(_WRITE_BLOCK, count - done))
+        if not block:
+            raise OSError(errno.EIO, f"{src.name} ended while it was copied")
+        dst.write(block)
+        done += len(block)
+
+
+def last_lines(path: Path, count: int) -> list[bytes] | None:
+    """The last `count` whole lines of a plain or compressed JSONL file, reading only its end (a compressed
+    file: the members holding them, found through its line index); None when it is missing, has fewer lines,
+    ends torn, or is compressed without a sound line index."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        if count <= 0:
+            return []
+        if fh.read(2) == _GZIP_MAGIC:
+            index = _line_index(fh)
+            if index is None:
+                return None
+            offsets, firsts = ([int(x) for x in a] for a in index)
+            start = firsts[-1] - count
+            if start < 0:
+                return None
+            m = max(i for i in range(len(firsts) - 1) if firsts[i] <= start)
+            fh.seek(offsets[m])
+            data = b"".join(_gunzip(io.BytesIO(fh.read(offsets[-1] - offsets[m]))))   # a damaged member: cut short
+            lines = data.split(b"\n")
+            if lines[-1] != b"" or len(lines) - 1 != firsts[-1] - firsts[m]:
+                return None
+            return [line + b"\n" for line in lines[start - firsts[m]:-1]]
+        size = os.fstat(fh.fileno()).st_size
+        data, pos = b"", size
+        while pos > 0 and data.count(b"\n") <= count:
+            step = min(pos, _WRITE_BLOCK)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+        if not data.endswith(b"\n"):
+            return None
+        lines = data.split(b"\n")[:-1]
+        if len(lines) < count + (pos > 0):
+            return None
+        return [line + b"\n" for line in lines[len(lines) - count:]]
 
 
 def read_jsonl(path: Path) -> Iterator[Any]:

@@ -105,3 +105,41 @@ def test_a_damaged_or_torn_index_is_never_trusted(tmp_path: Path) -> None:
     assert len(cache_index.entries(p)) == 5
     path.write_bytes(b"garbage")
     assert _by_index(p) == _by_parsing(p)
+
+
+def test_a_sampled_check_catches_a_cut_zeroed_or_replaced_cache_and_a_full_one_every_edit(tmp_path: Path) -> None:
+    p = _indexed(tmp_path, [f"c{i:03d}" for i in range(200)])       # more records than the sample reads
+    data = p.extractions_path.read_bytes()
+    cache_index._MEMO.clear()
+    assert _by_index(p) == _by_parsing(p)
+    for damaged in (b"\0" * len(data), data[: len(data) // 2], b"x" * 10 + data):
+        for content in (damaged, data):     # each as a new process finds it
+            p.extractions_path.write_bytes(content)
+            cache_index._MEMO.clear()
+            assert _by_index(p) == _by_parsing(p)
+    # the same length, one status changed in a record the sample does not read: only a full check sees it
+    lines = data.split(b"\n")
+    sampled = {0, 199, *(200 * k // (cache_index._SAMPLES + 1) for k in range(1, cache_index._SAMPLES + 1))}
+    i = min(set(range(200)) - sampled)
+    lines[i] = lines[i].replace(b'"status":"ok"', b'"status":"no"')
+    p.extractions_path.write_bytes(b"\n".join(lines))
+    cache_index._MEMO.clear()
+    assert cache_index.latest(p)[(f"c{i:03d}", "rules-v1")].status == "ok"
+    cache_index.entries(p, full=True)
+    assert cache_index.latest(p)[(f"c{i:03d}", "rules-v1")].status == "no" and _by_index(p) == _by_parsing(p)
+
+
+def test_one_process_reads_the_index_once(tmp_path: Path, monkeypatch) -> None:
+    p = _indexed(tmp_path, "abc")
+    reads: list[Path] = []
+    read = cache_index._read_index
+    monkeypatch.setattr(cache_index, "_read_index", lambda path: reads.append(path) or read(path))
+    cache_index._MEMO.clear()
+    with p.lock():
+        cache_index.latest(p)
+        with store.JsonlAppender(p.extractions_path) as out:
+            out.append(_rec("d"))
+        assert _by_index(p) == _by_parsing(p) and len(cache_index.latest(p)) == 4
+    assert len(reads) == 1
+    cache_index._MEMO.clear()
+    assert len(cache_index.entries(p)) == 4 and len(reads) == 2      # what the first process saved

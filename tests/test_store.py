@@ -180,3 +180,21 @@ def test_lines_handed_over_in_runs_write_the_same_bytes_and_line_index(tmp_path:
     assert store.write_jsonl(one, recs, compress=True) == store.write_jsonl(ran, runs, compress=True) == 9000
     assert one.read_bytes() == ran.read_bytes()
     assert store.JsonlLines(ran).record(8123) == recs[8123]
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_extending_a_file_gives_the_bytes_of_writing_it_whole(tmp_path: Path, compress: bool) -> None:
+    recs = [{"i": i, "t": "x" * (i * 37 % 900)} for i in range(400)]      # several 64 KiB members
+    whole, grown = tmp_path / "whole.jsonl", tmp_path / "grown.jsonl"
+    store.write_jsonl(whole, recs, compress=compress)
+    for cut in (0, 1, 250, 399):
+        store.write_jsonl(grown, recs[:cut], compress=compress)
+        assert store.extend_jsonl(grown, iter(recs[cut:])) == len(recs) - cut
+        assert grown.read_bytes() == whole.read_bytes(), cut
+    for n in (0, 1, 7, 400):
+        assert [store.loads(line) for line in store.last_lines(whole, n)] == recs[len(recs) - n:]
+    assert store.last_lines(whole, 401) is None
+    assert store.extend_jsonl(tmp_path / "missing.jsonl", recs) is None
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(whole.read_bytes()[:-10])
+    assert store.extend_jsonl(torn, recs) is None and store.last_lines(torn, 1) is None   # never built on a torn file

@@ -4,15 +4,21 @@ extract stage and again by resolve on every run, even one that adds 1 % of docum
 
 One line per record of the cache, in cache order: where it is, what the extract stage counts of it, and the
 CRC-32 of the cache from its first byte up to the record's end. The index is derived data: a run reads it,
-checks the CRC of the cache prefix it covers against the disk (one C pass over bytes, no parsing), and indexes
-only the records appended since. A cache that was cut, rewritten or edited anywhere in the covered part (the
-CRC differs, or the cache is shorter) makes the index be built again from the whole cache, so a wrong index is
-never used. Written only by a process holding the project's writer lock (append-only, torn tail cut on open,
-or replaced whole); a reader without the lock (`hrag status`) indexes the new records in memory only.
+checks that the cache still holds what it covers, and indexes only the records appended since. The check is
+sampled, as a reader's check of an artifact is (artifacts.quick_sum): the cache must be at least as long as the
+index says, and its first and last records and a few dozen spread between must each give their running CRC
+from the one before (the CRCs chain, so each line is checked alone). A cut, emptied, zeroed or replaced cache
+fails it and is indexed again from its first byte; `full=True` (`hrag status --verify`, `hrag index --rehash`)
+checks every byte. A record edited in place between samples keeps its old entry until then: the extract stage
+counts it as it was, and resolve reads the edited bytes (a line that no longer parses is skipped as a damaged
+cache line is everywhere). Written only by a process holding the project's writer lock (append-only, torn tail
+cut on open, or replaced whole); a reader without the lock (`hrag status`) indexes the new records in memory
+only. One process checks and reads the index once: later calls go on from where the last one ended.
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,10 @@ from ..project import Project, fingerprint
 
 INDEX_VERSION = 1
 _BLOCK = 1 << 20
+_SAMPLES = 32               # records checked between the first and the last (each a few KiB)
+# per cache file, what this process last read of its index: the cache's (inode, size, mtime) then, the entries,
+# and whether the index file holds exactly those; a later call goes on from there when the cache only grew
+_MEMO: dict[Path, tuple[tuple[int, int, int], list[list], bool]] = {}
 
 
 @dataclass(slots=True)
@@ -91,18 +101,27 @@ def _seen(e: list) -> Seen:
 
 def _read_index(path: Path) -> list[list] | None:
     """The entries of an index of this version whose entries tile the cache from its first byte (None: none,
-    not one this code wrote, or an entry lost or garbled)."""
-    lines = store.read_jsonl(path)
-    head = next(lines, None)
-    if not isinstance(head, dict) or head.get("index_version") != INDEX_VERSION:
+    not one this code wrote, or an entry lost or garbled). A torn last entry (a kill while appending) is left
+    out: the records it was for are indexed again."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
-    out, end = [], 0
-    for e in lines:
+    head, _, body = data.partition(b"\n")
+    try:
+        info = orjson.loads(head)
+        lines = body[:body.rfind(b"\n") + 1]
+        found = orjson.loads(b"[" + lines.replace(b"\n", b",")[:-1] + b"]") if lines else []   # one parse, not 100k
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(info, dict) or info.get("index_version") != INDEX_VERSION:
+        return None
+    end = 0
+    for e in found:
         if not isinstance(e, list) or len(e) != 13 or e[0] != end:
             return None
-        out.append(e)
         end = e[1]
-    return out
+    return found
 
 
 def _prefix_crc(fh: Any, size: int) -> int:
@@ -115,6 +134,25 @@ def _prefix_crc(fh: Any, size: int) -> int:
         crc = zlib.crc32(block, crc)
         left -= len(block)
     return crc
+
+
+def _holds(fh: Any, entries: list[list], size: int, full: bool = False, last: bool = False) -> bool:
+    """Whether the cache (`fh`, `size` bytes) still holds what `entries` index: every byte's CRC with `full`,
+    else the length and a sample of lines (only the last line with `last`), each checked against its running
+    CRC."""
+    end = entries[-1][1]
+    if end > size:
+        return False
+    if full:
+        return _prefix_crc(fh, end) == entries[-1][2]
+    n = len(entries)
+    picks = {n - 1} if last else {0, n - 1, *(n * k // (_SAMPLES + 1) for k in range(1, _SAMPLES + 1))}
+    for i in sorted(picks):
+        at, stop, crc = entries[i][:3]
+        fh.seek(at)
+        if zlib.crc32(fh.read(stop - at), entries[i - 1][2] if i else 0) != crc:
+            return False
+    return True
 
 
 def _scan_from(fh: Any, at: int, crc: int) -> list[list]:
@@ -135,36 +173,58 @@ def _scan_from(fh: Any, at: int, crc: int) -> list[list]:
     return out
 
 
-def entries(project: Project) -> list[list]:
+def entries(project: Project, full: bool = False) -> list[list]:
     """Every record's entry, in cache order: the stored index checked and brought up to date (saved when this
-    process holds the writer lock)."""
+    process holds the writer lock). `full`: check every byte of the cache, not a sample."""
     cache, path = project.extractions_path, index_path(project)
     try:
         fh = open(cache, "rb")
     except FileNotFoundError:
+        _MEMO.pop(cache, None)
         return []
     with fh:
-        size = fh.seek(0, 2)
-        old = _read_index(path)
-        if old:
-            end, crc = old[-1][1], old[-1][2]
-            if end > size or _prefix_crc(fh, end) != crc:
+        st = os.fstat(fh.fileno())
+        now = (st.st_ino, st.st_size, st.st_mtime_ns)
+        memo = _MEMO.get(cache)
+        if memo is not None and not full and memo[0][0] == now[0] and (memo[0] == now or (
+                memo[0][1] < now[1] and (not memo[1] or _holds(fh, memo[1], now[1], last=True)))):
+            old, saved = memo[1], memo[2]      # read and checked earlier in this process: at most appended to
+        else:
+            old, saved = _read_index(path), True
+            if old and not _holds(fh, old, st.st_size, full):
                 old = None              # the cache was cut, rewritten or edited: index it again
         new = _scan_from(fh, old[-1][1] if old else 0, old[-1][2] if old else 0)
-    if project.holds_lock and (new or old is None):
-        if old is None:
-            store.write_jsonl(path, [{"index_version": INDEX_VERSION, "of": cache.name}, *new])
+    out = (old or []) + new
+    if project.holds_lock and (new or old is None or not saved):
+        if old is None or not saved:
+            store.write_jsonl(path, [{"index_version": INDEX_VERSION, "of": cache.name}, *out])
         else:
-            with store.JsonlAppender(path) as out:
+            with store.JsonlAppender(path) as app:
                 for e in new:
-                    out.append(e)
-    return (old or []) + new
-
-
-def latest(project: Project, extractors: set[str] | None = None) -> dict[tuple[str, str], Seen]:
-    """(chunk_id, extractor) -> what the latest record says (later records win), for `extractors` or all."""
-    out: dict[tuple[str, str], Seen] = {}
-    for e in entries(project):
-        if e[3] is not None and (extractors is None or e[4] in extractors):
-            out[(e[3], e[4])] = _seen(e)
+                    app.append(e)
+        saved = True
+    else:
+        saved = saved and not new and old is not None
+    _MEMO[cache] = (now, out, saved)
     return out
+
+
+def latest(project: Project, extractors: set[str] | None = None, chunks: set[str] | None = None
+           ) -> dict[tuple[str, str], Seen]:
+    """(chunk_id, extractor) -> what the latest record says (later records win), for `extractors` or all, and
+    `chunks` or all."""
+    last: dict[tuple[str, str], list] = {}
+    for e in entries(project):
+        if e[3] is not None and (extractors is None or e[4] in extractors) and (chunks is None or e[3] in chunks):
+            last[(e[3], e[4])] = e
+    return {key: _seen(e) for key, e in last.items()}
+
+
+def latest_offsets(project: Project, extractor: str, statuses: tuple[str, ...]) -> dict[str, int]:
+    """chunk_id -> the offset of its latest record of `extractor`, for chunks whose latest record has one of
+    these statuses (what `latest` says, without making a Seen of every record)."""
+    last: dict[str, list] = {}
+    for e in entries(project):
+        if e[4] == extractor and e[3] is not None:
+            last[e[3]] = e
+    return {cid: e[0] for cid, e in last.items() if e[5] in statuses}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from ..config import Settings
 from ..errors import BudgetExceeded, RunStopped, UsageError
 from ..forkpool import forked_map, ranges
 from ..progress import Reporter
-from ..project import Project, StageOutcome, fingerprint
+from ..project import Project, StageOutcome, StageRecord, fingerprint
 from ..records import Chunk, ExtractionRecord
 from . import cache_index
 from .cache_index import Seen, full_record, seen_of
@@ -112,7 +112,7 @@ class CurrentRecords:
     cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
     records changed since it last merged (resolve_state.py)."""
 
-    chunks: dict[str, Chunk]
+    chunks: dict[str, Any]  # chunk id -> its Chunk, or a graph.ChunkRef when no text was read
     ids: list[str]          # chunk ids, ascending
     offsets: list[int]      # their records' byte offsets
 
@@ -121,14 +121,14 @@ class CurrentRecords:
         return CurrentRecords(self.chunks, [self.ids[i] for i in pick], [self.offsets[i] for i in pick])
 
 
-def current_records(project: Project, extractor: str, chunks: list[Chunk] | None = None) -> CurrentRecords:
+def current_records(project: Project, extractor: str, chunks: Iterable[Any] | None = None) -> CurrentRecords:
     """Where each current chunk's latest record is, from the cache's index (usable: ok, or partial: a gleaning
-    round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl, when the
-    caller has read it already."""
+    round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl's chunks
+    (or their ChunkRefs), when the caller has read them already."""
     chunks = {ch.chunk_id: ch for ch in (load_chunks(project) if chunks is None else chunks)}
-    latest = cache_index.latest(project, {extractor})
-    ids = sorted(cid for (cid, _), seen in latest.items() if cid in chunks and seen.status in USABLE)
-    return CurrentRecords(chunks, ids, [latest[(cid, extractor)].at for cid in ids])
+    at = cache_index.latest_offsets(project, extractor, USABLE)
+    ids = sorted(cid for cid in at if cid in chunks)
+    return CurrentRecords(chunks, ids, [at[cid] for cid in ids])
 
 
 def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
@@ -184,12 +184,23 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
 
 def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None, chunks: list[Chunk] | None = None) -> StageOutcome:
+                import_openie: Path | None = None, chunks: list[Chunk] | None = None,
+                added: bool = False) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
-    the chunk stage just wrote to chunks.jsonl, when the caller has it."""
-    chunks = load_chunks(project) if chunks is None else chunks
+    the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
+    the stage's record having covered every other one when the run began. Only the chunks appended since the
+    files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
+    if not (reparse or retry_failed or import_openie is not None):
+        prev = project.stage("extract")
+        since = _chunks_since(project, prev) if prev is not None else None
+        if since is None and added:
+            since = chunks or []
+        outcome = _extract_added(project, settings, reporter, since, max_cost) if since is not None else None
+        if outcome is not None:
+            return outcome
+    chunks = load_chunks(project) if chunks is None or added else chunks
     imported: dict[str, Any] = {}
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
@@ -198,6 +209,29 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
     latest = cache_index.latest(project, {extractor})
+    counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
+                              reparse=reparse, retry_failed=retry_failed)
+    summary, digest = _summary_counts(chunks, latest, extractor)
+    counts.update(summary)
+    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
+    if kind == "openie":
+        # chunks the file has no passage for are not resumable work: they just have no extraction
+        counts["unmatched"] = counts.pop("pending")
+        counts["pending"] = 0
+        counts.update({f"openie_{k}": v for k, v in imported.items()})
+        counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
+    if budget is not None:
+        raise budget
+    if counts["failed"] or counts["partial"]:
+        reporter.warn(failure_summary(project, chunks, latest, extractor, counts))
+    return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str, extractor: str,
+             chunks: list[Chunk], latest: Latest, max_cost: float | None, *, reparse: bool = False,
+             retry_failed: bool = False) -> tuple[dict[str, Any], BudgetExceeded | None]:
+    """Extract those of `chunks` that need it (`latest`: their records so far, kept up to date); this run's
+    counts, and the budget stop to raise once what was finished is counted."""
     counts: dict[str, Any] = {"extractor": extractor, "chunks": len(chunks), "extracted_now": 0, "cached": 0,
                               "failed": 0, "pending": 0, "llm_requests": 0, "llm_cache_hits": 0, "retries": 0,
                               "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
@@ -242,19 +276,109 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                 counts.update(llm_requests=st.requests, llm_cache_hits=st.cache_hits, retries=st.retries,
                               prompt_tokens=st.prompt_tokens, completion_tokens=st.completion_tokens,
                               cost=round(st.cost, 6))
+    return counts, budget
+
+
+SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions", "dropped_rows", "retyped",
+          "truncated_rows")     # _summary_counts' totals over every current chunk
+
+
+def _extract_added(project: Project, settings: Settings, reporter: Reporter, chunks: list[Chunk],
+                   max_cost: float | None) -> StageOutcome | None:
+    """The stage when the chunk stage only appended `chunks`: the record's totals and digest carried on with
+    theirs (O(new chunks)). None when the record cannot vouch for the other chunks any more: it is not this
+    extractor's, or a record of some other chunk may have been appended since it was made (a stopped
+    --retry-failed run): the caller then looks at every chunk."""
+    prev = project.stage("extract")
+    kind = extractor_kind(settings)
+    extractor = settings_fingerprint(settings)
+    if (prev is None or kind not in ("rules", "llm") or prev.counts.get("extractor") != extractor
+            or prev.counts.get("pending") or not isinstance(prev.counts.get("chunks"), int)):
+        return None
+    mark, size = _mark(prev), _cache_size(project)
+    ids = {ch.chunk_id for ch in chunks}
+    if size < mark or (size > mark and not _only_new_since(project, extractor, mark, ids)):
+        return None
+    latest = cache_index.latest(project, {extractor}, ids) if ids else {}
+    counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost)
     summary, digest = _summary_counts(chunks, latest, extractor)
-    counts.update(summary)
-    if kind == "openie":
-        # chunks the file has no passage for are not resumable work: they just have no extraction
-        counts["unmatched"] = counts.pop("pending")
-        counts["pending"] = 0
-        counts.update({f"openie_{k}": v for k, v in imported.items()})
-        counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
+    counts["chunks"] += prev.counts["chunks"]
+    counts["cached"] += prev.counts["chunks"]
+    counts.update({k: int(prev.counts.get(k, 0)) + summary[k] for k in SUMMED})
+    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
-        reporter.warn(failure_summary(project, chunks, latest, extractor, counts))
-    return StageOutcome(counts=counts, output_digest=digest)
+        every = load_chunks(project)
+        reporter.warn(failure_summary(project, every, cache_index.latest(project, {extractor}), extractor, counts))
+    return StageOutcome(counts=counts, output_digest=fingerprint("extract-append", prev.output_digest, digest)
+                        if chunks else prev.output_digest)
+
+
+def _chunk_mark(project: Project) -> dict | None:
+    """Where the chunk files the stage just covered end (ingest.chunk_mark): the next run looks only past it."""
+    from ..ingest import chunk_mark
+
+    return chunk_mark(project)
+
+
+def _cache_size(project: Project) -> int:
+    try:
+        return project.extractions_path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _mark(rec: StageRecord) -> int:
+    """How long the extraction cache was when the stage's record was made (0: a record from before marks)."""
+    mark = rec.counts.get("cache_mark")
+    return mark if isinstance(mark, int) and mark > 0 else 0
+
+
+def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) -> bool:
+    """No record of `extractor` appended after byte `mark` can have replaced the record the stage counted for a
+    chunk other than the `new` ones: each is its chunk's first record of that extractor (a chunk the stage
+    counted had one before the mark)."""
+    had: set[str] = set()
+    for e in cache_index.entries(project):
+        cid = e[3]
+        if cid is None or e[4] != extractor:
+            continue
+        if e[0] >= mark and cid in had and cid not in new:
+            return False
+        had.add(cid)
+    return True
+
+
+def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | None:
+    """For the chunk stage's append (ingest.run_chunk): whether any of these ids may be a chunk's in
+    chunks.jsonl. Every chunk the extract stage's record covered (the files up to its chunk mark, or all of them
+    when `current`: the record was made over the chunks the files hold) had a record in the extraction cache
+    before its cache mark (nothing pending, none unmatched), and those appended since are known, so an id that
+    is neither is no chunk's. None when the record cannot say."""
+    prev = project.stage("extract")
+    if prev is None or prev.counts.get("pending") or prev.counts.get("unmatched"):
+        return None
+    since = _chunks_since(project, prev)
+    if since is None and not current:
+        return None
+    appended = {ch.chunk_id for ch in since or []}
+    mark = _mark(prev)
+
+    def taken(ids: set[str]) -> bool:
+        return bool(ids & appended) or any(e[3] in ids for e in cache_index.entries(project)
+                                            if not mark or e[0] < mark)
+
+    return taken
+
+
+def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
+    """The chunks appended to chunks.jsonl since the files the stage's record covered (None: it kept no mark,
+    or the files were written whole since)."""
+    from ..ingest import added_since
+
+    added = added_since(project, prev.counts.get("chunk_mark"))
+    return None if added is None else added[1]
 
 
 def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:

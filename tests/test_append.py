@@ -1,0 +1,175 @@
+"""A run that only adds files (issue 12 target 6): the chunk stage appends them to docs.jsonl and chunks.jsonl and
+the extract stage carries its totals on with theirs, and the project still equals a fresh build of the same files;
+anything else (a changed file, a new text the files may hold already, a record appended since for another chunk)
+takes the full pass."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from hrag_cli import store
+from hrag_cli.extract.stage import SUMMED
+from hrag_cli.ingest import added_since, chunk_mark
+from hrag_cli.project import Project
+from tests.damage import answers, cli
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_corpus"
+ARGS = ("-q", "--extractor", "rules", "--embed-model", "builtin")
+
+
+def _docs(tmp_path: Path) -> Path:
+    """The sample corpus without records.jsonl (the last file in path order), old enough to be stamped."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs, ignore=shutil.ignore_patterns("records.jsonl", "schema.toml"))
+    time.sleep(1.05)    # older than documents.RACY_NS
+    return docs
+
+
+def _index(docs: Path, proj: Path, *more: str, exit_code: int = 0) -> dict:
+    code, out, err = cli("index", str(docs), "-p", str(proj), "--json", *ARGS, *more)
+    assert code == exit_code, err
+    return json.loads(out)
+
+
+def _gen_file(proj: Path, name: str) -> bytes:
+    return (Project(proj).gen_dir / name).read_bytes()
+
+
+def _extract_totals(proj: Path) -> dict:
+    counts = Project(proj).stage("extract").counts
+    return {k: counts[k] for k in (*SUMMED, "chunks", "extractor")}
+
+
+def test_new_files_are_appended_and_the_project_equals_a_fresh_build(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    old_files = _index(docs, inc)["chunk"]["docs"]
+    mark = chunk_mark(Project(inc))
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
+    summary = _index(docs, inc)
+    assert summary["chunk"]["unread_files"] == old_files and summary["chunk"]["new_chunks"] > 0
+    assert summary["extract"]["extracted_now"] == summary["chunk"]["new_chunks"]
+    added = added_since(Project(inc), mark)
+    assert added is not None and chunk_mark(Project(inc))["epoch"] == mark["epoch"]   # appended, not rewritten
+    new_docs, new_chunks = added
+    assert new_docs and all(d.path.startswith("records.jsonl#") for d in new_docs)
+    assert {c.doc_id for c in new_chunks} == {d.doc_id for d in new_docs}
+
+    _index(docs, fresh)
+    # the new file sorts last, so the appended files are the bytes a fresh build writes
+    for name in ("docs.jsonl", "chunks.jsonl"):
+        assert _gen_file(inc, name) == _gen_file(fresh, name), name
+    assert _extract_totals(inc) == _extract_totals(fresh)
+    assert answers(inc) == answers(fresh)
+    assert added_since(Project(inc), chunk_mark(Project(inc))) == ([], [])
+
+
+def test_a_file_added_in_the_middle_keeps_the_order_of_addition(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    (docs / "places" / "port_ellery.txt").rename(tmp_path / "held.txt")
+    time.sleep(1.05)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    shutil.copy(tmp_path / "held.txt", docs / "places" / "port_ellery.txt")
+    _index(docs, inc, "--stop-after", "extract")
+    _index(docs, fresh, "--stop-after", "extract")
+    # the same records by key; the appended document comes last instead of in path order
+    for name in ("docs.jsonl", "chunks.jsonl"):
+        key = "doc_id" if name == "docs.jsonl" else "chunk_id"
+        mine, theirs = (list(store.read_jsonl(Project(p).gen_dir / name)) for p in (inc, fresh))
+        assert {r[key]: r for r in mine} == {r[key]: r for r in theirs} and len(mine) == len(theirs)
+        assert [r[key] for r in mine] != [r[key] for r in theirs]
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+
+def test_a_repeated_text_or_a_changed_file_takes_the_full_pass(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    mark = chunk_mark(Project(inc))
+    # a new file sorting first whose text another document has: a fresh build salts the OLD document's chunk id
+    shutil.copy(docs / "people" / "edric_solano.txt", docs / "aaa.txt")
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["new_chunks"] == 1 and summary["chunk"]["removed_chunks"] == 0   # the salted id
+    assert added_since(Project(inc), mark) is None          # written whole: a mark from before says so
+    _index(docs, fresh, "--stop-after", "extract")
+    assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+    mark = chunk_mark(Project(inc))
+    (docs / "aaa.txt").write_text("Aaa is now about the Harrowgate Institute alone.", encoding="utf-8")
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["new_chunks"] == 1 and added_since(Project(inc), mark) is None
+
+
+def test_a_record_appended_for_an_old_chunk_since_the_last_run_is_counted(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    inc = tmp_path / "inc"
+    _index(docs, inc, "--stop-after", "extract")
+    # as a stopped `--retry-failed` run would leave it: a newer record of a chunk the stage already counted
+    old = next(store.read_jsonl(Project(inc).extractions_path))
+    with store.JsonlAppender(Project(inc).extractions_path) as out:
+        out.append({**old, "status": "failed", "error": "made up", "entities": [], "relations": []})
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
+    summary = _index(docs, inc, "--stop-after", "extract", exit_code=4)      # partial: one chunk failed
+    assert summary["extract"]["failed"] == 1 and summary["chunk"]["new_chunks"] > 0
+
+
+def test_a_killed_append_run_resumes_as_an_append(tmp_path: Path, monkeypatch) -> None:
+    from hrag_cli import pipeline
+
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    mark = chunk_mark(Project(inc))
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt     # after the new chunks' records went to the cache, before the commit
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "_extract_exit_code", killed)
+        code, _, _ = cli("index", str(docs), "-p", str(inc), *ARGS, "--stop-after", "extract")
+        assert code != 0
+    assert chunk_mark(Project(inc)) == mark                 # the last complete version is still current
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["extract"]["extracted_now"] == 0 and summary["chunk"]["unread_files"] > 0
+    assert added_since(Project(inc), mark) is not None      # the records the killed run saved did not stop it
+    _index(docs, fresh, "--stop-after", "extract")
+    assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+
+def test_stage_by_stage_runs_look_only_at_what_was_appended(tmp_path: Path, monkeypatch) -> None:
+    from hrag_cli import ingest
+    from hrag_cli.extract import stage
+
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
+    time.sleep(1.05)    # stamped by the chunk-only run, so the next one reads nothing
+    with monkeypatch.context() as m:    # neither stage may read every chunk back
+        m.setattr(ingest, "load_chunks", lambda project: (_ for _ in ()).throw(AssertionError("read whole")))
+        m.setattr(stage, "load_chunks", ingest.load_chunks)
+        added = _index(docs, inc, "--stop-after", "chunk")["chunk"]["new_chunks"]
+        summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["new_chunks"] == 0 and summary["extract"]["extracted_now"] == added > 0
+    _index(docs, fresh, "--stop-after", "extract")
+    assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+
+def test_with_no_extract_record_the_stage_looks_at_every_chunk(tmp_path: Path) -> None:
+    docs = _docs(tmp_path)
+    inc = tmp_path / "inc"
+    chunks = _index(docs, inc, "--stop-after", "extract")["extract"]["chunks"]
+    p = Project(inc)
+    with p.lock(), p.generation():      # as a run that left chunks pending leaves it
+        p.forget_stage("extract")
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["unread_files"] > 0 and summary["extract"]["chunks"] == chunks
+    assert summary["extract"]["cached"] == chunks
