@@ -307,9 +307,9 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
                   environ: dict[str, str] | None = None, remembered: dict[str, Any] | None = None) -> Settings:
     """defaults < remembered < hrag.toml < environment < flags (`overrides`, None values ignored).
 
-    `remembered` holds what a project was last built with (extractor, LLM model and API base; see
+    `remembered` holds what a project was last built with (extractor, LLM model and API base, embedder; see
     Project.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
-    does not inherit the remembered API base of another model."""
+    does not inherit the remembered API base (nor, for an embedder, the precision) of another model."""
     settings = Settings()
     for key, value in (remembered or {}).items():
         apply(settings, key, value)
@@ -339,6 +339,10 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
             settings.llm.api_base = LLMSettings.api_base
         if "extract.extractor" not in explicit:
             settings.extract.extractor = ExtractSettings.extractor   # auto: a model given means "use it"
+    if remembered and "embed.model" in explicit and settings.embed.model != remembered.get("embed.model"):
+        for key in ("api_base", "precision"):      # another embedder starts from its own defaults
+            if f"embed.{key}" not in explicit:
+                setattr(settings.embed, key, getattr(EmbedSettings, key))
     check_ranges(settings)
     return settings
 

@@ -144,13 +144,22 @@ def _chunks_reusable(project: Project, settings: Settings, reporter: Reporter | 
     return not damaged and prev is not None and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
 
 
+EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
+
+
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     """What a project remembers of a run's settings (Project.remember): never an API key."""
     from .extract.stage import extractor_kind
 
     return {"extract.extractor": "auto" if openie else extractor_kind(settings),
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
-            **({"extract.schema": settings.extract.schema} if settings.extract.schema else {})}
+            **({"extract.schema": settings.extract.schema} if settings.extract.schema else {}),
+            **embedded_with(settings)}
+
+
+def embedded_with(settings: Settings) -> dict[str, str]:
+    e = settings.embed
+    return {"embed.model": e.model, "embed.api_base": e.api_base, "embed.precision": e.precision}
 
 
 def describe_built_with(values: dict) -> str:
@@ -162,17 +171,32 @@ def describe_built_with(values: dict) -> str:
     return f"the LLM {values.get('llm.model', '')}{where}{schema}"
 
 
-def _remember(project: Project, settings: Settings, reporter: Reporter, summary: dict, *, openie: bool) -> None:
-    """Remember this run's extractor, model and API base; a change (only ever explicit, since a plain run
-    reuses what is remembered) is said in one line."""
-    now = built_with(settings, openie=openie)
+def describe_embedder(values: dict) -> str:
+    model = values.get("embed.model", "builtin")
+    where = f" at {values['embed.api_base']}" if values.get("embed.api_base") else ""
+    precision = f" ({values['embed.precision']})" if model.startswith("st:") and values.get("embed.precision") else ""
+    return f"the embedder {model}{where}{precision}"
+
+
+def _remember(project: Project, settings: Settings, reporter: Reporter, summary: dict | None = None, *,
+              openie: bool | None) -> None:
+    """Remember this run's extractor, model and API base, and its embedder; a change (only ever explicit, since a
+    plain run reuses what is remembered) is said in one line. `openie` None: a run that does not extract
+    (`hrag synonyms`) remembers its embedder only."""
     before = project.remembered()
-    summary["built_with"] = describe_built_with(now)
+    now = {**before, **embedded_with(settings)} if openie is None else built_with(settings, openie=openie)
+    if summary is not None:
+        summary["built_with"] = describe_built_with(now)
     if before == now:
         return
-    if before:
+    extract_keys = [k for k in now if k not in EMBED_KEYS]
+    if before and any(before.get(k) != now.get(k) for k in extract_keys):
         reporter.info(f"extracting with {describe_built_with(now)} from now on, as given "
                       f"(was {describe_built_with(before)})")
+    # a project remembered before embedders were (no embed key yet) is not told of a change it did not make
+    if any(k in before for k in EMBED_KEYS) and any(before.get(k) != now[k] for k in EMBED_KEYS):
+        reporter.info(f"embedding with {describe_embedder(now)} from now on, as given (was "
+                      f"{describe_embedder(before)}): every vector is embedded again")
     project.remember(now)
 
 
@@ -273,6 +297,8 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
     with project.lock(), project.generation():
         if stage == "resolve":   # resolve prunes as it reads: the prune counts must describe the same pruning
             _bring_up_to_date(project, settings, reporter, ("prune",), summary)
+        if stage == "synonyms":
+            _remember(project, settings, reporter, openie=None)
         outcome = _run_stage(project, settings, reporter, stage, **kwargs)
         summary[stage] = outcome.counts
         after = STAGE_ORDER[STAGE_ORDER.index(stage) + 1:]
@@ -314,6 +340,7 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
         info["damaged"] = [f"{p}: 'hrag index' rebuilds the {p.stage} stage" for p in problems]
     remembered = project.remembered()
     info["built_with"] = describe_built_with(remembered) if remembered else ""
+    info["embedded_with"] = describe_embedder(remembered) if "embed.model" in remembered else ""
     info.update(extraction_status(project, settings))
     info.update(merges_status(project))
     info["llm"] = spend_summary(project)

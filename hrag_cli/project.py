@@ -244,10 +244,11 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema")
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "embed.model", "embed.api_base",
+                  "embed.precision")
 
     def remembered(self) -> dict[str, Any]:
-        """The extractor, LLM model and API base the project was last built with (never a key): a plain
+        """The extractor, LLM model and API base, and the embedder, the project was last built with (never a key): a plain
         `hrag index -p P` (a cron job) reuses them instead of silently falling back to the defaults."""
         try:
             manifest = self.manifest() if self.manifest_path.exists() else None

@@ -337,7 +337,8 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     llm_extractor = summary(first)["extract"]["extractor"]
     manifest = json.loads((proj / "manifest.json").read_text())
     assert manifest["built_with"] == {"extract.extractor": "llm", "llm.model": "openai/stub-model",
-                                      "llm.api_base": stub.url}
+                                      "llm.api_base": stub.url, "embed.model": "builtin", "embed.api_base": "",
+                                      "embed.precision": "bf16"}
     assert "key" not in json.dumps(manifest).lower()
 
     plain = run(["index", "-p", str(proj), "--stop-after", "extract", "--json"], inprocess=True)
@@ -361,6 +362,39 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
 
     s = load_settings(None, {"llm.model": "openai/other"}, environ={}, remembered=Project(proj).remembered())
     assert s.extract.extractor == "auto" and s.llm.api_base == ""
+
+
+def test_the_project_remembers_its_embedder_and_a_cron_run_keeps_it(stub, tmp_path: Path) -> None:
+    """Built with a remote embedder: a plain `hrag index` (cron) and a plain query use it, never the builtin one
+    silently; only an explicit --embed-model switches, and says so."""
+    docs, proj = corpus(tmp_path, n=3)
+    embed = ["--embed-model", "openai/stub-embed", "--embed-api-base", stub.url]
+    first = run(["index", str(docs), "-p", str(proj), "--extractor", "rules", "--json", *embed], inprocess=True)
+    assert first.returncode == 0, first.stderr
+    sent = stub.count("/embeddings")
+    assert sent > 0
+    plain = run(["index", str(docs), "-p", str(proj), "--json"], inprocess=True)
+    assert plain.returncode == 0, plain.stderr
+    assert summary(plain)["synonyms"] == "fresh" and stub.count("/embeddings") == sent
+    query = run(["query", "Who built the Selby Lighthouse?", "-p", str(proj), "--json"], inprocess=True)
+    assert query.returncode == 0, query.stderr
+    assert json.loads(query.stdout)["chunks"] and stub.count("/embeddings") == sent + 1   # the question, remotely
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert status["embedded_with"] == f"the embedder openai/stub-embed at {stub.url}"
+
+    switched = run(["synonyms", "-p", str(proj), "--embed-model", "builtin", "--json"], inprocess=True)
+    assert switched.returncode == 0, switched.stderr
+    assert ("embedding with the embedder builtin from now on, as given (was the embedder openai/stub-embed at "
+            f"{stub.url})") in switched.stderr
+    after = run(["index", str(docs), "-p", str(proj), "--json"], inprocess=True)
+    assert summary(after)["synonyms"] == "fresh" and "from now on" not in after.stderr
+    # an embedder given anew does not inherit the remembered API base of another one
+    from hrag_cli.config import load_settings
+
+    Project(proj).remember({**Project(proj).remembered(), "embed.model": "openai/stub-embed",
+                            "embed.api_base": stub.url, "embed.precision": "float32"})
+    s = load_settings(None, {"embed.model": "st:some-folder"}, environ={}, remembered=Project(proj).remembered())
+    assert s.embed.api_base == "" and s.embed.precision == "bf16"
 
 
 def test_query_llm_calls_go_to_their_own_cache(stub, tmp_path: Path, sample_project: Path) -> None:
