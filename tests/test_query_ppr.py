@@ -10,7 +10,7 @@ import pytest
 from hrag_cli.query.ppr import (SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk,
                                 personalized_pagerank, walk_mass)
 from hrag_cli.graph import walk_arrays
-from hrag_cli.walk import WalkGraph
+from hrag_cli.walk import WalkGraph, _runs
 
 
 def power_iteration(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
@@ -207,3 +207,13 @@ def test_saved_chunk_prior_is_read_only_for_its_walk_and_settings(sample_project
     other = WalkGraph.load(project)
     load_chunk_prior(project, other, 0.5, scale)
     assert other.memo == {}
+
+
+def test_runs_spell_out_each_rows_entries_in_order() -> None:
+    """The entries a spread gathers: each run starts[i] .. starts[i] + lens[i] - 1, in the order given (empty
+    runs add nothing)."""
+    starts, lens = np.array([7, 2, 40, 3, 9]), np.array([3, 0, 1, 4, 2])
+    ends = np.cumsum(lens)
+    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
+    assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1])), want)
+    assert len(_runs(starts[:0], lens[:0], lens[:0], 0)) == 0

@@ -577,12 +577,16 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
     limit = max(s.top_k, 1)
     # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
     pool = max(limit * 4, 20)
+    # the budgets keep the first top_k chunks at most: a mode that ranks chunks itself reads those records alone
+    # (a chunk record is a gzip member read; 20 of them were a tenth of a 100,000-passage ppr query), unless a
+    # reranker reorders the pool
+    reads = pool if reranker is not None else limit
     if mode == "ppr":
-        retrieve_ppr(ix, query, s, r, pool, fact_filter=fact_filter)
+        retrieve_ppr(ix, query, s, r, reads, fact_filter=fact_filter)
     elif mode == "naive":
-        retrieve_naive(ix, query, s, r, pool)
+        retrieve_naive(ix, query, s, r, reads)
     elif mode == "bm25":
-        retrieve_bm25(ix, query, s, r, pool)
+        retrieve_bm25(ix, query, s, r, reads)
     else:
         if keywords is None:
             from .keywords import extract_keywords
