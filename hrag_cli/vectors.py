@@ -55,7 +55,8 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 5                    # 5: a posted index keeps its values once, by column (4: + column postings and
+FORMAT = 6                    # 6: text hashes and graph labels as arrays, the id map is its header alone (5: a
+                              # posted index keeps its values once, by column; 4: + column postings and
                               # memory-mapped ids; 3: byte columns; 2: two-byte columns)
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
@@ -577,6 +578,9 @@ class VectorIndex:
         self._index = None
         self._rows: DenseRows | SparseRows = DenseRows(np.zeros((0, self.dim), dtype=DTYPE))
         self._lut: np.ndarray | None = None
+        self.synced = ""                  # what the rows were last brought up to date with (the caller's token)
+        self._keys: tuple[np.ndarray, ...] | None = None     # IdKeys.arrays(ids), when known without listing ids
+        self._hash_array: np.ndarray | None = None           # hash_array(hashes), likewise
 
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
@@ -688,7 +692,7 @@ class VectorIndex:
                 self._index.add_items(rows_store.dense(part), labels[part], replace_deleted=True)
             self._free -= reuse
         self.ids, self.hashes, self.labels = list(ids), list(hashes), labels
-        self._rows, self._lut, self._pos = rows_store, None, None
+        self._rows, self._lut, self._pos, self._keys, self._hash_array = rows_store, None, None, None, None
         return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
 
     def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
@@ -864,6 +868,12 @@ class VectorIndex:
                 d / f"{name}.csc-ptr.npy", d / f"{name}.csc-rows.npy", d / f"{name}.csc-bands.npy",
                 d / f"{name}.csc-data.npy")
 
+    @staticmethod
+    def row_paths(vectors_dir: Path, name: str) -> tuple[Path, Path]:
+        """The text hash of each row (fixed-width bytes) and, for an index with a graph, each row's label."""
+        d = Path(vectors_dir)
+        return d / f"{name}.hashes.npy", d / f"{name}.labels.npy"
+
     @classmethod
     def files(cls, vectors_dir: Path, name: str) -> list[Path]:
         """Every file of one index, including format 1's <name>.npy and format 2's two-byte columns, for
@@ -871,7 +881,7 @@ class VectorIndex:
         d = Path(vectors_dir)
         return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
                 *cls.sparse_paths(vectors_dir, name), *cls.query_paths(vectors_dir, name),
-                d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
+                *cls.row_paths(vectors_dir, name), d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
 
     def save(self, vectors_dir: Path) -> None:
         """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
@@ -893,8 +903,10 @@ class VectorIndex:
         else:
             arrays = list(zip(self.sparse_paths(vectors_dir, self.name), (rs.indptr, rs.low, rs.bands, rs.data)))
         postings = (rs.postings if rs.by_column_only else build_postings(rs)) if posted else ()
-        query = [*IdKeys.arrays(self.ids), *postings]
+        query = [*(self._keys or IdKeys.arrays(self.ids)), *postings]
         arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
+        hashes = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
                 np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
@@ -907,48 +919,43 @@ class VectorIndex:
                             "count": len(self.ids), "free": self._free, "next_label": self._next_label,
                             "hnsw_bytes": size, "matrix_rows": len(self.ids), "storage": rs.kind,
                             "values": int(rs.matrix.size if rs.kind == "dense" else rs.values),
-                            "key_bytes": len(query[0])}}
-        graph = self._index is not None
-        rows = ({"id": i, "h": h, **({"label": int(lab)} if graph else {})}
-                for i, h, lab in zip(self.ids, self.hashes, self.labels.tolist()))
-        store.write_jsonl(ids_path, _chain([header], rows), compress=True)
+                            "key_bytes": len(query[0]), "synced": self.synced}}
+        store.write_jsonl(ids_path, [header], compress=True)
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings,
-             lazy_ids: bool = False) -> "VectorIndex | None":
+             lazy_ids: bool = False, read_at: bool | None = None) -> "VectorIndex | None":
         """The saved index, or None when it was never built. A damaged set or an earlier format raises
         HragError naming the fix. `lazy_ids` (a query, which never writes): the ids are the memory-mapped
-        `IdKeys` and the hashes are read from the id map only if asked for; the id map's header alone is
-        parsed (a query's load no longer decompresses 1.9M lines)."""
+        `IdKeys` and the hashes are decoded only if asked for. The id map is its header alone (format 6): the
+        ids, hashes and labels are arrays, so neither a query nor a writer parses a line per row. `read_at`
+        (default: as `lazy_ids`) reads the postings by `ReadAt` instead of mapping them; an incremental sync
+        loads lazily but maps them (it reads them all)."""
         hnsw_path, ids_path = cls.paths(vectors_dir, name)
         if not ids_path.exists():
             return None
-        rows = iter(store.read_jsonl(ids_path))        # decompressed block by block, as far as it is read
-        header = next(rows, None)
+        header = next(iter(store.read_jsonl(ids_path)), None)
         meta = header.get("_meta") if isinstance(header, dict) else None
         if not meta or meta.get("format") != FORMAT:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
-        labels: list[int] = []
         try:   # a hand-edited or damaged id map: missing keys or wrong types
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
             idx.m, idx.ef_construction = int(meta["m"]), int(meta["ef_construction"])
             graph = bool(meta.get("hnsw_bytes"))
             count = int(meta["count"])
-            query = cls._load_query_arrays(vectors_dir, name, meta, count, idx.dim, read_at=lazy_ids)
-            if lazy_ids:
-                idx.ids = IdKeys(*query[:3])                               # type: ignore[assignment]
-                idx.hashes = _LazyColumn(ids_path, "h")                     # type: ignore[assignment]
-                if not graph:
-                    rows = iter(())
-            for r in rows:
-                if not lazy_ids:
-                    idx.ids.append(r["id"])
-                    idx.hashes.append(r.get("h", ""))
-                if graph:
-                    labels.append(int(r["label"]))
+            idx.synced = str(meta.get("synced", ""))
+            query = cls._load_query_arrays(vectors_dir, name, meta, count, idx.dim,
+                                           read_at=lazy_ids if read_at is None else read_at)
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
-        if len(idx.ids) != count or int(meta.get("matrix_rows", -1)) != count or (graph and len(labels) != count):
+        hashes, labels = cls._load_row_arrays(vectors_dir, name, count, graph)
+        keys = IdKeys(*query[:3])
+        if lazy_ids:
+            idx.ids, idx.hashes = keys, HashColumn(hashes)                  # type: ignore[assignment]
+        else:
+            idx.ids, idx.hashes = keys._listed(), HashColumn(hashes)._listed()
+            idx._keys, idx._hash_array = tuple(query[:3]), hashes
+        if int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
         idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)
         idx._free = int(meta.get("free", 0))
@@ -991,6 +998,21 @@ class VectorIndex:
             raise HragError(f"the id keys or postings of index {name} in {vectors_dir} do not match its id map; "
                             f"run 'hrag synonyms' to rebuild it")
         return arrays
+
+    @classmethod
+    def _load_row_arrays(cls, vectors_dir: Path, name: str, count: int, graph: bool
+                         ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows' text hashes and (graph) labels, memory-mapped and checked against the id map's count."""
+        paths = cls.row_paths(vectors_dir, name)
+        try:
+            arrays = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths[:2 if graph else 1]]
+        except (OSError, ValueError, EOFError):
+            arrays = []
+        if len(arrays) != (2 if graph else 1) or arrays[0].shape != (count,) or arrays[0].dtype.kind != "S" \
+                or (graph and (arrays[1].shape != (count,) or arrays[1].dtype != np.int64)):
+            raise HragError(f"the text hashes of index {name} in {vectors_dir} do not match its id map; "
+                            f"run 'hrag synonyms' to rebuild it")
+        return arrays[0], (arrays[1] if graph else None)
 
     @classmethod
     def _load_rows(cls, vectors_dir: Path, name: str, meta: dict, count: int, dim: int,
@@ -1059,32 +1081,29 @@ class ReadAt:
             os.close(fd)
 
 
-class _LazyColumn(Sequence):
-    """One field of every row of a saved id map (a query's index: the text hashes, which it never reads),
-    parsed when first asked for."""
+def hash_array(hashes: Sequence[str]) -> np.ndarray:
+    """Text hashes as fixed-width bytes (one numpy row each): saved and spliced without a Python object per row."""
+    enc = [h.encode("utf-8") for h in hashes]
+    return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
 
-    def __init__(self, path: Path, key: str) -> None:
-        self._path, self._key = path, key
-        self._all: list[str] | None = None
+
+class HashColumn(Sequence):
+    """The text hashes of a saved index (fixed-width bytes, memory-mapped), decoded when asked for: a query
+    never reads them, a writer lists them."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self._arr = arr
 
     def _listed(self) -> list[str]:
-        if self._all is None:
-            try:
-                self._all = [r.get(self._key, "") for r in store.read_jsonl(self._path)][1:]
-            except AttributeError:
-                raise HragError(f"{self._path} is damaged; run 'hrag synonyms' to rebuild it") from None
-        return self._all
+        return [h.decode("utf-8") for h in self._arr.tolist()]
 
     def __len__(self) -> int:
-        return len(self._listed())
+        return len(self._arr)
 
     def __getitem__(self, i: Any) -> Any:
-        return self._listed()[i]
+        if isinstance(i, slice):
+            return self._listed()[i]
+        return bytes(self._arr[i]).decode("utf-8")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._listed())
-
-
-def _chain(*iters):
-    for it in iters:
-        yield from it

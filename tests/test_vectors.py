@@ -169,7 +169,7 @@ def _write_id_map(path, lines: list[str]) -> None:
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
 
 
-@pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "row_keys"])
+@pytest.mark.parametrize("damage", ["hnsw_same_size", "meta_keys", "labels", "hashes"])
 def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) -> None:
     rng = np.random.default_rng(3)
     s = VectorSettings(exact_below=0)
@@ -180,9 +180,10 @@ def test_damage_that_passes_the_size_check_is_reported(tmp_path, damage: str) ->
         hnsw.write_bytes(b"\0" * hnsw.stat().st_size)
     elif damage == "meta_keys":
         lines[0] = '{"_meta": {"format": 3, "count": 10}}'
-    else:
-        lines[1] = '{"x": 1}'
-    if damage != "hnsw_same_size":
+    else:                            # the per-row arrays: a label short, hashes of another type
+        hashes, labels = VectorIndex.row_paths(tmp_path, "chunks")
+        np.save(labels, np.arange(9, dtype=np.int64)) if damage == "labels" else np.save(hashes, np.arange(10))
+    if damage == "meta_keys":
         _write_id_map(ids, lines)
     with pytest.raises(HragError, match="hrag synonyms"):
         VectorIndex.load(tmp_path, "chunks", s)
