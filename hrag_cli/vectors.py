@@ -437,6 +437,54 @@ def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
                       np.concatenate([p.bands for p in parts]), np.concatenate([p.data for p in parts]), dim)
 
 
+def _kept_runs(is_new: np.ndarray, old_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[start, end) of each run of kept positions whose old rows are consecutive (old_of[s] .. old_of[s] + e - s
+    - 1): an incremental run that inserts a few % of rows keeps the rest in a few long runs."""
+    kept = ~is_new
+    step = np.zeros(len(kept), dtype=bool)
+    step[1:] = kept[1:] & kept[:-1] & (old_of[1:] == old_of[:-1] + 1)
+    return np.flatnonzero(kept & ~step), np.flatnonzero(kept & ~np.append(step[1:], False)) + 1
+
+
+def _copy_runs(dst: np.ndarray, dst_ptr: np.ndarray, src: np.ndarray, src_ptr: np.ndarray,
+               runs: tuple[np.ndarray, np.ndarray], old_of: np.ndarray) -> None:
+    """The values of each run of kept rows (`_kept_runs`), copied as one slice: row p's values are at
+    dst_ptr[p]:dst_ptr[p + 1] in `dst`, old row r's at src_ptr[r]:src_ptr[r + 1] in `src`."""
+    for s, e in zip(runs[0].tolist(), runs[1].tolist()):
+        a, b = int(src_ptr[old_of[s]]), int(src_ptr[old_of[e - 1] + 1])
+        dst[int(dst_ptr[s]):int(dst_ptr[s]) + b - a] = src[a:b]
+
+
+def _put_rows(dst: np.ndarray, dst_ptr: np.ndarray, at: np.ndarray, values: np.ndarray, lens: np.ndarray) -> None:
+    """Rows of `values` (consecutive, `lens` values each) put at the positions `at` of a row-pointed array."""
+    inner = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    dst[np.repeat(dst_ptr[at], lens) + inner] = values
+
+
+def _merge_sparse_runs(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows,
+                       runs: tuple[np.ndarray, np.ndarray]) -> SparseRows:
+    """`_merge_sparse` when the kept rows come in a few long runs of old rows (rows inserted between them): one
+    slice copy per run instead of an index per value (85M values of the entity index at 100k passages)."""
+    n = len(is_new)
+    at = np.flatnonzero(is_new)
+    lens = np.empty(n, dtype=np.int64)
+    kept = ~is_new
+    lens[kept] = np.diff(np.asarray(old.indptr, dtype=np.int64))[old_of[kept]]
+    new_lens = np.diff(new.indptr)
+    lens[at] = new_lens
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    low = np.empty(int(indptr[-1]), dtype=np.uint8)
+    data = np.empty(int(indptr[-1]), dtype=DTYPE)
+    bands = np.empty((n, old.bands.shape[1]), dtype=np.uint16)
+    _copy_runs(low, indptr, old.low, old.indptr, runs, old_of)
+    _copy_runs(data, indptr, old.data, old.indptr, runs, old_of)
+    _copy_runs(bands, np.arange(n + 1), old.bands, np.arange(len(old) + 1), runs, old_of)
+    _put_rows(low, indptr, at, new.low, new_lens)
+    _put_rows(data, indptr, at, new.data, new_lens)
+    bands[at] = new.bands
+    return SparseRows(indptr, low, bands, data, old.dim)
+
+
 def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
     """Rows in position order: position p is the next row of `new` where is_new[p], else row old_of[p] of `old`.
     Written block by block into arrays of the final size: an incremental run of a 2M-row index touches each
@@ -745,6 +793,9 @@ class VectorIndex:
         if isinstance(old_rows, SparseRows) and old_rows.by_column_only \
                 and bool((np.diff(old_of[kept]) > 0).all()):
             return _merge_postings(is_new, old_rows, old_of, new)
+        runs = _kept_runs(is_new, old_of)
+        if len(runs[0]) <= max(64, n // 4):
+            return _merge_sparse_runs(is_new, old_rows, old_of, new, runs)
         return _merge_sparse(is_new, old_rows, old_of, new)
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:

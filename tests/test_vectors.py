@@ -408,11 +408,12 @@ def test_a_query_reads_postings_at_offsets_and_a_truncated_file_is_an_error(tmp_
         lazy.search(np.full((1, 64), 0.125, np.float32), 1)     # every column: the last one is cut
 
 
-@pytest.mark.parametrize("n, dim", [(300, 512), (70_000, 24)])
-def test_an_insertion_into_a_posted_index_is_merged_by_column_into_a_fresh_builds_bytes(tmp_path, n, dim) -> None:
+@pytest.mark.parametrize("n, dim, name", [(300, 512, "facts"), (70_000, 24, "facts"), (3000, 300, "entities")])
+def test_an_insertion_into_a_saved_index_gives_a_fresh_builds_bytes(tmp_path, n, dim, name) -> None:
     """A posted index loaded by column (as the synonyms stage loads facts and chunks) takes inserted, re-made
     and removed rows without deriving its rows: still by column only, and saved it is a fresh build's files,
-    byte for byte (across bands of columns, and past the first band of 65,536 rows)."""
+    byte for byte (across bands of columns, and past the first band of 65,536 rows). An index kept by row
+    (entities) copies its kept rows run by run, to the same bytes."""
     rng = np.random.default_rng(n)
 
     def sparse_unit(k: int) -> np.ndarray:
@@ -422,9 +423,9 @@ def test_an_insertion_into_a_posted_index_is_merged_by_column_into_a_fresh_build
 
     m = sparse_unit(n)
     ids = ids_of(n)
-    VectorIndex.build("facts", ids, m, VectorSettings(), "m", hashes=list(ids)).save(tmp_path / "a")
-    idx = VectorIndex.load(tmp_path / "a", "facts", VectorSettings())
-    assert idx.rows().by_column_only
+    VectorIndex.build(name, ids, m, VectorSettings(), "m", hashes=list(ids)).save(tmp_path / "a")
+    idx = VectorIndex.load(tmp_path / "a", name, VectorSettings())
+    assert idx.rows().by_column_only == (name == "facts")
     keep = np.sort(rng.choice(n, size=n - n // 20, replace=False))       # some rows go, the rest keep order
     fresh = sparse_unit(n // 10)
     slots = np.sort(rng.integers(0, len(keep) + 1, len(fresh)))          # new rows land between kept ones
@@ -435,8 +436,8 @@ def test_an_insertion_into_a_posted_index_is_merged_by_column_into_a_fresh_build
     want[3] = fresh[0]
     todo = idx.missing(ids2, hashes2)
     assert idx.sync(ids2, hashes2, want[todo], rows=todo)["added"] == len(todo)
-    assert idx.rows().by_column_only
+    assert idx.rows().by_column_only == (name == "facts")
     idx.save(tmp_path / "b")
-    VectorIndex.build("facts", ids2, want, VectorSettings(), "m", hashes=hashes2).save(tmp_path / "c")
+    VectorIndex.build(name, ids2, want, VectorSettings(), "m", hashes=hashes2).save(tmp_path / "c")
     for path in sorted((tmp_path / "c").iterdir()):
         assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
