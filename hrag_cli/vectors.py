@@ -485,6 +485,48 @@ def _merge_sparse_runs(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, 
     return SparseRows(indptr, low, bands, data, old.dim)
 
 
+def fixed_width(blob: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """The byte strings of a blob (`IdKeys`) as a fixed-width numpy array (NUL-padded; ids hold no NUL), for
+    sorting and searching them in numpy: a view when they are all of one width (fact and chunk ids)."""
+    lens = np.diff(np.asarray(off, dtype=np.int64))
+    n, w = len(lens), max(1, int(lens.max(initial=1)))
+    if n and bool((lens == w).all()):
+        return np.asarray(blob).reshape(n, w).view(f"S{w}").ravel()
+    m = np.zeros((n, w), dtype=np.uint8)
+    total = int(lens.sum())
+    m[np.repeat(np.arange(n), lens), np.arange(total) - np.repeat(np.asarray(off[:-1], dtype=np.int64), lens)] = \
+        np.asarray(blob[:total])
+    return m.view(f"S{w}").ravel()
+
+
+def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: np.ndarray, old_of: np.ndarray,
+                 moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`IdKeys.arrays` of the ids after `VectorIndex.insert`: kept ids' bytes copied run by run, the listed
+    ids' put at their rows (`pos`), and the inserted ones (`ins`) merged into the sorted order by a binary
+    search of the old sorted ids."""
+    n = len(is_new)
+    lens = np.empty(n, dtype=np.int64)
+    kept = ~is_new
+    lens[kept] = np.diff(np.asarray(off, dtype=np.int64))[old_of[kept]]
+    new_lens = np.array([len(b) for b in enc], dtype=np.int64)
+    lens[pos] = new_lens
+    off2 = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=off2[1:])
+    blob2 = np.empty(int(off2[-1]), dtype=np.uint8)
+    _copy_runs(blob2, off2, blob, off, _kept_runs(is_new, old_of), old_of)
+    _put_rows(blob2, off2, pos, np.frombuffer(b"".join(enc), dtype=np.uint8), new_lens)
+    order2 = moved[np.asarray(order, dtype=np.int64)]
+    if ins.any():
+        fresh = np.flatnonzero(ins)
+        names = np.array([enc[i] for i in fresh.tolist()])
+        by_name = np.argsort(names, kind="stable")
+        sorted_old = fixed_width(blob, off)[np.asarray(order, dtype=np.int64)]
+        at = np.searchsorted(sorted_old, names[by_name])
+        order2 = np.insert(order2, at, pos[fresh[by_name]])
+    return blob2, off2, order2
+
+
 def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
     """Rows in position order: position p is the next row of `new` where is_new[p], else row old_of[p] of `old`.
     Written block by block into arrays of the final size: an incremental run of a 2M-row index touches each
@@ -743,6 +785,54 @@ class VectorIndex:
         self._rows, self._lut, self._pos, self._keys, self._hash_array = rows_store, None, None, None, None
         return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
 
+    def insertable(self) -> bool:
+        """Whether `insert` can take rows: a saved index without a graph (sparse rows, or dense under
+        exact_below) and its id and hash arrays at hand."""
+        return self._index is None and self._keys is not None and self._hash_array is not None and \
+            (self._rows.kind == "sparse" or not self._uses_graph(len(self)))
+
+    def insert(self, ids: list[str], hashes: list[str], old_rows: np.ndarray, before: np.ndarray, vectors
+               ) -> dict:
+        """Rows for `ids` (made from texts with `hashes`), listed in their final order: one whose old_rows entry
+        is a row of the index is made again in place, one with -1 is inserted ahead of old row before[i]
+        (len(self): at the end). `vectors` as `sync` takes them, a row per listed id. Every other row is kept
+        where it was, and the id blob, its sorted order and the hash array are spliced, so an index of millions
+        of rows takes a few thousand without a Python object per row (ids stay `IdKeys`)."""
+        if not self.insertable():
+            raise ValueError(f"index {self.name}: insert needs a saved index without a graph")
+        old_rows, before = np.asarray(old_rows, dtype=np.int64), np.asarray(before, dtype=np.int64)
+        ins = old_rows < 0
+        n_old, k = len(self), int(ins.sum())
+        n = n_old + k
+        ahead = np.cumsum(np.bincount(before[ins], minlength=n_old + 1))        # inserted at or before old row r
+        moved = np.arange(n_old, dtype=np.int64) + ahead[:n_old]                 # old row -> its new row
+        pos = np.empty(len(ids), dtype=np.int64)
+        pos[ins] = before[ins] + np.arange(k)
+        pos[~ins] = moved[old_rows[~ins]]
+        if len(pos) and (bool((np.diff(pos) <= 0).any()) or pos[-1] >= n or bool((before[ins] > n_old).any())):
+            raise ValueError(f"index {self.name}: inserted ids must be listed in their final order")
+        is_new = np.zeros(n, dtype=bool)
+        is_new[pos] = True
+        old_of = np.full(n, -1, dtype=np.int64)
+        old_of[moved] = np.arange(n_old, dtype=np.int64)
+        old_of[pos] = -1
+        blocks = iter([vectors]) if isinstance(vectors, np.ndarray) or not hasattr(vectors, "__next__") \
+            else vectors
+        first = next(blocks, None) if len(pos) else None
+        rows_store = self._store(n, pos, is_new, old_of, first, blocks)
+        enc = [i.encode("utf-8") for i in ids]
+        blob, off, order = self._keys                                           # type: ignore[misc]
+        keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc)
+        width = max(self._hash_array.dtype.itemsize, max((len(h) for h in hashes), default=1))   # type: ignore[union-attr]
+        hash_arr = np.empty(n, dtype=f"S{width}")
+        hash_arr[~is_new] = self._hash_array[old_of[~is_new]]                  # type: ignore[index]
+        hash_arr[pos] = np.array([h.encode("utf-8") for h in hashes], dtype=f"S{width}")
+        self.ids, self.hashes = IdKeys(*keys), HashColumn(hash_arr)              # type: ignore[assignment]
+        self._keys, self._hash_array = keys, hash_arr
+        self.labels = np.full(n, -1, dtype=np.int64)
+        self._rows, self._lut, self._pos = rows_store, None, None
+        return {"added": len(pos), "removed": 0, "kept": n - len(pos), "rebuilt": 0}
+
     def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
                ) -> DenseRows | SparseRows:
         """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
@@ -972,6 +1062,19 @@ class VectorIndex:
                             "values": int(rs.matrix.size if rs.kind == "dense" else rs.values),
                             "key_bytes": len(query[0]), "synced": self.synced}}
         store.write_jsonl(ids_path, [header], compress=True)
+        self._keys, self._hash_array = tuple(query[:3]), hashes
+
+    def digest(self) -> str:
+        """A digest of the ids and text hashes in row order (the synonyms stage's output digest), from their
+        arrays: the same for an index brought up to date by `insert` as for a fresh build."""
+        import hashlib
+
+        keys = self._keys or IdKeys.arrays(self.ids)
+        hashes = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        h = hashlib.blake2b(digest_size=12)
+        for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
+            h.update(np.ascontiguousarray(arr).view(np.uint8).data)
+        return h.hexdigest()
 
     @classmethod
     def load(cls, vectors_dir: Path, name: str, settings: VectorSettings,
@@ -1005,7 +1108,7 @@ class VectorIndex:
             idx.ids, idx.hashes = keys, HashColumn(hashes)                  # type: ignore[assignment]
         else:
             idx.ids, idx.hashes = keys._listed(), HashColumn(hashes)._listed()
-            idx._keys, idx._hash_array = tuple(query[:3]), hashes
+        idx._keys, idx._hash_array = tuple(query[:3]), hashes
         if int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
         idx.labels = np.asarray(labels, dtype=np.int64) if graph else np.full(count, -1, dtype=np.int64)

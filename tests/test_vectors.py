@@ -441,3 +441,59 @@ def test_an_insertion_into_a_saved_index_gives_a_fresh_builds_bytes(tmp_path, n,
     VectorIndex.build(name, ids2, want, VectorSettings(), "m", hashes=hashes2).save(tmp_path / "c")
     for path in sorted((tmp_path / "c").iterdir()):
         assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.parametrize("name", ["facts", "entities"])
+def test_insert_splices_ids_hashes_and_rows_into_a_fresh_builds_bytes(tmp_path, name) -> None:
+    """`insert` on an index loaded with lazy ids (no Python list of them): ids inserted anywhere (at the
+    front, between rows, at the end; ids of other lengths and non-ASCII), rows made again in place; saved,
+    every file is a fresh build's, and the digest is the fresh build's."""
+    rng = np.random.default_rng(11)
+    dim, n = 300, 400
+
+    def sparse_unit(k: int) -> np.ndarray:
+        m = rng.standard_normal((k, dim)).astype(np.float32) * (rng.random((k, dim)) < 8 / dim)
+        norms = np.linalg.norm(m, axis=1, keepdims=True)
+        return m / np.where(norms > 0, norms, 1)
+
+    ids = [f"k{i:05d}" if i % 5 else f"k{i:05d}é-longer" for i in range(n)]
+    m = sparse_unit(n)
+    hashes = [f"h{i}" for i in range(n)]
+    VectorIndex.build(name, ids, m, VectorSettings(), "m", hashes=hashes).save(tmp_path / "a")
+    idx = VectorIndex.load(tmp_path / "a", name, VectorSettings(), lazy_ids=True)
+    assert idx.insertable()
+    before = np.array([0, 0, 7, 7, 200, n])                # ahead of row 0 twice, of 7 twice, ..., at the end
+    new_ids = ["a0", "a1", "k00006z", "k00006zz", "k00199x", "zz-last"]
+    remade = [3, 150]                                      # rows made again from new texts
+    listed = sorted([(int(b), 0, i) for b, i in zip(before, new_ids)] + [(r, 1, ids[r]) for r in remade])
+    final_ids = [x[2] for x in listed]
+    old_rows = np.array([-1 if x[1] == 0 else x[0] for x in listed])
+    at = np.array([x[0] for x in listed])
+    vecs = sparse_unit(len(listed))
+    new_hashes = [f"n{i}" for i in range(len(listed))]
+    counts = idx.insert(final_ids, new_hashes, old_rows, at, vecs)
+    assert counts["added"] == len(listed) and len(idx) == n + len(new_ids)
+    idx.synced = "t"
+    idx.save(tmp_path / "b")
+    all_m, all_h = list(m), list(hashes)
+    for (row, kind, _), v, h in zip(listed, vecs, new_hashes):
+        if kind:                                           # made again in place
+            all_m[row], all_h[row] = v, h
+    # the final order: every inserted id ahead of its old row, in listed order
+    out_ids, out_m, out_h = [], [], []
+    inserted = [(x, v, h) for x, v, h in zip(listed, vecs, new_hashes) if x[1] == 0]
+    for r in range(n + 1):
+        for (b, _, i), v, h in inserted:
+            if b == r:
+                out_ids.append(i), out_m.append(v), out_h.append(h)
+        if r < n:
+            out_ids.append(ids[r]), out_m.append(all_m[r]), out_h.append(all_h[r])
+    fresh = VectorIndex.build(name, out_ids, np.array(out_m), VectorSettings(), "m", hashes=out_h)
+    fresh.synced = "t"
+    fresh.save(tmp_path / "c")
+    for path in sorted((tmp_path / "c").iterdir()):
+        assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
+    back = VectorIndex.load(tmp_path / "b", name, VectorSettings())
+    assert back.ids == out_ids and back.hashes == out_h and idx.digest() == fresh.digest() == back.digest()
+    with pytest.raises(ValueError, match="final order"):
+        back.insert(["x", "y"], ["1", "2"], np.array([-1, -1]), np.array([5, 2]), sparse_unit(2))
