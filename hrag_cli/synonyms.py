@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from . import forkpool, store
 from .cells import CellPlan, cell_count, fit_cells, join, nearest_cells
 from .config import Settings
 from .embed import Embedder, get_embedder, refresh_idf
-from .errors import UsageError
+from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
@@ -98,7 +99,8 @@ class KnnLists:
 
     def __init__(self, k: int, model_id: str, ids: list[str] | None = None, hashes: list[str] | None = None,
                  nbr: np.ndarray | None = None, sim: np.ndarray | None = None, plan: CellPlan | None = None,
-                 cells: np.ndarray | None = None, cell_settings: tuple[int, int] = (0, 0)) -> None:
+                 cells: np.ndarray | None = None, cell_settings: tuple[int, int] = (0, 0),
+                 chars: np.ndarray | None = None) -> None:
         self.k = k
         self.model_id = model_id
         self.ids: list[str] = list(ids or [])
@@ -110,6 +112,9 @@ class KnnLists:
         self.cells = cells if cells is not None else np.zeros((n, 0), dtype=np.int32)
         self.cell_settings = cell_settings    # (cells_per_entity, cell_size) the plan was fitted with
         self.changed = np.zeros(n, dtype=bool)   # rows whose list this pass recomputed or extended (not saved)
+        # letters and digits of each row's name (`name_chars`; -1 unknown): which entities may be linked, known
+        # without reading every entity's name again
+        self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
 
     def save(self, path: Path) -> None:
         """An .npz at zlib level 1: numpy's savez_compressed (level 6) took 4x the CPU for 7 % fewer bytes, and
@@ -120,6 +125,7 @@ class KnnLists:
                   "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
                   "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
                   "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
+                  "chars": self.chars,
                   "has_plan": np.bool_(self.plan is not None)}
         with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
             for name, arr in arrays.items():
@@ -140,6 +146,7 @@ class KnnLists:
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
                 cells = z["cells"].astype(np.int32)
+                chars = z["chars"].astype(np.int32)
                 per, size = (int(x) for x in z["cell_settings"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
             return cls(k, model_id)
@@ -147,10 +154,10 @@ class KnnLists:
         if nbr.shape != (n, k) or sim.shape != nbr.shape or len(hashes) != n \
                 or (nbr >= n).any() or (nbr < -1).any() or plan is None \
                 or plan.mean.shape != plan.centroids.shape[1:] or cells.shape != (n, min(per, plan.cells)) \
-                or (cells < 0).any() or (cells >= plan.cells).any():
+                or (cells < 0).any() or (cells >= plan.cells).any() or chars.shape != (n,):
             return cls(k, model_id)   # damaged: recomputed
         return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32), plan,
-                   cells, (per, size))
+                   cells, (per, size), chars)
 
 
 def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -200,13 +207,14 @@ def _best_of(job: tuple[np.ndarray, np.ndarray, int], span: tuple[int, int]
 
 
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
-               reporter: Reporter, per_entity: int, cell_size: int, min_sim: float = -np.inf
-               ) -> tuple[KnnLists, int]:
+               reporter: Reporter, per_entity: int, cell_size: int, min_sim: float = -np.inf,
+               chars_of: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[KnnLists, int]:
     """New neighbour lists for the current entities (rows of `ids`/`matrix`, unit vectors); returns them and
     how many entities were queried: the new or changed ones, and those that lost a neighbour; all of them when
     the cells are (re)fitted, which happens when there are none yet, when the settings changed, and each time
     the entity count doubles, so the centroids follow the corpus at a geometric cost. A list holds only
-    neighbours at or above `min_sim` (the lists must have been computed with the same `min_sim`)."""
+    neighbours at or above `min_sim` (the lists must have been computed with the same `min_sim`). `chars_of`
+    gives the `name_chars` of rows whose name is not the previous pass's (else they stay unknown, -1)."""
     n = len(ids)
     out = KnnLists(k, prev.model_id, ids, hashes)
     if n == 0:
@@ -217,8 +225,11 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     prev_row = {i: p for p, i in enumerate(prev.ids)}
     old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    same = np.array([not refit and o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)],
-                    dtype=bool)
+    named = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    out.chars[named] = prev.chars[old[named]]
+    if chars_of is not None and not named.all():
+        out.chars[~named] = chars_of(np.flatnonzero(~named))
+    same = named & (not refit)
     kept = np.nonzero(same)[0]
     with reporter.task("synonyms: cells", total=n - len(kept)) as task:
         if refit:
@@ -328,18 +339,22 @@ def linkable(names: dict[str, str], min_chars: int) -> Callable[[str], bool]:
     return lambda i: name_chars(names.get(i, "")) >= min_chars
 
 
-def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool], threshold: float) -> dict[tuple[str, str], float]:
-    """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (asked
-    only of the entities in such a pair: a fraction of them)."""
+def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
+                    ) -> dict[tuple[str, str], float]:
+    """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
+    predicate on ids, asked only of the entities in such a pair: a fraction of them; or a bool per row)."""
     n, k = knn.nbr.shape
     a = np.repeat(np.arange(n, dtype=np.int64), k)
     b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
     keep = (b >= 0) & (s >= threshold) & (a != b)
     a, b, s = a[keep], b[keep], s[keep]
-    linkable_row = np.zeros(n, dtype=bool)
-    asked = np.unique(np.concatenate([a, b]))
     ids = knn.ids
-    linkable_row[asked] = np.fromiter((ok(ids[r]) for r in asked.tolist()), dtype=bool, count=len(asked))
+    if isinstance(ok, np.ndarray):
+        linkable_row = ok
+    else:
+        linkable_row = np.zeros(n, dtype=bool)
+        asked = np.unique(np.concatenate([a, b]))
+        linkable_row[asked] = np.fromiter((ok(ids[r]) for r in asked.tolist()), dtype=bool, count=len(asked))
     keep = linkable_row[a] & linkable_row[b]
     a, b, s = a[keep], b[keep], s[keep]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
@@ -469,8 +484,8 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
 
 
 def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
-                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter, graph: bool = True
-                ) -> tuple[VectorIndex, dict]:
+                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter, graph: bool = True,
+                synced: str = "") -> tuple[VectorIndex, dict]:
     """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
     the saved index lacks, save. `items()` yields (id, text) afresh on each call. The pass keeps the texts to
     embed while they are few (a later run adds a few %); past _HELD_TEXTS it drops them and a second pass
@@ -511,8 +526,212 @@ def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
             yield batch
 
     counts = idx.sync(ids, hashes, embed_blocks(emb, batches(), len(todo), reporter), rows=todo, stored=rows)
+    idx.synced = synced          # the resolve output these rows follow: a later run's change list starts there
     idx.save(project.vectors_dir)
     return idx, counts
+
+
+# -- an incremental run: only the records resolve added or made again -------------------------------------
+CHANGED_FILE = "changed_ids.json"     # in graph/: written by resolve after a patch (resolve._write_changed)
+
+
+class _Names:
+    """Entity id -> name. The full pass fills it as it reads entities.jsonl; an incremental run holds only the
+    names of the entities resolve changed and reads the file whole the first time another is asked for (a
+    review, reviewed decisions, relation texts: not a plain +1 % run)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path, self._d, self._full = path, {}, False
+
+    def __setitem__(self, key: str, name: str) -> None:
+        self._d[key] = name
+
+    def fill(self) -> "_Names":
+        if not self._full:
+            self._d.update((r["id"], r["name"]) for r in store.read_jsonl(self._path))
+            self._full = True
+        return self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        got = self._d.get(key)
+        if got is None and not self._full:
+            got = self.fill()._d.get(key)
+        return default if got is None else got
+
+    def __getitem__(self, key: str) -> str:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def items(self) -> Iterable[tuple[str, str]]:
+        return self.fill()._d.items()
+
+
+def resolve_change(project: Project) -> dict | None:
+    """graph/changed_ids.json when it leads to the resolve output on disk and removes nothing (a patch only adds
+    or makes records again), else None: what changed is unknown and every record is read."""
+    rec = project.stage("resolve")
+    got = store.read_json(project.graph_dir / CHANGED_FILE)
+    if rec is None or not isinstance(got, dict) or got.get("to") != rec.output_digest or not got.get("from"):
+        return None
+    removed = got.get("removed") or {}
+    if not isinstance(removed, dict) or any(removed.values()):
+        return None
+    if not all(isinstance(got.get(k), list) for k in ("entities", "facts")):
+        return None
+    return got
+
+
+class _Plan:
+    """Where the records resolve changed go in an index synced with the previous resolve output: each changed
+    id in final row order, its old row (-1: new) and the old row it goes ahead of; `lines` are their final rows,
+    which are their lines in the record file (an index's rows follow its file)."""
+
+    def __init__(self, ids: list[str], old_rows: np.ndarray, before: np.ndarray, n_old: int) -> None:
+        self.ids, self.old_rows, self.before = ids, old_rows, before
+        self.lines, _ = VectorIndex.insert_positions(n_old, old_rows, before)
+        self.total = n_old + int((old_rows < 0).sum())
+
+
+def _by_bytes(ids: Iterable[str]) -> np.ndarray:
+    enc = sorted({i.encode("utf-8") for i in ids})
+    return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
+
+
+def _sorted_plan(idx: VectorIndex, changed: list[str]) -> _Plan | None:
+    """For an index whose rows are in id order (entities and their names: entities.jsonl is sorted by id): a
+    new id goes where its id sorts."""
+    order = idx.id_order()
+    if not np.array_equal(order, np.arange(len(order))):
+        return None
+    rows, ch = idx.id_array(), _by_bytes(changed)
+    at = np.searchsorted(rows, ch)
+    exists = np.zeros(len(ch), dtype=bool)
+    inside = at < len(rows)
+    exists[inside] = rows[at[inside]] == ch[inside]
+    return _Plan([c.decode("utf-8") for c in ch.tolist()], np.where(exists, at, -1), at, len(rows))
+
+
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+def _line_ids(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The id of every line of a plain record file whose lines all start with an id of one width
+    ({"id":"<id>",...: facts.jsonl), found with numpy instead of parsing 1.9M lines: (ids fixed-width, line
+    starts, the file memory-mapped). None when a line does not look so (the caller reads the file instead)."""
+    prefix = b'{"id":"'
+    try:
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError):
+        return None
+    step = 1 << 26
+    ends = np.concatenate([np.flatnonzero(data[s:s + step] == 10) + s + 1 for s in range(0, len(data), step)]
+                          or [np.zeros(0, np.int64)])
+    if not len(ends) or int(ends[-1]) != len(data) or bytes(data[:len(prefix)]) != prefix:
+        return None
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    width = bytes(data[len(prefix):len(prefix) + 256]).find(b'"')
+    if width <= 0 or bool((ends - starts < len(prefix) + width + 2).any()):
+        return None
+    head = data[starts[:, None] + np.arange(len(prefix) + width + 2)]
+    ids = head[:, len(prefix):len(prefix) + width]
+    if not (bool((head[:, :len(prefix)] == np.frombuffer(prefix, np.uint8)).all())
+            and bool((head[:, -2] == _QUOTE).all()) and bool((head[:, -1] == ord(",")).all())
+            and not bool(((ids == _QUOTE) | (ids == _BACKSLASH)).any())):
+        return None
+    return np.ascontiguousarray(ids).view(f"S{width}").ravel(), starts, data
+
+
+def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray) -> _Plan | None:
+    """For an index whose rows follow a record file in key order (facts): the file's ids are the old rows with
+    the new ids inserted, which is checked, so where each new id goes is read off the file."""
+    rows = idx.id_array()
+    order = idx.id_order()
+    sorted_old, ch = rows[order], _by_bytes(changed)
+    at = np.searchsorted(sorted_old, ch)
+    exists = np.zeros(len(ch), dtype=bool)
+    inside = at < len(rows)
+    exists[inside] = sorted_old[at[inside]] == ch[inside]
+    fresh = ch[~exists]
+    j = np.searchsorted(fresh, file_ids)
+    is_new = np.zeros(len(file_ids), dtype=bool)
+    inside = j < len(fresh)
+    is_new[inside] = fresh[j[inside]] == file_ids[inside]
+    if int(is_new.sum()) != len(fresh) or not np.array_equal(file_ids[~is_new], rows):
+        return None
+    new_at = np.flatnonzero(is_new)                    # file lines = final rows of the new ids
+    ahead_of = new_at - np.arange(len(new_at))          # the old row each goes ahead of
+    _, moved = VectorIndex.insert_positions(len(rows), np.full(len(new_at), -1), ahead_of)
+    remade = order[at[exists]]
+    final = np.concatenate([new_at, moved[remade]])
+    old_rows = np.concatenate([np.full(len(new_at), -1, dtype=np.int64), remade])
+    before = np.concatenate([ahead_of, remade])
+    listed = np.argsort(final, kind="stable")
+    ids = [file_ids[p].decode("utf-8") for p in final[listed].tolist()]
+    return _Plan(ids, old_rows[listed], before[listed], len(rows))
+
+
+def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str
+                     ) -> VectorIndex | None:
+    """The saved index when `insert` can bring it up to date: same embedder and dimension, synced with the
+    resolve output the change list starts from, no graph."""
+    try:
+        idx = VectorIndex.load(project.vectors_dir, name, settings.vectors, lazy_ids=True)
+    except HragError:
+        return None
+    dim = emb.backend.known_dim() or 0
+    if idx is None or not len(idx) or idx.model_id != emb.model_id or (dim and idx.dim != dim) \
+            or idx.synced != synced or not idx.insertable():
+        return None
+    return idx
+
+
+def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, names: _Names
+                   ) -> tuple[_Plan, list[str]] | None:
+    """Where the records resolve changed go in this index (entities or facts) and their texts, read at their
+    lines only, each checked to hold the id expected; None when the files do not match the change list (the
+    caller then reads every record)."""
+    if name == "entities":
+        plan = _sorted_plan(idx, change["entities"])
+        lines = store.JsonlLines(project.entities_path) if plan is not None else None
+        if plan is None or lines is None or len(lines) != plan.total:
+            return None
+        texts = []
+        for i, line in zip(plan.ids, plan.lines.tolist()):
+            r = lines.record(line)
+            if not isinstance(r, dict) or r.get("id") != i:
+                return None
+            names[i] = r["name"]
+            texts.append(entity_text(r["name"], r["description"]))
+        return plan, texts
+    scanned = _line_ids(project.facts_path)
+    plan = _file_order_plan(idx, change["facts"], scanned[0]) if scanned is not None else None
+    if scanned is None or plan is None:
+        return None
+    _, starts, data = scanned
+    ends = np.append(starts[1:], len(data))
+    texts = []
+    for i, line in zip(plan.ids, plan.lines.tolist()):
+        r = orjson.loads(bytes(data[starts[line]:ends[line]]))
+        if not isinstance(r, dict) or r.get("id") != i:
+            return None
+        texts.append(_fact_row_text(r))
+    return plan, texts
+
+
+def _insert_index(project: Project, emb: Embedder, idx: VectorIndex, plan: _Plan, texts: list[str],
+                  synced: str, reporter: Reporter) -> dict:
+    """Embed the changed records' texts and splice them into the index (`VectorIndex.insert`), save."""
+    batches = (texts[i:i + _EMBED_BLOCK] for i in range(0, len(texts), _EMBED_BLOCK))
+    counts = idx.insert(plan.ids, [text_hash(t) for t in texts], plan.old_rows, plan.before,
+                        embed_blocks(emb, batches, len(texts), reporter))
+    idx.synced = synced
+    idx.save(project.vectors_dir)
+    return counts
 
 
 def _jsonl_items(path: Path, text: Callable[[dict], str]) -> Callable[[], Iterator[tuple[str, str]]]:
@@ -567,18 +786,16 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     check_settings(settings)
     if review_path is not None and accept_path is not None:
         raise UsageError("--review and --accept cannot be used together: review first, then accept the file")
-    # entity id -> name: the one thing every later step needs (rows are streamed from the JSONL, never held),
-    # filled by the entity index's pass over the file (one read of it, not two: 521k rows at 100k passages);
-    # a reviewed file is checked against the names before anything is written
-    names: dict[str, str] = {}
-    if accept_path is not None:
-        names.update((r["id"], r["name"]) for r in store.read_jsonl(project.entities_path))
-    accepted = read_review(accept_path, names) if accept_path is not None else None
+    # entity id -> name, filled by the entity index's pass over the file (one read of it, not two: 521k rows at
+    # 100k passages); a reviewed file is checked against the names before anything is written
+    names = _Names(project.entities_path)
+    accepted = read_review(accept_path, names.fill()) if accept_path is not None else None
 
     def entity_items() -> Iterator[tuple[str, str]]:
         for r in store.read_jsonl(project.entities_path):
             names[r["id"]] = r["name"]
             yield r["id"], entity_text(r["name"], r["description"])
+        names.fill()
 
     chunk_texts: dict[str, str] = {}
     n_chunk_rows = 0
@@ -591,6 +808,12 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     emb = get_embedder(project, settings, cache_writes=True)
     extract = project.stage("extract")
     with_relations = relation_vectors(settings, str(extract.counts.get("extractor", "")) if extract else "")
+    resolved = project.stage("resolve")
+    synced = resolved.output_digest if resolved else ""
+    # an incremental run embeds only what resolve changed, spliced into indices synced with its previous output
+    # (relation texts name their entities: with relation vectors every name is read, so every record is)
+    change = resolve_change(project) if review_path is None and accept_path is None and not with_relations \
+        else None
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
         "chunks": lambda: chunk_texts.items(),
         "entities": entity_items,        # before relations, whose texts name their entities
@@ -603,12 +826,22 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             path.unlink(missing_ok=True)
     counts: dict[str, Any] = {"relation_vectors": "on" if with_relations else "off"}
     digests: dict[str, Any] = {"model_id": emb.model_id}
-    added = 0
+    added = inserted = 0
+    entity_plan: _Plan | None = None
     for name in (n for n in INDEX_NAMES if n in items):
-        idx, c = _sync_index(project, settings, emb, name, items[name], reporter)
+        idx = _load_for_insert(project, name, settings, emb, change["from"]) \
+            if change is not None and name in ("entities", "facts") else None
+        got = _changed_texts(project, name, idx, change, names) if idx is not None else None
+        if got is not None:
+            plan, texts = got
+            c = _insert_index(project, emb, idx, plan, texts, synced, reporter)
+            entity_plan = plan if name == "entities" else entity_plan
+            inserted += 1
+        else:
+            idx, c = _sync_index(project, settings, emb, name, items[name], reporter, synced=synced)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]
-        digests[name] = fingerprint(idx.ids, idx.hashes)
+        digests[name] = idx.digest()
         del idx
     counts["vectors_added"] = added
     counts.update(_sync_bm25(project, chunk_texts, reporter))
@@ -619,26 +852,36 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     # The name vectors are an index of their own (never searched at query time), so a later run embeds only
     # new or renamed entities; its hashes double as the neighbour lists' keys.
     _drop_name_graph(project.vectors_dir)
-    names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter, graph=False)
-    ent_ids, ent_hashes = names_idx.ids, names_idx.hashes
+    names_idx = _load_for_insert(project, NAMES, settings, emb, change["from"]) \
+        if change is not None and entity_plan is not None else None
+    name_plan = _sorted_plan(names_idx, entity_plan.ids) if names_idx is not None else None   # type: ignore[union-attr]
+    if names_idx is not None and name_plan is not None and name_plan.total == entity_plan.total:   # type: ignore[union-attr]
+        _insert_index(project, emb, names_idx, name_plan, [names[i] for i in name_plan.ids], synced, reporter)
+        inserted += 1
+    else:
+        names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter, graph=False, synced=synced)
+    counts["indices_spliced"] = inserted
+    ent_ids, ent_hashes = list(names_idx.ids), list(names_idx.hashes)
     names_full = names_idx.rows()
     search_matrix = fold(names_full)
     counts["embedded_now"] = emb.stats["embedded"]
     counts["cached"] = emb.stats["cached"]
-    digests[NAMES] = fingerprint(ent_ids, ent_hashes)
+    digests[NAMES] = names_idx.digest()
     knn_path = project.vectors_dir / KNN_FILE
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
     knn, queried = update_knn(prev, ent_ids, ent_hashes,
                               search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_ids))),
-                              s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim)
+                              s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim,
+                              chars_of=lambda rows: np.array([name_chars(names[ent_ids[r]]) for r in rows.tolist()],
+                                                             dtype=np.int32))
     if search_matrix is not None:
         rescore(knn, names_full, np.flatnonzero(knn.changed))
     del names_idx, search_matrix
     knn.save(knn_path)
     counts["entities_queried"] = queried
-    auto = candidate_pairs(knn, linkable(names, s.min_name_chars), s.threshold)
+    auto = candidate_pairs(knn, knn.chars >= s.min_name_chars, s.threshold)
 
     decisions = load_decisions(project)
     if accepted is not None:

@@ -785,6 +785,32 @@ class VectorIndex:
         self._rows, self._lut, self._pos, self._keys, self._hash_array = rows_store, None, None, None, None
         return {"added": len(todo), "removed": n_gone, "kept": n - len(todo), "rebuilt": rebuilt}
 
+    @staticmethod
+    def insert_positions(n_old: int, old_rows: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the final row of each id listed for `insert`, the final row of each old row)."""
+        old_rows, before = np.asarray(old_rows, dtype=np.int64), np.asarray(before, dtype=np.int64)
+        ins = old_rows < 0
+        k = int(ins.sum())
+        if bool((before[ins] > n_old).any()) or bool((before[ins] < 0).any()):
+            raise ValueError("an id is inserted ahead of a row the index does not have")
+        ahead = np.cumsum(np.bincount(before[ins], minlength=n_old + 1))        # inserted at or before old row r
+        moved = np.arange(n_old, dtype=np.int64) + ahead[:n_old]                 # old row -> its new row
+        pos = np.empty(len(old_rows), dtype=np.int64)
+        pos[ins] = before[ins] + np.arange(k)
+        pos[~ins] = moved[old_rows[~ins]]
+        if len(pos) and (bool((np.diff(pos) <= 0).any()) or int(pos[-1]) >= n_old + k):
+            raise ValueError("ids to insert must be listed in their final order")
+        return pos, moved
+
+    def id_array(self) -> np.ndarray:
+        """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
+        blob, off, _ = self._keys or IdKeys.arrays(self.ids)
+        return fixed_width(blob, off)
+
+    def id_order(self) -> np.ndarray:
+        """Rows in id order (bytes)."""
+        return np.asarray((self._keys or IdKeys.arrays(self.ids))[2], dtype=np.int64)
+
     def insertable(self) -> bool:
         """Whether `insert` can take rows: a saved index without a graph (sparse rows, or dense under
         exact_below) and its id and hash arrays at hand."""
@@ -802,15 +828,9 @@ class VectorIndex:
             raise ValueError(f"index {self.name}: insert needs a saved index without a graph")
         old_rows, before = np.asarray(old_rows, dtype=np.int64), np.asarray(before, dtype=np.int64)
         ins = old_rows < 0
-        n_old, k = len(self), int(ins.sum())
-        n = n_old + k
-        ahead = np.cumsum(np.bincount(before[ins], minlength=n_old + 1))        # inserted at or before old row r
-        moved = np.arange(n_old, dtype=np.int64) + ahead[:n_old]                 # old row -> its new row
-        pos = np.empty(len(ids), dtype=np.int64)
-        pos[ins] = before[ins] + np.arange(k)
-        pos[~ins] = moved[old_rows[~ins]]
-        if len(pos) and (bool((np.diff(pos) <= 0).any()) or pos[-1] >= n or bool((before[ins] > n_old).any())):
-            raise ValueError(f"index {self.name}: inserted ids must be listed in their final order")
+        n_old = len(self)
+        n = n_old + int(ins.sum())
+        pos, moved = self.insert_positions(n_old, old_rows, before)
         is_new = np.zeros(n, dtype=bool)
         is_new[pos] = True
         old_of = np.full(n, -1, dtype=np.int64)

@@ -1,0 +1,81 @@
+"""After resolve patched its records (graph/changed_ids.json), the synonyms stage embeds only the records it
+changed and splices them into the saved vector indices (VectorIndex.insert): the indices must equal a fresh
+build's files byte for byte, and so must the synonym pairs; without a usable change list every record is read."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+from hrag_cli.project import Project
+from hrag_cli.vectors import VectorIndex
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_corpus"
+SPLICED = ("entities", "facts", "entity_names")
+
+
+def _index(docs: Path, project: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hrag_cli.cli import app
+
+    result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--chunk-tokens", "120",
+                                      "--chunk-overlap", "10"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def _vector_files(project: Path) -> dict[str, bytes]:
+    d = Project(project).vectors_dir
+    return {p.name: p.read_bytes() for name in ("chunks", *SPLICED) for p in VectorIndex.files(d, name) if p.exists()}
+
+
+def _add(docs: Path) -> None:
+    (docs / "new_a.txt").write_text("Hana Okafor visited Port Ellery in 2001 with the Lantern Archive. "
+                                    "Quillon Vesk founded the Amberline Guild in Port Ellery.\n", encoding="utf-8")
+    (docs / "new_b.txt").write_text("HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired "
+                                    "Edric Solano.\n", encoding="utf-8")
+
+
+def _resolve_only(docs: Path, project: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hrag_cli.cli import app
+
+    CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--chunk-tokens", "120", "--chunk-overlap",
+                             "10", "--stop-after", "resolve"], catch_exceptions=False)
+
+
+def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(tmp_path: Path) -> None:
+    """The same +2 documents two ways: with resolve's change list (spliced), and with one that starts from
+    another resolve output (so every record is read and synced, as without one). The vector files, synonym pairs
+    and digests are the same; a fresh build (whose IDF table is fitted on every chunk, where the incremental
+    project keeps the one it froze) holds the same ids and text hashes in the same rows."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    base = tmp_path / "base"
+    _index(docs, base)
+    assert Project(base).stage("synonyms").counts["indices_spliced"] == 0      # a first build reads everything
+    _add(docs)
+    runs = {}
+    for how in ("spliced", "stale"):
+        project = tmp_path / how
+        shutil.copytree(base, project, symlinks=True)
+        _resolve_only(docs, project)
+        path = Project(project).graph_dir / "changed_ids.json"
+        assert path.is_file()
+        if how == "stale":
+            path.write_bytes(path.read_bytes().replace(b'"from"', b'"from":"elsewhere","was"', 1))
+        _index(docs, project)
+        p = Project(project)
+        assert p.stage("synonyms").counts["indices_spliced"] == (3 if how == "spliced" else 0), how
+        runs[how] = (_vector_files(project), p.synonyms_path.read_bytes(), p.stage("synonyms").output_digest)
+    assert runs["spliced"][0].keys() == runs["stale"][0].keys()
+    assert [n for n, b in runs["stale"][0].items() if runs["spliced"][0][n] != b] == []
+    assert runs["stale"][1:] == runs["spliced"][1:]
+    fresh = tmp_path / "fresh"
+    _index(docs, fresh)
+    want = _vector_files(fresh)
+    same = [n for n in want if n.endswith((".keys.npy", ".koff.npy", ".korder.npy", ".hashes.npy"))]
+    assert len(same) == 16 and [n for n in same if runs["spliced"][0][n] != want[n]] == []
