@@ -206,6 +206,11 @@ def _best_of(job: tuple[np.ndarray, np.ndarray, int], span: tuple[int, int]
     return s, best_k(nbr[s:e], sim[s:e], k)
 
 
+def _bytes_array(items: list[str]) -> np.ndarray:
+    enc = [i.encode("utf-8") for i in items]
+    return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
+
+
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
                reporter: Reporter, per_entity: int, cell_size: int, min_sim: float = -np.inf,
                chars_of: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[KnnLists, int]:
@@ -225,7 +230,8 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     prev_row = {i: p for p, i in enumerate(prev.ids)}
     old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    named = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    named = old >= 0
+    named[named] = _bytes_array(hashes)[named] == _bytes_array(prev.hashes)[old[named]]
     out.chars[named] = prev.chars[old[named]]
     if chars_of is not None and not named.all():
         out.chars[~named] = chars_of(np.flatnonzero(~named))
