@@ -681,17 +681,28 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
     return _Plan(ids, old_rows[listed], before[listed], len(rows))
 
 
-def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str
+def _chunk_plan(idx: VectorIndex, chunk_ids: list[str]) -> _Plan | None:
+    """For the chunk index: a chunk id is a hash of its text, so the chunks it lacks are the new ones and every
+    other is held as it is; None when a chunk went (an edited or deleted document: every chunk is read)."""
+    file_ids = _bytes_array(chunk_ids)
+    rows, order = idx.id_array(), idx.id_order()
+    sorted_old = rows[order]
+    at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)
+    fresh = [i for i, held in zip(chunk_ids, (sorted_old[at] == file_ids).tolist()) if not held]
+    return _file_order_plan(idx, fresh, file_ids)
+
+
+def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str | None
                      ) -> VectorIndex | None:
     """The saved index when `insert` can bring it up to date: same embedder and dimension, synced with the
-    resolve output the change list starts from, no graph."""
+    resolve output the change list starts from (None: any), no graph."""
     try:
         idx = VectorIndex.load(project.vectors_dir, name, settings.vectors, lazy_ids=True)
     except HragError:
         return None
     dim = emb.backend.known_dim() or 0
     if idx is None or not len(idx) or idx.model_id != emb.model_id or (dim and idx.dim != dim) \
-            or idx.synced != synced or not idx.insertable():
+            or (synced is not None and idx.synced != synced) or not idx.insertable():
         return None
     return idx
 
@@ -835,9 +846,14 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     added = inserted = 0
     entity_plan: _Plan | None = None
     for name in (n for n in INDEX_NAMES if n in items):
-        idx = _load_for_insert(project, name, settings, emb, change["from"]) \
-            if change is not None and name in ("entities", "facts") else None
-        got = _changed_texts(project, name, idx, change, names) if idx is not None else None
+        if name == "chunks":           # chunk ids name their texts: no change list needed
+            idx = _load_for_insert(project, name, settings, emb, None)
+            plan = _chunk_plan(idx, list(chunk_texts)) if idx is not None else None
+            got = (plan, [chunk_texts[i] for i in plan.ids]) if plan is not None else None
+        else:
+            idx = _load_for_insert(project, name, settings, emb, change["from"]) \
+                if change is not None and name in ("entities", "facts") else None
+            got = _changed_texts(project, name, idx, change, names) if idx is not None else None
         if got is not None:
             plan, texts = got
             c = _insert_index(project, emb, idx, plan, texts, synced, reporter)
