@@ -746,9 +746,14 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
 
 def _insert_index(project: Project, emb: Embedder, idx: VectorIndex, plan: _Plan, texts: list[str],
                   synced: str, reporter: Reporter) -> dict:
-    """Embed the changed records' texts and splice them into the index (`VectorIndex.insert`), save."""
+    """Embed the changed records' texts and splice them into the index (`VectorIndex.insert`), save. A record
+    made again from the same text (a new source of an old fact) keeps its row: it is not embedded again."""
+    hashes = [text_hash(t) for t in texts]
+    held = idx.hash_rows(plan.old_rows)
+    redo = [p for p, (r, h) in enumerate(zip(plan.old_rows.tolist(), hashes)) if r < 0 or held[p] != h]
+    texts, hashes = [texts[p] for p in redo], [hashes[p] for p in redo]
     batches = (texts[i:i + _EMBED_BLOCK] for i in range(0, len(texts), _EMBED_BLOCK))
-    counts = idx.insert(plan.ids, [text_hash(t) for t in texts], plan.old_rows, plan.before,
+    counts = idx.insert([plan.ids[p] for p in redo], hashes, plan.old_rows[redo], plan.before[redo],
                         embed_blocks(emb, batches, len(texts), reporter))
     idx.synced = synced
     idx.save(project.vectors_dir)

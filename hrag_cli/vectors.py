@@ -818,6 +818,13 @@ class VectorIndex:
         """Rows in id order (bytes)."""
         return np.asarray((self._keys or IdKeys.arrays(self.ids))[2], dtype=np.int64)
 
+    def hash_rows(self, rows: np.ndarray) -> list[str]:
+        """The text hash of each of these rows ("" for -1)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        arr = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
+        return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
+
     def insertable(self) -> bool:
         """Whether `insert` can take rows: a saved index without a graph (sparse rows, or dense under
         exact_below) and its id and hash arrays at hand."""
