@@ -234,8 +234,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     prev_row = {i: p for p, i in enumerate(prev.ids)}
     old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    named = old >= 0
-    named[named] = _bytes_array(hashes)[named] == _bytes_array(prev.hashes)[old[named]]
+    named = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
     out.chars[named] = prev.chars[old[named]]
     if chars_of is not None and not named.all():
         out.chars[~named] = chars_of(np.flatnonzero(~named))
