@@ -700,7 +700,7 @@ def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embed
     """The saved index when `insert` can bring it up to date: same embedder and dimension, synced with the
     resolve output the change list starts from (None: any), no graph."""
     try:
-        idx = VectorIndex.load(project.vectors_dir, name, settings.vectors, lazy_ids=True)
+        idx = VectorIndex.load(project.vectors_dir, name, settings.vectors, lazy_ids=True, read_at=False)
     except HragError:
         return None
     dim = emb.backend.known_dim() or 0

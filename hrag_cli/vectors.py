@@ -827,9 +827,10 @@ class VectorIndex:
 
     def insertable(self) -> bool:
         """Whether `insert` can take rows: a saved index without a graph (sparse rows, or dense under
-        exact_below) and its id and hash arrays at hand."""
+        exact_below), its id and hash arrays at hand, its postings mapped (not read by `ReadAt`)."""
+        read_at = self._rows.kind == "sparse" and any(isinstance(a, ReadAt) for a in (self._rows.postings or ()))
         return self._index is None and self._keys is not None and self._hash_array is not None and \
-            (self._rows.kind == "sparse" or not self._uses_graph(len(self)))
+            not read_at and (self._rows.kind == "sparse" or not self._uses_graph(len(self)))
 
     def insert(self, ids: list[str], hashes: list[str], old_rows: np.ndarray, before: np.ndarray, vectors
                ) -> dict:
