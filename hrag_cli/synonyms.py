@@ -51,7 +51,8 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, mostly_zero, sparse_rows
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, mostly_zero, \
+    sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -208,11 +209,6 @@ def _best_of(job: tuple[np.ndarray, np.ndarray, int], span: tuple[int, int]
     nbr, sim, k = job
     s, e = span
     return s, best_k(nbr[s:e], sim[s:e], k)
-
-
-def _bytes_array(items: list[str]) -> np.ndarray:
-    enc = [i.encode("utf-8") for i in items]
-    return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
 
 
 def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
@@ -607,8 +603,8 @@ class _Plan:
 
 
 def _by_bytes(ids: Iterable[str]) -> np.ndarray:
-    enc = sorted({i.encode("utf-8") for i in ids})
-    return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
+    """Distinct ids as fixed-width bytes, sorted (as the indices' `korder` sorts them)."""
+    return np.unique(fixed_bytes(list(ids)))
 
 
 def _sorted_plan(idx: VectorIndex, changed: list[str]) -> _Plan | None:
@@ -687,7 +683,7 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
 def _chunk_plan(idx: VectorIndex, chunk_ids: list[str]) -> _Plan | None:
     """For the chunk index: a chunk id is a hash of its text, so the chunks it lacks are the new ones and every
     other is held as it is; None when a chunk went (an edited or deleted document: every chunk is read)."""
-    file_ids = _bytes_array(chunk_ids)
+    file_ids = fixed_bytes(chunk_ids)
     rows, order = idx.id_array(), idx.id_order()
     sorted_old = rows[order]
     at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)

@@ -677,7 +677,7 @@ class VectorIndex:
         self._lut: np.ndarray | None = None
         self.synced = ""                  # what the rows were last brought up to date with (the caller's token)
         self._keys: tuple[np.ndarray, ...] | None = None     # IdKeys.arrays(ids), when known without listing ids
-        self._hash_array: np.ndarray | None = None           # hash_array(hashes), likewise
+        self._hash_array: np.ndarray | None = None           # fixed_bytes(hashes), likewise
 
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
@@ -821,7 +821,7 @@ class VectorIndex:
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
-        arr = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        arr = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
         got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
 
@@ -1081,7 +1081,7 @@ class VectorIndex:
         postings = (rs.postings if rs.by_column_only else build_postings(rs)) if posted else ()
         query = [*(self._keys or IdKeys.arrays(self.ids)), *postings]
         arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
-        hashes = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
         arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
@@ -1105,7 +1105,7 @@ class VectorIndex:
         import hashlib
 
         keys = self._keys or IdKeys.arrays(self.ids)
-        hashes = self._hash_array if self._hash_array is not None else hash_array(self.hashes)
+        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
         h = hashlib.blake2b(digest_size=12)
         for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
             h.update(np.ascontiguousarray(arr).view(np.uint8).data)
@@ -1270,9 +1270,10 @@ class ReadAt:
             os.close(fd)
 
 
-def hash_array(hashes: Sequence[str]) -> np.ndarray:
-    """Text hashes as fixed-width bytes (one numpy row each): saved and spliced without a Python object per row."""
-    enc = [h.encode("utf-8") for h in hashes]
+def fixed_bytes(items: Sequence[str]) -> np.ndarray:
+    """Strings as fixed-width UTF-8 bytes (NUL-padded, one numpy item each): text hashes saved and spliced, ids
+    sorted and searched, without a Python object per row."""
+    enc = [h.encode("utf-8") for h in items]
     return np.array(enc, dtype=f"S{max(1, max(map(len, enc), default=1))}")
 
 
