@@ -79,3 +79,40 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
     want = _vector_files(fresh)
     same = [n for n in want if n.endswith((".keys.npy", ".koff.npy", ".korder.npy", ".hashes.npy"))]
     assert len(same) == 16 and [n for n in same if runs["spliced"][0][n] != want[n]] == []
+
+
+def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    """As if the stage died after saving the chunk and entity indices of a spliced run: the fact and name
+    indices still follow the previous resolve output. (`hrag index` would find them unlike its record and
+    rebuild every index; the stage itself must not trust them either.) Run again, it splices what still
+    follows that output (chunks: nothing left to add; facts), reads every record for the indices already synced
+    further (entities, and so the names), and ends with the files of a run that was never killed."""
+    from hrag_cli.config import load_settings
+    from hrag_cli.progress import Reporter
+    from hrag_cli.synonyms import run_synonyms
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    base = tmp_path / "base"
+    _index(docs, base)
+    _add(docs)
+    runs = {}
+    for how in ("whole", "killed"):
+        project = tmp_path / how
+        shutil.copytree(base, project, symlinks=True)
+        _resolve_only(docs, project)
+        vectors = Project(project).vectors_dir
+        before = {p.name: p.read_bytes() for name in ("facts", "entity_names")
+                  for p in VectorIndex.files(vectors, name) if p.exists()}
+        _index(docs, project)
+        if how == "killed":
+            p = Project(project)
+            for name, data in before.items():
+                (p.vectors_dir / name).unlink()
+                (p.vectors_dir / name).write_bytes(data)
+            with p.lock():
+                again = run_synonyms(p, load_settings(None), Reporter("quiet"))
+            assert again.counts["indices_spliced"] == 2 and again.counts["idf_refit"] is False
+        runs[how] = (_vector_files(project), Project(project).synonyms_path.read_bytes())
+    assert runs["killed"][0].keys() == runs["whole"][0].keys() and runs["killed"][1] == runs["whole"][1]
+    assert [n for n, b in runs["killed"][0].items() if runs["whole"][0][n] != b] == []
