@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-
 from hrag_cli.project import Project
 from hrag_cli.vectors import VectorIndex
 
@@ -16,13 +15,13 @@ SAMPLE = ROOT / "sample_corpus"
 SPLICED = ("entities", "facts", "entity_names")
 
 
-def _index(docs: Path, project: Path) -> None:
+def _index(docs: Path, project: Path, *extra: str) -> None:
     from typer.testing import CliRunner
 
     from hrag_cli.cli import app
 
     result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--chunk-tokens", "120",
-                                      "--chunk-overlap", "10"], catch_exceptions=False)
+                                      "--chunk-overlap", "10", *extra], catch_exceptions=False)
     assert result.exit_code == 0, result.output
 
 
@@ -38,13 +37,21 @@ def _add(docs: Path) -> None:
                                     "Edric Solano.\n", encoding="utf-8")
 
 
-def _resolve_only(docs: Path, project: Path) -> None:
-    from typer.testing import CliRunner
+def _built_then_added(tmp_path: Path) -> tuple[Path, Path]:
+    """The sample corpus built whole (`base`), then two documents added to the folder."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    base = tmp_path / "base"
+    _index(docs, base)
+    _add(docs)
+    return docs, base
 
-    from hrag_cli.cli import app
 
-    CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--chunk-tokens", "120", "--chunk-overlap",
-                             "10", "--stop-after", "resolve"], catch_exceptions=False)
+def _resolved_copy(docs: Path, base: Path, project: Path) -> Project:
+    """A copy of `base` brought up to date through resolve (its changed_ids.json written, vectors not synced)."""
+    shutil.copytree(base, project, symlinks=True)
+    _index(docs, project, "--stop-after", "resolve")
+    return Project(project)
 
 
 def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(tmp_path: Path) -> None:
@@ -52,18 +59,12 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
     another resolve output (so every record is read and synced, as without one). The vector files, synonym pairs
     and digests are the same; a fresh build (whose IDF table is fitted on every chunk, where the incremental
     project keeps the one it froze) holds the same ids and text hashes in the same rows."""
-    docs = tmp_path / "docs"
-    shutil.copytree(SAMPLE, docs)
-    base = tmp_path / "base"
-    _index(docs, base)
+    docs, base = _built_then_added(tmp_path)
     assert Project(base).stage("synonyms").counts["indices_spliced"] == 0      # a first build reads everything
-    _add(docs)
     runs = {}
     for how in ("spliced", "stale"):
         project = tmp_path / how
-        shutil.copytree(base, project, symlinks=True)
-        _resolve_only(docs, project)
-        path = Project(project).graph_dir / "changed_ids.json"
+        path = _resolved_copy(docs, base, project).graph_dir / "changed_ids.json"
         assert path.is_file()
         if how == "stale":
             path.write_bytes(path.read_bytes().replace(b'"from"', b'"from":"elsewhere","was"', 1))
@@ -91,17 +92,11 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
     from hrag_cli.progress import Reporter
     from hrag_cli.synonyms import run_synonyms
 
-    docs = tmp_path / "docs"
-    shutil.copytree(SAMPLE, docs)
-    base = tmp_path / "base"
-    _index(docs, base)
-    _add(docs)
+    docs, base = _built_then_added(tmp_path)
     runs = {}
     for how in ("whole", "killed"):
         project = tmp_path / how
-        shutil.copytree(base, project, symlinks=True)
-        _resolve_only(docs, project)
-        vectors = Project(project).vectors_dir
+        vectors = _resolved_copy(docs, base, project).vectors_dir
         before = {p.name: p.read_bytes() for name in ("facts", "entity_names")
                   for p in VectorIndex.files(vectors, name) if p.exists()}
         _index(docs, project)
