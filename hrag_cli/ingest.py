@@ -207,15 +207,18 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
 def _append(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord,
             stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
             taken: Callable[[set[str]], bool] | None) -> ChunkOutcome | None:
-    """Every file the last run read is unchanged and was its only source of documents, so whatever was read now
-    is new: chunk only that and append it to the files (O(new documents)). None when that does not hold, or a
-    new chunk's text is one the files may hold already (the ids a full pass gives would differ)."""
+    """Every file the last run read is unchanged and was, with files read again that hold what they held, its
+    only source of documents, so whatever else was read now is new: chunk only that and append it to the files
+    (O(new documents)). None when that does not hold, or a new chunk's text is one the files may hold already
+    (the ids a full pass gives would differ)."""
     before = prev.counts
-    if (set(scanned.unchanged) != stamps.keys() or not isinstance(before.get("chunks"), int)
-            or sum(len(ids) for _, ids in stamps.values()) != before.get("docs")):
-        return None     # a file changed, went, or is read on every run: the full pass sorts it out
+    if set(scanned.unchanged) != stamps.keys() or not isinstance(before.get("chunks"), int):
+        return None     # a file changed or went: the full pass sorts it out
+    loaded = _unstamped_as_before(project, stamps, scanned, before.get("docs"))
+    if loaded is None:
+        return None
     used: set[str] = set()
-    documents, chunks, _ = _cut(scanned.documents, settings, reporter, used, lambda doc: None)
+    documents, chunks, _ = _cut(loaded, settings, reporter, used, lambda doc: None)
     if used and (taken is None or taken(used)):
         return None
     digest = prev.output_digest
@@ -228,12 +231,32 @@ def _append(project: Project, settings: Settings, reporter: Reporter, roots: lis
             return None
         if store.extend_jsonl(project.docs_path, (to_dict(d) for d in documents)) is None:
             return None
+    if documents or scanned.stamps:     # new files, or a file read again that can now be stamped
         files = {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps}
         store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
     counts = _counts(before["docs"] + len(documents), before["chunks"] + len(chunks),
                      int(before.get("tokens", 0)) + sum(ch.n_tokens for ch in chunks), scanned, roots,
                      new_chunks=len(chunks), removed_chunks=0, reused_docs=before["docs"], epoch=_epoch(prev))
     return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents, appended=True)
+
+
+def _unstamped_as_before(project: Project, stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
+                         n_docs: Any) -> list[LoadedDocument] | None:
+    """What was read now that is new, when the documents no stamp covers (a file touched in the second before
+    the last scan, so read again now) were all read again unchanged: the run after one that appended a file
+    just written must not chunk the corpus whole for it. None when any of them changed or was not found."""
+    covered = sum(len(ids) for _, ids in stamps.values())
+    if covered == n_docs:
+        return list(scanned.documents)
+    if not isinstance(n_docs, int) or covered > n_docs:
+        return None
+    stamped = {i for _, ids in stamps.values() for i in ids}
+    before = {d.doc_id: d.sha256 for d in load_documents(project) if d.doc_id not in stamped}
+    again = [item for item in scanned.documents if item.doc.doc_id in before]
+    if len(before) != n_docs - covered or len(again) != len(before) \
+            or any(before[item.doc.doc_id] != item.doc.sha256 for item in again):
+        return None
+    return [item for item in scanned.documents if item.doc.doc_id not in before]
 
 
 def _rechunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord | None,

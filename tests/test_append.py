@@ -173,3 +173,37 @@ def test_with_no_extract_record_the_stage_looks_at_every_chunk(tmp_path: Path) -
     summary = _index(docs, inc, "--stop-after", "extract")
     assert summary["chunk"]["unread_files"] > 0 and summary["extract"]["chunks"] == chunks
     assert summary["extract"]["cached"] == chunks
+
+
+def test_a_file_read_again_unchanged_still_lets_the_next_files_append(tmp_path: Path) -> None:
+    """The cron case: a file written just before the run is appended but not stamped (too recent to trust), so
+    the next run reads it again; finding it as it was, that run still appends its own new file (it used to
+    chunk and write the whole corpus again), and the project equals a fresh build. The same file edited instead
+    takes the full pass."""
+    docs = _docs(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    _index(docs, inc, "--stop-after", "extract")
+    shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")          # just written: appended, unstamped
+    _index(docs, inc, "--stop-after", "extract")
+    assert "records.jsonl" not in json.loads(_gen_file(inc, "files.json"))["files"]
+    mark = chunk_mark(Project(inc))
+    time.sleep(1.05)
+    (docs / "zz_late.txt").write_text("Orla Venn opened the Harrow Library in Port Ellery in 1911.\n")
+    summary = _index(docs, inc, "--stop-after", "extract")
+    assert summary["chunk"]["new_chunks"] == 1 and summary["extract"]["extracted_now"] == 1
+    new_docs, _ = added_since(Project(inc), mark)                          # appended, not rewritten
+    assert [d.path for d in new_docs] == ["zz_late.txt"]
+    assert "records.jsonl" in json.loads(_gen_file(inc, "files.json"))["files"]   # stamped now
+    _index(docs, fresh, "--stop-after", "extract")
+    for name in ("docs.jsonl", "chunks.jsonl"):
+        assert _gen_file(inc, name) == _gen_file(fresh, name), name
+    assert _extract_totals(inc) == _extract_totals(fresh)
+
+    again = tmp_path / "again"
+    shutil.copytree(inc, again, symlinks=True)
+    (docs / "zz_later.txt").write_text("Orla Venn sold the Harrow Library in 1920.\n")   # appended, unstamped
+    _index(docs, again, "--stop-after", "extract")
+    mark = chunk_mark(Project(again))
+    (docs / "zz_later.txt").write_text("Orla Venn sold the Harrow Library in 1921.\n")   # then edited
+    summary = _index(docs, again, "--stop-after", "extract")
+    assert summary["chunk"]["removed_chunks"] == 1 and added_since(Project(again), mark) is None   # whole pass
