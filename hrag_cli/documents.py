@@ -283,15 +283,15 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
         result.unchanged.append(rel)
         return
     first, warnings = len(result.documents), result.warnings
-    _read_file(path, rel, settings, reporter, result)
+    _read_file(path, rel, settings, reporter, result, st.st_size)
     if result.warnings == warnings and max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - RACY_NS:
         result.stamps[rel] = (now, [d.doc.doc_id for d in result.documents[first:]])
 
 
 def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
-               result: ScanResult) -> None:
+               result: ScanResult, size: int) -> None:
     try:
-        if path.suffix.lower() in TEXT_SUFFIXES and path.stat().st_size > BIG_FILE_BYTES:
+        if path.suffix.lower() in TEXT_SUFFIXES and size > BIG_FILE_BYTES:
             try:
                 big = _big_text_file(path, rel)
             except _NotText as exc:

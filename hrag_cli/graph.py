@@ -214,8 +214,12 @@ def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
 
 def save_walk(project: Project, graph: Any) -> None:
     """Write graph/walk.npz for `graph` (atomically: temp file, then rename)."""
+    _write_walk(project, walk_arrays(graph))
+
+
+def _write_walk(project: Project, arrays: dict[str, np.ndarray]) -> None:
     with store.atomic_writer(project.walk_path) as fh:
-        np.savez(fh, **walk_arrays(graph))
+        np.savez(fh, **arrays)
 
 
 def _unpickle(project: Project, data: bytes) -> Any:
@@ -332,8 +336,7 @@ def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, st
     cols = set_synonym_edges(load_columns(project), pairs)
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
     arrays = _walk_with_synonyms(project, cols)
-    with store.atomic_writer(project.walk_path) as fh:
-        np.savez(fh, **(arrays if arrays is not None else walk_arrays(cols)))
+    _write_walk(project, arrays if arrays is not None else walk_arrays(cols))
 
 
 WALK_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import HragError
 from .graph import (EDGE_KINDS, ENTITY, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation, _assemble,
-                    _codes_in, _structure, load_columns)
+                    _codes_in, _structure, edge_counts, load_columns)
 from .graph_pickle import Column, GraphColumns
 from .progress import Reporter
 from .project import Project
@@ -183,21 +183,16 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
 
 def updated_graph(project: Project, docs: list[Document], chunks: list[ChunkRef], entities: list[GraphEntity],
                   relations: list[GraphRelation], mentions: list[tuple[str, str, int]], totals: tuple[int, int, int],
-                  reporter: Reporter, new_only: bool = True) -> GraphColumns | None:
-    """`update_columns` on the saved graph, checked against `totals` (entities, relations, mentions after the
-    merge; `new_only` False: `mentions` are all of them, the new chunks' are picked out); None, with one warning, when the saved graph is missing, damaged or not the one the changes apply
-    to (the caller then builds it from every item)."""
+                  reporter: Reporter) -> GraphColumns | None:
+    """`update_columns` on the saved graph (`mentions`: the new chunks'), checked against `totals` (entities,
+    relations, mentions after the merge); None, with one warning, when the saved graph is missing, damaged or
+    not the one the changes apply to (the caller then builds it from every item)."""
     try:
         old = load_columns(project)
-        if not new_only:     # every mention given: those of chunks the saved graph has are not new
-            ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
-            key = old.vattrs["key"]
-            known = {key.vocab[c] for c in key.codes[np.unique(old.edges[ek == _MEN, 0])].tolist()}
-            mentions = [m for m in mentions if m[0] not in known]
         cols = update_columns(old, docs, chunks, entities, relations, mentions)
-        got = (int(np.count_nonzero(cols.vattrs["kind"].codes == VERTEX_KINDS.index(ENTITY))),
-               int(np.count_nonzero(cols.eattrs["kind"].codes == _REL)),
-               int(np.count_nonzero(cols.eattrs["kind"].codes == _MEN)))
+        ec = edge_counts(cols)
+        got = (int(np.count_nonzero(cols.vattrs["kind"].codes == VERTEX_KINDS.index(ENTITY))), ec["RELATION"],
+               ec["MENTIONED_IN"])
         if got != totals:
             raise OutOfStep(f"it would have {got} entities, relations and mentions, not {totals}")
         return cols

@@ -120,6 +120,11 @@ def load_stamps(project: Project) -> dict[str, tuple[list[int], list[str]]]:
             if isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], list)}
 
 
+def _save_stamps(project: Project, files: dict[str, tuple[list[int], list[str]]]) -> None:
+    """files.json, which `load_stamps` reads."""
+    store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
+
+
 def _known(stamps: dict[str, tuple[list[int], list[str]]], old_docs: dict[str, Document],
            old_by_doc: dict[str, list[Chunk]]) -> dict[str, list[int]]:
     """The stamps a file may be skipped on: only those whose every document and its chunks are still there."""
@@ -232,8 +237,7 @@ def _append(project: Project, settings: Settings, reporter: Reporter, roots: lis
         if store.extend_jsonl(project.docs_path, (to_dict(d) for d in documents)) is None:
             return None
     if documents or scanned.stamps:     # new files, or a file read again that can now be stamped
-        files = {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps}
-        store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
+        _save_stamps(project, {**{rel: stamps[rel] for rel in scanned.unchanged}, **scanned.stamps})
     counts = _counts(before["docs"] + len(documents), before["chunks"] + len(chunks),
                      int(before.get("tokens", 0)) + sum(ch.n_tokens for ch in chunks), scanned, roots,
                      new_chunks=len(chunks), removed_chunks=0, reused_docs=before["docs"], epoch=_epoch(prev))
@@ -297,7 +301,7 @@ def _rechunk(project: Project, settings: Settings, reporter: Reporter, roots: li
         # the chunks they describe. Chunks are read whole (text is most of them), so they are compressed.
         store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks), compress=True)
         store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
-        store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": scanned.stamps}))
+        _save_stamps(project, scanned.stamps)
         in_place = ([d.doc_id for d in documents] == [d.doc_id for d in old_doc_list]
                     and [ch.chunk_id for ch in chunks] == [ch.chunk_id for ch in old_chunks])
         if not (unchanged and in_place):    # lines moved or changed: what a mark counted no longer holds

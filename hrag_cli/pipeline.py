@@ -254,7 +254,7 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
         # extract reads them instead of chunks.jsonl (only the appended ones, when the extract stage's record
         # covers the rest; else it reads the file); resolve reads the file itself
         appended = chunked.appended and current
-        chunks = chunked.chunks if appended or not chunked.appended else None
+        chunks = None if chunked.appended and not current else chunked.chunks
         del chunked
         if options.stop_after == "chunk":
             return IndexResult(summary, EXIT_OK)

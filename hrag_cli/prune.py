@@ -30,11 +30,11 @@ from .extract.openie import EXTRACTOR_PREFIX as OPENIE_PREFIX
 from .extract.parser import UNKNOWN_TYPE, add_counts
 from .extract.schema import Schema, schema_of
 from .extract.stage import CurrentRecords, current_extractor, iter_current_records
-from .ingest import load_chunks, load_documents
+from .ingest import load_documents
 from .normalize import normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
-from .records import Chunk, ExtractionRecord
+from .records import ExtractionRecord
 
 MODES = ("strict", "lenient")
 GROUNDING = ("off", "flag", "drop")
@@ -169,9 +169,6 @@ def iter_pruned(project: Project, settings: Settings, current: CurrentRecords | 
     if extractor is None:
         return
     spec = prune_spec(settings, extractor)
-    if spec.active and current is not None and not all(isinstance(c, Chunk) for c in current.chunks.values()):
-        # resolve hands over chunk refs: pruning reads the chunks' text
-        current = CurrentRecords({c.chunk_id: c for c in load_chunks(project)}, current.ids, current.offsets)
     for chunk, rec in iter_current_records(project, extractor, current):
         yield prune_record(rec, chunk.text if spec.active else "", spec).record
 

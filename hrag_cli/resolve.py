@@ -405,9 +405,11 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
     from .prune import iter_pruned, prune_spec
 
     extractor = current_extractor(project)
-    current = current_records(project, extractor, chunks) if extractor else CurrentRecords({}, [], [])
-    base = resolve_state.basis(settings_fingerprint(settings), prune_spec(settings, extractor or "").describe(),
-                               extractor)
+    spec = prune_spec(settings, extractor or "")
+    # pruning reads the chunks' text: then they are read here, once, not by every pass over the records
+    current = current_records(project, extractor, None if spec.active else chunks) if extractor else \
+        CurrentRecords({}, [], [])
+    base = resolve_state.basis(settings_fingerprint(settings), spec.describe(), extractor)
     header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
                                        *resolve_state.cache_mark(project.extractions_path))
 
@@ -512,7 +514,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
-    docs, chunks = load_documents(project), load_chunk_refs(project)   # no chunk text (pruning reads it if it must)
+    docs, chunks, _ = load_inputs(project)   # no chunk text (pruning reads it if it must)
     summarizer = Summarizer(project, settings, reporter)
     merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
@@ -594,7 +596,7 @@ def _write_changed(project: Project, changed: dict[str, list[str]] | None, befor
     """graph/changed_ids.json after a patch: the ids of the records added or made again between the outputs
     whose digest was `before` and these (`after`), so a later stage can sync only them (additions never
     remove a record). A merge from scratch removes the file: what changed is then unknown."""
-    path = project.graph_dir / "changed_ids.json"
+    path = project.changed_ids_path
     if changed is None or not before:
         path.unlink(missing_ok=True)
         return

@@ -204,8 +204,8 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
 
 def graph_items(merged: Any, keys: dict[str, list]) -> tuple[list[GraphEntity], list[GraphRelation]]:
     """Every entity and relation as the graph needs them, in key order, from the accumulators (a saved tuple
-    is read as it is, not made an object): what build_graph wants after a patch until the graph is updated
-    with the items made again alone."""
+    is read as it is, not made an object): after a patch, the graph built from every item when the saved graph
+    cannot be updated with the items made again."""
     ents, rels = merged.entities, merged.relations
     graph_ents = []
     for eid in keys["entities"]:

@@ -510,8 +510,8 @@ class JsonlLines:
         """Every line parsed, in order (a blank or unparsable line as None): one pass, for a reader that
         turns out to need them all."""
         if self._data is None:
-            with open(self._fh.name, "rb") as fh:                   # type: ignore[union-attr]
-                self._data = _whole_lines_buffer(fh)
+            self._fh.seek(0)                                        # type: ignore[union-attr]
+            self._data = _whole_lines_buffer(self._fh)              # the file this index is of, not a newer one
             self._members, self._starts = None, None
         end = int(self._index()[-1])
         return [orjson.loads(line) if line.strip() else None

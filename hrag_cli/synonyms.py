@@ -338,12 +338,6 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
         knn.sim[at] = np.take_along_axis(sims, order, 1)
 
 
-def linkable(names: dict[str, str], min_chars: int) -> Callable[[str], bool]:
-    """Whether an entity (id -> name) has a name long enough to be linked (short names like "US" or "1" match
-    too much)."""
-    return lambda i: name_chars(names.get(i, "")) >= min_chars
-
-
 def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
                     ) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
@@ -537,7 +531,6 @@ def _sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
 
 
 # -- an incremental run: only the records resolve added or made again -------------------------------------
-CHANGED_FILE = "changed_ids.json"     # in graph/: written by resolve after a patch (resolve._write_changed)
 
 
 class _Names:
@@ -550,6 +543,10 @@ class _Names:
 
     def __setitem__(self, key: str, name: str) -> None:
         self._d[key] = name
+
+    def filled(self) -> None:
+        """The caller has put every entity's name in (the full pass reads entities.jsonl for its vectors)."""
+        self._full = True
 
     def fill(self) -> "_Names":
         if not self._full:
@@ -580,7 +577,7 @@ def resolve_change(project: Project) -> dict | None:
     """graph/changed_ids.json when it leads to the resolve output on disk and removes nothing (a patch only adds
     or makes records again), else None: what changed is unknown and every record is read."""
     rec = project.stage("resolve")
-    got = store.read_json(project.graph_dir / CHANGED_FILE)
+    got = store.read_json(project.changed_ids_path)
     if rec is None or not isinstance(got, dict) or got.get("to") != rec.output_digest or not got.get("from"):
         return None
     removed = got.get("removed") or {}
@@ -816,7 +813,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         for r in store.read_jsonl(project.entities_path):
             names[r["id"]] = r["name"]
             yield r["id"], entity_text(r["name"], r["description"])
-        names.fill()
+        names.filled()
 
     chunk_texts: dict[str, str] = {}
     n_chunk_rows = 0

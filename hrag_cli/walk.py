@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .errors import HragError
-from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_graph, walk_arrays
+from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_columns, walk_arrays
 from .graph import WALK_ARRAYS as _ARRAYS
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
@@ -89,7 +89,7 @@ class WalkGraph:
             arrays = _mapped_npz(path)
             arrays = {k: arrays[k] for k in _ARRAYS}
         except FileNotFoundError:
-            return cls(walk_arrays(load_graph(project)[0]))
+            return cls(walk_arrays(load_columns(project)))
         except Exception as exc:   # a damaged zip or array raises many kinds of errors
             raise HragError(f"{path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
         walk = cls(arrays)
@@ -175,7 +175,7 @@ class WalkGraph:
         """The vertex whose row holds each entry (the CSR rows spelled out, made once): a weighted bincount
         over them sums a step of the walk twice as fast as a segmented sum."""
         if self._rows is None:
-            self._rows = np.repeat(np.arange(self.vcount(), dtype=np.intp), np.diff(self.indptr))
+            self._rows = np.repeat(np.arange(self.vcount(), dtype=np.intp), self.degrees())
         return self._rows
 
     def degrees(self) -> np.ndarray:
@@ -240,7 +240,7 @@ class WalkGraph:
         w = np.asarray(self.weights(scale), dtype=np.float64)
         if len(w) and float(w.min()) < 0:
             raise ValueError("edge weights must not be negative")
-        filled = np.flatnonzero(np.diff(self.indptr) > 0)
+        filled = np.flatnonzero(self.degrees() > 0)
         starts = np.asarray(self.indptr[filled])
         strength = np.zeros(n)
         if len(filled):

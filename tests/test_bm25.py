@@ -190,8 +190,9 @@ def test_load_header_missing_fields_is_value_error(tmp_path: Path) -> None:
 
 
 def test_a_first_query_scores_without_the_inverted_index_and_the_same() -> None:
-    """The first query after a change scans the pool for its terms (no sort of every entry); its scores are
-    the inverted index's, removed documents included (their entries stay in the pool until compaction)."""
+    """The first query of an index (a query process's cold one) scans the pool for its terms (no sort of every
+    entry); its scores are the inverted index's, removed documents included (their entries stay in the pool
+    until compaction)."""
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(60)]
     idx = BM25Index()

@@ -48,7 +48,7 @@ def test_doc_paths_are_found_at_their_lines_then_read_whole(tmp_path) -> None:
     from hrag_cli.query.index import DocPaths
 
     docs = [Document(doc_id=f"d{i}", path=f"p/{i}.txt", sha256="", bytes=1, n_chunks=1,
-                     metadata={"note": '{"doc_id":"d7"' if i == 3 else ""}) for i in range(10)]
+                     metadata={"note": {"doc_id": "d7"} if i == 3 else ""}) for i in range(10)]
     path = tmp_path / "docs.jsonl"
     store.write_jsonl(path, (to_dict(d) for d in docs))
     reads = []

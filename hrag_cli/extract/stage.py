@@ -28,7 +28,7 @@ from .cache_index import Seen, full_record, seen_of
 from .cache_index import count as _int
 from .parser import PARSER_VERSION, add_counts
 from .rules import RULES_FINGERPRINT, extract_rules
-from ..ingest import load_chunks
+from ..ingest import added_since, chunk_mark, load_chunks
 
 EXTRACTORS = ("auto", "llm", "rules")
 USABLE = ("ok", "partial")      # record statuses whose rows resolve merges
@@ -197,7 +197,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         since = _chunks_since(project, prev) if prev is not None else None
         if since is None and added:
             since = chunks or []
-        outcome = _extract_added(project, settings, reporter, since, max_cost) if since is not None else None
+        outcome = _extract_added(project, settings, reporter, prev, since, max_cost) if since is not None else None
         if outcome is not None:
             return outcome
     chunks = load_chunks(project) if chunks is None or added else chunks
@@ -213,7 +213,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
                               reparse=reparse, retry_failed=retry_failed)
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts.update(summary)
-    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
+    counts.update(cache_mark=_cache_size(project), chunk_mark=chunk_mark(project))
     if kind == "openie":
         # chunks the file has no passage for are not resumable work: they just have no extraction
         counts["unmatched"] = counts.pop("pending")
@@ -283,13 +283,12 @@ SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions"
           "truncated_rows")     # _summary_counts' totals over every current chunk
 
 
-def _extract_added(project: Project, settings: Settings, reporter: Reporter, chunks: list[Chunk],
-                   max_cost: float | None) -> StageOutcome | None:
+def _extract_added(project: Project, settings: Settings, reporter: Reporter, prev: StageRecord | None,
+                   chunks: list[Chunk], max_cost: float | None) -> StageOutcome | None:
     """The stage when the chunk stage only appended `chunks`: the record's totals and digest carried on with
     theirs (O(new chunks)). None when the record cannot vouch for the other chunks any more: it is not this
     extractor's, or a record of some other chunk may have been appended since it was made (a stopped
-    --retry-failed run): the caller then looks at every chunk."""
-    prev = project.stage("extract")
+    --retry-failed run): the caller then looks at every chunk. `prev`: the stage's record."""
     kind = extractor_kind(settings)
     extractor = settings_fingerprint(settings)
     if (prev is None or kind not in ("rules", "llm") or prev.counts.get("extractor") != extractor
@@ -305,7 +304,7 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, chu
     counts["chunks"] += prev.counts["chunks"]
     counts["cached"] += prev.counts["chunks"]
     counts.update({k: int(prev.counts.get(k, 0)) + summary[k] for k in SUMMED})
-    counts.update(cache_mark=_cache_size(project), chunk_mark=_chunk_mark(project))
+    counts.update(cache_mark=_cache_size(project), chunk_mark=chunk_mark(project))
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -313,13 +312,6 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, chu
         reporter.warn(failure_summary(project, every, cache_index.latest(project, {extractor}), extractor, counts))
     return StageOutcome(counts=counts, output_digest=fingerprint("extract-append", prev.output_digest, digest)
                         if chunks else prev.output_digest)
-
-
-def _chunk_mark(project: Project) -> dict | None:
-    """Where the chunk files the stage just covered end (ingest.chunk_mark): the next run looks only past it."""
-    from ..ingest import chunk_mark
-
-    return chunk_mark(project)
 
 
 def _cache_size(project: Project) -> int:
@@ -375,8 +367,6 @@ def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | N
 def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
     """The chunks appended to chunks.jsonl since the files the stage's record covered (None: it kept no mark,
     or the files were written whole since)."""
-    from ..ingest import added_since
-
     added = added_since(project, prev.counts.get("chunk_mark"))
     return None if added is None else added[1]
 
