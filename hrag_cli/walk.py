@@ -210,7 +210,7 @@ class WalkGraph:
         ends = np.cumsum(lens)
         first = ends - lens
         idx = _runs(starts, lens, first, int(ends[-1]) if len(ends) else 0)
-        key = ("weights", tuple(sorted((scale or {}).items())))
+        key = ("weights", scale_key(scale))
         self._spread += len(idx)
         if key not in self.memo and self._spread > len(self.weight):
             self.memo[key] = self._entries(scale)
@@ -233,7 +233,7 @@ class WalkGraph:
         its edges in proportion to their weights (a vertex without a usable edge sends nothing). Made once per
         scale (a query batch reuses it): each entry's share w / strength of its far end, precomputed, so a step
         is one gather, one product and one segmented sum over the rows that have entries."""
-        key = tuple(sorted((scale or {}).items()))
+        key = scale_key(scale)
         if key in self._steps:
             return self._steps[key]
         n, cols = self.vcount(), self.cols
@@ -272,6 +272,11 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int) -
         idx[at] = s - np.concatenate(([0], last[:-1]))
         np.cumsum(idx, out=idx)
     return idx
+
+
+def scale_key(scale: Scale) -> tuple:
+    """A scale as a memo key (equal scales, equal keys)."""
+    return tuple(sorted((scale or {}).items()))
 
 
 def kind_factors(scale: Scale) -> np.ndarray | None:

@@ -20,7 +20,7 @@ from ..artifacts import quick_sum
 from ..config import Settings
 from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
 from ..project import Project
-from ..walk import Scale, WalkGraph, kind_factors
+from ..walk import Scale, WalkGraph, kind_factors, scale_key
 
 __all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset"]
 
@@ -154,7 +154,7 @@ def _factor_row(scale: Scale) -> np.ndarray:
 
 
 def _prior_key(damping: float, scale: Scale) -> tuple:
-    return ("chunk_prior", float(damping), tuple(sorted((scale or {}).items())))
+    return ("chunk_prior", float(damping), scale_key(scale))
 
 
 def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.ndarray:
