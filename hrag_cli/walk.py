@@ -198,13 +198,14 @@ class WalkGraph:
         return self.weight if factor is None else self.weight * factor[np.asarray(self.kind)]
 
     def _entries(self, scale: Scale) -> np.ndarray:
-        """Every entry's share of its row's mass (`_shares`) and native neighbour side by side (16 bytes an
+        """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
         entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows."""
         pairs = np.empty(len(self.weight), dtype=[("w", np.float64), ("c", np.intp)])
-        w = np.asarray(self.weights(scale), dtype=np.float64)
+        pairs["w"] = self.weights(scale)
         filled = np.flatnonzero(self.degrees() > 0)
-        strength = np.add.reduceat(w, np.asarray(self.indptr[filled])) if len(filled) else np.zeros(0)
-        pairs["w"] = _shares(w, strength, self.degrees()[filled])
+        if len(filled):
+            strength = np.add.reduceat(pairs["w"], np.asarray(self.indptr[filled]))
+            np.multiply(pairs["w"], np.repeat(_inverse(strength), self.degrees()[filled]), out=pairs["w"])
         pairs["c"] = self._cols32
         return pairs
 
@@ -213,7 +214,8 @@ class WalkGraph:
         over its edges in proportion to their weights (`scale` as in `weights`): the neighbour and the mass of
         every entry of those rows. Reads only those rows, so a local walk's cost follows where its mass is;
         a vertex without a usable edge (all weights 0) sends nothing. Once the spreads of this process have
-        read as many entries as the graph holds (a batch of walks), every entry's share of its row and its
+        read a third of the entries the graph holds (a batch's second or third walk at 100,000 passages; a
+        single question's walk reads about a sixth), every entry's share of its row and its
         native neighbour are made whole, once, side by side (`_entries`): then an entry costs one gather and
         one product where it cost three gathers and a sum over its row, and a single query still reads only
         its rows. Both ways compute the same shares, so a walk gives the same bits either way. Prepared, the
@@ -225,7 +227,7 @@ class WalkGraph:
         total = int(ends[-1]) if len(ends) else 0
         key = ("weights", scale_key(scale))
         self._spread += total
-        if key not in self.memo and self._spread > len(self.weight):
+        if key not in self.memo and self._spread * 3 > len(self.weight):
             self.memo[key] = self._entries(scale)
         if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
             idx = _runs(starts, lens, first, total, self._scratch("idx", total, np.intp))
@@ -236,8 +238,9 @@ class WalkGraph:
         factor = kind_factors(scale)
         if factor is not None:
             w *= factor[self.kind[idx]]
-        share = _shares(w, np.add.reduceat(w, first) if len(w) else np.zeros(len(vertices)), lens)
-        return self._cols32[idx], share * np.repeat(amount, lens)
+        if len(w):
+            w *= np.repeat(_inverse(np.add.reduceat(w, first)), lens)    # each entry's share of its row
+        return self._cols32[idx], w * np.repeat(amount, lens)
 
     def _scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
         """The first `size` items of a scratch array kept across spreads: a batch's walk gathers megabytes a
@@ -279,11 +282,10 @@ class WalkGraph:
         return step
 
 
-def _shares(w: np.ndarray, strength: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Each entry's weight over the summed weights of its row (`strength`, one per run of `lens` entries);
-    0 on a row whose weights sum to 0 (it sends nothing)."""
-    total = np.repeat(strength, lens)
-    return np.divide(w, total, out=np.zeros(len(w)), where=total > 0)
+def _inverse(strength: np.ndarray) -> np.ndarray:
+    """1 / each row's summed weights, 0 for a row whose weights sum to 0 (it sends nothing): an entry's share
+    of its row is its weight times this, the same product whether a batch prepared it or a spread made it."""
+    return np.divide(1.0, strength, out=np.zeros(len(strength)), where=strength > 0)
 
 
 def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
