@@ -33,6 +33,9 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
 - The builtin embedder hashes a text's words and n-grams into 2048 buckets and fills 20-500 of them: stored as
   sparse rows (a one-byte column in its band + float16 value) a fact takes ~160 bytes instead of 8 KB, and a scan costs in
   proportion to the values stored. A sparse index never gets a graph (it would hold every vector dense).
+- A top-k search of a posted index (a fact search) sums only the postings that can reach its top k
+  (`SparseRows.posting_top`: a Cauchy-Schwarz bound on the columns not yet summed), then sums its few candidates
+  as a full scoring does, so it returns the same rows and scores to the last bit from about a quarter of the sums.
 - float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
   gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
 - The index is its own embedding store: `missing` names the items whose (id, text hash) it does not hold, so a
