@@ -78,7 +78,7 @@ _POSTING_QUERIES = 16         # up to this many queries at once are scored throu
 POSTED = ("chunks", "facts", "relations")   # the sparse indices saved with column postings (see `_posted`)
 _ROW_BAND = 1 << 16           # rows per band of a posting's row (two bytes of row within it)
 _UNIT_SLACK = 1.01            # a stored row's norm is at most this (unit rows, float16 values: 1 + 2^-11)
-_PRUNE_TOL = 1e-4             # the float32 rounding of a partial posting sum (60 columns: < 1e-5), and more
+_PRUNE_TOL = 1e-4             # covers the float32 rounding of a partial posting sum (60 columns: < 1e-5)
 _PRUNE_CANDIDATES = 256       # a pruned posting search sums exactly at most about this many rows
 _THETA_FIRST, _THETA_AGAIN = 0.7, 0.5   # its first theta once the bound is under 0.7, again at half the bound
 
@@ -292,7 +292,7 @@ class SparseRows:
     def posting_top(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows for one query (rows, float32 cosines; best first, ties to the lower row) with the
         very scores `posting_scores` gives, summing only as many postings as it takes to prove them (a fact
-        search read 1.1M-5M values a question at 100,000 passages and sums about a fifth of them now).
+        search read 1.1M-5M values a question at 100,000 passages and sums about a quarter of them now).
 
         Why it holds: columns are summed in order of the query's weight, heaviest first. What the columns not
         yet summed can add to a unit row is at most the norm of the query's rest (Cauchy-Schwarz), so once
@@ -355,12 +355,13 @@ class SparseRows:
         return buf[:size]
 
     def _gather(self, cols: np.ndarray) -> "_Postings":
-        """The postings of `cols` (ascending) one after another in scratch arrays: rows (int32) and values."""
+        """The postings of `cols` (ascending) one after another in scratch arrays: rows and values."""
         ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
         starts, ends = np.asarray(ptr[cols], dtype=np.int64), np.asarray(ptr[cols + 1], dtype=np.int64)
         at = np.concatenate(([0], np.cumsum(ends - starts))).tolist()
-        rows, values = self._buffer("rows", at[-1], np.int32), self._buffer("values", at[-1], DTYPE)
-        band = np.arange(pbands.shape[1], dtype=np.int32) * _ROW_BAND
+        kind = np.int32 if len(self) <= np.iinfo(np.int32).max else np.intp      # half the bytes while rows fit
+        rows, values = self._buffer("rows", at[-1], kind), self._buffer("values", at[-1], DTYPE)
+        band = np.arange(pbands.shape[1], dtype=kind) * _ROW_BAND
         for i, (c, s, e) in enumerate(zip(cols.tolist(), starts.tolist(), ends.tolist())):
             a, b = at[i], at[i + 1]
             _read_run(pdata, s, e, values[a:b])
@@ -407,7 +408,7 @@ class _Postings:
         if not self.at[-1]:
             return out
         where = np.empty((len(self.cols), len(rows)), dtype=np.int64)
-        keys = rows.astype(np.int32)
+        keys = rows.astype(self.rows.dtype)
         for i in range(len(self.cols)):
             a, b = self.at[i], self.at[i + 1]
             where[i] = np.searchsorted(self.rows[a:b], keys) + a
