@@ -76,6 +76,8 @@ class WalkGraph:
         self._rows: np.ndarray | None = None
         self._n_entities: int | None = None             # counted once: entity_row asks for it per name
         self._degrees: np.ndarray | None = None
+        self._floor: np.ndarray | None = None
+        self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's spreads (`_scratch`)
         self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._spread = 0                                # entries read by `spread` so far
@@ -184,16 +186,26 @@ class WalkGraph:
             self._degrees = np.diff(np.asarray(self.indptr))
         return self._degrees
 
+    def entry_floor(self) -> np.ndarray:
+        """Each vertex's entry count, at least 1, as float64 (a walk's spreading limit per vertex), made once."""
+        if self._floor is None:
+            self._floor = np.maximum(self.degrees(), 1).astype(np.float64)
+        return self._floor
+
     def weights(self, scale: Scale = None) -> np.ndarray:
         """Each entry's weight, with the kinds in `scale` multiplied by their factor."""
         factor = kind_factors(scale)
         return self.weight if factor is None else self.weight * factor[np.asarray(self.kind)]
 
     def _entries(self, scale: Scale) -> np.ndarray:
-        """Every entry's scaled weight and native neighbour side by side (16 bytes an entry, as the two arrays
-        apart took): a spread gathers both with one take, half the time of two."""
+        """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
+        entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows."""
         pairs = np.empty(len(self.weight), dtype=[("w", np.float64), ("c", np.intp)])
         pairs["w"] = self.weights(scale)
+        filled = np.flatnonzero(self.degrees() > 0)
+        if len(filled):
+            strength = np.add.reduceat(pairs["w"], np.asarray(self.indptr[filled]))
+            np.multiply(pairs["w"], np.repeat(_inverse(strength), self.degrees()[filled]), out=pairs["w"])
         pairs["c"] = self._cols32
         return pairs
 
@@ -202,31 +214,41 @@ class WalkGraph:
         over its edges in proportion to their weights (`scale` as in `weights`): the neighbour and the mass of
         every entry of those rows. Reads only those rows, so a local walk's cost follows where its mass is;
         a vertex without a usable edge (all weights 0) sends nothing. Once the spreads of this process have
-        read as many entries as the graph holds (a batch of walks), the scaled weights and native neighbours
-        are made whole, once, side by side (`_entries`): then an entry costs one gather where it cost three,
-        and a single query still reads only its rows."""
+        read a third of the entries the graph holds (a batch's second or third walk at 100,000 passages; a
+        single question's walk reads about a sixth), every entry's share of its row and its
+        native neighbour are made whole, once, side by side (`_entries`): then an entry costs one gather and
+        one product where it cost three gathers and a sum over its row, and a single query still reads only
+        its rows. Both ways compute the same shares, so a walk gives the same bits either way. Prepared, the
+        two arrays returned are views of scratch arrays (`_scratch`): valid until the next spread."""
         starts = np.asarray(self.indptr[vertices])
         lens = np.asarray(self.indptr[vertices + 1]) - starts
         ends = np.cumsum(lens)
         first = ends - lens
-        idx = _runs(starts, lens, first, int(ends[-1]) if len(ends) else 0)
+        total = int(ends[-1]) if len(ends) else 0
         key = ("weights", scale_key(scale))
-        self._spread += len(idx)
-        if key not in self.memo and self._spread > len(self.weight):
+        self._spread += total
+        if key not in self.memo and self._spread * 3 > len(self.weight):
             self.memo[key] = self._entries(scale)
-        if key in self.memo:                        # prepared: one gather of (weight, neighbour) pairs
-            pairs = np.take(self.memo[key], idx)
-            w, cols = pairs["w"], pairs["c"]
-        else:
-            w = np.asarray(self.weight[idx], dtype=np.float64)
-            factor = kind_factors(scale)
-            if factor is not None:
-                w *= factor[self.kind[idx]]
-            cols = self._cols32[idx]
-        strength = np.add.reduceat(w, first) if len(w) else np.zeros(len(vertices))
-        share = np.divide(amount, strength, out=np.zeros(len(vertices)), where=strength > 0)
-        w *= np.repeat(share, lens)                # w is this call's own copy: the product in place
-        return cols, w
+        if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
+            idx = _runs(starts, lens, first, total, self._scratch("idx", total, np.intp))
+            pairs = np.take(self.memo[key], idx, mode="clip", out=self._scratch("pairs", total, self.memo[key].dtype))
+            return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self._scratch("mass", total, np.float64))
+        idx = _runs(starts, lens, first, total)
+        w = np.asarray(self.weight[idx], dtype=np.float64)
+        factor = kind_factors(scale)
+        if factor is not None:
+            w *= factor[self.kind[idx]]
+        if len(w):
+            w *= np.repeat(_inverse(np.add.reduceat(w, first)), lens)    # each entry's share of its row
+        return self._cols32[idx], w * np.repeat(amount, lens)
+
+    def _scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        """The first `size` items of a scratch array kept across spreads: a batch's walk gathers megabytes a
+        round, and fresh arrays of that size cost their page faults every round (a fifth of the spread)."""
+        buf = self._buffers.get(name)
+        if buf is None or len(buf) < size:
+            buf = self._buffers[name] = np.empty(max(size, 1 << 16), dtype=dtype)
+        return buf[:size]
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:
         """One step of the walk over every entry for edge weights `scale`d as in `weights`: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over
@@ -260,11 +282,21 @@ class WalkGraph:
         return step
 
 
-def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int) -> np.ndarray:
+def _inverse(strength: np.ndarray) -> np.ndarray:
+    """1 / each row's summed weights, 0 for a row whose weights sum to 0 (it sends nothing): an entry's share
+    of its row is its weight times this, the same product whether a batch prepared it or a spread made it."""
+    return np.divide(1.0, strength, out=np.zeros(len(strength)), where=strength > 0)
+
+
+def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
+          out: np.ndarray | None = None) -> np.ndarray:
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
-    the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question)."""
-    idx = np.ones(total, dtype=np.intp)
+    the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
+    `out`: an intp array of `total` items to write them into."""
+    idx = np.ones(total, dtype=np.intp) if out is None else out
+    if out is not None:
+        idx.fill(1)
     if total:
         live = lens > 0
         s, at = starts[live], first[live]

@@ -374,6 +374,49 @@ def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
     assert np.allclose(rows.posting_scores(q), scan, atol=1e-6)
 
 
+def test_a_pruned_posting_search_gives_every_row_scored_bit_for_bit() -> None:
+    """`posting_top` sums only the postings it needs, yet returns the rows and float32 scores that scoring
+    every row gives (`posting_scores` then `top_order`), to the last bit: near-duplicate and identical rows
+    (ties to the lower row), rows past the first band, k from 1 to 40, negative weights; a query that no row
+    matches (every score 0: no bound prunes) scores every row."""
+    from hrag_cli.vectors import build_postings
+
+    rng = np.random.default_rng(8)
+    dim, n = 120, 66_000
+    base = np.zeros((60, dim), np.float32)
+    for i in range(60):
+        cols = rng.choice(dim - 5, size=int(rng.integers(8, 30)), replace=False)
+        base[i, cols] = rng.standard_normal(len(cols)) * rng.gamma(0.5, size=len(cols))
+    m = base[rng.integers(0, 60, n)].copy()
+    noise = rng.random((n, dim)) < 0.01
+    noise[:, dim - 5:] = False                            # columns no row holds
+    m[noise] += 0.3 * rng.standard_normal(int(noise.sum())).astype(np.float32)
+    m[n - 500:] = m[n - 1000:n - 500]                     # identical rows: ties
+    m[:50] = 0                                            # rows with no values
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    rows = sparse_rows(m / np.where(norms > 0, norms, 1))
+    rows.postings = build_postings(rows)
+    spied = {"full": 0}
+    full_top = rows._full_top
+
+    def counted(q, k):
+        spied["full"] += 1
+        return full_top(q, k)
+
+    rows._full_top = counted
+    queries = [base[i] + 0.05 * rng.standard_normal(dim).astype(np.float32) * (base[i] != 0) for i in range(12)]
+    queries += [m[n - 700], -base[3], np.abs(rng.standard_normal(dim)).astype(np.float32)]
+    queries += [np.where(np.arange(dim) >= dim - 5, 1.0, 0.0).astype(np.float32)]   # every score 0
+    for i, q in enumerate(queries):
+        q = (q / np.linalg.norm(q)).astype(np.float32)
+        every = rows.posting_scores(q[None, :])[0]
+        for k in (1, 5, 40):
+            got, sims = rows.posting_top(q, k)
+            want = top_order(every, k)
+            assert got.tolist() == want.tolist() and sims.tobytes() == every[want].tobytes(), (i, k)
+    assert spied["full"] == 3                             # only the query no row matches scored every row
+
+
 def test_top_order_is_the_stable_descending_sort_cut() -> None:
     """The m best, ties to the lower index, as np.argsort(-x, kind="stable")[:m], over ties, zeros and sizes
     where the block-maximum floor is used and where it is not."""

@@ -77,19 +77,13 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
     if total <= 0:
         raise ValueError("reset vector is all zeros")
     degree = graph.degrees()
-    cap = eps * total
     entries = len(graph.weight)
     residual = reset.copy()
     kept = np.zeros(n)
-    limit: np.ndarray | None = None
-    touched = np.flatnonzero(residual)          # only these can be over their limit (ascending); None: any
+    limit = (eps * total) * graph.entry_floor()         # a vertex's residual is spread once over this
+    touched = np.flatnonzero(residual > limit)         # the next round's vertices (ascending); None: test all
     for _ in range(max_rounds):
-        if touched is None:
-            if limit is None:
-                limit = cap * np.maximum(degree, 1)
-            active = np.flatnonzero(residual > limit)
-        else:
-            active = touched[residual[touched] > cap * np.maximum(degree[touched], 1)]
+        active = np.flatnonzero(residual > limit) if touched is None else touched
         if not len(active):
             break
         if int(degree[active].sum()) * SWEEP_COST > entries:
@@ -107,8 +101,8 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         # the next round's vertices are among those that just received mass: when those are few, only they
         # are tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex
         if len(targets) * SPARSE_ROUND < n:
-            touched = np.sort(targets)
-            touched = touched[np.concatenate(([True], touched[1:] != touched[:-1]))] if len(touched) else touched
+            over = targets[residual[targets] > limit[targets]]
+            touched = np.unique(over)               # ascending, as a scan finds them
         else:
             touched = None
     kept += (1.0 - damping) * residual
