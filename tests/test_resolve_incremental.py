@@ -1,6 +1,6 @@
 """Resolve after new documents merges only their records into the saved state (resolve_state.py) and patches
-the record files (resolve_patch.py): the graph files must equal a fresh build's byte for byte, whatever
-happened in between (additions, an edit, a deletion, a damaged or missing state)."""
+the record files (resolve_patch.py): the graph files must equal a fresh build's byte for byte (a record file's
+logical lines: its base with its patch applied), whatever happened in between (additions, an edit, a deletion, a damaged or missing state)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hrag_cli.project import Project
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
-COMPARED = ("entities_path", "relations_path", "facts_path", "merges_path", "graph_path")
+RECORDS = ("entities_path", "relations_path", "facts_path")
+COMPARED = (*RECORDS, "merges_path", "graph_path")
 
 
 def _index(docs: Path, project: Path, *extra: str) -> str:
@@ -31,8 +32,10 @@ def _index(docs: Path, project: Path, *extra: str) -> str:
 
 
 def _files(project: Path) -> dict[str, bytes]:
+    """The graph files' bytes; a record file's are its logical lines (base + patch, as a reader sees them)."""
     p = Project(project)
-    return {name: getattr(p, name).read_bytes() for name in COMPARED}
+    return {name: b"".join(store.line_blocks(getattr(p, name))) if name in RECORDS else getattr(p, name).read_bytes()
+            for name in COMPARED}
 
 
 def _same_as_fresh(docs: Path, project: Path, tmp_path: Path, *extra: str) -> None:
