@@ -81,9 +81,10 @@ class _Section:
             line = None if new or (i not in self.checked and not wants_line(key)) else self.old_line(i)
             self.made.append(store.dumps(remake(key, line, not new)) + b"\n")
 
-    def write(self, compress: bool) -> None:
+    def write(self, compress: bool, base_id: str) -> None:
         """The old patch and the lines made, as the file's new patch; the file written whole when that patch
-        passes FOLD_SHARE of the base; nothing when no line was made."""
+        passes FOLD_SHARE of the base; nothing when no line was made. `base_id` names the base's content for a
+        first patch on it."""
         if not self.made:
             return
         was = self.old.patch
@@ -108,9 +109,9 @@ class _Section:
         order = np.argsort(rows, kind="stable")
         lines = [lines[k] for k in order.tolist()]
         if was is not None:
-            mark = (was.base_lines, was.base_size, was.base_tail, was.base_crc)
+            mark = (was.base_lines, was.base_size, was.base_tail, was.base_id)
         else:
-            mark = (len(self.old), *store.base_mark(self.path), store.file_crc(self.path))
+            mark = (len(self.old), *store.base_mark(self.path), base_id)
         patch = store.Patch(rows[order], base[order], lines, *mark)
         try:
             patch.check()
@@ -218,9 +219,15 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     relations.remake(remake_relation, lambda pair: False)
     fact_section = _Section(project.facts_path, keys["facts"], changed_facts(), t.new_facts)
     fact_section.remake(remake_fact, lambda fkey: False)
-    entities.write(compress=True)
-    relations.write(compress=True)
-    fact_section.write(compress=False)
+    # a base without a patch is as the last resolve left it, and that run's output digest hashed it whole: it
+    # names the base's content (no base is read again to name it)
+    before = project.stage("resolve")
+    base_id = before.output_digest if before else ""
+    if not base_id:
+        raise OutOfStep("have no resolve output digest to name their bases by")
+    entities.write(True, base_id)
+    relations.write(True, base_id)
+    fact_section.write(False, base_id)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
 
 

@@ -467,8 +467,9 @@ def _line_index(fh: BinaryIO) -> tuple[Any, Any] | None:
 # Every reader here (JsonlLines, read_jsonl, iter_lines, line_blocks) presents the logical file.
 # Patch layout: magic, a JSON header line (padded to 8 bytes), int64 arrays rows[n] (logical row of each patch
 # line, ascending), base[n] (the base row it replaces, -1: inserted), starts[n+1] (line offsets in the data),
-# then the n lines. The header names its base (size and CRC-32 of its last 4 KiB, checked on open; the CRC-32
-# of the whole base, taken when the first patch on it was made, for resolve's output digest).
+# then the n lines. The header names its base: size and CRC-32 of its last 4 KiB, checked on open, and an id
+# that changes with the base's content (given by the writer: resolve's output digest of the run that left the
+# base without a patch), which resolve's output digest takes instead of reading the base.
 _PATCH_MAGIC = b"hrag-patch-v1\n"
 _TAIL = 4096
 
@@ -490,20 +491,11 @@ def base_mark(path: Path) -> tuple[int, int]:
         return size, zlib.crc32(fh.read())
 
 
-def file_crc(path: Path) -> int:
-    """CRC-32 of a whole file (2.4 GB/s here)."""
-    crc, buf = 0, bytearray(1 << 20)
-    with open(path, "rb") as fh:
-        while n := fh.readinto(buf):
-            crc = zlib.crc32(memoryview(buf)[:n], crc)
-    return crc
-
-
 class Patch:
     """A record file's patch, loaded (it is small: the fold keeps it under a share of the base)."""
 
     def __init__(self, rows: Any, base: Any, lines: list[bytes] | None, base_lines: int, base_size: int,
-                 base_tail: int, base_crc: int, data: bytes = b"", starts: Any = None) -> None:
+                 base_tail: int, base_id: str, data: bytes = b"", starts: Any = None) -> None:
         import numpy as np
 
         self.rows = np.asarray(rows, dtype=np.int64)
@@ -512,7 +504,7 @@ class Patch:
             data = b"".join(lines)
             starts = np.concatenate([np.zeros(1, np.int64), np.cumsum([len(x) for x in lines], dtype=np.int64)])
         self.data, self.starts = data, np.asarray(starts, dtype=np.int64)
-        self.base_lines, self.base_size, self.base_tail, self.base_crc = base_lines, base_size, base_tail, base_crc
+        self.base_lines, self.base_size, self.base_tail, self.base_id = base_lines, base_size, base_tail, base_id
         inserted = self.base < 0
         self.ins_before = np.concatenate([np.zeros(1, np.int64), np.cumsum(inserted, dtype=np.int64)])
         self.lines = base_lines + int(self.ins_before[-1])      # of the logical file
@@ -543,7 +535,7 @@ class Patch:
 
     def to_bytes(self) -> bytes:
         head = dumps({"n": len(self.rows), "base_lines": self.base_lines, "base_size": self.base_size,
-                      "base_tail": self.base_tail, "base_crc": self.base_crc})
+                      "base_tail": self.base_tail, "base_id": self.base_id})
         pad = -(len(_PATCH_MAGIC) + len(head) + 1) % 8
         return b"".join([_PATCH_MAGIC, head, b" " * pad, b"\n", self.rows.astype("<i8").tobytes(),
                          self.base.astype("<i8").tobytes(), self.starts.astype("<i8").tobytes(), self.data])
@@ -572,7 +564,7 @@ def read_patch(path: Path) -> Patch | None:
         n = int(head["n"])
         arrays = np.frombuffer(raw, dtype="<i8", count=3 * n + 1, offset=end).astype(np.int64)
         patch = Patch(arrays[:n], arrays[n:2 * n], None, int(head["base_lines"]), int(head["base_size"]),
-                      int(head["base_tail"]), int(head["base_crc"]), raw[end + 8 * (3 * n + 1):], arrays[2 * n:])
+                      int(head["base_tail"]), str(head["base_id"]), raw[end + 8 * (3 * n + 1):], arrays[2 * n:])
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         raise PatchError(f"{patch_path(path)} is damaged") from None
     try:
