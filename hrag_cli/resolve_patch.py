@@ -64,7 +64,9 @@ class _Section:
         self.new = np.fromiter((k in new for k in changed), dtype=bool, count=len(changed))
         # in the old file: an old key's row; a new key's, the old rows before it
         self.old_rows = self.rows - (np.cumsum(self.new) - self.new)
-        old = np.flatnonzero(~self.new)
+        # a few replaced lines read back: where that is cheap (a compressed base reads one member; a plain one
+        # would find every line start first, so only its line count is checked)
+        old = np.flatnonzero(~self.new) if self.old.compressed else []
         self.checked = set(old[np.linspace(0, len(old) - 1, _CHECKS).astype(int)].tolist()) if len(old) else set()
         self.made: list[bytes] = []
 

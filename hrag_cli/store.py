@@ -692,9 +692,21 @@ class JsonlLines:
             return self.patch.lines
         return self._base_len()
 
+    @property
+    def compressed(self) -> bool:
+        """Whether a line is read by decompressing one member (a compressed file with its line index)."""
+        return self._members is not None
+
     def _base_len(self) -> int:
         if self._members is not None:
             return int(self._members[1][-1])
+        if self._starts is None and self._data is None:
+            # a plain file's lines counted without the index of their starts (bytes.count: a tenth of the CPU;
+            # a caller that wants the count alone, such as resolve's patch, never pays for the index)
+            fd, size, n = self._fh.fileno(), os.fstat(self._fh.fileno()).st_size, 0    # type: ignore[union-attr]
+            for s in range(0, size, 1 << 24):
+                n += os.pread(fd, min(1 << 24, size - s), s).count(b"\n")
+            return n
         return len(self._index()) - 1
 
     def _member(self, m: int) -> tuple[bytes, list[int]] | None:
