@@ -4,7 +4,7 @@ Copies WORK/docs and WORK/project (so the run can be repeated on the same starti
 passages the way scale.py does, then runs `hrag index` with --stop-after chunk, extract, resolve and finally in
 full, each as its own measured process: the per-stage CPU of an incremental run, which one `hrag index` does
 not show. With --fresh, also builds the same documents from scratch and compares the graph files byte for
-byte after resolve (entities, relations, facts, merges, graph.pkl).
+byte after resolve (entities, relations, facts: their logical lines, base with patch; merges, graph.pkl).
 
     nice -n 10 .venv/bin/python bench/scale.py --passages 10000 --work /tmp/s10k --queries 5
     nice -n 10 .venv/bin/python bench/incremental.py --work /tmp/s10k [--fresh]
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale import load_real, run, write_corpus  # noqa: E402
 
-COMPARED = ("entities.jsonl", "relations.jsonl", "facts.jsonl", "merges.jsonl", "graph.pkl")
+RECORDS = ("entities.jsonl", "relations.jsonl", "facts.jsonl")
+COMPARED = (*RECORDS, "merges.jsonl", "graph.pkl")
 
 
 def passages_in(docs: Path) -> int:
@@ -31,8 +32,13 @@ def passages_in(docs: Path) -> int:
 
 
 def graph_files(project: Path) -> dict[str, bytes]:
+    """The graph files' bytes; a record file's are its logical lines (its base with its patch applied, which
+    is what a fresh build writes, decompressed)."""
+    from hrag_cli import store
+
     graph = (project / "current").resolve() / "graph" if (project / "current").exists() else project / "graph"
-    return {name: (graph / name).read_bytes() for name in COMPARED if (graph / name).exists()}
+    return {name: b"".join(store.line_blocks(graph / name)) if name in RECORDS else (graph / name).read_bytes()
+            for name in COMPARED if (graph / name).exists()}
 
 
 def main() -> None:

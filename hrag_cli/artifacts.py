@@ -20,7 +20,8 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "chunk": ("docs.jsonl", "chunks.jsonl", "files.json"),
     "extract": (),
     "prune": (),        # counts only (prune.py): nothing on disk to damage
-    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/merges.jsonl",
+    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/entities.patch",
+                "graph/relations.patch", "graph/facts.patch", "graph/merges.jsonl",
                 "graph/graph.pkl", "graph/walk.npz", "graph/resolve_state.bin",
                 "graph/resolve_delta.json", "graph/changed_ids.json"),
     "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "graph/chunk_prior.npz", "vectors"),

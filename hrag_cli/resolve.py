@@ -93,6 +93,9 @@ class Touched:
     new_relations: set[tuple[str, str]]
     new_facts: set[tuple[str, str, str]]
     mentions: list[tuple[str, str, int]]     # the new chunks' mentions, in chunk_id order (for the graph)
+    # saved entities touched: (name, type) of their record before the merge, so the patch needs not read it
+    # (one a replayed delta touched first is not here: its old line is read)
+    was: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -157,6 +160,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     ident, phrase, entity_id, insert_source = _ident, _phrase, m.keys.entity_id, _insert_source
     ent_saved, rel_saved, fact_saved = _EntityAcc.saved, _RelationAcc.saved, _FactAcc.saved
     dropped = loops = n_records = 0
+    was: dict[str, tuple[str, str]] = {}   # saved entities touched: their (name, type) before this merge
 
     for rec in records:
         if keys is None and needs_plan(rec):
@@ -175,6 +179,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
             elif acc.__class__ is tuple:    # a saved key, touched for the first time (resolve_records.live)
+                was[eid] = (_top(acc[1]), _vote_type(acc[2]))
                 acc = ents[eid] = ent_saved(acc)
             acc.names[sf] = acc.names.get(sf, 0) + 1
             src = acc.sources
@@ -283,7 +288,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
         new_ents, new_facts = (set(itertools.islice(reversed(d), len(d) - n))   # dicts keep insertion order
                                for d, n in ((ents, sizes[0]), (facts, sizes[1])))
         m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts,
-                            mentions)
+                            mentions, was)
     return m
 
 
@@ -473,6 +478,18 @@ def _file_digest(h: "hashlib._Hash", path) -> None:
             h.update(block)
 
 
+def _record_digest(h: "hashlib._Hash", path) -> None:
+    """A record file's part of resolve's output digest: its bytes, or, when it has a patch, the patch's bytes
+    alone (the patch holds every line its base does not, and names its base by the CRC-32 of the whole base),
+    so a +1 % hashes megabytes, not the ~1 GB of bases."""
+    patch = store.patch_path(path)
+    if patch.exists():
+        h.update(b"patched:")
+        _file_digest(h, patch)
+    else:
+        _file_digest(h, path)
+
+
 def write_outputs(project: Project, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
@@ -572,7 +589,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
-        _file_digest(h, path)
+        _record_digest(h, path)
     # the graph also holds documents and chunks, which can change without any record changing (a rename): the
     # chunk stage's digest says when they did
     chunk_stage = project.stage("chunk")

@@ -1,20 +1,22 @@
-"""After new records were merged into resolve's saved state: the record files rewritten in one streaming pass
-each, making records again only for the keys the merge touched and copying every other line as it was.
+"""After new records were merged into resolve's saved state: the record files patched, making records again
+only for the keys the merge touched.
 
 entities.jsonl, relations.jsonl and facts.jsonl are sorted by key (entity id, entity pair, fact key), and the
-saved state holds every key, so a key's line in the old file is its place among the sorted keys less the keys
-the merge created before it: the changed lines are found by bisection and the lines between them copied as
-byte runs, with no Python per unchanged key. A fact names its subject and object, so a fact whose entity
-changed its display name is made again too. The graph gets the entities and relations made again (the rest
-are as the graph on disk has them). The result is the file a full resolve would write; a file with fewer or
-more lines than the state has keys, or a replaced line whose key is not the one expected, raises OutOfStep,
-and resolve merges from scratch instead.
+saved state holds every key, so a changed key's row in the new file is its place among the sorted keys, and
+its row in the old one that less the keys the merge created before it. The lines made again go into each
+file's patch (store.Patch: the base stays as it is, hard-linked from the last generation), merged with the
+patch it had; a patch past FOLD_SHARE of its base's lines is folded into a new base instead (the file written
+whole). A fact names its subject and object, so a fact whose entity changed its display name is made again
+too. The graph gets the entities and relations made again (the rest are as the graph on disk has them). The
+logical file is the one a full resolve would write; a file with more or fewer lines than the state has keys,
+a patch that does not fit its base, or a checked line whose key is not the one expected raises OutOfStep, and
+resolve merges from scratch instead.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,90 +29,105 @@ from .resolve_records import (UNKNOWN, _aliases, _EntityAcc, _FactAcc, _Relation
                               fact_record, live, relation_id, relation_record, relation_type)
 from .summaries import Summarizer
 
+# a patch holding more lines than this share of its base's is folded into a new base (the whole file written,
+# as a full resolve does). 0.15: at 100k a +1 % adds ~2 % of the entity lines (the most of the three files) to
+# the patch, so the ~10 s rewrite of the three files comes every ~7 runs (~1.4 s a run amortised), and a
+# patch stays under 15 % of a base's lines (plain lines: ~110 MB at most beside the 0.7 GB of bases at 100k)
+FOLD_SHARE = 0.15
+_CHECKS = 3             # replaced lines per file read back and checked to hold the key expected
+
 
 class OutOfStep(Exception):
     """An output file does not match the saved state."""
 
 
-_RUN = 4096     # untouched lines copied as one block at most (a few MiB: memory stays flat whatever the file)
+class _Section:
+    """One record file being patched: its changed keys in key order, where they go, and the lines made."""
 
+    def __init__(self, path: Path, order: list, changed: list, new: set) -> None:
+        self.path, self.keys = path, changed
+        try:
+            self.old = store.JsonlLines(path)
+        except FileNotFoundError:
+            raise OutOfStep("is missing") from None
+        except store.PatchError as exc:
+            raise OutOfStep(str(exc)) from None
+        if len(self.old) != len(order) - len(new):
+            raise OutOfStep(f"has {len(self.old)} lines for {len(order) - len(new)} keys")
+        rows, lo = [], 0
+        for key in changed:
+            lo = bisect.bisect_left(order, key, lo)
+            if lo == len(order) or order[lo] != key:
+                raise OutOfStep(f"changed key {key!r} is not among the state's keys")
+            rows.append(lo)
+        self.rows = np.array(rows, dtype=np.int64)                      # in the new file
+        self.new = np.fromiter((k in new for k in changed), dtype=bool, count=len(changed))
+        # in the old file: an old key's row; a new key's, the old rows before it
+        self.old_rows = self.rows - (np.cumsum(self.new) - self.new)
+        # a few replaced lines read back: where that is cheap (a compressed base reads one member; a plain one
+        # would find every line start first, so only its line count is checked)
+        old = np.flatnonzero(~self.new) if self.old.compressed else []
+        self.checked = set(old[np.linspace(0, len(old) - 1, _CHECKS).astype(int)].tolist()) if len(old) else set()
+        self.made: list[bytes] = []
 
-class _OldLines:
-    """An old record file's lines, walked in step with the state's keys: a run of lines whose keys the merge did
-    not touch is taken as one byte block (its newlines found with numpy), so no per-line Python runs for them."""
+    def old_line(self, i: int) -> bytes:
+        line = self.old.raw(int(self.old_rows[i]))
+        if line is None:
+            raise OutOfStep("has a damaged line")
+        return line
 
-    def __init__(self, path: Path) -> None:
-        self._blocks = store.line_blocks(path)
-        self._data = b""
-        self._starts = np.zeros(1, dtype=np.int64)   # line starts in _data, and its end
-        self._at = 0                                 # the next line, as an index into _starts
+    def remake(self, remake: Callable[[Any, bytes | None, bool], Any], wants_line: Callable[[Any], bool]) -> None:
+        """The line of every changed key, made by `remake(key, old line or None, existed)`; an old line is read
+        where `wants_line(key)` or the key is one of the few checked."""
+        for i, (key, new) in enumerate(zip(self.keys, self.new.tolist())):
+            line = None if new or (i not in self.checked and not wants_line(key)) else self.old_line(i)
+            self.made.append(store.dumps(remake(key, line, not new)) + b"\n")
 
-    def _fill(self) -> bool:
-        """False when no line is left."""
-        while self._at >= len(self._starts) - 1:
-            data = next(self._blocks, None)
-            if data is None:
-                return False
-            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
-            self._data, self._starts, self._at = data, np.concatenate([np.zeros(1, np.int64), ends]), 0
-        return True
-
-    def take(self, n: int) -> bytes:
-        """The next `n` lines as they are, newlines included."""
-        parts = []
-        while n:
-            if not self._fill():
-                raise OutOfStep("ends early")
-            k = min(n, len(self._starts) - 1 - self._at)
-            parts.append(self._data[self._starts[self._at]:self._starts[self._at + k]])
-            self._at += k
-            n -= k
-        return b"".join(parts)
-
-    def copied(self, n: int) -> orjson.Fragment:
-        """The next `n` lines, for write_jsonl (which ends each item with the newline cut off here)."""
-        return orjson.Fragment(self.take(n)[:-1])
-
-    def done(self) -> bool:
-        return not self._fill()
-
-
-def _patched(path: Path, keys: list, changed: Callable[[], list], new: set,
-             remake: Callable[[Any, bytes | None], Any]) -> Iterator[Any]:
-    """The items of the patched file in key order: `remake(key, old line or None)` for each of `changed()`
-    (sorted; called when the first item is wanted, so it may depend on what an earlier file's patch found; None:
-    a key the merge created), the old lines as they were, in runs, for the rest. A changed key's line is found
-    by its place among the sorted `keys` (every key, `new` among them), less the new keys before it: no Python
-    runs per unchanged key."""
-    old = _OldLines(path)
-    at = n_new = lo = 0         # old lines passed, new keys passed, where the last key was found in `keys`
-    for key in changed():
-        lo = bisect.bisect_left(keys, key, lo)
-        line = lo - n_new
-        yield from _copies(old, line - at)
-        if key in new:
-            n_new += 1
-            yield remake(key, None)
-            at = line
+    def write(self, compress: bool, base_id: str) -> None:
+        """The old patch and the lines made, as the file's new patch; the file written whole when that patch
+        passes FOLD_SHARE of the base; nothing when no line was made. `base_id` names the base's content for a
+        first patch on it."""
+        if not self.made:
+            return
+        was = self.old.patch
+        exists = ~self.new
+        at = self.old_rows[exists]
+        base = np.full(len(self.rows), -1, dtype=np.int64)
+        if was is not None and len(was):
+            j = np.searchsorted(was.rows, at)
+            jc = np.minimum(j, len(was.rows) - 1)
+            hit = (j < len(was.rows)) & (was.rows[jc] == at)
+            base[exists] = np.where(hit, was.base[jc], at - was.ins_before[j])
+            kept = np.ones(len(was.rows), dtype=bool)
+            kept[j[hit]] = False
+            kept = np.flatnonzero(kept)
+            moved = was.rows[kept] + np.searchsorted(self.old_rows[self.new], was.rows[kept], side="right")
+            rows = np.concatenate([moved, self.rows])
+            base = np.concatenate([was.base[kept], base])
+            lines = [was.line(k) for k in kept.tolist()] + self.made
         else:
-            yield remake(key, old.take(1))
-            at = line + 1
-    yield from _copies(old, len(keys) - len(new) - at)
-    if not old.done():
-        raise OutOfStep("has lines past the last key")
-
-
-def _copies(old: _OldLines, n: int) -> Iterator[orjson.Fragment]:
-    """The next `n` old lines as they are, in runs of at most _RUN lines."""
-    while n > 0:
-        k = min(n, _RUN)
-        yield old.copied(k)
-        n -= k
+            base[exists] = at
+            rows, lines = self.rows, self.made
+        order = np.argsort(rows, kind="stable")
+        lines = [lines[k] for k in order.tolist()]
+        if was is not None:
+            mark = (was.base_lines, was.base_size, was.base_tail, was.base_id)
+        else:
+            mark = (len(self.old), *store.base_mark(self.path), base_id)
+        patch = store.Patch(rows[order], base[order], lines, *mark)
+        try:
+            patch.check()
+        except store.PatchError as exc:
+            raise OutOfStep(str(exc)) from None
+        if len(patch) <= FOLD_SHARE * patch.base_lines:
+            store.write_patch(self.path, patch)
+        else:
+            store.write_jsonl(self.path, (orjson.Fragment(b[:-1]) for b in store.patched_blocks(self.path, patch)),
+                              compress=compress)
 
 
 def _parse(line: bytes, field: str, key: str) -> dict:
-    """An old line about to be replaced, checked to be about `key` (the lines copied as they are are not
-    parsed: parsing every one cost more than the rest of the pass)."""
+    """An old line about to be replaced, checked to be about `key`."""
     try:
         rec = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -122,7 +139,7 @@ def _parse(line: bytes, field: str, key: str) -> dict:
 
 def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[str, list]
                   ) -> tuple[list[GraphEntity], list[GraphRelation], int, dict[str, list[str]]]:
-    """Rewrite the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
+    """Patch the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
     graph's entities and relations that were made again (the rest are as the graph on disk has them), how many
     entities changed between UNKNOWN and a real type (+1 became UNKNOWN), and the ids of the records made again
     (added or changed), per file, sorted."""
@@ -134,15 +151,21 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     unknown = 0
     changed: dict[str, list[str]] = {"entities": [], "relations": [], "facts": []}
 
-    def remake_entity(eid: str, line: bytes | None) -> Any:
+    def remake_entity(eid: str, line: bytes | None, existed: bool) -> Any:
         nonlocal unknown
         acc = live(ents, eid, _EntityAcc)
-        rec = None if line is None else _parse(line, "id", eid)
         name = names[eid] = _top(acc.names)
         e = entity_record(eid, acc, name, summarizer.describe("entity", name, acc.descs) if acc.descs else "")
-        if rec is not None and rec["name"] != name:
-            renamed.add(eid)
-        unknown += (e.type == UNKNOWN) - (rec is not None and rec["type"] == UNKNOWN)
+        if existed:
+            if line is not None:
+                rec = _parse(line, "id", eid)
+                old = rec["name"], rec["type"]
+            else:
+                old = t.was[eid]
+            if old[0] != name:
+                renamed.add(eid)
+            unknown -= old[1] == UNKNOWN
+        unknown += e.type == UNKNOWN
         graph_ents.append(GraphEntity(eid, e.name, e.type, e.aliases))
         changed["entities"].append(eid)
         return e
@@ -156,20 +179,20 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
             got = names[eid] = _top(live(ents, eid, _EntityAcc).names)
         return got
 
-    def remake_relation(pair: tuple[str, str], line: bytes | None) -> Any:
+    def remake_relation(pair: tuple[str, str], line: bytes | None, existed: bool) -> Any:
         racc = live(rels, pair, _RelationAcc)
-        if line is not None:
-            _parse(line, "id", relation_id(pair))
         desc = (summarizer.describe("relation", f"{name_of(pair[0])} and {name_of(pair[1])}", racc.descs)
                 if racc.descs else "")
         r = relation_record(pair, racc, desc)
+        if line is not None:
+            _parse(line, "id", r.id)
         rel_ids[pair] = r.id
         graph_rels.append(GraphRelation(r.id, r.src, r.tgt, r.weight, r.rel_type))
         changed["relations"].append(r.id)
         return r.to_json()
 
     def changed_facts() -> list[tuple[str, str, str]]:
-        """The facts merged into, and those naming a renamed entity (known once the entities are written)."""
+        """The facts merged into, and those naming a renamed entity (known once the entities are made)."""
         out = set(t.facts)
         if renamed:
             order = keys["facts"]
@@ -181,7 +204,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
             out.update(fkey for fkey in order if fkey[2] in renamed)
         return sorted(out)
 
-    def remake_fact(fkey: tuple[str, str, str], line: bytes | None) -> Any:
+    def remake_fact(fkey: tuple[str, str, str], line: bytes | None, existed: bool) -> Any:
         s, _, o = fkey
         pair = (s, o) if s < o else (o, s)
         f = fact_record(fkey, live(facts, fkey, _FactAcc), name_of(s), name_of(o),
@@ -191,14 +214,22 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         changed["facts"].append(f.id)
         return f
 
-    entity_lines = _patched(project.entities_path, keys["entities"], lambda: sorted(t.entities), t.new_entities,
-                            remake_entity)
-    relation_lines = _patched(project.relations_path, keys["relations"], lambda: sorted(t.relations),
-                              t.new_relations, remake_relation)
-    fact_lines = _patched(project.facts_path, keys["facts"], changed_facts, t.new_facts, remake_fact)
-    store.write_jsonl(project.entities_path, entity_lines, compress=True)
-    store.write_jsonl(project.relations_path, relation_lines, compress=True)
-    store.write_jsonl(project.facts_path, fact_lines)
+    # every section is made and checked before any file is written: an OutOfStep leaves the files as they were
+    entities = _Section(project.entities_path, keys["entities"], sorted(t.entities), t.new_entities)
+    entities.remake(remake_entity, lambda eid: eid not in t.was)
+    relations = _Section(project.relations_path, keys["relations"], sorted(t.relations), t.new_relations)
+    relations.remake(remake_relation, lambda pair: False)
+    fact_section = _Section(project.facts_path, keys["facts"], changed_facts(), t.new_facts)
+    fact_section.remake(remake_fact, lambda fkey: False)
+    # a base without a patch is as the last resolve left it, and that run's output digest hashed it whole: it
+    # names the base's content (no base is read again to name it)
+    before = project.stage("resolve")
+    base_id = before.output_digest if before else ""
+    if not base_id:
+        raise OutOfStep("have no resolve output digest to name their bases by")
+    entities.write(True, base_id)
+    relations.write(True, base_id)
+    fact_section.write(False, base_id)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
 
 

@@ -145,7 +145,9 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> i
     number: `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query
     wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms."""
     with atomic_writer(path) as fh:
-        return _write_lines(fh, records, compress)
+        n = _write_lines(fh, records, compress)
+    patch_path(path).unlink(missing_ok=True)     # a file written whole is a base with no patch
+    return n
 
 
 def _write_lines(fh: BinaryIO, records: Iterable[Any], compress: bool, at: int = 0, n: int = 0,
@@ -199,8 +201,10 @@ def extend_jsonl(path: Path, records: Iterable[Any]) -> int | None:
     """Atomically replace `path` with its own lines followed by `records`, without reading what it holds: the
     bytes are copied by the kernel, except a compressed file's last member, which is decompressed and written
     again with the new lines, so the file comes out byte for byte as write_jsonl writes all its lines at once.
-    Returns how many records were added; None when the file is missing, ends in a torn line, or is a compressed
-    file without a sound line index: the caller writes it whole instead."""
+    Returns how many records were added; None when the file is missing, ends in a torn line, is a compressed
+    file without a sound line index, or has a patch: the caller writes it whole instead."""
+    if patch_path(path).exists():
+        return None
     try:
         src = open(path, "rb")
     except FileNotFoundError:
@@ -267,7 +271,9 @@ def _copy_bytes(src: BinaryIO, dst: BinaryIO, count: int) -> None:
 def last_lines(path: Path, count: int) -> list[bytes] | None:
     """The last `count` whole lines of a plain or compressed JSONL file, reading only its end (a compressed
     file: the members holding them, found through its line index); None when it is missing, has fewer lines,
-    ends torn, or is compressed without a sound line index."""
+    ends torn, is compressed without a sound line index, or has a patch."""
+    if patch_path(path).exists():
+        return None
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -322,6 +328,13 @@ def read_jsonl(path: Path) -> Iterator[Any]:
 def iter_lines(path: Path) -> Iterator[bytes]:
     """The whole lines of a plain or compressed JSONL file as bytes, unparsed (for a caller that copies most
     of them as they are); nothing when the file is missing."""
+    patch = read_patch(path)
+    if patch is not None:
+        for block in patched_blocks(path, patch):
+            lines = block.split(b"\n")
+            lines.pop()
+            yield from lines
+        return
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -378,7 +391,17 @@ def _whole_lines(fh: BinaryIO) -> Iterator[bytes]:
 def line_blocks(path: Path) -> Iterator[bytes]:
     """The whole lines of a plain or compressed JSONL file in blocks of about a MiB, each ending with a newline
     (a torn last line, or whatever follows the break in a damaged compressed file, left out): for a caller that
-    copies long runs of lines as they are and must not pay Python's per-line cost. Nothing when missing."""
+    copies long runs of lines as they are and must not pay Python's per-line cost. Nothing when missing. A
+    file with a patch: the blocks of its logical lines (some shorter: a patch line is a block of its own)."""
+    patch = read_patch(path)
+    if patch is not None:
+        yield from patched_blocks(path, patch)
+        return
+    yield from _base_blocks(path)
+
+
+def _base_blocks(path: Path) -> Iterator[bytes]:
+    """line_blocks of the file itself, a patch beside it ignored."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -436,6 +459,190 @@ def _line_index(fh: BinaryIO) -> tuple[Any, Any] | None:
     return offsets, firsts
 
 
+# ------------------------------------------------------------------------------------------ base + patch
+# A record file (graph/entities.jsonl, relations.jsonl, facts.jsonl) is a BASE, written whole by write_jsonl,
+# plus an optional PATCH beside it (graph/entities.patch): the lines an addition replaced (by base row) and
+# inserted (by logical row), so a +1 % writes a few MB beside an untouched, hard-linked base of hundreds. The
+# LOGICAL file is the base with the patch applied: exactly the lines a fresh build writes, in the same order.
+# Every reader here (JsonlLines, read_jsonl, iter_lines, line_blocks) presents the logical file.
+# Patch layout: magic, a JSON header line (padded to 8 bytes), int64 arrays rows[n] (logical row of each patch
+# line, ascending), base[n] (the base row it replaces, -1: inserted), starts[n+1] (line offsets in the data),
+# then the n lines. The header names its base: size and CRC-32 of its last 4 KiB, checked on open, and an id
+# that changes with the base's content (given by the writer: resolve's output digest of the run that left the
+# base without a patch), which resolve's output digest takes instead of reading the base.
+_PATCH_MAGIC = b"hrag-patch-v1\n"
+_TAIL = 4096
+
+
+class PatchError(ValueError):
+    """A patch that does not fit its base or is damaged: the logical file cannot be read."""
+
+
+def patch_path(path: Path) -> Path:
+    """The patch segment beside record file `path` (graph/entities.jsonl -> graph/entities.patch)."""
+    return Path(path).with_suffix(".patch")
+
+
+def base_mark(path: Path) -> tuple[int, int]:
+    """(size, CRC-32 of the last 4 KiB) of a base file: what a patch checks it is applied to."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fh.seek(max(0, size - _TAIL))
+        return size, zlib.crc32(fh.read())
+
+
+class Patch:
+    """A record file's patch, loaded (it is small: the fold keeps it under a share of the base)."""
+
+    def __init__(self, rows: Any, base: Any, lines: list[bytes] | None, base_lines: int, base_size: int,
+                 base_tail: int, base_id: str, data: bytes = b"", starts: Any = None) -> None:
+        import numpy as np
+
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.base = np.asarray(base, dtype=np.int64)
+        if lines is not None:
+            data = b"".join(lines)
+            starts = np.concatenate([np.zeros(1, np.int64), np.cumsum([len(x) for x in lines], dtype=np.int64)])
+        self.data, self.starts = data, np.asarray(starts, dtype=np.int64)
+        self.base_lines, self.base_size, self.base_tail, self.base_id = base_lines, base_size, base_tail, base_id
+        inserted = self.base < 0
+        self.ins_before = np.concatenate([np.zeros(1, np.int64), np.cumsum(inserted, dtype=np.int64)])
+        self.lines = base_lines + int(self.ins_before[-1])      # of the logical file
+        self.at = self.rows - self.ins_before[:-1]              # base lines before each patch line
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def line(self, j: int) -> bytes:
+        return self.data[int(self.starts[j]):int(self.starts[j + 1])]
+
+    def check(self) -> None:
+        """Raise PatchError unless the arrays describe a patch of a base of `base_lines` lines."""
+        import numpy as np
+
+        n, rows, at, replaced = len(self.rows), self.rows, self.at, self.base >= 0
+        ok = (len(self.base) == n and len(self.starts) == n + 1 and (n == 0 or (
+            rows[0] >= 0 and rows[-1] < self.lines and bool(np.all(np.diff(rows) > 0))
+            and bool(np.all(self.base[replaced] == at[replaced])) and bool(np.all(at[replaced] < self.base_lines))
+            and bool(np.all(np.diff(at) >= replaced[:-1]))))
+            and int(self.starts[0]) == 0 and int(self.starts[-1]) == len(self.data)
+            and bool(np.all(np.diff(self.starts) > 0)))
+        if ok and n:
+            ends = np.frombuffer(self.data, dtype=np.uint8)[self.starts[1:] - 1]
+            ok = bool(np.all(ends == 10))
+        if not ok:
+            raise PatchError("its rows or lines do not fit together")
+
+    def to_bytes(self) -> bytes:
+        head = dumps({"n": len(self.rows), "base_lines": self.base_lines, "base_size": self.base_size,
+                      "base_tail": self.base_tail, "base_id": self.base_id})
+        pad = -(len(_PATCH_MAGIC) + len(head) + 1) % 8
+        return b"".join([_PATCH_MAGIC, head, b" " * pad, b"\n", self.rows.astype("<i8").tobytes(),
+                         self.base.astype("<i8").tobytes(), self.starts.astype("<i8").tobytes(), self.data])
+
+
+def write_patch(path: Path, patch: Patch) -> None:
+    """Atomically write the patch of record file `path` (checked first: a wrong patch is never written)."""
+    patch.check()
+    atomic_write_bytes(patch_path(path), patch.to_bytes())
+
+
+def read_patch(path: Path) -> Patch | None:
+    """The patch of record file `path`, None when it has none; PatchError when it is damaged or belongs to
+    another base (the file cannot be read as it stands)."""
+    import numpy as np
+
+    try:
+        raw = patch_path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        if not raw.startswith(_PATCH_MAGIC):
+            raise ValueError
+        end = raw.index(b"\n", len(_PATCH_MAGIC)) + 1
+        head = orjson.loads(raw[len(_PATCH_MAGIC):end])
+        n = int(head["n"])
+        arrays = np.frombuffer(raw, dtype="<i8", count=3 * n + 1, offset=end).astype(np.int64)
+        patch = Patch(arrays[:n], arrays[n:2 * n], None, int(head["base_lines"]), int(head["base_size"]),
+                      int(head["base_tail"]), str(head["base_id"]), raw[end + 8 * (3 * n + 1):], arrays[2 * n:])
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        raise PatchError(f"{patch_path(path)} is damaged") from None
+    try:
+        mark = base_mark(path)
+    except FileNotFoundError:
+        raise PatchError(f"{patch_path(path)} has no base {Path(path).name}") from None
+    if mark != (patch.base_size, patch.base_tail):
+        raise PatchError(f"{patch_path(path)} belongs to another {Path(path).name}")
+    try:
+        patch.check()
+    except PatchError:
+        raise PatchError(f"{patch_path(path)} is damaged") from None
+    return patch
+
+
+class LineWalker:
+    """A file's lines walked in order as byte runs (their newlines found with numpy a block at a time), so
+    copying long runs of lines costs no Python per line."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        import numpy as np
+
+        self._np = np
+        self._blocks = blocks
+        self._data = b""
+        self._starts = np.zeros(1, dtype=np.int64)   # line starts in _data, and its end
+        self._at = 0                                 # the next line, as an index into _starts
+
+    def _fill(self) -> bool:
+        """False when no line is left."""
+        np = self._np
+        while self._at >= len(self._starts) - 1:
+            data = next(self._blocks, None)
+            if data is None:
+                return False
+            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+            self._data, self._starts, self._at = data, np.concatenate([np.zeros(1, np.int64), ends]), 0
+        return True
+
+    def runs(self, n: int) -> Iterator[bytes]:
+        """The next `n` lines as they are (newlines included), in runs of whole lines of at most a block;
+        EOFError when fewer are left."""
+        while n:
+            if not self._fill():
+                raise EOFError("the file ends early")
+            k = min(n, len(self._starts) - 1 - self._at)
+            yield self._data[self._starts[self._at]:self._starts[self._at + k]]
+            self._at += k
+            n -= k
+
+    def take(self, n: int) -> bytes:
+        return b"".join(self.runs(n))
+
+    def done(self) -> bool:
+        return not self._fill()
+
+
+def patched_blocks(path: Path, patch: Patch) -> Iterator[bytes]:
+    """The logical file's lines in runs: base runs between the patch lines, each patch line in its place."""
+    yield from _patched_blocks_of(LineWalker(_base_blocks(path)), patch, Path(path).name)
+
+
+def _patched_blocks_of(base: LineWalker, patch: Patch, name: str) -> Iterator[bytes]:
+    done = 0            # base lines passed
+    try:
+        for j, at in enumerate(patch.at.tolist()):
+            yield from base.runs(at - done)
+            yield patch.line(j)
+            done = at + (int(patch.base[j]) >= 0)
+            if done > at:
+                base.take(1)
+        yield from base.runs(patch.base_lines - done)
+        if not base.done():
+            raise EOFError
+    except EOFError:
+        raise PatchError(f"{name} has not the lines its patch says") from None
+
+
 class JsonlLines:
     """Random access to the whole lines of a plain or compressed JSONL file, for a reader that wants a few
     records of a large file by line number (a query: the facts its search found, the entities it seeds) and
@@ -443,11 +650,13 @@ class JsonlLines:
     (its pages stay in the page cache, not in this process: 377 MB of facts at 100,000 passages), and a line
     is read at its offset; a compressed one with a line index (`write_jsonl`) decompresses only the members
     holding the lines asked for (a few recent ones are kept), one without an index is decompressed whole. A
-    torn last line is not a line."""
+    torn last line is not a line. A file with a patch reads as its logical file: line i is a patch line (one
+    searchsorted in the patch's rows) or a base line; PatchError when the patch does not fit."""
 
     _KEEP = 64                  # decompressed members kept
 
     def __init__(self, path: Path) -> None:
+        self.patch = read_patch(path)
         self._members: tuple[Any, Any] | None = None
         self._cache: dict[int, tuple[bytes, list[int]]] = {}
         self._data: Any = None
@@ -479,8 +688,25 @@ class JsonlLines:
         return self._starts
 
     def __len__(self) -> int:
+        if self.patch is not None:
+            return self.patch.lines
+        return self._base_len()
+
+    @property
+    def compressed(self) -> bool:
+        """Whether a line is read by decompressing one member (a compressed file with its line index)."""
+        return self._members is not None
+
+    def _base_len(self) -> int:
         if self._members is not None:
             return int(self._members[1][-1])
+        if self._starts is None and self._data is None:
+            # a plain file's lines counted without the index of their starts (bytes.count: a tenth of the CPU;
+            # a caller that wants the count alone, such as resolve's patch, never pays for the index)
+            fd, size, n = self._fh.fileno(), os.fstat(self._fh.fileno()).st_size, 0    # type: ignore[union-attr]
+            for s in range(0, size, 1 << 24):
+                n += os.pread(fd, min(1 << 24, size - s), s).count(b"\n")
+            return n
         return len(self._index()) - 1
 
     def _member(self, m: int) -> tuple[bytes, list[int]] | None:
@@ -514,15 +740,30 @@ class JsonlLines:
             self._data = _whole_lines_buffer(self._fh)              # the file this index is of, not a newer one
             self._members, self._starts = None, None
         end = int(self._index()[-1])
-        return [orjson.loads(line) if line.strip() else None
-                for line in bytes(self._data[:end]).split(b"\n")[:-1]] if end else []
+        data = bytes(self._data[:end])
+        if self.patch is not None:
+            data = b"".join(_patched_blocks_of(LineWalker(iter([data])), self.patch, "the file"))
+        return [orjson.loads(line) if line.strip() else None for line in data.split(b"\n")[:-1]] if data else []
 
     def raw(self, i: int) -> bytes | None:
         """Line i as bytes, or None past the end (or in a damaged member)."""
+        patch = self.patch
+        if patch is not None:
+            import numpy as np
+
+            if not 0 <= i < patch.lines:
+                return None
+            j = int(np.searchsorted(patch.rows, i))
+            if j < len(patch.rows) and int(patch.rows[j]) == i:
+                return patch.line(j)
+            i -= int(patch.ins_before[j])
+        return self._base_raw(i)
+
+    def _base_raw(self, i: int) -> bytes | None:
         if self._members is not None:
             import numpy as np
 
-            if not 0 <= i < len(self):
+            if not 0 <= i < self._base_len():
                 return None
             m = int(np.searchsorted(self._members[1], i, side="right")) - 1
             got = self._member(m)

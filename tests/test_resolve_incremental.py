@@ -1,6 +1,6 @@
 """Resolve after new documents merges only their records into the saved state (resolve_state.py) and patches
-the record files (resolve_patch.py): the graph files must equal a fresh build's byte for byte, whatever
-happened in between (additions, an edit, a deletion, a damaged or missing state)."""
+the record files (resolve_patch.py): the graph files must equal a fresh build's byte for byte (a record file's
+logical lines: its base with its patch applied), whatever happened in between (additions, an edit, a deletion, a damaged or missing state)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hrag_cli.project import Project
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
-COMPARED = ("entities_path", "relations_path", "facts_path", "merges_path", "graph_path")
+RECORDS = ("entities_path", "relations_path", "facts_path")
+COMPARED = (*RECORDS, "merges_path", "graph_path")
 
 
 def _index(docs: Path, project: Path, *extra: str) -> str:
@@ -31,8 +32,10 @@ def _index(docs: Path, project: Path, *extra: str) -> str:
 
 
 def _files(project: Path) -> dict[str, bytes]:
+    """The graph files' bytes; a record file's are its logical lines (base + patch, as a reader sees them)."""
     p = Project(project)
-    return {name: getattr(p, name).read_bytes() for name in COMPARED}
+    return {name: b"".join(store.line_blocks(getattr(p, name))) if name in RECORDS else getattr(p, name).read_bytes()
+            for name in COMPARED}
 
 
 def _same_as_fresh(docs: Path, project: Path, tmp_path: Path, *extra: str) -> None:
@@ -248,3 +251,60 @@ def test_a_loaded_state_keeps_untouched_keys_as_saved_tuples_and_saves_them_back
     first, _ = resolve_state.load(path, Merged)
     for name in ("entities", "relations", "facts", "mentions", "records", "inexact"):
         assert getattr(back, name) == getattr(first, name), name
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_additions_patch_the_record_files_and_a_patch_past_its_share_folds_into_a_new_base(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: bool) -> None:
+    """Two additions in a row: the bases stay as the full build wrote them and each file's patch holds every
+    line they no longer have (the second patch carries the first one's lines on); past FOLD_SHARE the file is
+    written whole, with no patch. Either way the logical files equal a fresh build's."""
+    from hrag_cli import resolve_patch
+
+    monkeypatch.setattr(resolve_patch, "FOLD_SHARE", 0.0 if fold else 1.0)
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    p = Project(inc)
+    bases = {name: getattr(p, name).read_bytes() for name in RECORDS}
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. Quillon Vesk founded Miravel.\n")
+    _index(docs, inc)
+    p = Project(inc)
+    for name in RECORDS:
+        path = getattr(p, name)
+        assert store.patch_path(path).exists() is not fold, name
+        assert (path.read_bytes() == bases[name]) is not fold, name
+    assert p.check() == []
+    _same_as_fresh(docs, inc, tmp_path)
+
+
+def test_a_damaged_or_missing_patch_is_caught_and_the_next_index_restores_the_records(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    p = Project(inc)
+    patch = store.patch_path(p.entities_path)
+    want = list(store.read_jsonl(p.entities_path))
+    data = patch.read_bytes()
+    for damage in (data[:len(data) // 2], b"", None):
+        if damage is None:
+            patch.unlink()
+        else:
+            patch.write_bytes(damage)
+        if damage is not None:
+            with pytest.raises(store.PatchError):
+                store.JsonlLines(p.entities_path)
+        assert [x.path for x in Project(inc).check()] == ["graph/entities.patch"]
+        _index(docs, inc)
+        assert list(store.read_jsonl(Project(inc).entities_path)) == want
+        assert Project(inc).check() == []
+        patch = store.patch_path(Project(inc).entities_path)
+        if not patch.exists():
+            break
+        data = patch.read_bytes()

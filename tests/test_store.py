@@ -198,3 +198,45 @@ def test_extending_a_file_gives_the_bytes_of_writing_it_whole(tmp_path: Path, co
     torn = tmp_path / "torn.jsonl"
     torn.write_bytes(whole.read_bytes()[:-10])
     assert store.extend_jsonl(torn, recs) is None and store.last_lines(torn, 1) is None   # never built on a torn file
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, compress: bool) -> None:
+    """A base plus a patch (lines replaced by base row, lines inserted by logical row) reads as the file written
+    whole with those lines: random access, iteration, blocks, all. A patch of another base, or damaged, is a
+    PatchError; writing the file whole drops its patch; appending refuses a patched file."""
+    import random
+
+    path = tmp_path / "x.jsonl"
+    base = [{"id": f"k{i:05d}", "v": "x" * (i % 50)} for i in range(0, 6000, 2)]
+    store.write_jsonl(path, base, compress=compress)
+    rng = random.Random(3)
+    logical = {r["id"]: r for r in base}
+    replaced = {base[b]["id"] for b in rng.sample(range(len(base)), 90)}
+    inserted = {f"k{k:05d}" for k in rng.sample(range(1, 6000, 2), 60)} | {"k99999", "a"}
+    for k in replaced | inserted:
+        logical[k] = {"id": k, "v": "patched"}
+    keys = sorted(logical)
+    at = {r["id"]: i for i, r in enumerate(base)}
+    changed = [(row, k) for row, k in enumerate(keys) if k in replaced | inserted]
+    patch = store.Patch([row for row, _ in changed], [at.get(k, -1) for _, k in changed],
+                        [store.dumps(logical[k]) + b"\n" for _, k in changed], len(base), *store.base_mark(path), "b0")
+    store.write_patch(path, patch)
+    want = [logical[k] for k in keys]
+    lines = store.JsonlLines(path)
+    assert len(lines) == len(want) and [lines.record(i) for i in range(len(want))] == want
+    assert lines.raw(len(want)) is None and lines.all() == want
+    assert list(store.read_jsonl(path)) == want
+    assert b"".join(store.line_blocks(path)) == b"".join(store.dumps(r) + b"\n" for r in want)
+    assert store.last_lines(path, 1) is None and store.extend_jsonl(path, [{"id": "z"}]) is None
+    raw = store.patch_path(path).read_bytes()
+    for bad in (raw[:-3], raw[:40], raw.replace(b"patched", b"patchee", 1)[:-1] + b"x"):
+        store.patch_path(path).write_bytes(bad)
+        with pytest.raises(store.PatchError):
+            list(store.read_jsonl(path))
+    store.patch_path(path).write_bytes(raw)
+    store.write_jsonl(path, base[:-1], compress=compress)     # written whole: the old patch goes with it
+    assert not store.patch_path(path).exists() and list(store.read_jsonl(path)) == base[:-1]
+    store.patch_path(path).write_bytes(raw)                   # a patch of another base
+    with pytest.raises(store.PatchError):
+        store.JsonlLines(path)
