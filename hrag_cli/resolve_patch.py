@@ -201,21 +201,3 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     store.write_jsonl(project.facts_path, fact_lines)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
 
-
-def graph_items(merged: Any, keys: dict[str, list]) -> tuple[list[GraphEntity], list[GraphRelation]]:
-    """Every entity and relation as the graph needs them, in key order, from the accumulators (a saved tuple
-    is read as it is, not made an object): after a patch, the graph built from every item when the saved graph
-    cannot be updated with the items made again."""
-    ents, rels = merged.entities, merged.relations
-    graph_ents = []
-    for eid in keys["entities"]:
-        acc = ents[eid]
-        _, names, types, _, _, declared = acc if acc.__class__ is tuple else acc.item(eid)
-        name = _top(names)
-        graph_ents.append(GraphEntity(eid, name, _vote_type(types), _aliases(name, names, declared)))
-    graph_rels = []
-    for pair in keys["relations"]:
-        racc = rels[pair]
-        weight, types = (racc[1], racc[6]) if racc.__class__ is tuple else (racc.weight, racc.types)
-        graph_rels.append(GraphRelation(relation_id(pair), pair[0], pair[1], weight, relation_type(types)))
-    return graph_ents, graph_rels
