@@ -101,6 +101,8 @@ class Touched:
     new_relations: set[tuple[str, str]]
     new_facts: set[tuple[str, str, str]]
     mentions: list[tuple[str, str, int]]     # the new chunks' mentions, in chunk_id order (for the graph)
+    # entity id -> its (display name, type) before this merge, for each entity it touched that existed
+    old_entities: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -165,6 +167,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     ident, phrase, entity_id, insert_source = _ident, _phrase, m.keys.entity_id, _insert_source
     ent_saved, rel_saved, fact_saved = _EntityAcc.saved, _RelationAcc.saved, _FactAcc.saved
     dropped = loops = n_records = 0
+    track = into is not None
+    old: dict[str, tuple[str, str] | None] = {}     # (track) entities touched: their name and type before
 
     for rec in records:
         if keys is None and needs_plan(rec):
@@ -180,6 +184,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 continue
             eid = row_ids[key] = entity_id(key, e.type)     # a row's own name wins over another row's alias
             acc = ents.get(eid)
+            if track and eid not in old:
+                old[eid] = _name_type(acc)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
             elif acc.__class__ is tuple:    # a saved key, touched for the first time (resolve_records.live)
@@ -215,6 +221,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             ends = ((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))
             for eid, sf in ends:  # endpoints are mentions; a self-loop row names its entity once
                 acc = ents.get(eid)
+                if track and eid not in old:
+                    old[eid] = _name_type(acc)
                 if acc is None:
                     acc = ents[eid] = _EntityAcc()
                 elif acc.__class__ is tuple:
@@ -292,8 +300,16 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
         new_ents, new_facts = ({k for k in d.absent - before if dict.__contains__(d, k)}
                                for d, before in ((ents, absent_before[0]), (facts, absent_before[1])))
         m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts,
-                            mentions)
+                            mentions, {eid: nt for eid, nt in old.items() if nt is not None})
     return m
+
+
+def _name_type(acc: Any) -> tuple[str, str] | None:
+    """An entity accumulator's (display name, type) as its record has them; None for no accumulator."""
+    if acc is None:
+        return None
+    names, types = (acc[1], acc[2]) if acc.__class__ is tuple else (acc.names, acc.types)
+    return _top(names), _vote_type(types)
 
 
 def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:

@@ -41,7 +41,7 @@ import mmap
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -174,7 +174,7 @@ def sorted_keys(merged: Any) -> dict[str, list]:
     for s in SECTIONS:
         accs = getattr(merged, s)
         if isinstance(accs, Lazy):
-            keys = list(accs.reader.keys(s))
+            keys = accs.reader.keys(s)
             keys += [k for k in accs.absent if dict.__contains__(accs, k)]
             keys.sort()     # two sorted runs: merged in about linear time
         else:
@@ -327,7 +327,8 @@ class Reader:
             raise Damaged("its index has the wrong shape") from None
         if not ok:
             raise Damaged("its index and header counts differ")
-        self._blocks: dict[tuple[str, int], tuple[list, list]] = {}
+        self._keys: dict[tuple[str, int], list] = {}       # blocks' keys and fields, as they were decoded
+        self._fields: dict[tuple[str, int], list] = {}
 
     def _span(self, at: int) -> tuple[int, int]:
         if at + _LEN.size > len(self._map):
@@ -347,46 +348,65 @@ class Reader:
         _, end = self._span(mid)
         return self._map[at:end]
 
-    def block(self, s: str, b: int) -> tuple[list, list]:
-        """Block `b` of section `s`: its keys and their saved fields."""
-        got = self._blocks.get((s, b))
+    def block_keys(self, s: str, b: int) -> list:
+        """The keys of block `b` of section `s` (its fields frame is not read)."""
+        got = self._keys.get((s, b))
         if got is None:
-            at = self.index[s][1][b]
-            keys = self._frame(at)
-            fields = self._frame(self._span(at)[1])
-            width, n = WIDTH[s], self.index[s][2][b]
-            if (keys.__class__ is not list or fields.__class__ is not list or len(keys) != n or len(fields) != n
-                    or not n or keys[0] != self.index[s][0][b]
-                    or any(f.__class__ is not tuple or len(f) != width for f in fields)):
+            got = self._frame(self.index[s][1][b])
+            if got.__class__ is not list or len(got) != self.index[s][2][b] or not got \
+                    or got[0] != self.index[s][0][b]:
                 raise Damaged(f"a {s} block has the wrong shape")
-            got = self._blocks[(s, b)] = (keys, fields)
+            self._keys[(s, b)] = got
         return got
 
+    def block_fields(self, s: str, b: int) -> list:
+        """The saved fields of block `b`'s keys, in their order."""
+        got = self._fields.get((s, b))
+        if got is None:
+            got = self._frame(self._span(self.index[s][1][b])[1])
+            if got.__class__ is not list or len(got) != self.index[s][2][b]:
+                raise Damaged(f"a {s} block has the wrong shape")
+            self._fields[(s, b)] = got
+        return got
+
+    def block(self, s: str, b: int) -> tuple[list, list]:
+        """Block `b` of section `s`: its keys and their saved fields."""
+        return self.block_keys(s, b), self.block_fields(s, b)
+
     def find(self, s: str, key: Any) -> tuple | None:
-        """The saved tuple (key, *fields) of `key`, or None when the state has no such key."""
-        firsts = self.index[s][0]
-        b = bisect.bisect_right(firsts, key) - 1
+        """The saved tuple (key, *fields) of `key`, or None when the state has no such key (then only the
+        keys of the one block it would be in are read)."""
+        b = bisect.bisect_right(self.index[s][0], key) - 1
         if b < 0:
             return None
-        keys, fields = self.block(s, b)
+        keys = self.block_keys(s, b)
         i = bisect.bisect_left(keys, key)
-        return (key, *fields[i]) if i < len(keys) and keys[i] == key else None
+        if i == len(keys) or keys[i] != key:
+            return None
+        fields = self.block_fields(s, b)[i]
+        if fields.__class__ is not tuple or len(fields) != WIDTH[s]:
+            raise Damaged(f"a {s} item has the wrong shape")
+        return (key, *fields)
 
-    def keys(self, s: str) -> Iterator[Any]:
+    def keys(self, s: str) -> list:
         """Every key of section `s` in order, reading the key frames only."""
-        for at in self.index[s][1]:
-            yield from self._frame(at)
+        out: list = []
+        for b in range(len(self.index[s][1])):
+            out += self._keys.get((s, b)) or self._frame(self.index[s][1][b])
+        return out
 
     def items(self, s: str) -> Iterator[tuple]:
         """Every saved tuple of section `s` in key order (reads the whole section)."""
         for b in range(len(self.index[s][0])):
             keys, fields = self.block(s, b)
-            self._blocks.pop((s, b), None)
+            self._keys.pop((s, b), None)
+            self._fields.pop((s, b), None)
             for k, f in zip(keys, fields):
                 yield (k, *f)
 
     def close(self) -> None:
-        self._blocks.clear()
+        self._keys.clear()
+        self._fields.clear()
         self._map.close()
 
 
@@ -426,11 +446,12 @@ class Lazy(dict):
     """A section of a Merged over an open state: a key is read from the state the first time it is asked
     for (`get`, `[]`), as its saved tuple, so a merge into the state reads only the blocks of the keys its
     records name. `absent`: the keys asked for that the state does not have (a merge then creates them).
+    `may_have(key)` False answers absent without a read (a relation with an endpoint the state lacks).
     len() counts the keys read and created, not the section: `total()` is that."""
 
-    def __init__(self, reader: Reader, section: str) -> None:
+    def __init__(self, reader: Reader, section: str, may_have: Callable[[Any], bool] | None = None) -> None:
         super().__init__()
-        self.reader, self.section = reader, section
+        self.reader, self.section, self.may_have = reader, section, may_have
         self.absent: set = set()
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -438,7 +459,7 @@ class Lazy(dict):
         if got is _NONE:
             if key in self.absent:
                 return default
-            got = self.reader.find(self.section, key)
+            got = None if self.may_have and not self.may_have(key) else self.reader.find(self.section, key)
             if got is None:
                 self.absent.add(key)
                 return default
@@ -471,7 +492,11 @@ def load(path: Path, merged_cls: type) -> tuple[Any, int]:
     reader = Reader(path)
     h = reader._raw
     m = merged_cls()
-    m.entities, m.relations, m.facts = (Lazy(reader, s) for s in SECTIONS)
+    # a relation is saved only with both its entities, and a fact only with its relation: a key whose
+    # entities or relation the state lacks is new without a read (most keys of new documents are)
+    ents = m.entities = Lazy(reader, "entities")
+    rels = m.relations = Lazy(reader, "relations", lambda p: p[0] not in ents.absent and p[1] not in ents.absent)
+    m.facts = Lazy(reader, "facts", lambda f: ((f[0], f[2]) if f[0] < f[2] else (f[2], f[0])) not in rels.absent)
     try:
         m.records, m.dropped_rows, m.self_loops = int(h["records"]), int(h["dropped_rows"]), int(h["self_loops"])
         m.inexact = set(map(tuple, h["inexact"]))

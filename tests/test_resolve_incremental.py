@@ -182,7 +182,7 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
         broken.write_bytes(bad)
         with pytest.raises(resolve_state.Damaged):
             resolve_state.load(broken, Merged)
-    key = next(reader.keys("entities"))
+    key = reader.keys("entities")[0]
     at = reader.index["entities"][1][0] + 20        # a byte inside the first entity block
     flipped = tmp_path / "flipped.bin"
     flipped.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
@@ -260,12 +260,18 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     path = Project(tmp_path / "p").resolve_state_path
     merged, _ = resolve_state.load(path, Merged)
     reader = merged.entities.reader
-    assert len(reader.index["entities"][0]) > 10 and not reader._blocks
+    assert len(reader.index["entities"][0]) > 10 and not reader._keys and not reader._fields
     keys = list(reader.keys("entities"))
     saved = merged.entities.get(keys[5])
-    assert type(saved) is tuple and saved[0] == keys[5] and len(reader._blocks) == 1
+    assert type(saved) is tuple and saved[0] == keys[5] and len(reader._fields) == 1
     new_key = keys[0] + "\x00"      # sorts into the first block
     assert merged.entities.get("no such entity") is None and "no such entity" in merged.entities.absent
+    assert len(reader._fields) == 1     # an absent key reads its block's keys only
+    read = dict(reader._keys)           # a relation or fact of an entity the state lacks is not looked up
+    pair = min(k for k in reader.keys("relations") if k[0] == keys[5] or k[1] == keys[5])
+    gone = tuple(sorted((keys[5], "no such entity")))
+    assert merged.relations.get(gone) is None and merged.facts.get((gone[0], "knows", gone[1])) is None
+    assert reader._keys == read and merged.relations.get(pair)[0] == pair
     acc = live(merged.entities, keys[5], _EntityAcc)     # touched: its accumulator changes
     acc.names["Someone Else"] = 7
     merged.entities[new_key] = _EntityAcc()
