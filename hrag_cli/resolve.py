@@ -486,7 +486,7 @@ def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str,
         reporter.warn(f"{path} is damaged ({exc}); merging every record again")
         return None
     merged_before = {**header.offsets, **(delta.offsets if delta else {})}
-    if any(now.get(cid) != at for cid, at in merged_before.items()):
+    if not merged_before.items() <= now.items():     # (a set comparison, in C)
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
     return (header, set(delta.offsets) if delta else set(), now.keys() - merged_before.keys(),
             delta.unknown if delta else None)

@@ -51,7 +51,9 @@ from .project import fingerprint
 
 STATE_VERSION = 2
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
-BLOCK = 128                 # keys per block: a lookup decompresses one block (a few KiB)
+# keys per block: a lookup decompresses one block. A +1 % finds about 2 % of the entities (in nearly every
+# block of 128) and few relations or facts: small entity blocks (8 % more bytes) decode a seventh as much
+BLOCK = {"entities": 16, "relations": 128, "facts": 128}
 SECTIONS = ("entities", "relations", "facts")
 WIDTH = {"entities": 5, "relations": 6, "facts": 2}    # accumulator fields saved per key (resolve_records)
 _LEN = struct.Struct("<Q")
@@ -144,7 +146,7 @@ class _Writer:
         for key, f in items:
             keys.append(key)
             fields.append(f)
-            if len(keys) >= BLOCK:
+            if len(keys) >= BLOCK[section]:
                 self.block(section, keys, fields)
                 n += len(keys)
                 keys, fields = [], []
@@ -229,8 +231,8 @@ def _fold_section(w: _Writer, s: str, old: Reader, mine: dict) -> None:
 
 
 def _balanced(w: _Writer, s: str, items: list[tuple[Any, tuple]]) -> None:
-    """`items` as blocks of nearly equal size, none past BLOCK keys."""
-    parts = -(-len(items) // BLOCK)
+    """`items` as blocks of nearly equal size, none past BLOCK[s] keys."""
+    parts = -(-len(items) // BLOCK[s])
     for i in range(parts):
         chunk = items[len(items) * i // parts:len(items) * (i + 1) // parts]
         w.block(s, [k for k, _ in chunk], [f for _, f in chunk])

@@ -253,7 +253,7 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     from hrag_cli.resolve import Merged
     from hrag_cli.resolve_records import _EntityAcc, live
 
-    monkeypatch.setattr(resolve_state, "BLOCK", 4)     # many blocks from the sample corpus
+    monkeypatch.setattr(resolve_state, "BLOCK", dict.fromkeys(resolve_state.SECTIONS, 4))     # many blocks from the sample corpus
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
