@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import marshal
 import mmap
 import struct
@@ -331,6 +332,7 @@ class Reader:
             raise Damaged("its index and header counts differ")
         self._keys: dict[tuple[str, int], list] = {}       # blocks' keys and fields, as they were decoded
         self._fields: dict[tuple[str, int], list] = {}
+        self._cum: dict[str, list[int]] = {}      # per section: keys before each block
 
     def _span(self, at: int) -> tuple[int, int]:
         if at + _LEN.size > len(self._map):
@@ -389,6 +391,14 @@ class Reader:
         if fields.__class__ is not tuple or len(fields) != WIDTH[s]:
             raise Damaged(f"a {s} item has the wrong shape")
         return (key, *fields)
+
+    def rank(self, s: str, key: Any) -> int:
+        """How many keys of section `s` sort before `key` (one block's keys read)."""
+        cum = self._cum.get(s)
+        if cum is None:
+            cum = self._cum[s] = [0, *itertools.accumulate(self.index[s][2])]
+        b = bisect.bisect_right(self.index[s][0], key) - 1
+        return 0 if b < 0 else cum[b] + bisect.bisect_left(self.block_keys(s, b), key)
 
     def keys(self, s: str) -> list:
         """Every key of section `s` in order, reading the key frames only."""
@@ -455,6 +465,7 @@ class Lazy(dict):
         super().__init__()
         self.reader, self.section, self.may_have = reader, section, may_have
         self.absent: set = set()
+        self._created: list | None = None    # (rank) the created keys, sorted once the merge is done
 
     def get(self, key: Any, default: Any = None) -> Any:
         got = dict.get(self, key, _NONE)
@@ -483,6 +494,13 @@ class Lazy(dict):
 
     def total(self) -> int:
         return self.reader.header.counts[self.section] + self.created()
+
+    def rank(self, key: Any) -> int:
+        """The place of `key` among the section's keys after this run's merge (the state's and the created
+        ones, sorted): the line a record file sorted by key has it on, without reading every key."""
+        if self._created is None:
+            self._created = sorted(k for k in self.absent if dict.__contains__(self, k))
+        return self.reader.rank(self.section, key) + bisect.bisect_left(self._created, key)
 
 
 _NONE = object()

@@ -277,6 +277,8 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     merged.entities[new_key] = _EntityAcc()
     merged.entities.absent.add(new_key)
     assert merged.totals()["entities"] == len(keys) + 1
+    every = sorted([*keys, new_key])
+    assert [merged.entities.rank(k) for k in every] == list(range(len(every)))
     header = reader.header
     header.counts = merged.totals()
     folded = tmp_path / "folded.bin"
