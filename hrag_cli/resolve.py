@@ -78,6 +78,14 @@ class Merged:
     # of the sum, so a later merge cannot add to it and match a fresh build (resolve then merges from scratch)
     inexact: set[tuple[str, str]] = field(default_factory=set)
     touched: Touched | None = None     # set by a merge `into` saved state: what it changed
+    base_mentions: int = 0             # mentions a loaded state had (it keeps their count, not them)
+
+    def totals(self) -> dict[str, int]:
+        """Items per section and mentions: after a merge into a state (Lazy sections holding only the keys read
+        or created) from the state's counts, not len()."""
+        out = {s: (accs.total() if isinstance(accs, resolve_state.Lazy) else len(accs))
+               for s, accs in (("entities", self.entities), ("relations", self.relations), ("facts", self.facts))}
+        return {**out, "mentions": self.base_mentions + len(self.mentions)}
 
 
 @dataclass
@@ -93,9 +101,8 @@ class Touched:
     new_relations: set[tuple[str, str]]
     new_facts: set[tuple[str, str, str]]
     mentions: list[tuple[str, str, int]]     # the new chunks' mentions, in chunk_id order (for the graph)
-    # saved entities touched: (name, type) of their record before the merge, so the patch needs not read it
-    # (one a replayed delta touched first is not here: its old line is read)
-    was: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # entity id -> its (display name, type) before this merge, for each entity it touched that existed
+    old_entities: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=1_000_000)
@@ -156,11 +163,12 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     born: set[tuple[str, str]] = set()     # relations this `into` merge created: all their strengths are here
     t_rel: set[tuple[str, str]] = set()
     t_fact: set[tuple[str, str, str]] = set()
-    sizes = (len(ents), len(facts))
+    absent_before = (set(getattr(ents, "absent", ())), set(getattr(facts, "absent", ())))
     ident, phrase, entity_id, insert_source = _ident, _phrase, m.keys.entity_id, _insert_source
     ent_saved, rel_saved, fact_saved = _EntityAcc.saved, _RelationAcc.saved, _FactAcc.saved
     dropped = loops = n_records = 0
-    was: dict[str, tuple[str, str]] = {}   # saved entities touched: their (name, type) before this merge
+    track = into is not None
+    old: dict[str, tuple[str, str] | None] = {}     # (track) entities touched: their name and type before
 
     for rec in records:
         if keys is None and needs_plan(rec):
@@ -176,10 +184,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 continue
             eid = row_ids[key] = entity_id(key, e.type)     # a row's own name wins over another row's alias
             acc = ents.get(eid)
+            if track and eid not in old:
+                old[eid] = _name_type(acc)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
             elif acc.__class__ is tuple:    # a saved key, touched for the first time (resolve_records.live)
-                was[eid] = (_top(acc[1]), _vote_type(acc[2]))
                 acc = ents[eid] = ent_saved(acc)
             acc.names[sf] = acc.names.get(sf, 0) + 1
             src = acc.sources
@@ -212,6 +221,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
             ends = ((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))
             for eid, sf in ends:  # endpoints are mentions; a self-loop row names its entity once
                 acc = ents.get(eid)
+                if track and eid not in old:
+                    old[eid] = _name_type(acc)
                 if acc is None:
                     acc = ents[eid] = _EntityAcc()
                 elif acc.__class__ is tuple:
@@ -285,11 +296,20 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     m.self_loops += loops
     if into is not None:
         _insert_mentions(m.mentions, mentions)
-        new_ents, new_facts = (set(itertools.islice(reversed(d), len(d) - n))   # dicts keep insertion order
-                               for d, n in ((ents, sizes[0]), (facts, sizes[1])))
+        # a key the state did not have (resolve_state.Lazy.absent), first asked for by this merge, is created
+        new_ents, new_facts = ({k for k in d.absent - before if dict.__contains__(d, k)}
+                               for d, before in ((ents, absent_before[0]), (facts, absent_before[1])))
         m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts,
-                            mentions, was)
+                            mentions, {eid: nt for eid, nt in old.items() if nt is not None})
     return m
+
+
+def _name_type(acc: Any) -> tuple[str, str] | None:
+    """An entity accumulator's (display name, type) as its record has them; None for no accumulator."""
+    if acc is None:
+        return None
+    names, types = (acc[1], acc[2]) if acc.__class__ is tuple else (acc.names, acc.types)
+    return _top(names), _vote_type(types)
 
 
 def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:
@@ -427,12 +447,16 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
         state, replay, new, unknown = since
         merged: Merged | None = saved[0]
         header.unknown = saved[1] if unknown is None else unknown
-        if replay:      # the last runs' delta, already in the outputs: merged again, not "touched"
-            merged = _merge(iter_pruned(project, settings, current.only(replay)), None, merged)
+        try:
+            if replay:      # the last runs' delta, already in the outputs: merged again, not "touched"
+                merged = _merge(iter_pruned(project, settings, current.only(replay)), None, merged)
+                if merged is not None:
+                    merged.touched = None
             if merged is not None:
-                merged.touched = None
-        if merged is not None:
-            merged = _merge(iter_pruned(project, settings, current.only(new)), None, merged)
+                merged = _merge(iter_pruned(project, settings, current.only(new)), None, merged)
+        except resolve_state.Damaged as exc:    # a block read for a key the new records name
+            reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
+            merged = None
         if merged is not None:
             added = replay | new
             small = len(added) <= resolve_state.RESAVE_SHARE * len(state.offsets)
@@ -454,11 +478,15 @@ def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str,
                                                                                         header):
             return None
         delta = resolve_state.read_delta(path, header)
+    except resolve_state.OldFormat as exc:
+        reporter.info(f"resolve: {path.name} is of an earlier format ({exc}); merging every record once to save "
+                      "it in this one")
+        return None
     except resolve_state.Damaged as exc:
         reporter.warn(f"{path} is damaged ({exc}); merging every record again")
         return None
     merged_before = {**header.offsets, **(delta.offsets if delta else {})}
-    if any(now.get(cid) != at for cid, at in merged_before.items()):
+    if not merged_before.items() <= now.items():     # (a set comparison, in C)
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
     return (header, set(delta.offsets) if delta else set(), now.keys() - merged_before.keys(),
             delta.unknown if delta else None)
@@ -548,29 +576,34 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             keys = resolve_state.sorted_keys(merged)
             graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(project, merged, summarizer,
                                                                                    keys)
-        except resolve_patch.OutOfStep as exc:
+            del keys
+        except (resolve_patch.OutOfStep, resolve_state.Damaged) as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")
-            merged = full()
+            merged, changed = full(), None
         else:
             header.unknown += unknown
-            sizes = {"entities": len(merged.entities), "relations": len(merged.relations),
-                     "facts": len(merged.facts)}
-            stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
-            if delta is not None:   # the state file stays as it is (a hard link to the last generation's)
-                delta.unknown = header.unknown
-                resolve_state.save_delta(project.resolve_state_path, delta)
+            totals = merged.totals()
+            # the saved graph updated with the items made again and the new chunks' mentions; when it cannot be
+            # (missing, damaged, or not the graph these changes apply to: updated_graph warns), every record is
+            # merged again and the graph built from every item (the state keeps no mentions to build it from)
+            graph = updated_graph(project, docs, chunks, graph_ents, graph_rels, merged.touched.mentions,
+                                  (totals["entities"], totals["relations"], totals["mentions"]), reporter)
+            del graph_ents, graph_rels
+            if graph is None:
+                merged, changed = full(), None
             else:
-                resolve_state.save(project.resolve_state_path, header, merged, keys)
-                resolve_state.drop_delta(project.resolve_state_path)
-            # the saved graph updated with the items made again and the new chunks' mentions; every item only
-            # when it cannot be (missing, damaged, or not the graph these changes apply to)
-            totals = (len(merged.entities), len(merged.relations), len(merged.mentions))
-            graph = updated_graph(project, docs, chunks, graph_ents, graph_rels, merged.touched.mentions, totals,
-                                  reporter) \
-                or graph_columns(docs, chunks, *resolve_patch.graph_items(merged, keys), merged.mentions)
-            del graph_ents, graph_rels, keys, merged
-            save_graph(project, graph)
+                sizes = {k: totals[k] for k in ("entities", "relations", "facts")}
+                stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
+                if delta is not None:   # the state file stays as it is (a hard link to the last generation's)
+                    delta.unknown = header.unknown
+                    resolve_state.save_delta(project.resolve_state_path, delta)
+                else:
+                    header.counts = totals
+                    resolve_state.fold(project.resolve_state_path, header, merged)
+                    resolve_state.drop_delta(project.resolve_state_path)
+                del merged
+                save_graph(project, graph)
     if graph is None:
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
         keys = resolve_state.sorted_keys(merged)

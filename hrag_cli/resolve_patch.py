@@ -161,7 +161,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
                 rec = _parse(line, "id", eid)
                 old = rec["name"], rec["type"]
             else:
-                old = t.was[eid]
+                old = t.old_entities[eid]
             if old[0] != name:
                 renamed.add(eid)
             unknown -= old[1] == UNKNOWN
@@ -216,7 +216,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
 
     # every section is made and checked before any file is written: an OutOfStep leaves the files as they were
     entities = _Section(project.entities_path, keys["entities"], sorted(t.entities), t.new_entities)
-    entities.remake(remake_entity, lambda eid: eid not in t.was)
+    entities.remake(remake_entity, lambda eid: eid not in t.old_entities)
     relations = _Section(project.relations_path, keys["relations"], sorted(t.relations), t.new_relations)
     relations.remake(remake_relation, lambda pair: False)
     fact_section = _Section(project.facts_path, keys["facts"], changed_facts(), t.new_facts)
@@ -232,21 +232,3 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     fact_section.write(False, base_id)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
 
-
-def graph_items(merged: Any, keys: dict[str, list]) -> tuple[list[GraphEntity], list[GraphRelation]]:
-    """Every entity and relation as the graph needs them, in key order, from the accumulators (a saved tuple
-    is read as it is, not made an object): after a patch, the graph built from every item when the saved graph
-    cannot be updated with the items made again."""
-    ents, rels = merged.entities, merged.relations
-    graph_ents = []
-    for eid in keys["entities"]:
-        acc = ents[eid]
-        _, names, types, _, _, declared = acc if acc.__class__ is tuple else acc.item(eid)
-        name = _top(names)
-        graph_ents.append(GraphEntity(eid, name, _vote_type(types), _aliases(name, names, declared)))
-    graph_rels = []
-    for pair in keys["relations"]:
-        racc = rels[pair]
-        weight, types = (racc[1], racc[6]) if racc.__class__ is tuple else (racc.weight, racc.types)
-        graph_rels.append(GraphRelation(relation_id(pair), pair[0], pair[1], weight, relation_type(types)))
-    return graph_ents, graph_rels

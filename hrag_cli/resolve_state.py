@@ -1,45 +1,65 @@
 """Resolve's merge state on disk (graph/resolve_state.bin), so a run after new documents merges only their
-records into what the last run accumulated instead of re-reading every record.
+records into what the last run accumulated instead of re-reading every record, and reads only the saved
+accumulators those records touch.
 
-What is kept: every entity, relation and fact accumulator, the mentions, the counters, and which record each
-chunk's contribution came from (its byte offset in the append-only cache/extractions.jsonl, plus a sampled hash
-of the cache up to the size it had, so a cache that was deleted or rewritten is noticed). The state is only
-used when adding is all that happened: a chunk whose record changed or went away, a record that needs an alias
-plan, a strength that is not a multiple of 1/1024 added to a relation seen before, different settings or an LLM
-that may summarise make resolve merge from scratch. Either way the outputs equal a fresh build's, byte for byte.
+What is kept: every entity, relation and fact accumulator, the counters (items per section, mentions, UNKNOWN
+entities), and which record each chunk's contribution came from (its byte offset in the append-only
+cache/extractions.jsonl, plus a sampled hash of the cache up to the size it had, so a cache that was deleted or
+rewritten is noticed). The mentions themselves are not kept: a run after additions gives the graph only the new
+chunks' mentions. The state is only used when adding is all that happened: a chunk whose record changed or went
+away, a record that needs an alias plan, a strength that is not a multiple of 1/1024 added to a relation seen
+before, different settings or an LLM that may summarise make resolve merge from scratch. Either way the outputs
+equal a fresh build's, byte for byte.
 
-Saving the whole state costs about as much as loading it (at 100k passages a fifth of an incremental resolve),
-so a run that adds a few records does not re-save it: it writes graph/resolve_delta.json instead, the chunks
-(and their record offsets) merged since the state file was saved, tied to that file by its header's id. The
-next run loads the state, merges the delta's records again (one merge: the same result, since records merge
-in chunk_id order), then its own new ones. The state is saved whole again once the delta holds more than
-RESAVE_SHARE of the state's chunks, so the replay stays a small part of a run.
+Keyed: each section's keys are sorted and stored in blocks of BLOCK keys (one zlib frame of the keys, one of
+their accumulators), and an index at the end of the file holds each block's first key and place. A run after
+additions opens the file (header and index: a few milliseconds at 100k passages), and the merge looks each key
+its records name up in one block (resolve_state.Lazy), so the accumulators no new record touches are never
+read or decompressed; a key no block has is new.
 
-Format: frames of (8-byte length, zlib(marshal(batch))), the header first and an end frame last; marshal is
-fast for plain dicts, lists and tuples and its format belongs to the Python version, which the header records.
-A file that does not read back whole is damage: one warning, and a merge from scratch.
+A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the
+chunks (and their record offsets) merged since the state file was saved, tied to that file by its header's
+id. The next run merges the delta's records again (one merge: the same result, since records merge in chunk_id
+order), then its own new ones. Once the delta holds more than RESAVE_SHARE of the state's chunks the state is
+written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
+written with the merged accumulators; so the replay stays a small part of a run.
+
+Format (version 2): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
+blocks (keys frame, accumulators frame), then the index frame, then a 16-byte trailer (the index's offset and a
+magic). marshal is fast for plain dicts, lists and tuples and its format belongs to the Python version, which
+the header's basis records. A frame that does not read back whole (zlib's checksum, marshal, the shapes) is
+damage: one warning, and a merge from scratch; a version 1 file (one stream of batches) is merged from scratch
+once, with an info line, and saved in this format.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import marshal
-import operator
+import mmap
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import store
 from .project import fingerprint
 
-STATE_VERSION = 1
-RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: save the state whole again
-_BATCH = 20_000
+STATE_VERSION = 2
+RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
+# keys per block: a lookup decompresses one block. A +1 % finds about 2 % of the entities (in nearly every
+# block of 128) and few relations or facts: small entity blocks (8 % more bytes) decode a seventh as much
+BLOCK = {"entities": 16, "relations": 128, "facts": 128}
+SECTIONS = ("entities", "relations", "facts")
+WIDTH = {"entities": 5, "relations": 6, "facts": 2}    # accumulator fields saved per key (resolve_records)
 _LEN = struct.Struct("<Q")
+_TRAILER = struct.Struct("<Q8s")
+_MAGIC = b"hragRS2\n"
 
 
 @dataclass
@@ -49,6 +69,7 @@ class StateHeader:
     cache_size: int             # cache/extractions.jsonl's size then, and its quick hash over that size
     cache_sum: str
     unknown: int = 0            # entities typed UNKNOWN (a count resolve reports, kept up to date)
+    counts: dict[str, int] = field(default_factory=dict)   # items per section and "mentions"
 
 
 def basis(*parts: Any) -> str:
@@ -81,56 +102,141 @@ def cache_grew_only(path: Path, header: StateHeader) -> bool:
 # -------------------------------------------------------------------------------------------- writing
 
 
-def _frame(fh: BinaryIO, value: Any) -> None:
-    blob = zlib.compress(marshal.dumps(value), 1)
-    fh.write(_LEN.pack(len(blob)))
-    fh.write(blob)
+def _saved_fields(acc: Any) -> tuple:
+    """An accumulator's fields as saved: a tuple kept from a load is (key, *fields); an object has its slots."""
+    return acc[1:] if acc.__class__ is tuple else tuple(getattr(acc, n) for n in acc.__slots__)
 
 
-def _batches(items: Iterable[Any]) -> Iterator[list]:
-    batch: list = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+class _Writer:
+    """Frames to a file handle, and the index of the blocks written."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.at = fh, 0
+        self.index: dict[str, tuple[list, list, list]] = {s: ([], [], []) for s in SECTIONS}  # first keys, places, sizes
+
+    def frame(self, value: Any) -> None:
+        self.raw(zlib.compress(marshal.dumps(value), 1))
+
+    def raw(self, blob: bytes) -> None:
+        self.fh.write(_LEN.pack(len(blob)))
+        self.fh.write(blob)
+        self.at += _LEN.size + len(blob)
+
+    def block(self, section: str, keys: list, fields: list) -> None:
+        firsts, places, sizes = self.index[section]
+        firsts.append(keys[0])
+        places.append(self.at)
+        sizes.append(len(keys))
+        self.frame(keys)
+        self.frame(fields)
+
+    def copied(self, section: str, first: Any, n: int, frames: bytes) -> None:
+        """A block read from an earlier file, its two frames as they were."""
+        firsts, places, sizes = self.index[section]
+        firsts.append(first)
+        places.append(self.at)
+        sizes.append(n)
+        self.fh.write(frames)
+        self.at += len(frames)
+
+    def section(self, section: str, items: Iterable[tuple[Any, tuple]]) -> int:
+        """(key, fields) in key order, as blocks; returns how many."""
+        keys: list = []
+        fields: list = []
+        n = 0
+        for key, f in items:
+            keys.append(key)
+            fields.append(f)
+            if len(keys) >= BLOCK[section]:
+                self.block(section, keys, fields)
+                n += len(keys)
+                keys, fields = [], []
+        if keys:
+            self.block(section, keys, fields)
+            n += len(keys)
+        return n
+
+    def finish(self) -> None:
+        where = self.at
+        self.frame({s: self.index[s] for s in SECTIONS})
+        self.fh.write(_TRAILER.pack(where, _MAGIC))
+
+
+def _header_frame(header: StateHeader, merged: Any) -> dict:
+    return {"version": STATE_VERSION, "basis": header.basis, "offsets": header.offsets,
+            "cache_size": header.cache_size, "cache_sum": header.cache_sum, "unknown": header.unknown,
+            "counts": header.counts, "records": merged.records, "dropped_rows": merged.dropped_rows,
+            "self_loops": merged.self_loops, "inexact": list(merged.inexact)}
 
 
 def sorted_keys(merged: Any) -> dict[str, list]:
-    """Each section's keys in order. A loaded state is in key order with the new keys after it, which
-    Python's sort merges in about linear time."""
-    return {"entities": sorted(merged.entities), "relations": sorted(merged.relations), "facts": sorted(merged.facts)}
+    """Each section's keys in order. For a Merged over a state (Lazy sections) the state's key frames are read
+    (no accumulator) and the keys this run created put among them: what resolve_patch.patch_outputs needs to
+    place lines until the record files are keyed themselves."""
+    out = {}
+    for s in SECTIONS:
+        accs = getattr(merged, s)
+        if isinstance(accs, Lazy):
+            keys = accs.reader.keys(s)
+            keys += [k for k in accs.absent if dict.__contains__(accs, k)]
+            keys.sort()     # two sorted runs: merged in about linear time
+        else:
+            keys = sorted(accs)
+        out[s] = keys
+    return out
 
 
 def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) -> None:
-    """Atomically write `merged` (resolve.Merged, before finalize empties it) in key order (`keys`:
-    sorted_keys), in batches of plain tuples, so the file never needs a second copy of the state in memory."""
-    ents, rels, facts = merged.entities, merged.relations, merged.facts
-    sections = {   # an accumulator a load kept as its saved tuple is written as it is
-        "entities": (a if a.__class__ is tuple else (k, a.names, a.types, a.descs, a.sources, a.aliases)
-                     for k in keys["entities"] for a in (ents[k],)),
-        "relations": (a if a.__class__ is tuple else (k, a.weight, a.predicates, a.keywords, a.descs, a.sources,
-                                                      a.types)
-                      for k in keys["relations"] for a in (rels[k],)),
-        "facts": (a if a.__class__ is tuple else (k, a.predicates, a.sources)
-                  for k in keys["facts"] for a in (facts[k],)),
-        "mentions": iter(merged.mentions),
-    }
+    """Atomically write `merged` (resolve.Merged from a merge over every record, before finalize empties it)
+    in key order (`keys`: each section's keys sorted), block by block, so the file never needs a second copy
+    of the state in memory."""
+    header.counts = {**{s: len(keys[s]) for s in SECTIONS}, "mentions": len(merged.mentions)}
     with store.atomic_writer(path) as fh:
-        _frame(fh, {"basis": header.basis, "offsets": header.offsets, "cache_size": header.cache_size,
-                    "cache_sum": header.cache_sum, "unknown": header.unknown, "records": merged.records,
-                    "dropped_rows": merged.dropped_rows, "self_loops": merged.self_loops,
-                    "inexact": list(merged.inexact)})
-        counts = {}
-        for name, items in sections.items():
-            n = 0
-            for batch in _batches(items):
-                _frame(fh, (name, batch))
-                n += len(batch)
-            counts[name] = n
-        _frame(fh, ("end", counts))
+        w = _Writer(fh)
+        w.frame(_header_frame(header, merged))
+        for s in SECTIONS:
+            accs = getattr(merged, s)
+            w.section(s, ((k, _saved_fields(accs[k])) for k in keys[s]))
+        w.finish()
+
+
+def fold(path: Path, header: StateHeader, merged: Any) -> None:
+    """Write the state again after a merge into it (`merged`'s sections are Lazy over the file at `path`):
+    every block of the old file that none of the merged keys falls in is copied as its bytes; the others are
+    decoded and written with the merged accumulators in their place. `header.counts` must be the new totals."""
+    old = merged.entities.reader
+    with store.atomic_writer(path) as fh:
+        w = _Writer(fh)
+        w.frame(_header_frame(header, merged))
+        for s in SECTIONS:
+            _fold_section(w, s, old, getattr(merged, s))
+        w.finish()
+
+
+def _fold_section(w: _Writer, s: str, old: Reader, mine: dict) -> None:
+    firsts, places, sizes = old.index[s]
+    ours = sorted(mine)
+    j = 0
+    for b, first in enumerate(firsts):
+        nxt = firsts[b + 1] if b + 1 < len(firsts) else None
+        lo = j                      # the merged keys before the next block's first key (block 0: any before too)
+        while j < len(ours) and (nxt is None or ours[j] < nxt):
+            j += 1
+        if lo == j:
+            w.copied(s, first, sizes[b], old.frames(places[b]))
+            continue
+        keys, fields = old.block(s, b)
+        items = sorted({**dict(zip(keys, fields)), **{k: _saved_fields(mine[k]) for k in ours[lo:j]}}.items())
+        _balanced(w, s, items)
+    _balanced(w, s, [(k, _saved_fields(mine[k])) for k in ours[j:]])
+
+
+def _balanced(w: _Writer, s: str, items: list[tuple[Any, tuple]]) -> None:
+    """`items` as blocks of nearly equal size, none past BLOCK[s] keys."""
+    parts = -(-len(items) // BLOCK[s])
+    for i in range(parts):
+        chunk = items[len(items) * i // parts:len(items) * (i + 1) // parts]
+        w.block(s, [k for k, _ in chunk], [f for _, f in chunk])
 
 
 def header_id(header: StateHeader) -> str:
@@ -187,77 +293,234 @@ class Damaged(Exception):
     """The state file does not read back whole."""
 
 
-def _frames(fh: BinaryIO) -> Iterator[Any]:
-    while True:
-        head = fh.read(_LEN.size)
-        if not head:
-            return
-        if len(head) < _LEN.size:
+class OldFormat(Exception):
+    """A state file of an earlier version: merged from scratch once and saved in this one."""
+
+
+def _decode(blob: bytes | memoryview) -> Any:
+    try:
+        return marshal.loads(zlib.decompress(blob))
+    except (ValueError, EOFError, TypeError, zlib.error) as exc:
+        raise Damaged(type(exc).__name__) from None
+
+
+class Reader:
+    """An open state file: its header and block index read, blocks decoded when a key in them is looked up
+    (and kept: the keys a merge touches cluster in few blocks only by chance, but a block is looked up again
+    for each of its keys)."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as fh:
+            try:
+                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:      # an empty file
+                raise Damaged("empty") from None
+        self.header, self._raw = _parse_header(self._map)
+        if len(self._map) < _TRAILER.size:
             raise Damaged("cut short")
-        (n,) = _LEN.unpack(head)
-        blob = fh.read(n)
-        if len(blob) < n:
-            raise Damaged("cut short")
+        where, magic = _TRAILER.unpack_from(self._map, len(self._map) - _TRAILER.size)
+        if magic != _MAGIC or where >= len(self._map):
+            raise Damaged("no index at its end")
+        index = self._frame(where)
         try:
-            yield marshal.loads(zlib.decompress(blob))
-        except (ValueError, EOFError, TypeError, zlib.error) as exc:
-            raise Damaged(type(exc).__name__) from None
+            self.index = {s: (list(index[s][0]), list(index[s][1]), list(index[s][2])) for s in SECTIONS}
+            ok = all(len(f) == len(p) == len(z) and sum(z) == self.header.counts[s]
+                     for s, (f, p, z) in self.index.items())
+        except (TypeError, KeyError, IndexError):
+            raise Damaged("its index has the wrong shape") from None
+        if not ok:
+            raise Damaged("its index and header counts differ")
+        self._keys: dict[tuple[str, int], list] = {}       # blocks' keys and fields, as they were decoded
+        self._fields: dict[tuple[str, int], list] = {}
+        self._cum: dict[str, list[int]] = {}      # per section: keys before each block
+
+    def _span(self, at: int) -> tuple[int, int]:
+        if at + _LEN.size > len(self._map):
+            raise Damaged("cut short")
+        (n,) = _LEN.unpack_from(self._map, at)
+        if at + _LEN.size + n > len(self._map):
+            raise Damaged("cut short")
+        return at + _LEN.size, at + _LEN.size + n
+
+    def _frame(self, at: int) -> Any:
+        lo, hi = self._span(at)
+        return _decode(self._map[lo:hi])
+
+    def frames(self, at: int) -> bytes:
+        """A block's two frames, as bytes."""
+        _, mid = self._span(at)
+        _, end = self._span(mid)
+        return self._map[at:end]
+
+    def block_keys(self, s: str, b: int) -> list:
+        """The keys of block `b` of section `s` (its fields frame is not read)."""
+        got = self._keys.get((s, b))
+        if got is None:
+            got = self._frame(self.index[s][1][b])
+            if got.__class__ is not list or len(got) != self.index[s][2][b] or not got \
+                    or got[0] != self.index[s][0][b]:
+                raise Damaged(f"a {s} block has the wrong shape")
+            self._keys[(s, b)] = got
+        return got
+
+    def block_fields(self, s: str, b: int) -> list:
+        """The saved fields of block `b`'s keys, in their order."""
+        got = self._fields.get((s, b))
+        if got is None:
+            got = self._frame(self._span(self.index[s][1][b])[1])
+            if got.__class__ is not list or len(got) != self.index[s][2][b]:
+                raise Damaged(f"a {s} block has the wrong shape")
+            self._fields[(s, b)] = got
+        return got
+
+    def block(self, s: str, b: int) -> tuple[list, list]:
+        """Block `b` of section `s`: its keys and their saved fields."""
+        return self.block_keys(s, b), self.block_fields(s, b)
+
+    def find(self, s: str, key: Any) -> tuple | None:
+        """The saved tuple (key, *fields) of `key`, or None when the state has no such key (then only the
+        keys of the one block it would be in are read)."""
+        b = bisect.bisect_right(self.index[s][0], key) - 1
+        if b < 0:
+            return None
+        keys = self.block_keys(s, b)
+        i = bisect.bisect_left(keys, key)
+        if i == len(keys) or keys[i] != key:
+            return None
+        fields = self.block_fields(s, b)[i]
+        if fields.__class__ is not tuple or len(fields) != WIDTH[s]:
+            raise Damaged(f"a {s} item has the wrong shape")
+        return (key, *fields)
+
+    def rank(self, s: str, key: Any) -> int:
+        """How many keys of section `s` sort before `key` (one block's keys read)."""
+        cum = self._cum.get(s)
+        if cum is None:
+            cum = self._cum[s] = [0, *itertools.accumulate(self.index[s][2])]
+        b = bisect.bisect_right(self.index[s][0], key) - 1
+        return 0 if b < 0 else cum[b] + bisect.bisect_left(self.block_keys(s, b), key)
+
+    def keys(self, s: str) -> list:
+        """Every key of section `s` in order, reading the key frames only."""
+        out: list = []
+        for b in range(len(self.index[s][1])):
+            out += self._keys.get((s, b)) or self._frame(self.index[s][1][b])
+        return out
+
+    def items(self, s: str) -> Iterator[tuple]:
+        """Every saved tuple of section `s` in key order (reads the whole section)."""
+        for b in range(len(self.index[s][0])):
+            keys, fields = self.block(s, b)
+            self._keys.pop((s, b), None)
+            self._fields.pop((s, b), None)
+            for k, f in zip(keys, fields):
+                yield (k, *f)
+
+    def close(self) -> None:
+        self._keys.clear()
+        self._fields.clear()
+        self._map.close()
 
 
-_first = operator.itemgetter(0)
+def _parse_header(data: Any) -> tuple[StateHeader, dict]:
+    if len(data) < _LEN.size:
+        raise Damaged("cut short")
+    (n,) = _LEN.unpack_from(data, 0)
+    if _LEN.size + n > len(data):
+        raise Damaged("cut short")
+    h = _decode(data[_LEN.size:_LEN.size + n])
+    if isinstance(h, dict) and "basis" in h and h.get("version") != STATE_VERSION:
+        raise OldFormat(f"version {h.get('version', 1)}")
+    try:
+        header = StateHeader(h["basis"], dict(h["offsets"]), int(h["cache_size"]), h["cache_sum"], int(h["unknown"]),
+                             {k: int(v) for k, v in h["counts"].items()})
+        if set(header.counts) != {*SECTIONS, "mentions"}:
+            raise KeyError("counts")
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise Damaged("no header") from None
+    return header, h
 
 
 def read_header(path: Path) -> StateHeader | None:
-    """The header alone (cheap: the caller decides from it whether the accumulators are worth loading);
-    None when there is no state file. Raises Damaged."""
+    """The header alone (cheap: the caller decides from it whether the state is worth opening); None when
+    there is no state file. Raises Damaged, or OldFormat for a file of an earlier version."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         return None
     with fh:
-        h = next(_frames(fh), None)
-    try:
-        return StateHeader(h["basis"], dict(h["offsets"]), int(h["cache_size"]), h["cache_sum"])
-    except (TypeError, KeyError, ValueError):
-        raise Damaged("no header") from None
+        head = fh.read(_LEN.size)
+        (n,) = _LEN.unpack(head) if len(head) == _LEN.size else (0,)
+        return _parse_header(head + fh.read(n))[0]
+
+
+class Lazy(dict):
+    """A section of a Merged over an open state: a key is read from the state the first time it is asked
+    for (`get`, `[]`), as its saved tuple, so a merge into the state reads only the blocks of the keys its
+    records name. `absent`: the keys asked for that the state does not have (a merge then creates them).
+    `may_have(key)` False answers absent without a read (a relation with an endpoint the state lacks).
+    len() counts the keys read and created, not the section: `total()` is that."""
+
+    def __init__(self, reader: Reader, section: str, may_have: Callable[[Any], bool] | None = None) -> None:
+        super().__init__()
+        self.reader, self.section, self.may_have = reader, section, may_have
+        self.absent: set = set()
+        self._created: list | None = None    # (rank) the created keys, sorted once the merge is done
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        got = dict.get(self, key, _NONE)
+        if got is _NONE:
+            if key in self.absent:
+                return default
+            got = None if self.may_have and not self.may_have(key) else self.reader.find(self.section, key)
+            if got is None:
+                self.absent.add(key)
+                return default
+            dict.__setitem__(self, key, got)
+        return got
+
+    def __missing__(self, key: Any) -> Any:
+        got = self.get(key, _NONE)
+        if got is _NONE:
+            raise KeyError(key)
+        return got
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key, _NONE) is not _NONE
+
+    def created(self) -> int:
+        """Keys this run added to the section (asked for, not in the state, then set)."""
+        return sum(dict.__contains__(self, k) for k in self.absent)
+
+    def total(self) -> int:
+        return self.reader.header.counts[self.section] + self.created()
+
+    def rank(self, key: Any) -> int:
+        """The place of `key` among the section's keys after this run's merge (the state's and the created
+        ones, sorted): the line a record file sorted by key has it on, without reading every key."""
+        if self._created is None:
+            self._created = sorted(k for k in self.absent if dict.__contains__(self, k))
+        return self.reader.rank(self.section, key) + bisect.bisect_left(self._created, key)
+
+
+_NONE = object()
 
 
 def load(path: Path, merged_cls: type) -> tuple[Any, int]:
-    """The Merged the file holds and the header's UNKNOWN count. Each accumulator stays the tuple it was saved
-    as, (key, *fields), until a merge touches its key (resolve_records.live makes the object then): building
-    millions of objects nobody reads was a third of the load. Raises Damaged."""
+    """A Merged over the state file (its sections Lazy: nothing but the header and index is read yet) and the
+    header's UNKNOWN count. Raises Damaged or OldFormat."""
+    reader = Reader(path)
+    h = reader._raw
     m = merged_cls()
-    sections = {"entities": (m.entities, 6), "relations": (m.relations, 7), "facts": (m.facts, 3)}
-    counts = {"entities": 0, "relations": 0, "facts": 0, "mentions": 0}
-    with open(path, "rb") as fh:
-        frames = _frames(fh)
-        h = next(frames, None)
-        try:
-            m.records, m.dropped_rows, m.self_loops = h["records"], h["dropped_rows"], h["self_loops"]
-            m.inexact = set(map(tuple, h["inexact"]))
-            unknown = h["unknown"]
-        except (TypeError, KeyError):
-            raise Damaged("no header") from None
-        for frame in frames:
-            try:
-                name, batch = frame
-            except (TypeError, ValueError):
-                raise Damaged("a frame is not (section, items)") from None
-            if name == "end":
-                if batch != counts:
-                    raise Damaged("counts differ")
-                return m, unknown
-            try:
-                counts[name] = counts.get(name, 0) + len(batch)
-                if name == "mentions":
-                    m.mentions.extend(batch)
-                    continue
-                if name not in sections:
-                    raise Damaged(f"unknown section {name!r}")
-                accs, width = sections[name]
-                if set(map(type, batch)) != {tuple} or set(map(len, batch)) != {width}:
-                    raise Damaged(f"a {name} item has the wrong shape")
-                accs.update(zip(map(_first, batch), batch))
-            except (TypeError, ValueError):
-                raise Damaged(f"a {name} item has the wrong shape") from None
-    raise Damaged("no end frame")
+    # a relation is saved only with both its entities, and a fact only with its relation: a key whose
+    # entities or relation the state lacks is new without a read (most keys of new documents are)
+    ents = m.entities = Lazy(reader, "entities")
+    rels = m.relations = Lazy(reader, "relations", lambda p: p[0] not in ents.absent and p[1] not in ents.absent)
+    m.facts = Lazy(reader, "facts", lambda f: ((f[0], f[2]) if f[0] < f[2] else (f[2], f[0])) not in rels.absent)
+    try:
+        m.records, m.dropped_rows, m.self_loops = int(h["records"]), int(h["dropped_rows"]), int(h["self_loops"])
+        m.inexact = set(map(tuple, h["inexact"]))
+    except (TypeError, KeyError, ValueError):
+        raise Damaged("no header") from None
+    m.base_mentions = reader.header.counts["mentions"]
+    return m, reader.header.unknown

@@ -99,7 +99,7 @@ def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_th
     _same_as_fresh(docs, inc, tmp_path)
 
 
-@pytest.mark.parametrize("how", ["truncate", "garbage"])
+@pytest.mark.parametrize("how", ["truncate", "garbage", "v1"])
 def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str) -> None:
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
@@ -108,7 +108,14 @@ def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str)
     state = Project(inc).resolve_state_path
     data = state.read_bytes()
     state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
-    state.write_bytes(data[: len(data) // 2] if how == "truncate" else data[:8] + b"\x00" * (len(data) - 8))
+    if how == "v1":     # a state of the earlier format: its header frame has no version
+        import marshal
+        import zlib
+
+        blob = zlib.compress(marshal.dumps({"basis": "x", "offsets": {}, "cache_size": 0, "cache_sum": ""}))
+        data = len(blob).to_bytes(8, "little") + blob
+    state.write_bytes(data[: len(data) // 2] if how == "truncate" else
+                      data if how == "v1" else data[:8] + b"\x00" * (len(data) - 8))
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     out = _index(docs, inc)
     assert "resolve_state.bin" in out and _merged(inc) > 1
@@ -156,8 +163,12 @@ def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp
 
 
 def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path) -> None:
-    """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut at any
-    frame boundary or inside one, or garbage, is Damaged, never a half-loaded state."""
+    """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut anywhere or
+    garbage is Damaged when the file is opened (header, index at its end) or when the block a key lives in is
+    read, never a half-read accumulator; a file of version 1 is OldFormat."""
+    import marshal
+    import zlib
+
     from hrag_cli import resolve_state
     from hrag_cli.resolve import Merged
 
@@ -165,15 +176,27 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
     path = Project(tmp_path / "p").resolve_state_path
-    merged, _ = resolve_state.load(path, Merged)
-    assert merged.entities and merged.mentions
+    reader = resolve_state.Reader(path)
+    assert all(list(reader.keys(s)) for s in resolve_state.SECTIONS)
     data = path.read_bytes()
     for n, bad in enumerate([data[:len(data) - 1], data[:len(data) // 2], data[:20],
-                             data[:8] + b"\x00" * (len(data) - 8), b"\x00" * 16]):
+                             data[:8] + b"\x00" * (len(data) - 8), b"\x00" * 16, b""]):
         broken = tmp_path / f"broken{n}.bin"
         broken.write_bytes(bad)
         with pytest.raises(resolve_state.Damaged):
             resolve_state.load(broken, Merged)
+    key = reader.keys("entities")[0]
+    at = reader.index["entities"][1][0] + 20        # a byte inside the first entity block
+    flipped = tmp_path / "flipped.bin"
+    flipped.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    merged, _ = resolve_state.load(flipped, Merged)     # header and index are whole
+    with pytest.raises(resolve_state.Damaged):
+        merged.entities.get(key)
+    v1 = tmp_path / "v1.bin"
+    blob = zlib.compress(marshal.dumps({"basis": "x", "offsets": {}, "cache_size": 0, "cache_sum": ""}))
+    v1.write_bytes(len(blob).to_bytes(8, "little") + blob)
+    with pytest.raises(resolve_state.OldFormat):
+        resolve_state.read_header(v1)
 
 
 def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
@@ -224,33 +247,54 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     _same_as_fresh(docs, inc, tmp_path)
 
 
-def test_a_loaded_state_keeps_untouched_keys_as_saved_tuples_and_saves_them_back_unchanged(tmp_path: Path) -> None:
-    """resolve_state.load makes no accumulator object (a saved tuple stays one until a merge touches its key:
-    resolve_records.live); saving such a state writes what was loaded."""
+def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_equals_a_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded state reads nothing but its header and index; a key is read from its one block, as its saved
+    tuple, and a key the state lacks is `absent`. Writing it again after a merge (fold) copies the blocks no
+    merged key falls in as their bytes and holds what a save of every accumulator holds."""
     from hrag_cli import resolve_state
     from hrag_cli.resolve import Merged
-    from hrag_cli.resolve_records import _EntityAcc, _FactAcc, _RelationAcc, live
+    from hrag_cli.resolve_records import _EntityAcc, live
 
+    monkeypatch.setattr(resolve_state, "BLOCK", dict.fromkeys(resolve_state.SECTIONS, 4))     # many blocks from the sample corpus
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
     path = Project(tmp_path / "p").resolve_state_path
-    merged, unknown = resolve_state.load(path, Merged)
-    sections = ((merged.entities, _EntityAcc), (merged.relations, _RelationAcc), (merged.facts, _FactAcc))
-    assert all(type(v) is tuple for accs, _ in sections for v in accs.values())
-    for accs, cls in sections:                  # touch one key of each section
-        key = next(iter(accs))
-        saved = accs[key]
-        acc = live(accs, key, cls)
-        assert type(acc) is cls and accs[key] is acc and acc.item(key) == saved
-    header = resolve_state.read_header(path)
-    header.unknown = unknown
-    again = tmp_path / "again.bin"
-    resolve_state.save(again, header, merged, resolve_state.sorted_keys(merged))
-    back, _ = resolve_state.load(again, Merged)
-    first, _ = resolve_state.load(path, Merged)
-    for name in ("entities", "relations", "facts", "mentions", "records", "inexact"):
-        assert getattr(back, name) == getattr(first, name), name
+    merged, _ = resolve_state.load(path, Merged)
+    reader = merged.entities.reader
+    assert len(reader.index["entities"][0]) > 10 and not reader._keys and not reader._fields
+    keys = list(reader.keys("entities"))
+    saved = merged.entities.get(keys[5])
+    assert type(saved) is tuple and saved[0] == keys[5] and len(reader._fields) == 1
+    new_key = keys[0] + "\x00"      # sorts into the first block
+    assert merged.entities.get("no such entity") is None and "no such entity" in merged.entities.absent
+    assert len(reader._fields) == 1     # an absent key reads its block's keys only
+    read = dict(reader._keys)           # a relation or fact of an entity the state lacks is not looked up
+    pair = min(k for k in reader.keys("relations") if k[0] == keys[5] or k[1] == keys[5])
+    gone = tuple(sorted((keys[5], "no such entity")))
+    assert merged.relations.get(gone) is None and merged.facts.get((gone[0], "knows", gone[1])) is None
+    assert reader._keys == read and merged.relations.get(pair)[0] == pair
+    acc = live(merged.entities, keys[5], _EntityAcc)     # touched: its accumulator changes
+    acc.names["Someone Else"] = 7
+    merged.entities[new_key] = _EntityAcc()
+    merged.entities.absent.add(new_key)
+    assert merged.totals()["entities"] == len(keys) + 1
+    every = sorted([*keys, new_key])
+    assert [merged.entities.rank(k) for k in every] == list(range(len(every)))
+    header = reader.header
+    header.counts = merged.totals()
+    folded = tmp_path / "folded.bin"
+    resolve_state.fold(folded, header, merged)
+    data, out = path.read_bytes(), folded.read_bytes()
+    copied = [reader.frames(at) for at in reader.index["entities"][1][3:]]   # past the touched block
+    assert all(f in out for f in copied)
+    again = resolve_state.Reader(folded)
+    whole = {s: list(reader.items(s)) for s in resolve_state.SECTIONS}
+    whole["entities"] = sorted([*(t for t in whole["entities"] if t[0] != keys[5]), acc.item(keys[5]),
+                                _EntityAcc().item(new_key)])
+    assert {s: list(again.items(s)) for s in resolve_state.SECTIONS} == whole
+    assert again.header.counts == header.counts and data != out
 
 
 @pytest.mark.parametrize("fold", [False, True])
