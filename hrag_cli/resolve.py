@@ -573,10 +573,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
                       f"{merged.touched.records} new ones merged into the saved state")
         try:
-            keys = resolve_state.sorted_keys(merged)
-            graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(project, merged, summarizer,
-                                                                                   keys)
-            del keys
+            graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(project, merged, summarizer)
         except (resolve_patch.OutOfStep, resolve_state.Damaged) as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import store
+from . import resolve_state, store
 from .graph import GraphEntity, GraphRelation
 from .resolve_records import (UNKNOWN, _aliases, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
                               fact_record, live, relation_id, relation_record, relation_type)
@@ -44,7 +44,7 @@ class OutOfStep(Exception):
 class _Section:
     """One record file being patched: its changed keys in key order, where they go, and the lines made."""
 
-    def __init__(self, path: Path, order: list, changed: list, new: set) -> None:
+    def __init__(self, path: Path, accs: Any, changed: list, new: set) -> None:
         self.path, self.keys = path, changed
         try:
             self.old = store.JsonlLines(path)
@@ -52,15 +52,12 @@ class _Section:
             raise OutOfStep("is missing") from None
         except store.PatchError as exc:
             raise OutOfStep(str(exc)) from None
-        if len(self.old) != len(order) - len(new):
-            raise OutOfStep(f"has {len(self.old)} lines for {len(order) - len(new)} keys")
-        rows, lo = [], 0
-        for key in changed:
-            lo = bisect.bisect_left(order, key, lo)
-            if lo == len(order) or order[lo] != key:
-                raise OutOfStep(f"changed key {key!r} is not among the state's keys")
-            rows.append(lo)
-        self.rows = np.array(rows, dtype=np.int64)                      # in the new file
+        total = accs.total()
+        if len(self.old) != total - len(new):
+            raise OutOfStep(f"has {len(self.old)} lines for {total - len(new)} keys")
+        # a key's row in the new file: its rank among the state's keys and the created ones (one block's keys
+        # read per key, never every key)
+        self.rows = np.fromiter(map(accs.rank, changed), dtype=np.int64, count=len(changed))
         self.new = np.fromiter((k in new for k in changed), dtype=bool, count=len(changed))
         # in the old file: an old key's row; a new key's, the old rows before it
         self.old_rows = self.rows - (np.cumsum(self.new) - self.new)
@@ -137,9 +134,10 @@ def _parse(line: bytes, field: str, key: str) -> dict:
     return rec
 
 
-def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[str, list]
+def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
                   ) -> tuple[list[GraphEntity], list[GraphRelation], int, dict[str, list[str]]]:
-    """Patch the three record files for `merged.touched` (`keys`: each section's keys, sorted); returns the
+    """Patch the three record files for `merged.touched` (its sections resolve_state.Lazy: they rank a key
+    among every key without reading them all); returns the
     graph's entities and relations that were made again (the rest are as the graph on disk has them), how many
     entities changed between UNKNOWN and a real type (+1 became UNKNOWN), and the ids of the records made again
     (added or changed), per file, sorted."""
@@ -194,8 +192,8 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
     def changed_facts() -> list[tuple[str, str, str]]:
         """The facts merged into, and those naming a renamed entity (known once the entities are made)."""
         out = set(t.facts)
-        if renamed:
-            order = keys["facts"]
+        if renamed:     # every fact key, read from the state's key frames (no accumulator)
+            order = resolve_state.sorted_keys(merged, ("facts",))["facts"]
             for s in renamed:     # as subject: a run of the sorted keys
                 i = bisect.bisect_left(order, (s,))
                 while i < len(order) and order[i][0] == s:
@@ -215,11 +213,11 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, keys: dict[
         return f
 
     # every section is made and checked before any file is written: an OutOfStep leaves the files as they were
-    entities = _Section(project.entities_path, keys["entities"], sorted(t.entities), t.new_entities)
+    entities = _Section(project.entities_path, ents, sorted(t.entities), t.new_entities)
     entities.remake(remake_entity, lambda eid: eid not in t.old_entities)
-    relations = _Section(project.relations_path, keys["relations"], sorted(t.relations), t.new_relations)
+    relations = _Section(project.relations_path, rels, sorted(t.relations), t.new_relations)
     relations.remake(remake_relation, lambda pair: False)
-    fact_section = _Section(project.facts_path, keys["facts"], changed_facts(), t.new_facts)
+    fact_section = _Section(project.facts_path, facts, changed_facts(), t.new_facts)
     fact_section.remake(remake_fact, lambda fkey: False)
     # a base without a patch is as the last resolve left it, and that run's output digest hashed it whole: it
     # names the base's content (no base is read again to name it)
