@@ -62,9 +62,9 @@ class Column:
     def of(cls, values: list, vocab: tuple = ()) -> "Column":
         """`vocab` first (a fixed vocabulary keeps equal values coded alike whichever rows a graph has), then
         every other value in the order it first appears."""
-        index: dict[Any, int] = {v: i for i, v in enumerate(vocab)}
-        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
-        return cls(list(index), codes)
+        uniq = list(dict.fromkeys([*vocab, *values]))      # C loops only: a loop per value took 1 s per 300,000
+        index = dict(zip(uniq, range(len(uniq))))
+        return cls(uniq, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)))
 
     def take(self, rows: np.ndarray) -> "Column":
         return Column(self._vocab, self.codes[rows], self._json, self._z)
