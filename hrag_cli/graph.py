@@ -18,7 +18,8 @@ import pickle
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -278,9 +279,14 @@ def edge_counts(graph: Any) -> dict[str, int]:
     return counts
 
 
-def _pair_rows(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> list[tuple[str, str, float]]:
-    return [(p.a, p.b, p.similarity) if isinstance(p, Synonym) else (p["a"], p["b"], p["similarity"])
-            if isinstance(p, dict) else tuple(p) for p in pairs]
+def _pair_columns(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> tuple[list, list, list]:
+    """The names a, b and the similarities of `pairs`; records as read from synonyms.jsonl (dicts) by C loops."""
+    rows = pairs if isinstance(pairs, list) else list(pairs)
+    if all(type(p) is dict for p in rows):
+        return [list(map(itemgetter(k), rows)) for k in ("a", "b", "similarity")]   # type: ignore[return-value]
+    rows = [(p.a, p.b, p.similarity) if isinstance(p, Synonym) else (p["a"], p["b"], p["similarity"])
+            if isinstance(p, dict) else tuple(p) for p in rows]
+    return [[r[i] for r in rows] for i in range(3)]     # type: ignore[return-value]
 
 
 def _synonym_edges(index: dict[str, int], pairs: Iterable[Synonym | tuple[str, str, float] | dict]
@@ -288,11 +294,11 @@ def _synonym_edges(index: dict[str, int], pairs: Iterable[Synonym | tuple[str, s
     """The SYNONYM edges of `pairs` (entity keys a, b and a cosine similarity as weight) as (k, 2) vertex
     pairs, smaller first, and their weights. Pairs naming an unknown key, a self-pair, or a repeat of an
     unordered pair are skipped. One dict lookup per name, the rest array work."""
-    rows = _pair_rows(pairs)
-    k = len(rows)
-    a = np.fromiter((index.get(r[0], -1) for r in rows), dtype=np.int64, count=k)
-    b = np.fromiter((index.get(r[1], -1) for r in rows), dtype=np.int64, count=k)
-    sim = np.fromiter((float(r[2]) for r in rows), dtype=np.float64, count=k)
+    names_a, names_b, sims = _pair_columns(pairs)
+    k = len(sims)
+    a = np.fromiter(map(index.get, names_a, repeat(-1)), dtype=np.int64, count=k)
+    b = np.fromiter(map(index.get, names_b, repeat(-1)), dtype=np.int64, count=k)
+    sim = np.fromiter(map(float, sims), dtype=np.float64, count=k)
     ok = np.flatnonzero((a >= 0) & (b >= 0) & (a != b))
     ends = np.sort(np.stack([a[ok], b[ok]], axis=1), axis=1) if len(ok) else np.zeros((0, 2), np.int64)
     _, first = np.unique(ends[:, 0] * (int(ends.max(initial=0)) + 1) + ends[:, 1], return_index=True)
