@@ -66,8 +66,7 @@ class Column:
         return "Column(packed rows)" if self._codes is None else f"Column({len(self._codes)} rows)"
 
     def values(self) -> list:
-        vocab = self.vocab
-        return [vocab[c] for c in self.codes.tolist()]
+        return list(map(self.vocab.__getitem__, self.codes.tolist()))
 
     @classmethod
     def of(cls, values: list, vocab: tuple = ()) -> "Column":
