@@ -18,6 +18,8 @@ import pickle
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -82,24 +84,33 @@ class _Structure:
     n_next: int
 
 
+def _unique_pairs(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """The distinct (a, b) rows, sorted (as `sorted(set(zip(a, b)))`), as a (k, 2) array; every value < n."""
+    code = np.unique(a * max(n, 1) + b)
+    return np.stack([code // max(n, 1), code % max(n, 1)], axis=1)
+
+
 def _structure(docs: list[Document], chunks: list[ChunkRef]) -> _Structure:
-    docs = sorted(docs, key=lambda d: d.doc_id)
-    chunks = sorted(chunks, key=lambda c: (c.doc_id, c.order, c.chunk_id))
-    first_chunk: dict[str, ChunkRef] = {}
-    for c in chunks:
-        first_chunk.setdefault(c.chunk_id, c)
-    uchunks = list(first_chunk.values())
+    """Sorted by key getters and paired by array work, not a loop per chunk."""
+    docs = sorted(docs, key=attrgetter("doc_id"))
+    chunks = sorted(chunks, key=attrgetter("doc_id", "order", "chunk_id"))
+    chunk_ids = [c.chunk_id for c in chunks]
+    first = dict(zip(reversed(chunk_ids), range(len(chunks) - 1, -1, -1)))   # chunk_id -> its first place
+    uchunks = chunks if len(first) == len(chunks) else [chunks[i] for i in sorted(first.values())]
     keys = [d.doc_id for d in docs] + [c.chunk_id for c in uchunks]
-    index = {k: i for i, k in enumerate(keys)}
-    part_of = sorted({(index[c.doc_id], index[c.chunk_id]) for c in chunks if c.doc_id in index})
-    nxt: set[tuple[int, int]] = set()
-    prev: ChunkRef | None = None
-    for c in chunks:  # sorted by (doc_id, order)
-        if prev is not None and prev.doc_id == c.doc_id and prev.chunk_id != c.chunk_id:
-            a, b = index[prev.chunk_id], index[c.chunk_id]
-            nxt.add((a, b) if a < b else (b, a))
-        prev = c
-    pairs = np.asarray(part_of + sorted(nxt), dtype=np.int64).reshape(-1, 2)
+    index = dict(zip(keys, range(len(keys))))
+    n = len(keys)
+    doc_ids = [c.doc_id for c in chunks]
+    d = np.fromiter(map(index.get, doc_ids, [-1] * len(doc_ids)), dtype=np.int64, count=len(chunks))
+    c = np.fromiter(map(index.__getitem__, chunk_ids), dtype=np.int64, count=len(chunks))
+    has_doc = d >= 0
+    part_of = _unique_pairs(d[has_doc], c[has_doc], n)
+    # consecutive chunks of one document (sorted by doc_id, order), an unordered pair each
+    same = np.fromiter(map(str.__eq__, doc_ids[1:], doc_ids[:-1]), dtype=bool, count=max(len(chunks) - 1, 0))
+    step = np.flatnonzero(same & (c[1:] != c[:-1]))
+    a, b = c[step], c[step + 1]
+    nxt = _unique_pairs(np.minimum(a, b), np.maximum(a, b), n)
+    pairs = np.concatenate([part_of, nxt]).astype(np.int64).reshape(-1, 2)
     return _Structure(keys, [d.path for d in docs], [c.doc_id for c in uchunks], [c.order for c in uchunks], pairs,
                       len(part_of), len(nxt))
 
@@ -268,30 +279,31 @@ def edge_counts(graph: Any) -> dict[str, int]:
     return counts
 
 
+def _pair_columns(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> tuple[list, list, list]:
+    """The names a, b and the similarities of `pairs`; records as read from synonyms.jsonl (dicts) by C loops."""
+    rows = pairs if isinstance(pairs, list) else list(pairs)
+    if all(type(p) is dict for p in rows):
+        return [list(map(itemgetter(k), rows)) for k in ("a", "b", "similarity")]   # type: ignore[return-value]
+    rows = [(p.a, p.b, p.similarity) if isinstance(p, Synonym) else (p["a"], p["b"], p["similarity"])
+            if isinstance(p, dict) else tuple(p) for p in rows]
+    return [[r[i] for r in rows] for i in range(3)]     # type: ignore[return-value]
+
+
 def _synonym_edges(index: dict[str, int], pairs: Iterable[Synonym | tuple[str, str, float] | dict]
-                   ) -> tuple[list[tuple[int, int]], list[float]]:
-    """The SYNONYM edges of `pairs` (entity keys a, b and a cosine similarity as weight). Pairs naming an
-    unknown key, a self-pair, or a repeat of an unordered pair are skipped."""
-    new_edges: list[tuple[int, int]] = []
-    sims: list[float] = []
-    seen: set[tuple[int, int]] = set()
-    for p in pairs:
-        if isinstance(p, Synonym):
-            a, b, s = p.a, p.b, p.similarity
-        elif isinstance(p, dict):
-            a, b, s = p["a"], p["b"], p["similarity"]
-        else:
-            a, b, s = p
-        ia, ib = index.get(a), index.get(b)
-        if ia is None or ib is None or ia == ib:
-            continue
-        pair = (ia, ib) if ia < ib else (ib, ia)
-        if pair in seen:
-            continue
-        seen.add(pair)
-        new_edges.append(pair)
-        sims.append(float(s))
-    return new_edges, sims
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The SYNONYM edges of `pairs` (entity keys a, b and a cosine similarity as weight) as (k, 2) vertex
+    pairs, smaller first, and their weights. Pairs naming an unknown key, a self-pair, or a repeat of an
+    unordered pair are skipped. One dict lookup per name, the rest array work."""
+    names_a, names_b, sims = _pair_columns(pairs)
+    k = len(sims)
+    a = np.fromiter(map(index.get, names_a, repeat(-1)), dtype=np.int64, count=k)
+    b = np.fromiter(map(index.get, names_b, repeat(-1)), dtype=np.int64, count=k)
+    sim = np.fromiter(map(float, sims), dtype=np.float64, count=k)
+    ok = np.flatnonzero((a >= 0) & (b >= 0) & (a != b))
+    ends = np.sort(np.stack([a[ok], b[ok]], axis=1), axis=1) if len(ok) else np.zeros((0, 2), np.int64)
+    _, first = np.unique(ends[:, 0] * (int(ends.max(initial=0)) + 1) + ends[:, 1], return_index=True)
+    first.sort()                                    # the first of each unordered pair, in the order given
+    return ends[first], sim[ok][first]
 
 
 def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> Any:
@@ -301,10 +313,10 @@ def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, floa
     if old:
         graph.delete_edges(old)
     new_edges, sims = _synonym_edges(key_index(graph), pairs)
-    if new_edges:
+    if len(new_edges):
         none = [None] * len(new_edges)
-        graph.add_edges(new_edges, attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims, "key": none,
-                                               "rel_type": none})
+        graph.add_edges(new_edges.tolist(), attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims.tolist(),
+                                                        "key": none, "rel_type": none})
     return graph
 
 
@@ -320,13 +332,12 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
     in_order = np.array_equal(key.codes, np.arange(cols.n))       # as a build codes them: vocab = keys
     new_edges, sims = _synonym_edges(dict(zip(key.vocab, range(cols.n))) if in_order else
                                      {k: i for i, k in enumerate(key.values())}, pairs)
-    if not new_edges:
+    if not len(new_edges):
         return cols
     k = len(new_edges)
     tail = {"kind": Column([SYNONYM], np.zeros(k, np.int32)), "key": Column([None], np.zeros(k, np.int32)),
             "rel_type": Column([None], np.zeros(k, np.int32))}
-    return GraphColumns(cols.n, np.concatenate([cols.edges, np.asarray(new_edges, dtype=np.int64)]),
-                        np.concatenate([cols.weight, np.asarray(sims, dtype=np.float64)]), cols.vattrs,
+    return GraphColumns(cols.n, np.concatenate([cols.edges, new_edges]), np.concatenate([cols.weight, sims]), cols.vattrs,
                         {name: c.concat(tail[name]) for name, c in cols.eattrs.items()}, cols.packed, cols.split)
 
 

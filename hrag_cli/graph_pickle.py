@@ -31,19 +31,30 @@ import orjson
 
 class Column:
     """An attribute with few distinct values or none repeated: value i = vocab[codes[i]]. A column read from
-    a file keeps its vocabulary's compressed JSON and parses it on first use (a stage that only appends edges
-    never does, and writes that member back as it was)."""
+    a file keeps its vocabulary's compressed JSON and parses it on first use, and a vertex column its codes'
+    compressed member too (a stage that only swaps edges never reads them, and writes those members back as
+    they were)."""
 
-    __slots__ = ("_vocab", "_json", "_z", "codes")
+    __slots__ = ("_vocab", "_json", "_z", "_codes", "codes_z")
 
-    def __init__(self, vocab: list | None, codes: np.ndarray, vocab_json: bytes | None = None,
-                 vocab_z: bytes | None = None) -> None:
-        self._vocab, self._json, self._z, self.codes = vocab, vocab_json, vocab_z, codes
+    def __init__(self, vocab: list | None, codes: np.ndarray | None, vocab_json: bytes | None = None,
+                 vocab_z: bytes | None = None, codes_z: bytes | None = None) -> None:
+        self._vocab, self._json, self._z, self._codes, self.codes_z = vocab, vocab_json, vocab_z, codes, codes_z
+
+    @property
+    def codes(self) -> np.ndarray:
+        if self._codes is None:
+            self._codes = np.frombuffer(zlib.decompress(self.codes_z or b""), dtype=np.int32)
+        return self._codes
+
+    @codes.setter
+    def codes(self, codes: np.ndarray) -> None:
+        self._codes, self.codes_z = codes, None
 
     @property
     def vocab(self) -> list:
         if self._vocab is None:
-            self._vocab = json.loads(self.vocab_json())
+            self._vocab = orjson.loads(self.vocab_json())
         return self._vocab
 
     def vocab_json(self) -> bytes:
@@ -52,19 +63,18 @@ class Column:
         return self._json
 
     def __repr__(self) -> str:
-        return f"Column({len(self.codes)} rows)"
+        return "Column(packed rows)" if self._codes is None else f"Column({len(self._codes)} rows)"
 
     def values(self) -> list:
-        vocab = self.vocab
-        return [vocab[c] for c in self.codes.tolist()]
+        return list(map(self.vocab.__getitem__, self.codes.tolist()))
 
     @classmethod
     def of(cls, values: list, vocab: tuple = ()) -> "Column":
         """`vocab` first (a fixed vocabulary keeps equal values coded alike whichever rows a graph has), then
         every other value in the order it first appears."""
-        index: dict[Any, int] = {v: i for i, v in enumerate(vocab)}
-        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
-        return cls(list(index), codes)
+        uniq = list(dict.fromkeys([*vocab, *values]))      # C loops only: a loop per value took 1 s per 300,000
+        index = dict(zip(uniq, range(len(uniq))))
+        return cls(uniq, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)))
 
     def take(self, rows: np.ndarray) -> "Column":
         return Column(self._vocab, self.codes[rows], self._json, self._z)
@@ -160,16 +170,24 @@ class _Writer(pickle.Pickler):
         return NotImplemented
 
 
-def _member(raw: bytes, packed: dict[bytes, bytes]) -> _Call:
+class _Packed(dict):
+    """raw bytes -> compressed member, and `kept`: the members columns hold still compressed (their raw bytes
+    unknown), each its own key, so a raw compressed now to the same member is that same object."""
+
+    kept: dict[bytes, bytes]
+
+
+def _member(raw: bytes, packed: _Packed) -> _Call:
     """zlib.decompress(the member of `raw`), made once per distinct `raw` in a file (the pickle then writes it
     once and refers to it after, whether it was compressed now or came from `packed`)."""
     data = packed.get(raw)
     if data is None:
-        data = packed[raw] = zlib.compress(raw, 1)
+        data = zlib.compress(raw, 1)
+        data = packed[raw] = packed.kept.get(data, data)
     return _Call(zlib.decompress, data)
 
 
-def _array(typecode: str, a: np.ndarray, packed: dict[bytes, bytes], split: int = -1) -> _Call:
+def _array(typecode: str, a: np.ndarray, packed: _Packed, split: int = -1) -> _Call:
     """array(typecode, the bytes of `a`), stored zlib-compressed (level 1) in one part, or two split at row
     `split`."""
     a = np.ascontiguousarray(a)
@@ -179,19 +197,22 @@ def _array(typecode: str, a: np.ndarray, packed: dict[bytes, bytes], split: int 
     return _Call(array.array, typecode, _Call(getattr(b"", "join"), parts))
 
 
-def _column_call(c: Column | list, packed: dict[bytes, bytes], split: int = -1) -> _Call:
+def _column_call(c: Column | list, packed: _Packed, split: int = -1) -> _Call:
     if not isinstance(c, Column):
         return _Call(json.loads, _member(orjson.dumps(c), packed))
     vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else _member(c.vocab_json(), packed))
-    return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), _array("i", c.codes.astype(np.int32), packed,
-                                                                               split)))
+    codes = _Call(array.array, "i", _Call(zlib.decompress, c.codes_z)) if c.codes_z is not None and split < 0 else \
+        _array("i", c.codes.astype(np.int32), packed, split)
+    return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), codes))
 
 
 def dumps(cols: GraphColumns) -> bytes:
     """The pickle bytes of `cols` (equal columns give equal bytes)."""
     import igraph
 
-    packed, split = dict(cols.packed), cols.split if 0 <= cols.split <= cols.m else cols.m
+    packed, split = _Packed(cols.packed), cols.split if 0 <= cols.split <= cols.m else cols.m
+    packed.kept = {z: z for c in [*cols.vattrs.values(), *cols.eattrs.values()] if isinstance(c, Column)
+                   for z in (c.codes_z, c._z) if z is not None}
     flat = _array("q", cols.edges.astype(np.int64, copy=False).reshape(-1), packed, 2 * split)
     # no edges: an empty list (a memoryview cannot take the shape (0, 2))
     edges = _method(_method(_Call(memoryview, flat), "cast", "B"), "cast", "q", (cols.m, 2)) if cols.m else []
@@ -264,7 +285,8 @@ class _Unpacker:
         self.packed.update(zip(raws, parts))
         if len(raws) == 2 and split_items:
             self.split = len(raws[0]) // split_items
-        return b"".join(raws)
+        raws = [r for r in raws if r] or [b""]
+        return raws[0] if len(raws) == 1 else b"".join(raws)
 
     def array(self, node: Any, dtype: Any, split_items: int = 0) -> np.ndarray:
         raw = self.raw(node, split_items)
@@ -284,6 +306,10 @@ class _Unpacker:
         parts = _members(getter.args[0], [])
         if len(parts) != 1:
             raise NotColumns("unexpected vocabulary")
+        codes = _members(mapped.args[1], [])
+        if len(codes) == 1 and isinstance(mapped.args[1], _Node) and mapped.args[1].name == "array":
+            # one member: kept compressed until read, and written back as it is
+            return Column(None, None, vocab_z=parts[0], codes_z=codes[0])
         return Column(None, self.array(mapped.args[1], np.int32), vocab_z=parts[0])
 
 

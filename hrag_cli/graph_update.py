@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from itertools import repeat
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class _Coded:
 
     def __init__(self, col: Column, start: int, at: np.ndarray | None, rows: np.ndarray | None = None) -> None:
         self.vocab = list(col.vocab)
-        self.index = {v: i for i, v in enumerate(self.vocab)}
+        self.index = dict(zip(self.vocab, range(len(self.vocab))))
         codes = col.codes[start:] if rows is None else col.codes[rows]
         self.codes = np.insert(codes, at, 0) if at is not None and len(at) else codes.copy()
 
@@ -62,8 +63,12 @@ class _Coded:
             self.vocab.append(value)
         return code
 
-    def set(self, row: int, value: object) -> None:
-        self.codes[row] = self._code(value)
+    def set(self, rows: np.ndarray, values: list) -> None:
+        """Row rows[i] := values[i] (a value not seen yet coded in the order given)."""
+        codes = list(map(self.index.get, values))
+        if None in codes:
+            codes = [self._code(v) if c is None else c for v, c in zip(values, codes)]
+        self.codes[rows] = codes
 
     def insert(self, at: np.ndarray, values: list) -> None:
         self.codes = np.insert(self.codes, at, np.asarray([self._code(v) for v in values], dtype=np.int32))
@@ -105,7 +110,7 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     added = [e for e in entities if not (ent_rows[e.id] < len(old_ents) and old_ents[ent_rows[e.id]] == e.id)]
     at = np.asarray([ent_rows[e.id] for e in added], dtype=np.int64)
     ent_ids = _spliced(old_ents, at, [e.id for e in added])
-    where = {k: i for i, k in enumerate(st.keys)}
+    where = dict(zip(st.keys, range(len(st.keys))))
     remap = np.empty(old.n, dtype=np.int64)
     try:
         remap[:ent0] = [where[k] for k in keys[:ent0]]
@@ -115,17 +120,21 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
 
     aliases = _spliced(old.vattrs["aliases"][ent0:], at, [None] * len(added))
     names, types = _Coded(old.vattrs["name"], ent0, at), _Coded(old.vattrs["type"], ent0, at)
-    for e in entities:
-        i = bisect.bisect_left(ent_ids, e.id)
-        names.set(i, e.name)
-        types.set(i, e.type)
+    rows = list(map(bisect.bisect_left, repeat(ent_ids), [e.id for e in entities]))
+    names.set(np.asarray(rows, dtype=np.int64), [e.name for e in entities])
+    types.set(np.asarray(rows, dtype=np.int64), [e.type for e in entities])
+    for i, e in zip(rows, entities):
         aliases[i] = list(e.aliases)
 
-    def vertex(eid: str) -> int:
-        i = bisect.bisect_left(ent_ids, eid)
-        if i == len(ent_ids) or ent_ids[i] != eid:
-            raise OutOfStep(f"relation or mention names an unknown entity {eid!r}")
-        return n_dc + i
+    def vertices(eids: list[str]) -> np.ndarray:
+        """The entity vertices of `eids` (bisect and compare in C loops: one Python call per list, not per id)."""
+        at = list(map(bisect.bisect_left, repeat(ent_ids), eids))
+        last = len(ent_ids) - 1
+        got = list(map(ent_ids.__getitem__, map(min, at, repeat(last)))) if ent_ids else []
+        if got != eids:
+            bad = next((e for e, g in zip(eids, got + [None] * len(eids)) if e != g), None)
+            raise OutOfStep(f"relation or mention names an unknown entity {bad!r}")
+        return n_dc + np.asarray(at, dtype=np.int64)
 
     n = n_dc + len(ent_ids)
     # relations: in (src, tgt) order, which is the order of their end vertices (entities are numbered in id order)
@@ -139,16 +148,18 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     r_order = r_ends[:, 0] * n + r_ends[:, 1]
     if len(r_order) and not (np.diff(r_order) > 0).all():
         raise OutOfStep("relation edges are not in id order")
-    ends = np.asarray([(vertex(r.src), vertex(r.tgt)) for r in relations], dtype=np.int64).reshape(-1, 2)
+    ends = np.stack([vertices([r.src for r in relations]), vertices([r.tgt for r in relations])], axis=1) \
+        .reshape(-1, 2)
     order = ends[:, 0] * n + ends[:, 1]
     pos = np.searchsorted(r_order, order)
     found = (pos < len(r_order)) & (r_order[np.minimum(pos, max(len(r_order) - 1, 0))] == order) if len(r_order) \
         else np.zeros(len(order), dtype=bool)
-    for j in np.flatnonzero(found).tolist():
-        r = relations[j]
-        p = int(pos[j])
-        r_weight[p], r_ids[p] = float(r.weight), r.id
-        r_types.set(p, r.rel_type or None)
+    again = np.flatnonzero(found)
+    made = [relations[j] for j in again.tolist()]
+    r_weight[pos[again]] = [float(r.weight) for r in made]
+    for p, r in zip(pos[again].tolist(), made):
+        r_ids[p] = r.id
+    r_types.set(pos[again], [r.rel_type or None for r in made])
     new_r = np.flatnonzero(~found)
     at_r = pos[new_r]
     r_ends = _inserted(r_ends, at_r, ends[new_r])
@@ -163,20 +174,19 @@ def update_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkRe
     starts = np.flatnonzero(np.diff(m_ends[:, 0], prepend=-1)) if len(men) else np.zeros(0, np.int64)
     run_keys = [keys[v] for v in m_ends[starts, 0].tolist()]
     m_ends = remap[m_ends]
-    new_ends: list[tuple[int, int]] = []
-    new_weight: list[float] = []
-    new_at: list[int] = []
-    for chunk_id, entity_id, count in mentions:
-        c = where.get(chunk_id)
-        if c is None or c < nd:
-            raise OutOfStep(f"a mention names an unknown chunk {chunk_id!r}")
-        r = bisect.bisect_left(run_keys, chunk_id)
-        new_at.append(int(starts[r]) if r < len(starts) else len(m_weight))
-        new_ends.append((c, vertex(entity_id)))
-        new_weight.append(float(count))
-    at_m = np.asarray(new_at, dtype=np.int64)
-    m_ends = _inserted(m_ends, at_m, np.asarray(new_ends, dtype=np.int64).reshape(-1, 2))
-    m_weight = _inserted(m_weight, at_m, np.asarray(new_weight, dtype=np.float64))
+    men_rows = list(mentions)
+    chunk_ids = [m[0] for m in men_rows]
+    cs = list(map(where.get, chunk_ids))
+    bad = next((k for k, c in zip(chunk_ids, cs) if c is None or c < nd), None)
+    if bad is not None:
+        raise OutOfStep(f"a mention names an unknown chunk {bad!r}")
+    runs = np.fromiter(map(bisect.bisect_left, repeat(run_keys), chunk_ids), dtype=np.int64, count=len(chunk_ids))
+    at_m = starts[np.minimum(runs, len(starts) - 1)] if len(starts) else np.zeros(len(runs), np.int64)
+    at_m = np.where(runs < len(starts), at_m, len(m_weight)).astype(np.int64)
+    new_ends = np.stack([np.asarray(cs, dtype=np.int64), vertices([m[1] for m in men_rows])], axis=1).reshape(-1, 2)
+    new_weight = np.fromiter((float(m[2]) for m in men_rows), dtype=np.float64, count=len(men_rows))
+    m_ends = _inserted(m_ends, at_m, new_ends)
+    m_weight = _inserted(m_weight, at_m, new_weight)
     return _assemble(st, ent_ids, names.column(), types.column(), aliases, r_ends, r_weight, r_ids, r_types.column(),
                      m_ends, m_weight)
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hrag_cli import graph_pickle
 from hrag_cli.errors import HragError
 from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns,
                             load_columns, load_graph, save_graph, save_synonym_edges, set_synonym_edges,
                             walk_arrays)
+from hrag_cli.graph_pickle import Column
 from hrag_cli.project import Project
 from hrag_cli.records import Document, Entity, Relation, Synonym
 
@@ -210,6 +212,24 @@ def test_columns_file_round_trip_and_synonym_part_reused(tmp_path: Path) -> None
     project.graph_path.write_bytes(first[:-40])
     with pytest.raises(HragError, match="damaged"):
         load_columns(project)
+
+
+def test_vertex_columns_written_back_compressed(tmp_path: Path) -> None:
+    """A loaded graph's vertex columns keep their compressed members until read and are written back as
+    they were; a column made anew whose member equals a kept one is written as that one member, as a build
+    writes it, so the bytes match the build's."""
+    project = Project(tmp_path / "p")
+    project.init()
+    save_graph(project, graph_columns(*_sample()))
+    back = load_columns(project)
+    assert all(c.codes_z is not None for c in back.vattrs.values() if isinstance(c, Column))
+    assert graph_pickle.dumps(back) == project.graph_path.read_bytes()
+    key = load_columns(project).vattrs["key"]
+    back.vattrs["name"] = Column(list(key.vocab), key.codes.copy())
+    fresh = graph_columns(*_sample())
+    fresh.vattrs["name"] = Column(list(fresh.vattrs["key"].vocab), fresh.vattrs["key"].codes.copy())
+    assert graph_pickle.dumps(back) == graph_pickle.dumps(fresh)
+    assert back.to_igraph().vs["name"] == back.to_igraph().vs["key"]
 
 
 def _assert_walk_of(project: Project) -> None:
