@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import zipfile
 from dataclasses import asdict, replace
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,8 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, mostly_zero, \
-    sparse_rows
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
+    fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -97,20 +97,71 @@ def name_chars(name: str) -> int:
 
 
 # -- neighbour lists --------------------------------------------------------------------------------------
+def _as_keys(items: Sequence[str] | np.ndarray | None) -> np.ndarray:
+    """Strings (or fixed-width bytes already) as fixed-width bytes."""
+    if isinstance(items, np.ndarray) and items.dtype.kind == "S":
+        return items
+    return fixed_bytes(list(items or []))
+
+
+def _decoded(keys: np.ndarray) -> list[str]:
+    return [b.decode("utf-8") for b in keys.tolist()]
+
+
+def _joined(keys: np.ndarray) -> np.ndarray:
+    """Fixed-width bytes as one newline-separated blob (uint8): the file form of the ids and hashes, made in
+    numpy (ids hold neither NUL nor newline)."""
+    n = len(keys)
+    if not n:
+        return np.zeros(0, dtype=np.uint8)
+    m = np.ascontiguousarray(keys).view(np.uint8).reshape(n, keys.dtype.itemsize)
+    m = np.concatenate([m, np.full((n, 1), 10, dtype=np.uint8)], axis=1)
+    return m[m != 0][:-1]
+
+
+def _split(blob: np.ndarray) -> np.ndarray:
+    """`_joined` read back: fixed-width bytes."""
+    blob = np.asarray(blob, dtype=np.uint8)
+    if not len(blob):
+        return np.zeros(0, dtype="S1")
+    nl = np.flatnonzero(blob == 10)
+    starts = np.concatenate([[0], nl + 1]).astype(np.int64)
+    if (blob == 0).any():
+        raise ValueError("a NUL byte in the ids")
+    body = blob[blob != 10]
+    off = np.append(starts - np.arange(len(starts)), len(body))
+    return fixed_width(body, off)
+
+
+def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent."""
+    if not len(table) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    order = None if bool((table[1:] > table[:-1]).all()) else np.argsort(table, kind="stable")
+    ordered = table if order is None else table[order]
+    at = np.minimum(np.searchsorted(ordered, keys), len(table) - 1)
+    hit = ordered[at] == keys
+    where = at if order is None else order[at]
+    return np.where(hit, where, -1).astype(np.int64)
+
+
 class KnnLists:
     """Per entity (row): its top-k neighbours as rows of the same table, their cosines, the text hash the list
     was computed for, and the cells (cells.py) the entity was joined in. Arrays rather than per-entity lists:
     a 1M-entity pass holds 10M neighbours."""
 
-    def __init__(self, k: int, model_id: str, ids: list[str] | None = None, hashes: list[str] | None = None,
+    def __init__(self, k: int, model_id: str, ids: Sequence[str] | np.ndarray | None = None,
+                 hashes: Sequence[str] | np.ndarray | None = None,
                  nbr: np.ndarray | None = None, sim: np.ndarray | None = None, plan: CellPlan | None = None,
                  cells: np.ndarray | None = None, cell_settings: tuple[int, int] = (0, 0),
                  chars: np.ndarray | None = None) -> None:
         self.k = k
         self.model_id = model_id
-        self.ids: list[str] = list(ids or [])
-        self.hashes: list[str] = list(hashes or [])
-        n = len(self.ids)
+        # ids and text hashes as fixed-width bytes (`fixed_bytes`): a +1 % run matches 521k entities of the
+        # previous pass by numpy search, not a dict and a decoded string per row
+        self.keys = _as_keys(ids)
+        self.hash_keys = _as_keys(hashes)
+        n = len(self.keys)
         self.nbr = nbr if nbr is not None else np.full((n, k), -1, dtype=np.int32)     # -1 = empty slot
         self.sim = sim if sim is not None else np.full((n, k), -np.inf, dtype=np.float32)
         self.plan = plan                      # None: no cells yet, the next pass fits them
@@ -121,12 +172,19 @@ class KnnLists:
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
 
+    @property
+    def ids(self) -> list[str]:
+        return _decoded(self.keys)
+
+    @property
+    def hashes(self) -> list[str]:
+        return _decoded(self.hash_keys)
+
     def save(self, path: Path) -> None:
         """An .npz at zlib level 1: numpy's savez_compressed (level 6) took 4x the CPU for 7 % fewer bytes, and
         the file is rewritten by every run (1.5 s of a +1 % run's 14 s at 10k passages, before)."""
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        arrays = {"ids": np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
-                  "hashes": np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
+        arrays = {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
                   "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
                   "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
                   "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
@@ -144,9 +202,8 @@ class KnnLists:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
                     return cls(k, model_id)
-                raw = z["ids"].tobytes().decode("utf-8")
-                ids = raw.split("\n") if raw else []
-                hashes = z["hashes"].tobytes().decode().split("\n") if ids else []
+                ids = _split(z["ids"])
+                hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
                 nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
@@ -220,17 +277,18 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     the entity count doubles, so the centroids follow the corpus at a geometric cost. A list holds only
     neighbours at or above `min_sim` (the lists must have been computed with the same `min_sim`). `chars_of`
     gives the `name_chars` of rows whose name is not the previous pass's (else they stay unknown, -1)."""
-    n = len(ids)
-    out = KnnLists(k, prev.model_id, ids, hashes)
+    keys, hash_keys = _as_keys(ids), _as_keys(hashes)
+    n = len(keys)
+    out = KnnLists(k, prev.model_id, keys, hash_keys)
     if n == 0:
         return out, 0
     plan, settings = prev.plan, (per_entity, cell_size)
     refit = (plan is None or prev.cell_settings != settings or plan.centroids.shape[1] != matrix.shape[1]
              or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
-    prev_row = {i: p for p, i in enumerate(prev.ids)}
-    old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    named = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    old = _rows_in(prev.keys, keys)                                          # row -> its row in prev
+    named = old >= 0
+    named[named] = prev.hash_keys[old[named]] == hash_keys[named]
     out.chars[named] = prev.chars[old[named]]
     if chars_of is not None and not named.all():
         out.chars[~named] = chars_of(np.flatnonzero(~named))
@@ -347,13 +405,14 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
     keep = (b >= 0) & (s >= threshold) & (a != b)
     a, b, s = a[keep], b[keep], s[keep]
-    ids = knn.ids
+    keys = knn.keys
     if isinstance(ok, np.ndarray):
         linkable_row = ok
     else:
         linkable_row = np.zeros(n, dtype=bool)
         asked = np.unique(np.concatenate([a, b]))
-        linkable_row[asked] = np.fromiter((ok(ids[r]) for r in asked.tolist()), dtype=bool, count=len(asked))
+        linkable_row[asked] = np.fromiter((ok(keys[r].decode("utf-8")) for r in asked.tolist()), dtype=bool,
+                                          count=len(asked))
     keep = linkable_row[a] & linkable_row[b]
     a, b, s = a[keep], b[keep], s[keep]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
@@ -363,7 +422,7 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     pairs: dict[tuple[str, str], float] = {}
     for x, y, v in zip(lo[first].tolist(), hi[first].tolist(), s[first].tolist()):
-        ia, ib = ids[x], ids[y]
+        ia, ib = keys[x].decode("utf-8"), keys[y].decode("utf-8")
         pairs[(ia, ib) if ia < ib else (ib, ia)] = v
     return pairs
 
@@ -914,7 +973,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     else:
         names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter, graph=False, synced=synced)
     counts["indices_spliced"] = inserted
-    ent_ids, ent_hashes = list(names_idx.ids), list(names_idx.hashes)
+    ent_keys, ent_hashes = names_idx.id_array(), names_idx.hash_array()     # fixed-width bytes, no str per row
     names_full = names_idx.rows()
     search_matrix = fold(names_full)
     counts["embedded_now"] = emb.stats["embedded"]
@@ -924,11 +983,11 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
-    knn, queried = update_knn(prev, ent_ids, ent_hashes,
-                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_ids))),
+    knn, queried = update_knn(prev, ent_keys, ent_hashes,
+                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_keys))),
                               s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim,
-                              chars_of=lambda rows: np.array([name_chars(names[ent_ids[r]]) for r in rows.tolist()],
-                                                             dtype=np.int32))
+                              chars_of=lambda rows: np.array([name_chars(names[b.decode("utf-8")])
+                                                              for b in ent_keys[rows].tolist()], dtype=np.int32))
     if search_matrix is not None:
         rescore(knn, names_full, np.flatnonzero(knn.changed))
     del names_idx, search_matrix
@@ -938,7 +997,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
 
     decisions = load_decisions(project)
     if accepted is not None:
-        row_of = {i: p for p, i in enumerate(ent_ids)}
+        row_of = {i: p for p, i in enumerate(knn.ids)}
         for r in accepted:
             a, b = r["a"], r["b"]
             key = (a, b) if a < b else (b, a)

@@ -941,10 +941,14 @@ class VectorIndex:
         """Rows in id order (bytes)."""
         return np.asarray((self._keys or IdKeys.arrays(self.ids))[2], dtype=np.int64)
 
+    def hash_array(self) -> np.ndarray:
+        """The text hashes in row order as fixed-width bytes (`fixed_bytes`), from the saved array."""
+        return self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
-        arr = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        arr = self.hash_array()
         got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
 
@@ -1204,7 +1208,7 @@ class VectorIndex:
         postings = (rs.postings if rs.by_column_only else build_postings(rs)) if posted else ()
         query = [*(self._keys or IdKeys.arrays(self.ids)), *postings]
         arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
-        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        hashes = self.hash_array()
         arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
@@ -1228,7 +1232,7 @@ class VectorIndex:
         import hashlib
 
         keys = self._keys or IdKeys.arrays(self.ids)
-        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        hashes = self.hash_array()
         h = hashlib.blake2b(digest_size=12)
         for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
             h.update(np.ascontiguousarray(arr).view(np.uint8).data)
