@@ -47,6 +47,7 @@ from . import forkpool, store
 from .cells import CellPlan, cell_count, fit_cells, join, nearest_cells
 from .config import Settings
 from .embed import Embedder, get_embedder, refresh_idf
+from .ingest import added_since, chunk_mark
 from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
@@ -767,15 +768,68 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
     return _Plan(ids, old_rows[listed], before[listed], len(rows))
 
 
+def _held(idx: VectorIndex, file_ids: np.ndarray) -> list[bool]:
+    """Per id (fixed-width bytes), whether the index has a row for it."""
+    rows, order = idx.id_array(), idx.id_order()
+    sorted_old = rows[order]
+    at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)
+    return (sorted_old[at] == file_ids).tolist()
+
+
 def _chunk_plan(idx: VectorIndex, chunk_ids: list[str]) -> _Plan | None:
     """For the chunk index: a chunk id is a hash of its text, so the chunks it lacks are the new ones and every
     other is held as it is; None when a chunk went (an edited or deleted document: every chunk is read)."""
     file_ids = fixed_bytes(chunk_ids)
-    rows, order = idx.id_array(), idx.id_order()
-    sorted_old = rows[order]
-    at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)
-    fresh = [i for i, held in zip(chunk_ids, (sorted_old[at] == file_ids).tolist()) if not held]
+    fresh = [i for i, held in zip(chunk_ids, _held(idx, file_ids)) if not held]
     return _file_order_plan(idx, fresh, file_ids)
+
+
+class _Chunks:
+    """Chunk id -> text (the first row of each id, in file order) and the row count, read from chunks.jsonl
+    the first time they are asked for: a +1 % run whose chunk index ends at a known `chunk_mark` never asks."""
+
+    def __init__(self, project: Project) -> None:
+        self._path, self._texts, self._rows = project.chunks_path, None, 0
+
+    def all(self) -> dict[str, str]:
+        if self._texts is None:
+            texts: dict[str, str] = {}
+            for c in store.read_jsonl(self._path):
+                texts.setdefault(c["chunk_id"], c["text"])
+                self._rows += 1
+            self._texts = texts
+        return self._texts
+
+    def rows(self) -> int:
+        self.all()
+        return self._rows
+
+
+def _chunks_token(mark: dict | None, synced: str) -> str:
+    """What the chunk index is synced with: the `chunk_mark` of the chunks it holds (else the resolve output,
+    as the other indices)."""
+    return orjson.dumps(mark, option=orjson.OPT_SORT_KEYS).decode() if mark is not None else synced
+
+
+def _appended_chunks(project: Project, idx: VectorIndex) -> tuple[_Plan, dict[str, str]] | None:
+    """When the chunk index holds the chunks up to a `chunk_mark` (its `synced` token) and chunks were only
+    appended since: the plan putting the new ones at its end (the order a fresh build gives: first rows in
+    file order) and the appended chunks' texts, read from the file's end only. Else None: every chunk is
+    read."""
+    try:
+        mark = orjson.loads(idx.synced) if idx.synced.startswith("{") else None
+    except orjson.JSONDecodeError:
+        mark = None
+    added = added_since(project, mark) if isinstance(mark, dict) else None
+    if added is None:
+        return None
+    texts: dict[str, str] = {}
+    for c in added[1]:
+        texts.setdefault(c.chunk_id, c.text)
+    ids = list(texts)
+    fresh = [i for i, held in zip(ids, _held(idx, fixed_bytes(ids)) if ids else []) if not held]
+    n = len(idx)
+    return _Plan(fresh, np.full(len(fresh), -1, dtype=np.int64), np.full(len(fresh), n, dtype=np.int64), n), texts
 
 
 def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str | None
@@ -851,8 +905,9 @@ def _drop_name_graph(vectors_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> dict:
-    """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all)."""
+def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | None, reporter: Reporter) -> dict:
+    """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all).
+    `appended`: only chunks were appended since the index was synced (none went): just those are looked at."""
     from .bm25 import BM25_FILE, BM25Index
 
     path = project.vectors_dir / BM25_FILE
@@ -864,16 +919,21 @@ def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> 
             reporter.warn(f"{path} is unreadable; rebuilding the BM25 index")
             bm = None
     if bm is None:
-        bm = BM25Index()
-    have = set(bm.doc_ids())
-    gone = [i for i in have if i not in chunks]
-    new = [i for i in chunks if i not in have]
+        bm, appended = BM25Index(), None
+    if appended is not None:
+        texts, gone = appended, []
+        new = [i for i in texts if i not in bm]
+    else:
+        texts = chunks.all()
+        have = set(bm.doc_ids())
+        gone = [i for i in have if i not in texts]
+        new = [i for i in texts if i not in have]
     for i in gone:
         bm.remove(i)
-    bm.add_many((i, chunks[i]) for i in new)
+    bm.add_many((i, texts[i]) for i in new)
     if gone or new or not path.exists():
         bm.save(path)
-    return {"bm25_chunks": len(chunks), "bm25_added": len(new), "bm25_removed": len(gone)}
+    return {"bm25_chunks": len(bm), "bm25_added": len(new), "bm25_removed": len(gone)}
 
 
 def check_settings(settings: Settings) -> None:
@@ -904,12 +964,9 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             yield r["id"], entity_text(r["name"], r["description"])
         names.filled()
 
-    chunk_texts: dict[str, str] = {}
-    n_chunk_rows = 0
-    for c in store.read_jsonl(project.chunks_path):
-        chunk_texts.setdefault(c["chunk_id"], c["text"])
-        n_chunk_rows += 1
-
+    chunks = _Chunks(project)
+    mark = chunk_mark(project)
+    n_chunk_rows = mark["chunks"] if mark is not None else chunks.rows()
     idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
                       reporter)
     emb = get_embedder(project, settings, cache_writes=True)
@@ -922,7 +979,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     change = resolve_change(project) if review_path is None and accept_path is None and not with_relations \
         else None
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
-        "chunks": lambda: chunk_texts.items(),
+        "chunks": lambda: chunks.all().items(),
         "entities": entity_items,        # before relations, whose texts name their entities
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
         "facts": _jsonl_items(project.facts_path, _fact_row_text),
@@ -935,28 +992,34 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     digests: dict[str, Any] = {"model_id": emb.model_id}
     added = inserted = 0
     entity_plan: _Plan | None = None
+    appended: dict[str, str] | None = None     # chunks appended since the chunk index's mark (None: read all)
     for name in (n for n in INDEX_NAMES if n in items):
         if name == "chunks":           # chunk ids name their texts: no change list needed
             idx = _load_for_insert(project, name, settings, emb, None)
-            plan = _chunk_plan(idx, list(chunk_texts)) if idx is not None else None
-            got = (plan, [chunk_texts[i] for i in plan.ids]) if plan is not None else None
+            tail = _appended_chunks(project, idx) if idx is not None else None
+            if tail is not None:
+                plan, appended = tail
+            else:
+                plan = _chunk_plan(idx, list(chunks.all())) if idx is not None else None
+            got = (plan, [(appended or chunks.all())[i] for i in plan.ids]) if plan is not None else None
         else:
             idx = _load_for_insert(project, name, settings, emb, change["from"]) \
                 if change is not None and name in ("entities", "facts") else None
             got = _changed_texts(project, name, idx, change, names) if idx is not None else None
+        token = _chunks_token(mark, synced) if name == "chunks" else synced
         if got is not None:
             plan, texts = got
-            c = _insert_index(project, emb, idx, plan, texts, synced, reporter)
+            c = _insert_index(project, emb, idx, plan, texts, token, reporter)
             entity_plan = plan if name == "entities" else entity_plan
             inserted += 1
         else:
-            idx, c = _sync_index(project, settings, emb, name, items[name], reporter, synced=synced)
+            idx, c = _sync_index(project, settings, emb, name, items[name], reporter, synced=token)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]
         digests[name] = idx.digest()
         del idx
     counts["vectors_added"] = added
-    counts.update(_sync_bm25(project, chunk_texts, reporter))
+    counts.update(_sync_bm25(project, chunks, appended, reporter))
     counts.update(idf)
 
     # -- synonym edges --
