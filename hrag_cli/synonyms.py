@@ -303,11 +303,11 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         if len(kept):
             out.cells[kept] = prev.cells[old[kept]]
         out.cells[~same] = nearest_cells(matrix[~same], plan, per_entity, on_rows=task.advance)
-    fwd = np.full(len(prev.ids) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
+    fwd = np.full(len(prev.keys) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
     fwd[old[kept]] = kept
     if len(kept):
         pn = prev.nbr[old[kept]]
-        mapped = fwd[np.where(pn >= 0, pn, len(prev.ids))]
+        mapped = fwd[np.where(pn >= 0, pn, len(prev.keys))]
         out.nbr[kept] = mapped
         out.sim[kept] = np.where(mapped >= 0, prev.sim[old[kept]], -np.inf)
         lost = ((pn >= 0) & (mapped < 0)).any(axis=1)
