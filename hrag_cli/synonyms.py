@@ -421,9 +421,12 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     lo, hi, s = lo[order], hi[order], s[order]
     first = np.ones(len(lo), dtype=bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    lo, hi, s = lo[first], hi[first], s[first]
+    rows = np.unique(np.concatenate([lo, hi]))          # each entity's id decoded once, not once per pair
+    named = _decoded(keys[rows])
     pairs: dict[tuple[str, str], float] = {}
-    for x, y, v in zip(lo[first].tolist(), hi[first].tolist(), s[first].tolist()):
-        ia, ib = keys[x].decode("utf-8"), keys[y].decode("utf-8")
+    for x, y, v in zip(np.searchsorted(rows, lo).tolist(), np.searchsorted(rows, hi).tolist(), s.tolist()):
+        ia, ib = named[x], named[y]
         pairs[(ia, ib) if ia < ib else (ib, ia)] = v
     return pairs
 
@@ -865,6 +868,9 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             names[i] = r["name"]
             texts.append(entity_text(r["name"], r["description"]))
         return plan, texts
+    patched = _patch_plan(idx, store.JsonlLines(project.facts_path))
+    if patched is not None:
+        return patched
     scanned = _line_ids(project.facts_path)
     plan = _file_order_plan(idx, change["facts"], scanned[0]) if scanned is not None else None
     if scanned is None or plan is None:
@@ -877,6 +883,46 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             return None
         texts.append(_fact_row_text(r))
     return plan, texts
+
+
+def _patch_plan(idx: VectorIndex, lines: store.JsonlLines) -> tuple[_Plan, list[str]] | None:
+    """For a record file kept as a base and a patch (12rf's record patch): the patch's lines are the records
+    resolve added or made again, at their logical lines, which are the index's final rows (its rows follow the
+    file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
+    None when the file has no patch or its lines do not fit the index (the caller scans the file)."""
+    patch_lines = getattr(lines, "patch_lines", None)
+    got = patch_lines() if patch_lines is not None else None
+    if got is None:
+        return None
+    rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
+    records = [orjson.loads(raw) for raw in raws]
+    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records):
+        return None
+    return _rows_plan(idx, [r["id"] for r in records], rows, len(lines)), [_fact_row_text(r) for r in records]
+
+
+def _rows_plan(idx: VectorIndex, ids: list[str], rows: np.ndarray, total: int) -> _Plan | None:
+    """The plan putting `ids` at their final rows `rows` (ascending) of an index that will hold `total` rows:
+    held ids stay where their old row moves to, the others are inserted; None when that does not add up."""
+    if len(rows) != len(ids) or (len(rows) and (bool((np.diff(rows) <= 0).any()) or rows[0] < 0
+                                                 or rows[-1] >= total)):
+        return None
+    keys = fixed_bytes(ids) if ids else np.zeros(0, dtype="S1")
+    sorted_old = idx.id_array()[idx.id_order()]
+    at = np.minimum(np.searchsorted(sorted_old, keys), max(len(sorted_old) - 1, 0))
+    held = (sorted_old[at] == keys) if len(sorted_old) else np.zeros(len(ids), dtype=bool)
+    old_rows = np.where(held, idx.id_order()[at] if len(sorted_old) else -1, -1).astype(np.int64)
+    new_at = rows[~held]
+    if len(idx) + len(new_at) != total:
+        return None
+    before = np.empty(len(ids), dtype=np.int64)
+    before[~held] = new_at - np.arange(len(new_at))          # the old row each new one goes ahead of
+    before[held] = old_rows[held]
+    try:
+        plan = _Plan(ids, old_rows, before, len(idx))
+    except ValueError:
+        return None
+    return plan if np.array_equal(plan.lines, rows) else None
 
 
 def _insert_index(project: Project, emb: Embedder, idx: VectorIndex, plan: _Plan, texts: list[str],
