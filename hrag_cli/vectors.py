@@ -633,11 +633,11 @@ def fixed_width(blob: np.ndarray, off: np.ndarray) -> np.ndarray:
 
 
 def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: np.ndarray, old_of: np.ndarray,
-                 moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes]
+                 moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes], old_fixed: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`IdKeys.arrays` of the ids after `VectorIndex.insert`: kept ids' bytes copied run by run, the listed
     ids' put at their rows (`pos`), and the inserted ones (`ins`) merged into the sorted order by a binary
-    search of the old sorted ids."""
+    search of the old sorted ids (`old_fixed`: the old ids as `fixed_width` gives them)."""
     n = len(is_new)
     lens = np.empty(n, dtype=np.int64)
     kept = ~is_new
@@ -654,7 +654,7 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
         fresh = np.flatnonzero(ins)
         names = np.array([enc[i] for i in fresh.tolist()])
         by_name = np.argsort(names, kind="stable")
-        sorted_old = fixed_width(blob, off)[np.asarray(order, dtype=np.int64)]
+        sorted_old = old_fixed[np.asarray(order, dtype=np.int64)]
         at = np.searchsorted(sorted_old, names[by_name])
         order2 = np.insert(order2, at, pos[fresh[by_name]])
     return blob2, off2, order2
@@ -801,6 +801,7 @@ class VectorIndex:
         self.synced = ""                  # what the rows were last brought up to date with (the caller's token)
         self._keys: tuple[np.ndarray, ...] | None = None     # IdKeys.arrays(ids), when known without listing ids
         self._hash_array: np.ndarray | None = None           # fixed_bytes(hashes), likewise
+        self._fixed: tuple[np.ndarray, np.ndarray] | None = None   # (id blob, `fixed_width` of it): id_array
 
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
@@ -935,7 +936,9 @@ class VectorIndex:
     def id_array(self) -> np.ndarray:
         """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
         blob, off, _ = self._keys or IdKeys.arrays(self.ids)
-        return fixed_width(blob, off)
+        if self._fixed is None or self._fixed[0] is not blob:
+            self._fixed = (blob, fixed_width(blob, off))
+        return self._fixed[1]
 
     def id_order(self) -> np.ndarray:
         """Rows in id order (bytes)."""
@@ -983,14 +986,19 @@ class VectorIndex:
         first = next(blocks, None) if len(pos) else None
         rows_store = self._store(n, pos, is_new, old_of, first, blocks)
         enc = [i.encode("utf-8") for i in ids]
+        old_fixed = self.id_array()
         blob, off, order = self._keys                                           # type: ignore[misc]
-        keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc)
+        keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc, old_fixed)
+        width = max(old_fixed.dtype.itemsize, max(map(len, enc), default=1))
+        fixed = np.empty(n, dtype=f"S{width}")
+        fixed[~is_new] = old_fixed[old_of[~is_new]]
+        fixed[pos] = np.array(enc, dtype=f"S{width}")
         width = max(self._hash_array.dtype.itemsize, max((len(h) for h in hashes), default=1))   # type: ignore[union-attr]
         hash_arr = np.empty(n, dtype=f"S{width}")
         hash_arr[~is_new] = self._hash_array[old_of[~is_new]]                  # type: ignore[index]
         hash_arr[pos] = np.array([h.encode("utf-8") for h in hashes], dtype=f"S{width}")
         self.ids, self.hashes = IdKeys(*keys), HashColumn(hash_arr)              # type: ignore[assignment]
-        self._keys, self._hash_array = keys, hash_arr
+        self._keys, self._hash_array, self._fixed = keys, hash_arr, (keys[0], fixed)
         self.labels = np.full(n, -1, dtype=np.int64)
         self._rows, self._lut, self._pos = rows_store, None, None
         return {"added": len(pos), "removed": 0, "kept": n - len(pos), "rebuilt": 0}

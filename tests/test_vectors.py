@@ -540,5 +540,6 @@ def test_insert_splices_ids_hashes_and_rows_into_a_fresh_builds_bytes(tmp_path, 
         assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
     back = VectorIndex.load(tmp_path / "b", name, VectorSettings())
     assert back.ids == out_ids and back.hashes == out_h and idx.digest() == fresh.digest() == back.digest()
+    assert np.array_equal(idx.id_array(), fresh.id_array())     # the spliced fixed-width ids, as a build's
     with pytest.raises(ValueError, match="final order"):
         back.insert(["x", "y"], ["1", "2"], np.array([-1, -1]), np.array([5, 2]), sparse_unit(2))
