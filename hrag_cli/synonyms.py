@@ -7,7 +7,8 @@
    After a resolve that patched its records, graph/changed_ids.json lists the records it added or made again;
    when it starts from the resolve output the indices were last synced with (their id map's "synced"), only
    those records are read (at their lines), embedded and spliced in (VectorIndex.insert), and the chunk index
-   takes the chunks it lacks; otherwise every record is read and its text hashed.
+   takes the chunks it lacks: when its "synced" names the `ingest.chunk_mark` it holds and chunks were only
+   appended since, just those are read (from the file's end); otherwise every record is read and its text hashed.
 2. Updates the BM25 index over chunks (hrag_cli.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
    ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
