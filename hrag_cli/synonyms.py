@@ -869,7 +869,7 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             names[i] = r["name"]
             texts.append(entity_text(r["name"], r["description"]))
         return plan, texts
-    patched = _patch_plan(idx, store.JsonlLines(project.facts_path))
+    patched = _patch_plan(idx, store.JsonlLines(project.facts_path), change["facts"])
     if patched is not None:
         return patched
     scanned = _line_ids(project.facts_path)
@@ -886,20 +886,23 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
     return plan, texts
 
 
-def _patch_plan(idx: VectorIndex, lines: store.JsonlLines) -> tuple[_Plan, list[str]] | None:
-    """For a record file kept as a base and a patch (12rf's record patch): the patch's lines are the records
+def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[str]] | None:
+    """For a record file kept as a base and a patch (store's record patch): the patch's lines are the records
     resolve added or made again, at their logical lines, which are the index's final rows (its rows follow the
     file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
-    None when the file has no patch or its lines do not fit the index (the caller scans the file)."""
+    None when the file has no patch, the patch lacks a record of the change list (`changed`) or its lines do
+    not fit the index (the caller scans the file)."""
     patch_lines = getattr(lines, "patch_lines", None)
     got = patch_lines() if patch_lines is not None else None
     if got is None:
         return None
     rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
     records = [orjson.loads(raw) for raw in raws]
-    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records):
+    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records) \
+            or not set(changed) <= {r["id"] for r in records}:
         return None
-    return _rows_plan(idx, [r["id"] for r in records], rows, len(lines)), [_fact_row_text(r) for r in records]
+    plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
+    return (plan, [_fact_row_text(r) for r in records]) if plan is not None else None
 
 
 def _rows_plan(idx: VectorIndex, ids: list[str], rows: np.ndarray, total: int) -> _Plan | None:
