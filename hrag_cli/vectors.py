@@ -714,8 +714,8 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     nrow = np.repeat(new_at, np.diff(new.indptr))
     ncol = SparseRows._cols(new.bands, new.low).astype(np.int64)
     order = np.lexsort((nrow, ncol))
-    nrow, nval = nrow[order].astype(np.int32), np.asarray(new.data)[order]
-    nstart = np.searchsorted(ncol[order], np.arange(dim + 1)).tolist()
+    nrow, ncol, nval = nrow[order].astype(np.int32), ncol[order], np.asarray(new.data)[order]
+    nstart = np.searchsorted(ncol, np.arange(dim + 1)).tolist()
     nb_old, nb = pbands.shape[1], max(1, -(-n // _ROW_BAND))
     band_base = np.arange(nb_old, dtype=np.int32) * _ROW_BAND
     edges = np.arange(nb + 1, dtype=np.int64) * _ROW_BAND
@@ -724,22 +724,36 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     out_bands = np.zeros((dim, nb), dtype=np.uint32)
     bounds = np.asarray(ptr, dtype=np.int64).tolist()
     at = 0
-    for c in range(dim):
-        s, e = bounds[c], bounds[c + 1]
-        rows = moved[np.repeat(band_base, pbands[c]) | plow[s:e]]
-        vals = pdata[s:e]
-        if gone:
-            live = rows >= 0
-            rows, vals = rows[live], vals[live]
-        a, b = nstart[c], nstart[c + 1]
-        if b > a:                                      # kept rows keep their order: rows ascend
-            put = np.searchsorted(rows, nrow[a:b])
-            rows, vals = np.insert(rows, put, nrow[a:b]), np.insert(vals, put, nval[a:b])
-        m = len(rows)
-        out_low[at:at + m] = rows & (_ROW_BAND - 1)
-        out_data[at:at + m] = vals
-        out_bands[c] = np.diff(np.searchsorted(rows, edges))
-        at += m
+    if not gone and (not len(new_at) or int(new_at[0]) == len(kept)):      # kept rows 0.. in order
+        # rows only appended (the chunk index of a +1 %): old rows keep their numbers, so each column's old
+        # entries are copied as they are and the new ones follow them
+        out_bands[:, :nb_old] = pbands
+        np.add.at(out_bands, (ncol, nrow // _ROW_BAND), 1)
+        for c in range(dim):
+            s, e, a, b = bounds[c], bounds[c + 1], nstart[c], nstart[c + 1]
+            out_low[at:at + e - s] = plow[s:e]
+            out_data[at:at + e - s] = pdata[s:e]
+            at += e - s
+            out_low[at:at + b - a] = nrow[a:b] & (_ROW_BAND - 1)
+            out_data[at:at + b - a] = nval[a:b]
+            at += b - a
+    else:
+        for c in range(dim):
+            s, e = bounds[c], bounds[c + 1]
+            rows = moved[np.repeat(band_base, pbands[c]) | plow[s:e]]
+            vals = pdata[s:e]
+            if gone:
+                live = rows >= 0
+                rows, vals = rows[live], vals[live]
+            a, b = nstart[c], nstart[c + 1]
+            if b > a:                                      # kept rows keep their order: rows ascend
+                put = np.searchsorted(rows, nrow[a:b])
+                rows, vals = np.insert(rows, put, nrow[a:b]), np.insert(vals, put, nval[a:b])
+            m = len(rows)
+            out_low[at:at + m] = rows & (_ROW_BAND - 1)
+            out_data[at:at + m] = vals
+            out_bands[c] = np.diff(np.searchsorted(rows, edges))
+            at += m
     if at != len(out_low):
         raise HragError("the postings of a vector index do not match its rows; run 'hrag synonyms' to rebuild it")
     out_ptr = np.zeros(dim + 1, dtype=np.int64)
