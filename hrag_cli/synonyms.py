@@ -902,6 +902,9 @@ def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -
     if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records) \
             or not set(changed) <= {r["id"] for r in records}:
         return None
+    wanted = set(changed)            # a patch kept across runs also holds lines the index already has as they are
+    keep = [j for j, r in enumerate(records) if r["id"] in wanted]
+    rows, records = rows[keep], [records[j] for j in keep]
     plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
     return (plan, [_fact_row_text(r) for r in records]) if plan is not None else None
 
