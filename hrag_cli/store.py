@@ -745,6 +745,14 @@ class JsonlLines:
             data = b"".join(_patched_blocks_of(LineWalker(iter([data])), self.patch, "the file"))
         return [orjson.loads(line) if line.strip() else None for line in data.split(b"\n")[:-1]] if data else []
 
+    def patch_lines(self) -> tuple[Any, list[bytes]] | None:
+        """The lines the patch adds or replaces: (their logical line numbers, int64 ascending; their bytes, as
+        `raw` gives them), None without a patch. A reader that wants only what changed since the base (the
+        synonyms stage's fact index) reads these instead of the file."""
+        if self.patch is None:
+            return None
+        return self.patch.rows.copy(), [self.patch.line(j) for j in range(len(self.patch))]
+
     def raw(self, i: int) -> bytes | None:
         """Line i as bytes, or None past the end (or in a damaged member)."""
         patch = self.patch

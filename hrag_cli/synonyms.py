@@ -7,7 +7,8 @@
    After a resolve that patched its records, graph/changed_ids.json lists the records it added or made again;
    when it starts from the resolve output the indices were last synced with (their id map's "synced"), only
    those records are read (at their lines), embedded and spliced in (VectorIndex.insert), and the chunk index
-   takes the chunks it lacks; otherwise every record is read and its text hashed.
+   takes the chunks it lacks: when its "synced" names the `ingest.chunk_mark` it holds and chunks were only
+   appended since, just those are read (from the file's end); otherwise every record is read and its text hashed.
 2. Updates the BM25 index over chunks (hrag_cli.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
    ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import zipfile
 from dataclasses import asdict, replace
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,13 @@ from . import forkpool, store
 from .cells import CellPlan, cell_count, fit_cells, join, nearest_cells
 from .config import Settings
 from .embed import Embedder, get_embedder, refresh_idf
+from .ingest import added_since, chunk_mark
 from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, mostly_zero, \
-    sparse_rows
+from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
+    fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -97,20 +99,71 @@ def name_chars(name: str) -> int:
 
 
 # -- neighbour lists --------------------------------------------------------------------------------------
+def _as_keys(items: Sequence[str] | np.ndarray | None) -> np.ndarray:
+    """Strings (or fixed-width bytes already) as fixed-width bytes."""
+    if isinstance(items, np.ndarray) and items.dtype.kind == "S":
+        return items
+    return fixed_bytes(list(items or []))
+
+
+def _decoded(keys: np.ndarray) -> list[str]:
+    return [b.decode("utf-8") for b in keys.tolist()]
+
+
+def _joined(keys: np.ndarray) -> np.ndarray:
+    """Fixed-width bytes as one newline-separated blob (uint8): the file form of the ids and hashes, made in
+    numpy (ids hold neither NUL nor newline)."""
+    n = len(keys)
+    if not n:
+        return np.zeros(0, dtype=np.uint8)
+    m = np.ascontiguousarray(keys).view(np.uint8).reshape(n, keys.dtype.itemsize)
+    m = np.concatenate([m, np.full((n, 1), 10, dtype=np.uint8)], axis=1)
+    return m[m != 0][:-1]
+
+
+def _split(blob: np.ndarray) -> np.ndarray:
+    """`_joined` read back: fixed-width bytes."""
+    blob = np.asarray(blob, dtype=np.uint8)
+    if not len(blob):
+        return np.zeros(0, dtype="S1")
+    nl = np.flatnonzero(blob == 10)
+    starts = np.concatenate([[0], nl + 1]).astype(np.int64)
+    if (blob == 0).any():
+        raise ValueError("a NUL byte in the ids")
+    body = blob[blob != 10]
+    off = np.append(starts - np.arange(len(starts)), len(body))
+    return fixed_width(body, off)
+
+
+def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent."""
+    if not len(table) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    order = None if bool((table[1:] > table[:-1]).all()) else np.argsort(table, kind="stable")
+    ordered = table if order is None else table[order]
+    at = np.minimum(np.searchsorted(ordered, keys), len(table) - 1)
+    hit = ordered[at] == keys
+    where = at if order is None else order[at]
+    return np.where(hit, where, -1).astype(np.int64)
+
+
 class KnnLists:
     """Per entity (row): its top-k neighbours as rows of the same table, their cosines, the text hash the list
     was computed for, and the cells (cells.py) the entity was joined in. Arrays rather than per-entity lists:
     a 1M-entity pass holds 10M neighbours."""
 
-    def __init__(self, k: int, model_id: str, ids: list[str] | None = None, hashes: list[str] | None = None,
+    def __init__(self, k: int, model_id: str, ids: Sequence[str] | np.ndarray | None = None,
+                 hashes: Sequence[str] | np.ndarray | None = None,
                  nbr: np.ndarray | None = None, sim: np.ndarray | None = None, plan: CellPlan | None = None,
                  cells: np.ndarray | None = None, cell_settings: tuple[int, int] = (0, 0),
                  chars: np.ndarray | None = None) -> None:
         self.k = k
         self.model_id = model_id
-        self.ids: list[str] = list(ids or [])
-        self.hashes: list[str] = list(hashes or [])
-        n = len(self.ids)
+        # ids and text hashes as fixed-width bytes (`fixed_bytes`): a +1 % run matches 521k entities of the
+        # previous pass by numpy search, not a dict and a decoded string per row
+        self.keys = _as_keys(ids)
+        self.hash_keys = _as_keys(hashes)
+        n = len(self.keys)
         self.nbr = nbr if nbr is not None else np.full((n, k), -1, dtype=np.int32)     # -1 = empty slot
         self.sim = sim if sim is not None else np.full((n, k), -np.inf, dtype=np.float32)
         self.plan = plan                      # None: no cells yet, the next pass fits them
@@ -121,18 +174,26 @@ class KnnLists:
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
 
+    @property
+    def ids(self) -> list[str]:
+        return _decoded(self.keys)
+
+    @property
+    def hashes(self) -> list[str]:
+        return _decoded(self.hash_keys)
+
     def save(self, path: Path) -> None:
-        """An .npz at zlib level 1: numpy's savez_compressed (level 6) took 4x the CPU for 7 % fewer bytes, and
-        the file is rewritten by every run (1.5 s of a +1 % run's 14 s at 10k passages, before)."""
+        """An uncompressed .npz: every run rewrites and reloads it, and at 100k passages zlib (even level 1)
+        cost ~2 s of a +1 % run's CPU to save 44 MB (94 MB stored against 50 MB, 1.5 % of the project).
+        Files saved compressed by earlier versions load as they are."""
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        arrays = {"ids": np.frombuffer("\n".join(self.ids).encode("utf-8"), dtype=np.uint8),
-                  "hashes": np.frombuffer("\n".join(self.hashes).encode(), dtype=np.uint8),
+        arrays = {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
                   "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
                   "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
                   "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
                   "chars": self.chars,
                   "has_plan": np.bool_(self.plan is not None)}
-        with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
             for name, arr in arrays.items():
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
@@ -144,9 +205,8 @@ class KnnLists:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
                     return cls(k, model_id)
-                raw = z["ids"].tobytes().decode("utf-8")
-                ids = raw.split("\n") if raw else []
-                hashes = z["hashes"].tobytes().decode().split("\n") if ids else []
+                ids = _split(z["ids"])
+                hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
                 nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
@@ -220,17 +280,18 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     the entity count doubles, so the centroids follow the corpus at a geometric cost. A list holds only
     neighbours at or above `min_sim` (the lists must have been computed with the same `min_sim`). `chars_of`
     gives the `name_chars` of rows whose name is not the previous pass's (else they stay unknown, -1)."""
-    n = len(ids)
-    out = KnnLists(k, prev.model_id, ids, hashes)
+    keys, hash_keys = _as_keys(ids), _as_keys(hashes)
+    n = len(keys)
+    out = KnnLists(k, prev.model_id, keys, hash_keys)
     if n == 0:
         return out, 0
     plan, settings = prev.plan, (per_entity, cell_size)
     refit = (plan is None or prev.cell_settings != settings or plan.centroids.shape[1] != matrix.shape[1]
              or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
-    prev_row = {i: p for p, i in enumerate(prev.ids)}
-    old = np.array([prev_row.get(i, -1) for i in ids], dtype=np.int64)       # row -> its row in prev
-    named = np.array([o >= 0 and prev.hashes[o] == h for o, h in zip(old.tolist(), hashes)], dtype=bool)
+    old = _rows_in(prev.keys, keys)                                          # row -> its row in prev
+    named = old >= 0
+    named[named] = prev.hash_keys[old[named]] == hash_keys[named]
     out.chars[named] = prev.chars[old[named]]
     if chars_of is not None and not named.all():
         out.chars[~named] = chars_of(np.flatnonzero(~named))
@@ -244,11 +305,11 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         if len(kept):
             out.cells[kept] = prev.cells[old[kept]]
         out.cells[~same] = nearest_cells(matrix[~same], plan, per_entity, on_rows=task.advance)
-    fwd = np.full(len(prev.ids) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
+    fwd = np.full(len(prev.keys) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
     fwd[old[kept]] = kept
     if len(kept):
         pn = prev.nbr[old[kept]]
-        mapped = fwd[np.where(pn >= 0, pn, len(prev.ids))]
+        mapped = fwd[np.where(pn >= 0, pn, len(prev.keys))]
         out.nbr[kept] = mapped
         out.sim[kept] = np.where(mapped >= 0, prev.sim[old[kept]], -np.inf)
         lost = ((pn >= 0) & (mapped < 0)).any(axis=1)
@@ -347,13 +408,14 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
     keep = (b >= 0) & (s >= threshold) & (a != b)
     a, b, s = a[keep], b[keep], s[keep]
-    ids = knn.ids
+    keys = knn.keys
     if isinstance(ok, np.ndarray):
         linkable_row = ok
     else:
         linkable_row = np.zeros(n, dtype=bool)
         asked = np.unique(np.concatenate([a, b]))
-        linkable_row[asked] = np.fromiter((ok(ids[r]) for r in asked.tolist()), dtype=bool, count=len(asked))
+        linkable_row[asked] = np.fromiter((ok(keys[r].decode("utf-8")) for r in asked.tolist()), dtype=bool,
+                                          count=len(asked))
     keep = linkable_row[a] & linkable_row[b]
     a, b, s = a[keep], b[keep], s[keep]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
@@ -361,9 +423,12 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     lo, hi, s = lo[order], hi[order], s[order]
     first = np.ones(len(lo), dtype=bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    lo, hi, s = lo[first], hi[first], s[first]
+    rows = np.unique(np.concatenate([lo, hi]))          # each entity's id decoded once, not once per pair
+    named = _decoded(keys[rows])
     pairs: dict[tuple[str, str], float] = {}
-    for x, y, v in zip(lo[first].tolist(), hi[first].tolist(), s[first].tolist()):
-        ia, ib = ids[x], ids[y]
+    for x, y, v in zip(np.searchsorted(rows, lo).tolist(), np.searchsorted(rows, hi).tolist(), s.tolist()):
+        ia, ib = named[x], named[y]
         pairs[(ia, ib) if ia < ib else (ib, ia)] = v
     return pairs
 
@@ -708,15 +773,68 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
     return _Plan(ids, old_rows[listed], before[listed], len(rows))
 
 
+def _held(idx: VectorIndex, file_ids: np.ndarray) -> list[bool]:
+    """Per id (fixed-width bytes), whether the index has a row for it."""
+    rows, order = idx.id_array(), idx.id_order()
+    sorted_old = rows[order]
+    at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)
+    return (sorted_old[at] == file_ids).tolist()
+
+
 def _chunk_plan(idx: VectorIndex, chunk_ids: list[str]) -> _Plan | None:
     """For the chunk index: a chunk id is a hash of its text, so the chunks it lacks are the new ones and every
     other is held as it is; None when a chunk went (an edited or deleted document: every chunk is read)."""
     file_ids = fixed_bytes(chunk_ids)
-    rows, order = idx.id_array(), idx.id_order()
-    sorted_old = rows[order]
-    at = np.minimum(np.searchsorted(sorted_old, file_ids), len(rows) - 1)
-    fresh = [i for i, held in zip(chunk_ids, (sorted_old[at] == file_ids).tolist()) if not held]
+    fresh = [i for i, held in zip(chunk_ids, _held(idx, file_ids)) if not held]
     return _file_order_plan(idx, fresh, file_ids)
+
+
+class _Chunks:
+    """Chunk id -> text (the first row of each id, in file order) and the row count, read from chunks.jsonl
+    the first time they are asked for: a +1 % run whose chunk index ends at a known `chunk_mark` never asks."""
+
+    def __init__(self, project: Project) -> None:
+        self._path, self._texts, self._rows = project.chunks_path, None, 0
+
+    def all(self) -> dict[str, str]:
+        if self._texts is None:
+            texts: dict[str, str] = {}
+            for c in store.read_jsonl(self._path):
+                texts.setdefault(c["chunk_id"], c["text"])
+                self._rows += 1
+            self._texts = texts
+        return self._texts
+
+    def rows(self) -> int:
+        self.all()
+        return self._rows
+
+
+def _chunks_token(mark: dict | None, synced: str) -> str:
+    """What the chunk index is synced with: the `chunk_mark` of the chunks it holds (else the resolve output,
+    as the other indices)."""
+    return orjson.dumps(mark, option=orjson.OPT_SORT_KEYS).decode() if mark is not None else synced
+
+
+def _appended_chunks(project: Project, idx: VectorIndex) -> tuple[_Plan, dict[str, str]] | None:
+    """When the chunk index holds the chunks up to a `chunk_mark` (its `synced` token) and chunks were only
+    appended since: the plan putting the new ones at its end (the order a fresh build gives: first rows in
+    file order) and the appended chunks' texts, read from the file's end only. Else None: every chunk is
+    read."""
+    try:
+        mark = orjson.loads(idx.synced) if idx.synced.startswith("{") else None
+    except orjson.JSONDecodeError:
+        mark = None
+    added = added_since(project, mark) if isinstance(mark, dict) else None
+    if added is None:
+        return None
+    texts: dict[str, str] = {}
+    for c in added[1]:
+        texts.setdefault(c.chunk_id, c.text)
+    ids = list(texts)
+    fresh = [i for i, held in zip(ids, _held(idx, fixed_bytes(ids)) if ids else []) if not held]
+    n = len(idx)
+    return _Plan(fresh, np.full(len(fresh), -1, dtype=np.int64), np.full(len(fresh), n, dtype=np.int64), n), texts
 
 
 def _load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str | None
@@ -752,6 +870,9 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             names[i] = r["name"]
             texts.append(entity_text(r["name"], r["description"]))
         return plan, texts
+    patched = _patch_plan(idx, store.JsonlLines(project.facts_path), change["facts"])
+    if patched is not None:
+        return patched
     scanned = _line_ids(project.facts_path)
     plan = _file_order_plan(idx, change["facts"], scanned[0]) if scanned is not None else None
     if scanned is None or plan is None:
@@ -764,6 +885,52 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             return None
         texts.append(_fact_row_text(r))
     return plan, texts
+
+
+def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[str]] | None:
+    """For a record file kept as a base and a patch (store's record patch): the patch's lines are the records
+    resolve added or made again, at their logical lines, which are the index's final rows (its rows follow the
+    file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
+    None when the file has no patch, the patch lacks a record of the change list (`changed`) or its lines do
+    not fit the index (the caller scans the file)."""
+    patch_lines = getattr(lines, "patch_lines", None)
+    got = patch_lines() if patch_lines is not None else None
+    if got is None:
+        return None
+    rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
+    records = [orjson.loads(raw) for raw in raws]
+    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records) \
+            or not set(changed) <= {r["id"] for r in records}:
+        return None
+    wanted = set(changed)            # a patch kept across runs also holds lines the index already has as they are
+    keep = [j for j, r in enumerate(records) if r["id"] in wanted]
+    rows, records = rows[keep], [records[j] for j in keep]
+    plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
+    return (plan, [_fact_row_text(r) for r in records]) if plan is not None else None
+
+
+def _rows_plan(idx: VectorIndex, ids: list[str], rows: np.ndarray, total: int) -> _Plan | None:
+    """The plan putting `ids` at their final rows `rows` (ascending) of an index that will hold `total` rows:
+    held ids stay where their old row moves to, the others are inserted; None when that does not add up."""
+    if len(rows) != len(ids) or (len(rows) and (bool((np.diff(rows) <= 0).any()) or rows[0] < 0
+                                                 or rows[-1] >= total)):
+        return None
+    keys = fixed_bytes(ids) if ids else np.zeros(0, dtype="S1")
+    sorted_old = idx.id_array()[idx.id_order()]
+    at = np.minimum(np.searchsorted(sorted_old, keys), max(len(sorted_old) - 1, 0))
+    held = (sorted_old[at] == keys) if len(sorted_old) else np.zeros(len(ids), dtype=bool)
+    old_rows = np.where(held, idx.id_order()[at] if len(sorted_old) else -1, -1).astype(np.int64)
+    new_at = rows[~held]
+    if len(idx) + len(new_at) != total:
+        return None
+    before = np.empty(len(ids), dtype=np.int64)
+    before[~held] = new_at - np.arange(len(new_at))          # the old row each new one goes ahead of
+    before[held] = old_rows[held]
+    try:
+        plan = _Plan(ids, old_rows, before, len(idx))
+    except ValueError:
+        return None
+    return plan if np.array_equal(plan.lines, rows) else None
 
 
 def _insert_index(project: Project, emb: Embedder, idx: VectorIndex, plan: _Plan, texts: list[str],
@@ -792,8 +959,9 @@ def _drop_name_graph(vectors_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> dict:
-    """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all)."""
+def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | None, reporter: Reporter) -> dict:
+    """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all).
+    `appended`: only chunks were appended since the index was synced (none went): just those are looked at."""
     from .bm25 import BM25_FILE, BM25Index
 
     path = project.vectors_dir / BM25_FILE
@@ -805,16 +973,21 @@ def _sync_bm25(project: Project, chunks: dict[str, str], reporter: Reporter) -> 
             reporter.warn(f"{path} is unreadable; rebuilding the BM25 index")
             bm = None
     if bm is None:
-        bm = BM25Index()
-    have = set(bm.doc_ids())
-    gone = [i for i in have if i not in chunks]
-    new = [i for i in chunks if i not in have]
+        bm, appended = BM25Index(), None
+    if appended is not None:
+        texts, gone = appended, []
+        new = [i for i in texts if i not in bm]
+    else:
+        texts = chunks.all()
+        have = set(bm.doc_ids())
+        gone = [i for i in have if i not in texts]
+        new = [i for i in texts if i not in have]
     for i in gone:
         bm.remove(i)
-    bm.add_many((i, chunks[i]) for i in new)
+    bm.add_many((i, texts[i]) for i in new)
     if gone or new or not path.exists():
         bm.save(path)
-    return {"bm25_chunks": len(chunks), "bm25_added": len(new), "bm25_removed": len(gone)}
+    return {"bm25_chunks": len(bm), "bm25_added": len(new), "bm25_removed": len(gone)}
 
 
 def check_settings(settings: Settings) -> None:
@@ -845,12 +1018,9 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
             yield r["id"], entity_text(r["name"], r["description"])
         names.filled()
 
-    chunk_texts: dict[str, str] = {}
-    n_chunk_rows = 0
-    for c in store.read_jsonl(project.chunks_path):
-        chunk_texts.setdefault(c["chunk_id"], c["text"])
-        n_chunk_rows += 1
-
+    chunks = _Chunks(project)
+    mark = chunk_mark(project)
+    n_chunk_rows = mark["chunks"] if mark is not None else chunks.rows()
     idf = refresh_idf(project, settings, (c["text"] for c in store.read_jsonl(project.chunks_path)), n_chunk_rows,
                       reporter)
     emb = get_embedder(project, settings, cache_writes=True)
@@ -863,7 +1033,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     change = resolve_change(project) if review_path is None and accept_path is None and not with_relations \
         else None
     items: dict[str, Callable[[], Iterable[tuple[str, str]]]] = {
-        "chunks": lambda: chunk_texts.items(),
+        "chunks": lambda: chunks.all().items(),
         "entities": entity_items,        # before relations, whose texts name their entities
         "relations": _jsonl_items(project.relations_path, lambda r: relation_text(r, names)),
         "facts": _jsonl_items(project.facts_path, _fact_row_text),
@@ -876,28 +1046,34 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     digests: dict[str, Any] = {"model_id": emb.model_id}
     added = inserted = 0
     entity_plan: _Plan | None = None
+    appended: dict[str, str] | None = None     # chunks appended since the chunk index's mark (None: read all)
     for name in (n for n in INDEX_NAMES if n in items):
         if name == "chunks":           # chunk ids name their texts: no change list needed
             idx = _load_for_insert(project, name, settings, emb, None)
-            plan = _chunk_plan(idx, list(chunk_texts)) if idx is not None else None
-            got = (plan, [chunk_texts[i] for i in plan.ids]) if plan is not None else None
+            tail = _appended_chunks(project, idx) if idx is not None else None
+            if tail is not None:
+                plan, appended = tail
+            else:
+                plan = _chunk_plan(idx, list(chunks.all())) if idx is not None else None
+            got = (plan, [(appended or chunks.all())[i] for i in plan.ids]) if plan is not None else None
         else:
             idx = _load_for_insert(project, name, settings, emb, change["from"]) \
                 if change is not None and name in ("entities", "facts") else None
             got = _changed_texts(project, name, idx, change, names) if idx is not None else None
+        token = _chunks_token(mark, synced) if name == "chunks" else synced
         if got is not None:
             plan, texts = got
-            c = _insert_index(project, emb, idx, plan, texts, synced, reporter)
+            c = _insert_index(project, emb, idx, plan, texts, token, reporter)
             entity_plan = plan if name == "entities" else entity_plan
             inserted += 1
         else:
-            idx, c = _sync_index(project, settings, emb, name, items[name], reporter, synced=synced)
+            idx, c = _sync_index(project, settings, emb, name, items[name], reporter, synced=token)
         counts[f"vectors_{name}"] = len(idx)
         added += c["added"]
         digests[name] = idx.digest()
         del idx
     counts["vectors_added"] = added
-    counts.update(_sync_bm25(project, chunk_texts, reporter))
+    counts.update(_sync_bm25(project, chunks, appended, reporter))
     counts.update(idf)
 
     # -- synonym edges --
@@ -914,7 +1090,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     else:
         names_idx, _ = _sync_index(project, settings, emb, NAMES, names.items, reporter, graph=False, synced=synced)
     counts["indices_spliced"] = inserted
-    ent_ids, ent_hashes = list(names_idx.ids), list(names_idx.hashes)
+    ent_keys, ent_hashes = names_idx.id_array(), names_idx.hash_array()     # fixed-width bytes, no str per row
     names_full = names_idx.rows()
     search_matrix = fold(names_full)
     counts["embedded_now"] = emb.stats["embedded"]
@@ -924,11 +1100,11 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
-    knn, queried = update_knn(prev, ent_ids, ent_hashes,
-                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_ids))),
+    knn, queried = update_knn(prev, ent_keys, ent_hashes,
+                              search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_keys))),
                               s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim,
-                              chars_of=lambda rows: np.array([name_chars(names[ent_ids[r]]) for r in rows.tolist()],
-                                                             dtype=np.int32))
+                              chars_of=lambda rows: np.array([name_chars(names[b.decode("utf-8")])
+                                                              for b in ent_keys[rows].tolist()], dtype=np.int32))
     if search_matrix is not None:
         rescore(knn, names_full, np.flatnonzero(knn.changed))
     del names_idx, search_matrix
@@ -938,7 +1114,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
 
     decisions = load_decisions(project)
     if accepted is not None:
-        row_of = {i: p for p, i in enumerate(ent_ids)}
+        row_of = {i: p for p, i in enumerate(knn.ids)}
         for r in accepted:
             a, b = r["a"], r["b"]
             key = (a, b) if a < b else (b, a)

@@ -633,11 +633,11 @@ def fixed_width(blob: np.ndarray, off: np.ndarray) -> np.ndarray:
 
 
 def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: np.ndarray, old_of: np.ndarray,
-                 moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes]
+                 moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes], old_fixed: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`IdKeys.arrays` of the ids after `VectorIndex.insert`: kept ids' bytes copied run by run, the listed
     ids' put at their rows (`pos`), and the inserted ones (`ins`) merged into the sorted order by a binary
-    search of the old sorted ids."""
+    search of the old sorted ids (`old_fixed`: the old ids as `fixed_width` gives them)."""
     n = len(is_new)
     lens = np.empty(n, dtype=np.int64)
     kept = ~is_new
@@ -654,7 +654,7 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
         fresh = np.flatnonzero(ins)
         names = np.array([enc[i] for i in fresh.tolist()])
         by_name = np.argsort(names, kind="stable")
-        sorted_old = fixed_width(blob, off)[np.asarray(order, dtype=np.int64)]
+        sorted_old = old_fixed[np.asarray(order, dtype=np.int64)]
         at = np.searchsorted(sorted_old, names[by_name])
         order2 = np.insert(order2, at, pos[fresh[by_name]])
     return blob2, off2, order2
@@ -714,8 +714,8 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     nrow = np.repeat(new_at, np.diff(new.indptr))
     ncol = SparseRows._cols(new.bands, new.low).astype(np.int64)
     order = np.lexsort((nrow, ncol))
-    nrow, nval = nrow[order].astype(np.int32), np.asarray(new.data)[order]
-    nstart = np.searchsorted(ncol[order], np.arange(dim + 1)).tolist()
+    nrow, ncol, nval = nrow[order].astype(np.int32), ncol[order], np.asarray(new.data)[order]
+    nstart = np.searchsorted(ncol, np.arange(dim + 1)).tolist()
     nb_old, nb = pbands.shape[1], max(1, -(-n // _ROW_BAND))
     band_base = np.arange(nb_old, dtype=np.int32) * _ROW_BAND
     edges = np.arange(nb + 1, dtype=np.int64) * _ROW_BAND
@@ -724,22 +724,36 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     out_bands = np.zeros((dim, nb), dtype=np.uint32)
     bounds = np.asarray(ptr, dtype=np.int64).tolist()
     at = 0
-    for c in range(dim):
-        s, e = bounds[c], bounds[c + 1]
-        rows = moved[np.repeat(band_base, pbands[c]) | plow[s:e]]
-        vals = pdata[s:e]
-        if gone:
-            live = rows >= 0
-            rows, vals = rows[live], vals[live]
-        a, b = nstart[c], nstart[c + 1]
-        if b > a:                                      # kept rows keep their order: rows ascend
-            put = np.searchsorted(rows, nrow[a:b])
-            rows, vals = np.insert(rows, put, nrow[a:b]), np.insert(vals, put, nval[a:b])
-        m = len(rows)
-        out_low[at:at + m] = rows & (_ROW_BAND - 1)
-        out_data[at:at + m] = vals
-        out_bands[c] = np.diff(np.searchsorted(rows, edges))
-        at += m
+    if not gone and (not len(new_at) or int(new_at[0]) == len(kept)):      # kept rows 0.. in order
+        # rows only appended (the chunk index of a +1 %): old rows keep their numbers, so each column's old
+        # entries are copied as they are and the new ones follow them
+        out_bands[:, :nb_old] = pbands
+        np.add.at(out_bands, (ncol, nrow // _ROW_BAND), 1)
+        for c in range(dim):
+            s, e, a, b = bounds[c], bounds[c + 1], nstart[c], nstart[c + 1]
+            out_low[at:at + e - s] = plow[s:e]
+            out_data[at:at + e - s] = pdata[s:e]
+            at += e - s
+            out_low[at:at + b - a] = nrow[a:b] & (_ROW_BAND - 1)
+            out_data[at:at + b - a] = nval[a:b]
+            at += b - a
+    else:
+        for c in range(dim):
+            s, e = bounds[c], bounds[c + 1]
+            rows = moved[np.repeat(band_base, pbands[c]) | plow[s:e]]
+            vals = pdata[s:e]
+            if gone:
+                live = rows >= 0
+                rows, vals = rows[live], vals[live]
+            a, b = nstart[c], nstart[c + 1]
+            if b > a:                                      # kept rows keep their order: rows ascend
+                put = np.searchsorted(rows, nrow[a:b])
+                rows, vals = np.insert(rows, put, nrow[a:b]), np.insert(vals, put, nval[a:b])
+            m = len(rows)
+            out_low[at:at + m] = rows & (_ROW_BAND - 1)
+            out_data[at:at + m] = vals
+            out_bands[c] = np.diff(np.searchsorted(rows, edges))
+            at += m
     if at != len(out_low):
         raise HragError("the postings of a vector index do not match its rows; run 'hrag synonyms' to rebuild it")
     out_ptr = np.zeros(dim + 1, dtype=np.int64)
@@ -801,6 +815,7 @@ class VectorIndex:
         self.synced = ""                  # what the rows were last brought up to date with (the caller's token)
         self._keys: tuple[np.ndarray, ...] | None = None     # IdKeys.arrays(ids), when known without listing ids
         self._hash_array: np.ndarray | None = None           # fixed_bytes(hashes), likewise
+        self._fixed: tuple[np.ndarray, np.ndarray] | None = None   # (id blob, `fixed_width` of it): id_array
 
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
@@ -935,16 +950,22 @@ class VectorIndex:
     def id_array(self) -> np.ndarray:
         """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
         blob, off, _ = self._keys or IdKeys.arrays(self.ids)
-        return fixed_width(blob, off)
+        if self._fixed is None or self._fixed[0] is not blob:
+            self._fixed = (blob, fixed_width(blob, off))
+        return self._fixed[1]
 
     def id_order(self) -> np.ndarray:
         """Rows in id order (bytes)."""
         return np.asarray((self._keys or IdKeys.arrays(self.ids))[2], dtype=np.int64)
 
+    def hash_array(self) -> np.ndarray:
+        """The text hashes in row order as fixed-width bytes (`fixed_bytes`), from the saved array."""
+        return self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
-        arr = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        arr = self.hash_array()
         got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
 
@@ -979,14 +1000,19 @@ class VectorIndex:
         first = next(blocks, None) if len(pos) else None
         rows_store = self._store(n, pos, is_new, old_of, first, blocks)
         enc = [i.encode("utf-8") for i in ids]
+        old_fixed = self.id_array()
         blob, off, order = self._keys                                           # type: ignore[misc]
-        keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc)
+        keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc, old_fixed)
+        width = max(old_fixed.dtype.itemsize, max(map(len, enc), default=1))
+        fixed = np.empty(n, dtype=f"S{width}")
+        fixed[~is_new] = old_fixed[old_of[~is_new]]
+        fixed[pos] = np.array(enc, dtype=f"S{width}")
         width = max(self._hash_array.dtype.itemsize, max((len(h) for h in hashes), default=1))   # type: ignore[union-attr]
         hash_arr = np.empty(n, dtype=f"S{width}")
         hash_arr[~is_new] = self._hash_array[old_of[~is_new]]                  # type: ignore[index]
         hash_arr[pos] = np.array([h.encode("utf-8") for h in hashes], dtype=f"S{width}")
         self.ids, self.hashes = IdKeys(*keys), HashColumn(hash_arr)              # type: ignore[assignment]
-        self._keys, self._hash_array = keys, hash_arr
+        self._keys, self._hash_array, self._fixed = keys, hash_arr, (keys[0], fixed)
         self.labels = np.full(n, -1, dtype=np.int64)
         self._rows, self._lut, self._pos = rows_store, None, None
         return {"added": len(pos), "removed": 0, "kept": n - len(pos), "rebuilt": 0}
@@ -1204,7 +1230,7 @@ class VectorIndex:
         postings = (rs.postings if rs.by_column_only else build_postings(rs)) if posted else ()
         query = [*(self._keys or IdKeys.arrays(self.ids)), *postings]
         arrays += list(zip(self.query_paths(vectors_dir, self.name), query))
-        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        hashes = self.hash_array()
         arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
             with store.atomic_writer(path) as fh:
@@ -1228,7 +1254,7 @@ class VectorIndex:
         import hashlib
 
         keys = self._keys or IdKeys.arrays(self.ids)
-        hashes = self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
+        hashes = self.hash_array()
         h = hashlib.blake2b(digest_size=12)
         for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
             h.update(np.ascontiguousarray(arr).view(np.uint8).data)

@@ -226,6 +226,9 @@ def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, 
     lines = store.JsonlLines(path)
     assert len(lines) == len(want) and [lines.record(i) for i in range(len(want))] == want
     assert lines.raw(len(want)) is None and lines.all() == want
+    rows, raws = lines.patch_lines()                          # the changed lines alone, at their logical rows
+    assert rows.tolist() == [row for row, _ in changed] and raws == [lines.raw(row) for row, _ in changed]
+    assert [store.loads(r)["id"] for r in raws] == [k for _, k in changed]
     assert list(store.read_jsonl(path)) == want
     assert b"".join(store.line_blocks(path)) == b"".join(store.dumps(r) + b"\n" for r in want)
     assert store.last_lines(path, 1) is None and store.extend_jsonl(path, [{"id": "z"}]) is None
@@ -237,6 +240,7 @@ def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, 
     store.patch_path(path).write_bytes(raw)
     store.write_jsonl(path, base[:-1], compress=compress)     # written whole: the old patch goes with it
     assert not store.patch_path(path).exists() and list(store.read_jsonl(path)) == base[:-1]
+    assert store.JsonlLines(path).patch_lines() is None
     store.patch_path(path).write_bytes(raw)                   # a patch of another base
     with pytest.raises(store.PatchError):
         store.JsonlLines(path)

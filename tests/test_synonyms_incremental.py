@@ -126,3 +126,28 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
         runs[how] = (_vector_files(project), Project(project).synonyms_path.read_bytes())
     assert runs["killed"][0].keys() == runs["whole"][0].keys() and runs["killed"][1] == runs["whole"][1]
     assert [n for n, b in runs["killed"][0].items() if runs["whole"][0][n] != b] == []
+
+
+def test_a_plan_from_patched_rows_matches_the_plan_from_a_scan_of_the_file(tmp_path: Path) -> None:
+    """The facts index's plan built from the logical rows of the changed lines (a record patch) is the plan the
+    scan of the whole file gives: held ids made again in place, new ones inserted at their lines."""
+    import numpy as np
+
+    from hrag_cli.config import VectorSettings
+    from hrag_cli.synonyms import _file_order_plan, _rows_plan
+    from hrag_cli.vectors import fixed_bytes
+
+    old = ["f3", "f1", "f7", "f5"]                                    # file order, not id order
+    rng = np.random.default_rng(3)
+    VectorIndex.build("facts", old, rng.normal(size=(4, 8)), VectorSettings(), "m",
+                      [f"h{i}" for i in old]).save(tmp_path)
+    idx = VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True, read_at=False)
+    now = ["f0", "f3", "f2", "f1", "f7", "f9", "f5", "f8"]
+    changed, rows = ["f0", "f2", "f1", "f9", "f8"], np.array([0, 2, 3, 5, 7])
+    want = _file_order_plan(idx, changed, fixed_bytes(now))
+    got = _rows_plan(idx, changed, rows, len(now))
+    assert want is not None and got is not None
+    assert got.ids == want.ids and np.array_equal(got.old_rows, want.old_rows)
+    assert np.array_equal(got.before, want.before) and np.array_equal(got.lines, rows) and got.total == len(now)
+    assert _rows_plan(idx, changed, rows, len(now) + 1) is None          # rows that do not add up: the scan
+    assert _rows_plan(idx, changed, rows[::-1], len(now)) is None

@@ -486,6 +486,26 @@ def test_an_insertion_into_a_saved_index_gives_a_fresh_builds_bytes(tmp_path, n,
         assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
 
 
+@pytest.mark.parametrize("n", [300, 70_000])
+def test_rows_appended_to_a_posted_index_give_a_fresh_builds_bytes(tmp_path, n) -> None:
+    """Rows only appended (the chunk index of a +1 %): each column's old postings are copied as they are and
+    the new entries follow; saved, a fresh build's files byte for byte (also where the new rows open a band)."""
+    rng = np.random.default_rng(n + 1)
+    dim = 24
+    m = rng.standard_normal((n + n // 20 + 7, dim)).astype(np.float32) * (rng.random((n + n // 20 + 7, dim)) < 0.3)
+    m /= np.where(np.linalg.norm(m, axis=1, keepdims=True) > 0, np.linalg.norm(m, axis=1, keepdims=True), 1)
+    ids = ids_of(len(m))
+    VectorIndex.build("chunks", ids[:n], m[:n], VectorSettings(), "m", hashes=ids[:n]).save(tmp_path / "a")
+    idx = VectorIndex.load(tmp_path / "a", "chunks", VectorSettings())
+    assert idx.rows().by_column_only
+    todo = idx.missing(ids, ids)
+    assert todo.tolist() == list(range(n, len(m))) and idx.sync(ids, ids, m[todo], rows=todo)["added"] == len(todo)
+    idx.save(tmp_path / "b")
+    VectorIndex.build("chunks", ids, m, VectorSettings(), "m", hashes=ids).save(tmp_path / "c")
+    for path in sorted((tmp_path / "c").iterdir()):
+        assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
 @pytest.mark.parametrize("name", ["facts", "entities"])
 def test_insert_splices_ids_hashes_and_rows_into_a_fresh_builds_bytes(tmp_path, name) -> None:
     """`insert` on an index loaded with lazy ids (no Python list of them): ids inserted anywhere (at the
@@ -540,5 +560,6 @@ def test_insert_splices_ids_hashes_and_rows_into_a_fresh_builds_bytes(tmp_path, 
         assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
     back = VectorIndex.load(tmp_path / "b", name, VectorSettings())
     assert back.ids == out_ids and back.hashes == out_h and idx.digest() == fresh.digest() == back.digest()
+    assert np.array_equal(idx.id_array(), fresh.id_array())     # the spliced fixed-width ids, as a build's
     with pytest.raises(ValueError, match="final order"):
         back.insert(["x", "y"], ["1", "2"], np.array([-1, -1]), np.array([5, 2]), sparse_unit(2))
