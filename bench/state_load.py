@@ -1,5 +1,6 @@
-"""CPU of loading resolve's saved state (graph/resolve_state.bin) and sorting its keys, as a run after new
-documents does before merging them: the part of an incremental resolve that grows with the project.
+"""CPU of opening resolve's saved state (graph/resolve_state.bin: its header and block index, all a run after
+new documents reads before looking up its keys) and of reading every key of it in order (what a full fold or
+a rename's fact scan reads; a +1 % otherwise reads only its keys' blocks).
 
     .venv/bin/python bench/state_load.py PROJECT
     PYTHONPATH=OLD_CHECKOUT .venv/bin/python bench/state_load.py PROJECT    # the same on older code

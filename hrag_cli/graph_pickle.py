@@ -31,9 +31,9 @@ import orjson
 
 class Column:
     """An attribute with few distinct values or none repeated: value i = vocab[codes[i]]. A column read from
-    a file keeps its vocabulary's compressed JSON and parses it on first use, and a vertex column its codes'
-    compressed member too (a stage that only swaps edges never reads them, and writes those members back as
-    they were)."""
+    a file keeps its vocabulary's JSON and parses it on first use, and keeps the compressed members it was
+    read from (a stage that only swaps edges writes those members back as they were, never compressing them
+    again)."""
 
     __slots__ = ("_vocab", "_json", "_z", "_codes", "codes_z")
 
@@ -307,10 +307,13 @@ class _Unpacker:
         if len(parts) != 1:
             raise NotColumns("unexpected vocabulary")
         codes = _members(mapped.args[1], [])
-        if len(codes) == 1 and isinstance(mapped.args[1], _Node) and mapped.args[1].name == "array":
-            # one member: kept compressed until read, and written back as it is
-            return Column(None, None, vocab_z=parts[0], codes_z=codes[0])
-        return Column(None, self.array(mapped.args[1], np.int32), vocab_z=parts[0])
+        # every member inflated here, so a damaged one is found when the file is loaded (load_columns: "damaged"),
+        # never later by whoever reads it first; the vocabulary (parsed on first use) and a single codes member
+        # are also kept compressed, and written back as they are when unchanged
+        vocab_json = zlib.decompress(parts[0])
+        kept = codes[0] if len(codes) == 1 and isinstance(mapped.args[1], _Node) and \
+            mapped.args[1].name == "array" else None
+        return Column(None, self.array(mapped.args[1], np.int32), vocab_json, parts[0], kept)
 
 
 def loads(data: bytes) -> GraphColumns:

@@ -597,8 +597,15 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                     resolve_state.save_delta(project.resolve_state_path, delta)
                 else:
                     header.counts = totals
-                    resolve_state.fold(project.resolve_state_path, header, merged)
+                    # the delta first: killed in between, the next run finds a state without the delta's chunks
+                    # and merges them again (its outputs do not fit: from scratch), never a delta of another state
                     resolve_state.drop_delta(project.resolve_state_path)
+                    try:
+                        resolve_state.fold(project.resolve_state_path, header, merged)
+                    except resolve_state.Damaged as exc:    # a block first decoded by the fold
+                        reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); it is removed, and the "
+                                      "next run merges every record again")
+                        project.resolve_state_path.unlink(missing_ok=True)
                 del merged
                 save_graph(project, graph)
     if graph is None:

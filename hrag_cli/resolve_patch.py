@@ -73,11 +73,11 @@ class _Section:
             raise OutOfStep("has a damaged line")
         return line
 
-    def remake(self, remake: Callable[[Any, bytes | None, bool], Any], wants_line: Callable[[Any], bool]) -> None:
+    def remake(self, remake: Callable[[Any, bytes | None, bool], Any]) -> None:
         """The line of every changed key, made by `remake(key, old line or None, existed)`; an old line is read
-        where `wants_line(key)` or the key is one of the few checked."""
+        only for the few keys checked."""
         for i, (key, new) in enumerate(zip(self.keys, self.new.tolist())):
-            line = None if new or (i not in self.checked and not wants_line(key)) else self.old_line(i)
+            line = None if new or i not in self.checked else self.old_line(i)
             self.made.append(store.dumps(remake(key, line, not new)) + b"\n")
 
     def write(self, compress: bool, base_id: str) -> None:
@@ -155,11 +155,11 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
         name = names[eid] = _top(acc.names)
         e = entity_record(eid, acc, name, summarizer.describe("entity", name, acc.descs) if acc.descs else "")
         if existed:
-            if line is not None:
-                rec = _parse(line, "id", eid)
-                old = rec["name"], rec["type"]
-            else:
-                old = t.old_entities[eid]
+            if line is not None:        # a spot check: the line is about this entity
+                _parse(line, "id", eid)
+            # its name and type before this run, as the merge saw them: not the line, which a run killed
+            # between two files' patches may already have made again
+            old = t.old_entities[eid]
             if old[0] != name:
                 renamed.add(eid)
             unknown -= old[1] == UNKNOWN
@@ -214,11 +214,11 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
 
     # every section is made and checked before any file is written: an OutOfStep leaves the files as they were
     entities = _Section(project.entities_path, ents, sorted(t.entities), t.new_entities)
-    entities.remake(remake_entity, lambda eid: eid not in t.old_entities)
+    entities.remake(remake_entity)
     relations = _Section(project.relations_path, rels, sorted(t.relations), t.new_relations)
-    relations.remake(remake_relation, lambda pair: False)
+    relations.remake(remake_relation)
     fact_section = _Section(project.facts_path, facts, changed_facts(), t.new_facts)
-    fact_section.remake(remake_fact, lambda fkey: False)
+    fact_section.remake(remake_fact)
     # a base without a patch is as the last resolve left it, and that run's output digest hashed it whole: it
     # names the base's content (no base is read again to name it)
     before = project.stage("resolve")

@@ -232,6 +232,26 @@ def test_vertex_columns_written_back_compressed(tmp_path: Path) -> None:
     assert back.to_igraph().vs["name"] == back.to_igraph().vs["key"]
 
 
+@pytest.mark.parametrize("member", ["codes", "vocabulary"])
+def test_a_damaged_kept_member_is_found_when_the_graph_loads(tmp_path: Path, member: str) -> None:
+    """The members a loaded graph keeps compressed (to write them back as they were) are inflated at load: one
+    damaged inside is "damaged" there, never a raw zlib error for whoever reads the column first, and never
+    written back into a new graph.pkl as if it were good."""
+    project = Project(tmp_path / "p")
+    project.init()
+    save_graph(project, graph_columns(*_sample()))
+    col = load_columns(project).vattrs["name"]
+    kept = col.codes_z if member == "codes" else col._z
+    data = project.graph_path.read_bytes()
+    at = data.find(kept)
+    assert kept and at > 0 and data.count(kept) == 1
+    bad = bytearray(data)
+    bad[at + len(kept) // 2] ^= 0x55
+    project.graph_path.write_bytes(bytes(bad))
+    with pytest.raises(HragError, match="damaged"):
+        load_columns(project)
+
+
 def _assert_walk_of(project: Project) -> None:
     want = walk_arrays(load_columns(project))
     with np.load(project.walk_path) as got:
