@@ -346,13 +346,7 @@ class SparseRows:
         return rows, sims[rows]
 
     def _buffer(self, name: str, size: int, dtype: type) -> np.ndarray:
-        """A scratch array of this object's, kept across queries (a fresh one of megabytes per query costs
-        its page faults every time): the first `size` items of it."""
-        scratch = self.__dict__.setdefault("_scratch", {})
-        buf = scratch.get(name)
-        if buf is None or len(buf) < size:
-            buf = scratch[name] = np.empty(max(size, 1 << 16), dtype=dtype)
-        return buf[:size]
+        return scratch(self.__dict__.setdefault("_scratch", {}), name, size, dtype)
 
     def _gather(self, cols: np.ndarray) -> "_Postings":
         """The postings of `cols` (ascending) one after another in scratch arrays: rows and values."""
@@ -759,6 +753,15 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     out_ptr = np.zeros(dim + 1, dtype=np.int64)
     np.cumsum(out_bands.sum(axis=1, dtype=np.int64), out=out_ptr[1:])
     return SparseRows.from_postings(indptr, (out_ptr, out_low, out_bands, out_data), dim)
+
+
+def scratch(buffers: dict, name: str, size: int, dtype: Any) -> np.ndarray:
+    """The first `size` items of the scratch array `name` in `buffers`, grown when too small and kept across
+    calls: a query gathers megabytes, and a fresh array of that size costs its page faults every time."""
+    buf = buffers.get(name)
+    if buf is None or len(buf) < size:
+        buf = buffers[name] = np.empty(max(size, 1 << 16), dtype=dtype)
+    return buf[:size]
 
 
 def exact_search(rows_store, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

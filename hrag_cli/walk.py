@@ -31,6 +31,7 @@ import numpy as np
 from .errors import HragError
 from .graph import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_columns, walk_arrays
 from .graph import WALK_ARRAYS as _ARRAYS
+from .vectors import scratch
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
@@ -243,12 +244,8 @@ class WalkGraph:
         return self._cols32[idx], w * np.repeat(amount, lens)
 
     def _scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        """The first `size` items of a scratch array kept across spreads: a batch's walk gathers megabytes a
-        round, and fresh arrays of that size cost their page faults every round (a fifth of the spread)."""
-        buf = self._buffers.get(name)
-        if buf is None or len(buf) < size:
-            buf = self._buffers[name] = np.empty(max(size, 1 << 16), dtype=dtype)
-        return buf[:size]
+        # a batch's walk gathers megabytes a round: fresh arrays cost their page faults (a fifth of the spread)
+        return scratch(self._buffers, name, size, dtype)
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:
         """One step of the walk over every entry for edge weights `scale`d as in `weights`: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over
