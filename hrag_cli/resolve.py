@@ -508,7 +508,8 @@ def _file_digest(h: "hashlib._Hash", path) -> None:
 
 def _record_digest(h: "hashlib._Hash", path) -> None:
     """A record file's part of resolve's output digest: its bytes, or, when it has a patch, the patch's bytes
-    alone (the patch holds every line its base does not, and names its base by the CRC-32 of the whole base),
+    alone (the patch holds every line its base does not, and names its base's content by the resolve output
+    digest that last hashed it whole, and checks it is that file by its size and the CRC-32 of its last 4 KiB),
     so a +1 % hashes megabytes, not the ~1 GB of bases."""
     patch = store.patch_path(path)
     if patch.exists():
@@ -523,11 +524,12 @@ def write_outputs(project: Project, resolved: Resolved, docs: list[Document], ch
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
     and `resolved` is emptied before the graph is pickled (at 100k chunks each copy is gigabytes).
     The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale.
-    Entities and relations are read whole, so they are compressed (a third to a quarter of the bytes: their
-    descriptions repeat); facts stay plain lines, which a query reads one by one at their offsets."""
-    store.write_jsonl(project.entities_path, resolved.entities, compress=True)
-    store.write_jsonl(project.relations_path, (r.to_json() for r in resolved.relations), compress=True)
-    store.write_jsonl(project.facts_path, resolved.facts)
+    Which record files are compressed: resolve_patch.COMPRESSED."""
+    compressed = resolve_patch.COMPRESSED
+    store.write_jsonl(project.entities_path, resolved.entities, compressed["entities"], base=True)
+    store.write_jsonl(project.relations_path, (r.to_json() for r in resolved.relations), compressed["relations"],
+                      base=True)
+    store.write_jsonl(project.facts_path, resolved.facts, compressed["facts"], base=True)
     store.write_jsonl(project.merges_path, resolved.merges)
     graph = graph_columns(docs, chunks, resolved.entities, resolved.relations, resolved.mentions)
     resolved.entities, resolved.relations, resolved.mentions = [], [], []
@@ -573,7 +575,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
                       f"{merged.touched.records} new ones merged into the saved state")
         try:
-            graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(project, merged, summarizer)
+            graph_ents, graph_rels, unknown, changed = resolve_patch.patch_outputs(
+                project, merged, summarizer, before.output_digest if before else "")
         except (resolve_patch.OutOfStep, resolve_state.Damaged) as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")

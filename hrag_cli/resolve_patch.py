@@ -25,8 +25,8 @@ import orjson
 
 from . import resolve_state, store
 from .graph import GraphEntity, GraphRelation
-from .resolve_records import (UNKNOWN, _aliases, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
-                              fact_record, live, relation_id, relation_record, relation_type)
+from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, live,
+                              relation_id, relation_record)
 from .summaries import Summarizer
 
 # a patch holding more lines than this share of its base's is folded into a new base (the whole file written,
@@ -35,6 +35,11 @@ from .summaries import Summarizer
 # patch stays under 15 % of a base's lines (plain lines: ~110 MB at most beside the 0.7 GB of bases at 100k)
 FOLD_SHARE = 0.15
 _CHECKS = 3             # replaced lines per file read back and checked to hold the key expected
+
+
+# record file -> gzip-indexed: entities and relations are read whole and their descriptions repeat; facts stay
+# plain lines, which a query reads one by one at their offsets (resolve.write_outputs and a fold both write by it)
+COMPRESSED = {"entities": True, "relations": True, "facts": False}
 
 
 class OutOfStep(Exception):
@@ -118,9 +123,12 @@ class _Section:
             raise OutOfStep(str(exc)) from None
         if len(patch) <= FOLD_SHARE * patch.base_lines:
             store.write_patch(self.path, patch)
-        else:
+            return
+        try:        # a base found short (a damaged member ends its lines early) while folding: merge from scratch
             store.write_jsonl(self.path, (orjson.Fragment(b[:-1]) for b in store.patched_blocks(self.path, patch)),
-                              compress=compress)
+                              compress=compress, base=True)
+        except store.PatchError as exc:
+            raise OutOfStep(str(exc)) from None
 
 
 def _parse(line: bytes, field: str, key: str) -> dict:
@@ -134,7 +142,7 @@ def _parse(line: bytes, field: str, key: str) -> dict:
     return rec
 
 
-def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
+def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, base_id: str
                   ) -> tuple[list[GraphEntity], list[GraphRelation], int, dict[str, list[str]]]:
     """Patch the three record files for `merged.touched` (its sections resolve_state.Lazy: they rank a key
     among every key without reading them all); returns the
@@ -219,14 +227,12 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer
     relations.remake(remake_relation)
     fact_section = _Section(project.facts_path, facts, changed_facts(), t.new_facts)
     fact_section.remake(remake_fact)
-    # a base without a patch is as the last resolve left it, and that run's output digest hashed it whole: it
-    # names the base's content (no base is read again to name it)
-    before = project.stage("resolve")
-    base_id = before.output_digest if before else ""
+    # `base_id`, the last resolve's output digest: a base without a patch is as that run left it, and its digest
+    # hashed it whole, so it names the base's content (no base is read again to name it)
     if not base_id:
         raise OutOfStep("have no resolve output digest to name their bases by")
-    entities.write(True, base_id)
-    relations.write(True, base_id)
-    fact_section.write(False, base_id)
+    entities.write(COMPRESSED["entities"], base_id)
+    relations.write(COMPRESSED["relations"], base_id)
+    fact_section.write(COMPRESSED["facts"], base_id)
     return graph_ents, graph_rels, unknown, {k: sorted(v) for k, v in changed.items()}
 

@@ -20,6 +20,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from .errors import HragError
+
 _DUMP_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
@@ -135,7 +137,7 @@ def _line_index_member(offsets: list[int], lines: list[int], at: int) -> bytes:
     return _INDEX_HEADER + _INDEX_TAG + table.hex().encode() + b":" + b"%016x" % at + _INDEX_END
 
 
-def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> int:
+def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False, base: bool = False) -> int:
     """Atomically replace `path` with one JSON object per line; returns the number of lines written. `compress`
     writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and
     mostly read whole, whose records repeat one another (a rules project's relations share their sentence): a
@@ -143,10 +145,12 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False) -> i
     relations: 59 -> 112 ms to write, 152 -> 253 ms to read). The lines go in independent gzip members of
     ~64 KiB of lines each, and a last, empty member's comment lists where each starts and its first line
     number: `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query
-    wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms."""
+    wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms. `base`: a record file
+    written whole, a base with no patch (the one beside it goes)."""
     with atomic_writer(path) as fh:
         n = _write_lines(fh, records, compress)
-    patch_path(path).unlink(missing_ok=True)     # a file written whole is a base with no patch
+    if base:
+        patch_path(path).unlink(missing_ok=True)
     return n
 
 
@@ -474,8 +478,12 @@ _PATCH_MAGIC = b"hrag-patch-v1\n"
 _TAIL = 4096
 
 
-class PatchError(ValueError):
-    """A patch that does not fit its base or is damaged: the logical file cannot be read."""
+class PatchError(HragError, ValueError):
+    """A patch that does not fit its base or is damaged: the logical file cannot be read (a HragError, so a
+    reader that meets one prints it on one line with its fix: the stage that rebuilds it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}; run 'hrag index' (or 'hrag resolve') to rebuild the record files")
 
 
 def patch_path(path: Path) -> Path:
@@ -669,6 +677,7 @@ class JsonlLines:
                 self._fh.close()
                 self._fh = None
         self._starts: Any = None
+        self._counted: int | None = None     # a plain base's line count, when counted without the index
 
     def _index(self) -> Any:
         if self._starts is None:
@@ -703,10 +712,12 @@ class JsonlLines:
         if self._starts is None and self._data is None:
             # a plain file's lines counted without the index of their starts (bytes.count: a tenth of the CPU;
             # a caller that wants the count alone, such as resolve's patch, never pays for the index)
-            fd, size, n = self._fh.fileno(), os.fstat(self._fh.fileno()).st_size, 0    # type: ignore[union-attr]
-            for s in range(0, size, 1 << 24):
-                n += os.pread(fd, min(1 << 24, size - s), s).count(b"\n")
-            return n
+            if self._counted is None:
+                fd, size, n = self._fh.fileno(), os.fstat(self._fh.fileno()).st_size, 0  # type: ignore[union-attr]
+                for s in range(0, size, 1 << 24):
+                    n += os.pread(fd, min(1 << 24, size - s), s).count(b"\n")
+                self._counted = n
+            return self._counted
         return len(self._index()) - 1
 
     def _member(self, m: int) -> tuple[bytes, list[int]] | None:

@@ -332,23 +332,23 @@ def test_a_damaged_or_missing_patch_is_caught_and_the_next_index_restores_the_re
     _index(docs, inc)
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc)
+    pristine = tmp_path / "pristine"        # each damage starts from the patched project
+    shutil.copytree(inc, pristine, symlinks=True)
     p = Project(inc)
-    patch = store.patch_path(p.entities_path)
     want = list(store.read_jsonl(p.entities_path))
-    data = patch.read_bytes()
+    data = store.patch_path(p.entities_path).read_bytes()
     for damage in (data[:len(data) // 2], b"", None):
+        shutil.rmtree(inc)
+        shutil.copytree(pristine, inc, symlinks=True)
+        patch = store.patch_path(Project(inc).entities_path)
+        assert patch.read_bytes() == data
         if damage is None:
             patch.unlink()
         else:
             patch.write_bytes(damage)
-        if damage is not None:
             with pytest.raises(store.PatchError):
-                store.JsonlLines(p.entities_path)
+                store.JsonlLines(Project(inc).entities_path)
         assert [x.path for x in Project(inc).check()] == ["graph/entities.patch"]
         _index(docs, inc)
         assert list(store.read_jsonl(Project(inc).entities_path)) == want
         assert Project(inc).check() == []
-        patch = store.patch_path(Project(inc).entities_path)
-        if not patch.exists():
-            break
-        data = patch.read_bytes()

@@ -233,12 +233,12 @@ def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, 
     assert b"".join(store.line_blocks(path)) == b"".join(store.dumps(r) + b"\n" for r in want)
     assert store.last_lines(path, 1) is None and store.extend_jsonl(path, [{"id": "z"}]) is None
     raw = store.patch_path(path).read_bytes()
-    for bad in (raw[:-3], raw[:40], raw.replace(b"patched", b"patchee", 1)[:-1] + b"x"):
+    for bad in (raw[:-3], raw[:40], raw[:-1] + b"x"):       # cut, cut in its header, a last line torn
         store.patch_path(path).write_bytes(bad)
         with pytest.raises(store.PatchError):
             list(store.read_jsonl(path))
     store.patch_path(path).write_bytes(raw)
-    store.write_jsonl(path, base[:-1], compress=compress)     # written whole: the old patch goes with it
+    store.write_jsonl(path, base[:-1], compress=compress, base=True)    # a base written whole: its patch goes
     assert not store.patch_path(path).exists() and list(store.read_jsonl(path)) == base[:-1]
     assert store.JsonlLines(path).patch_lines() is None
     store.patch_path(path).write_bytes(raw)                   # a patch of another base
