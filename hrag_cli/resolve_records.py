@@ -30,8 +30,12 @@ class _Saved:
             setattr(acc, name, value)
         return acc
 
+    def fields(self) -> tuple:
+        """The fields as resolve_state saves them, in slot order."""
+        return tuple(getattr(self, name) for name in self.__slots__)
+
     def item(self, key: Any) -> tuple:
-        return (key, *(getattr(self, name) for name in self.__slots__))
+        return (key, *self.fields())
 
 
 def live(accs: dict, key: Any, cls: type) -> Any:

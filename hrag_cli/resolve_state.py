@@ -49,6 +49,7 @@ from typing import Any, BinaryIO
 
 from . import store
 from .project import fingerprint
+from .resolve_records import _EntityAcc, _FactAcc, _RelationAcc
 
 STATE_VERSION = 2
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
@@ -56,7 +57,8 @@ RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks
 # block of 128) and few relations or facts: small entity blocks (8 % more bytes) decode a seventh as much
 BLOCK = {"entities": 16, "relations": 128, "facts": 128}
 SECTIONS = ("entities", "relations", "facts")
-WIDTH = {"entities": 5, "relations": 6, "facts": 2}    # accumulator fields saved per key (resolve_records)
+# accumulator fields saved per key
+WIDTH = {s: len(cls.__slots__) for s, cls in (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))}
 _LEN = struct.Struct("<Q")
 _TRAILER = struct.Struct("<Q8s")
 _MAGIC = b"hragRS2\n"
@@ -104,7 +106,7 @@ def cache_grew_only(path: Path, header: StateHeader) -> bool:
 
 def _saved_fields(acc: Any) -> tuple:
     """An accumulator's fields as saved: a tuple kept from a load is (key, *fields); an object has its slots."""
-    return acc[1:] if acc.__class__ is tuple else tuple(getattr(acc, n) for n in acc.__slots__)
+    return acc[1:] if acc.__class__ is tuple else acc.fields()
 
 
 class _Writer:
