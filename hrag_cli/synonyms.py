@@ -178,10 +178,6 @@ class KnnLists:
     def ids(self) -> list[str]:
         return _decoded(self.keys)
 
-    @property
-    def hashes(self) -> list[str]:
-        return _decoded(self.hash_keys)
-
     def save(self, path: Path) -> None:
         """A .npz deflated at level 1: every run rewrites and reloads it; stored plain it is 94 MB against 50 MB
         at 100k passages, room the full build does not have under its 3 GB (level 1 costs ~1.4 s there).
@@ -893,8 +889,7 @@ def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -
     file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
     None when the file has no patch, the patch lacks a record of the change list (`changed`) or its lines do
     not fit the index (the caller scans the file)."""
-    patch_lines = getattr(lines, "patch_lines", None)
-    got = patch_lines() if patch_lines is not None else None
+    got = lines.patch_lines()
     if got is None:
         return None
     rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
@@ -959,7 +954,8 @@ def _drop_name_graph(vectors_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | None, reporter: Reporter) -> dict:
+def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | None, reporter: Reporter,
+               total: int | None = None) -> dict:
     """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all).
     `appended`: only chunks were appended since the index was synced (none went): just those are looked at."""
     from .bm25 import BM25_FILE, BM25Index
@@ -977,7 +973,11 @@ def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | N
     if appended is not None:
         texts, gone = appended, []
         new = [i for i in texts if i not in bm]
-    else:
+    if appended is not None and total is not None and len(bm) + len(new) != total:
+        # the chunk index holds `total` chunks and was saved first: a run stopped between the two saves left
+        # BM25 short of chunks no later "appended" names, so every chunk is compared
+        appended = None
+    if appended is None:
         texts = chunks.all()
         have = set(bm.doc_ids())
         gone = [i for i in have if i not in texts]
@@ -1073,7 +1073,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         digests[name] = idx.digest()
         del idx
     counts["vectors_added"] = added
-    counts.update(_sync_bm25(project, chunks, appended, reporter))
+    counts.update(_sync_bm25(project, chunks, appended, reporter, counts.get("vectors_chunks")))
     counts.update(idf)
 
     # -- synonym edges --

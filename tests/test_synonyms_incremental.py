@@ -99,10 +99,12 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
 
 def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path: Path) -> None:
     """As if the stage died after saving the chunk and entity indices of a spliced run: the fact and name
-    indices still follow the previous resolve output. (`hrag index` would find them unlike its record and
-    rebuild every index; the stage itself must not trust them either.) Run again, it splices what still
+    indices and BM25 still follow the previous resolve output. (`hrag index` would find them unlike its record
+    and rebuild every index; the stage itself must not trust them either.) Run again, it splices what still
     follows that output (chunks: nothing left to add; facts), reads every record for the indices already synced
-    further (entities, and so the names), and ends with the files of a run that was never killed."""
+    further (entities, and so the names), gives BM25 the chunks the chunk index took before the kill, and ends
+    with the files of a run that was never killed."""
+    from hrag_cli.bm25 import BM25_FILE, BM25Index
     from hrag_cli.config import load_settings
     from hrag_cli.progress import Reporter
     from hrag_cli.synonyms import run_synonyms
@@ -114,6 +116,7 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
         vectors = _resolved_copy(docs, base, project).vectors_dir
         before = {p.name: p.read_bytes() for name in ("facts", "entity_names")
                   for p in VectorIndex.files(vectors, name) if p.exists()}
+        before[BM25_FILE] = (vectors / BM25_FILE).read_bytes()
         _index(docs, project)
         if how == "killed":
             p = Project(project)
@@ -123,9 +126,41 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
             with p.lock():
                 again = run_synonyms(p, load_settings(None), Reporter("quiet"))
             assert again.counts["indices_spliced"] == 2 and again.counts["idf_refit"] is False
-        runs[how] = (_vector_files(project), Project(project).synonyms_path.read_bytes())
+        runs[how] = (_vector_files(project), Project(project).synonyms_path.read_bytes(),
+                     sorted(BM25Index.load(Project(project).vectors_dir / BM25_FILE).doc_ids()))
     assert runs["killed"][0].keys() == runs["whole"][0].keys() and runs["killed"][1] == runs["whole"][1]
+    assert runs["killed"][2] == runs["whole"][2]
     assert [n for n, b in runs["killed"][0].items() if runs["whole"][0][n] != b] == []
+
+
+def test_a_spliced_run_takes_the_facts_from_the_record_patch_and_only_the_appended_chunks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The +2 documents' run plans the facts index from the record patch's lines (no scan of facts.jsonl) and
+    the chunk index and BM25 from the chunks appended since the index's mark (no read of every chunk); the
+    files it ends with are the spliced ones the test above compares with a full pass."""
+    import time
+
+    from hrag_cli import store, synonyms
+    from hrag_cli.config import load_settings
+    from hrag_cli.progress import Reporter
+
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    time.sleep(1.1)     # files older than a second get stamped, so adding two is an append, as in a real folder
+    base = tmp_path / "base"
+    _index(docs, base)
+    _add(docs)
+    p = _resolved_copy(docs, base, tmp_path / "p")
+    assert store.patch_path(p.facts_path).exists()
+    got: dict[str, list] = {"facts": [], "chunks": []}
+    for name, fn in (("facts", "_patch_plan"), ("chunks", "_appended_chunks")):
+        real = getattr(synonyms, fn)
+        monkeypatch.setattr(synonyms, fn, lambda *a, real=real, name=name: got[name].append(real(*a)) or got[name][-1])
+    with p.lock():
+        out = synonyms.run_synonyms(p, load_settings(None), Reporter("quiet"))
+    assert out.counts["indices_spliced"] == 4
+    assert len(got["facts"]) == 1 and got["facts"][0] is not None
+    assert len(got["chunks"]) == 1 and got["chunks"][0] is not None
 
 
 def test_a_plan_from_patched_rows_matches_the_plan_from_a_scan_of_the_file(tmp_path: Path) -> None:
