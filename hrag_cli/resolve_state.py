@@ -53,9 +53,8 @@ from .resolve_records import _EntityAcc, _FactAcc, _RelationAcc
 
 STATE_VERSION = 2
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
-# keys per block: a lookup decompresses one block. A +1 % finds about 2 % of the entities (in nearly every
-# block of 128) and few relations or facts: small entity blocks (8 % more bytes) decode a seventh as much
-# keys per block: smaller blocks read less in a +1 % but compress worse (zlib per block). At 100k passages a 1 %
+# keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
+# per block). At 100k passages a 1 %
 # addition touches a key in most blocks of any size for relations and facts; at 16 and 128 the state took 14.5 MB
 # on the first 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
 BLOCK = {"entities": 64, "relations": 512, "facts": 1024}
@@ -144,22 +143,18 @@ class _Writer:
         self.fh.write(frames)
         self.at += len(frames)
 
-    def section(self, section: str, items: Iterable[tuple[Any, tuple]]) -> int:
-        """(key, fields) in key order, as blocks; returns how many."""
+    def section(self, section: str, items: Iterable[tuple[Any, tuple]]) -> None:
+        """(key, fields) in key order, as blocks."""
         keys: list = []
         fields: list = []
-        n = 0
         for key, f in items:
             keys.append(key)
             fields.append(f)
             if len(keys) >= BLOCK[section]:
                 self.block(section, keys, fields)
-                n += len(keys)
                 keys, fields = [], []
         if keys:
             self.block(section, keys, fields)
-            n += len(keys)
-        return n
 
     def finish(self) -> None:
         where = self.at
@@ -361,11 +356,13 @@ class Reader:
         """The keys of block `b` of section `s` (its fields frame is not read)."""
         got = self._keys.get((s, b))
         if got is None:
-            got = self._frame(self.index[s][1][b])
-            if got.__class__ is not list or len(got) != self.index[s][2][b] or not got \
-                    or got[0] != self.index[s][0][b]:
-                raise Damaged(f"a {s} block has the wrong shape")
-            self._keys[(s, b)] = got
+            got = self._keys[(s, b)] = self._read_keys(s, b)
+        return got
+
+    def _read_keys(self, s: str, b: int) -> list:
+        got = self._frame(self.index[s][1][b])
+        if got.__class__ is not list or len(got) != self.index[s][2][b] or not got or got[0] != self.index[s][0][b]:
+            raise Damaged(f"a {s} block has the wrong shape")
         return got
 
     def block_fields(self, s: str, b: int) -> list:
@@ -406,25 +403,12 @@ class Reader:
         return 0 if b < 0 else cum[b] + bisect.bisect_left(self.block_keys(s, b), key)
 
     def keys(self, s: str) -> list:
-        """Every key of section `s` in order, reading the key frames only."""
+        """Every key of section `s` in order, reading the key frames only (each checked as a lookup's is; not
+        kept)."""
         out: list = []
         for b in range(len(self.index[s][1])):
-            out += self._keys.get((s, b)) or self._frame(self.index[s][1][b])
+            out += self._keys.get((s, b)) or self._read_keys(s, b)
         return out
-
-    def items(self, s: str) -> Iterator[tuple]:
-        """Every saved tuple of section `s` in key order (reads the whole section)."""
-        for b in range(len(self.index[s][0])):
-            keys, fields = self.block(s, b)
-            self._keys.pop((s, b), None)
-            self._fields.pop((s, b), None)
-            for k, f in zip(keys, fields):
-                yield (k, *f)
-
-    def close(self) -> None:
-        self._keys.clear()
-        self._fields.clear()
-        self._map.close()
 
 
 def _parse_header(data: Any) -> tuple[StateHeader, dict]:

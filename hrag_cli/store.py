@@ -207,21 +207,18 @@ def extend_jsonl(path: Path, records: Iterable[Any]) -> int | None:
     again with the new lines, so the file comes out byte for byte as write_jsonl writes all its lines at once.
     Returns how many records were added; None when the file is missing, ends in a torn line, is a compressed
     file without a sound line index, or has a patch: the caller writes it whole instead."""
-    if patch_path(path).exists():
-        return None
-    try:
-        src = open(path, "rb")
-    except FileNotFoundError:
+    src = _unpatched(path)
+    if src is None:
         return None
     with src:
         size = os.fstat(src.fileno()).st_size
         compressed = src.read(2) == _GZIP_MAGIC
         head, state = b"", {}
         if compressed:
-            index = _line_index(src)
+            index = _int_index(src)
             if index is None:
                 return None
-            offsets, firsts = ([int(x) for x in a] for a in index)   # each ends with the index member
+            offsets, firsts = index     # each ends with the index member
             src.seek(offsets[-2])
             try:
                 head = zlib.decompress(src.read(offsets[-1] - offsets[-2]), wbits=31)
@@ -250,6 +247,23 @@ def extend_jsonl(path: Path, records: Iterable[Any]) -> int | None:
     return added
 
 
+def _unpatched(path: Path) -> BinaryIO | None:
+    """The file itself, open, for a caller that works on its bytes: None when it is missing or has a patch (its
+    bytes are then not the logical file)."""
+    if patch_path(path).exists():
+        return None
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        return None
+
+
+def _int_index(fh: BinaryIO) -> tuple[list[int], list[int]] | None:
+    """A compressed file's line index (`_line_index`) as lists of ints: each member's offset and first line."""
+    index = _line_index(fh)
+    return None if index is None else ([int(x) for x in index[0]], [int(x) for x in index[1]])
+
+
 def _copy_bytes(src: BinaryIO, dst: BinaryIO, count: int) -> None:
     """The first `count` bytes of `src` to the end of `dst`, in the kernel where it can (no user-space copy)."""
     dst.flush()
@@ -276,20 +290,17 @@ def last_lines(path: Path, count: int) -> list[bytes] | None:
     """The last `count` whole lines of a plain or compressed JSONL file, reading only its end (a compressed
     file: the members holding them, found through its line index); None when it is missing, has fewer lines,
     ends torn, is compressed without a sound line index, or has a patch."""
-    if patch_path(path).exists():
-        return None
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
+    fh = _unpatched(path)
+    if fh is None:
         return None
     with fh:
         if count <= 0:
             return []
         if fh.read(2) == _GZIP_MAGIC:
-            index = _line_index(fh)
+            index = _int_index(fh)
             if index is None:
                 return None
-            offsets, firsts = ([int(x) for x in a] for a in index)
+            offsets, firsts = index
             start = firsts[-1] - count
             if start < 0:
                 return None
