@@ -755,6 +755,17 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     return SparseRows.from_postings(indptr, (out_ptr, out_low, out_bands, out_data), dim)
 
 
+def _spliced_fixed(old: np.ndarray, is_new: np.ndarray, old_of: np.ndarray, pos: np.ndarray, new: list[bytes]
+                   ) -> np.ndarray:
+    """A fixed-width bytes column after an insert: kept rows from `old` (row `old_of` of it), `new` at `pos`,
+    as wide as the widest of either."""
+    width = max(old.dtype.itemsize, max(map(len, new), default=1))
+    out = np.empty(len(is_new), dtype=f"S{width}")
+    out[~is_new] = old[old_of[~is_new]]
+    out[pos] = np.array(new, dtype=f"S{width}")
+    return out
+
+
 def scratch(buffers: dict, name: str, size: int, dtype: Any) -> np.ndarray:
     """The first `size` items of the scratch array `name` in `buffers`, grown when too small and kept across
     calls: a query gathers megabytes, and a fresh array of that size costs its page faults every time."""
@@ -1006,14 +1017,9 @@ class VectorIndex:
         old_fixed = self.id_array()
         blob, off, order = self._keys                                           # type: ignore[misc]
         keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc, old_fixed)
-        width = max(old_fixed.dtype.itemsize, max(map(len, enc), default=1))
-        fixed = np.empty(n, dtype=f"S{width}")
-        fixed[~is_new] = old_fixed[old_of[~is_new]]
-        fixed[pos] = np.array(enc, dtype=f"S{width}")
-        width = max(self._hash_array.dtype.itemsize, max((len(h) for h in hashes), default=1))   # type: ignore[union-attr]
-        hash_arr = np.empty(n, dtype=f"S{width}")
-        hash_arr[~is_new] = self._hash_array[old_of[~is_new]]                  # type: ignore[index]
-        hash_arr[pos] = np.array([h.encode("utf-8") for h in hashes], dtype=f"S{width}")
+        fixed = _spliced_fixed(old_fixed, is_new, old_of, pos, enc)
+        hash_arr = _spliced_fixed(self._hash_array, is_new, old_of, pos,          # type: ignore[arg-type]
+                                  [h.encode("utf-8") for h in hashes])
         self.ids, self.hashes = IdKeys(*keys), HashColumn(hash_arr)              # type: ignore[assignment]
         self._keys, self._hash_array, self._fixed = keys, hash_arr, (keys[0], fixed)
         self.labels = np.full(n, -1, dtype=np.int64)
