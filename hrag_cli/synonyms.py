@@ -53,7 +53,8 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
+from .resolve_patch import FOLD_SHARE
+from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
     fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
@@ -173,34 +174,140 @@ class KnnLists:
         # letters and digits of each row's name (`name_chars`; -1 unknown): which entities may be linked, known
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
+        self.disk: _Disk | None = None       # the saved base these lists were loaded from (`save` patches it)
+        self.damaged = ""                    # why saved lists could not be read (a warning), "" when they could
 
     @property
     def ids(self) -> list[str]:
         return _decoded(self.keys)
 
     def save(self, path: Path) -> None:
-        """A .npz deflated at level 1: every run rewrites and reloads it; stored plain it is 94 MB against 50 MB
-        at 100k passages, room the full build does not have under its 3 GB (level 1 costs ~1.4 s there).
-        np.load reads either."""
+        """A .npz deflated at level 1 (the base): stored plain it is 94 MB against 50 MB at 100k passages, room
+        the full build does not have under its 3 GB, and level 1 costs ~1.4 s there. A run that kept the cells
+        of the lists it loaded writes only the rows that differ from the base file, and which base row each row
+        is, as a patch beside it (`store.patch_path`: a +1 % run at 100k passages changes ~3 % of the rows),
+        until those rows pass FOLD_SHARE of the lists: then the lists are written whole as the new base and
+        the patch goes (resolve_patch.FOLD_SHARE: folded every ~4 runs of +1 %). The patch names its base by
+        `store.base_mark`. np.load reads either file."""
+        patch = self._patch()
+        if patch is not None:
+            _write_npz(store.patch_path(path), patch)
+            return
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        arrays = {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
-                  "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
-                  "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
-                  "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
-                  "chars": self.chars,
-                  "has_plan": np.bool_(self.plan is not None)}
-        with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-            for name, arr in arrays.items():
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+        _write_npz(path, {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
+                          "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
+                          "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
+                          "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
+                          "chars": self.chars,
+                          "has_plan": np.bool_(self.plan is not None)})
+        store.patch_path(path).unlink(missing_ok=True)
+
+    def _patch(self) -> dict[str, np.ndarray] | None:
+        """The patch taking the base these lists were loaded from (`disk`) to them; None when they must be
+        written whole: no base, other cells, a base row gone, or too many rows changed."""
+        d = self.disk
+        if d is None or self.plan is None or d.lists.plan is not self.plan \
+                or d.lists.cell_settings != self.cell_settings or d.lists.nbr.shape[1] != self.k:
+            return None
+        base = d.lists
+        base_of = _rows_in(base.keys, self.keys)                        # row -> its base row (-1: new)
+        has = base_of >= 0
+        if int(has.sum()) != len(base.keys) or bool((np.diff(base_of[has]) <= 0).any()):
+            return None
+        fwd = np.flatnonzero(has)                                       # base row -> row
+        mapped = np.where(base.nbr >= 0, fwd[np.maximum(base.nbr, 0)], -1)
+        same = np.zeros(len(self.keys), dtype=bool)
+        same[has] = ((self.hash_keys[has] == base.hash_keys) & (self.chars[has] == base.chars)
+                     & (self.nbr[has] == mapped).all(axis=1) & (self.cells[has] == base.cells).all(axis=1)
+                     & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
+        rows = np.flatnonzero(~same)
+        if len(rows) > FOLD_SHARE * len(self.keys):
+            return None
+        return {"base_size": np.int64(d.mark[0]), "base_tail": np.int64(d.mark[1]), "k": np.int64(self.k),
+                "model_id": np.array(self.model_id), "base_of": base_of.astype(np.int32), "rows": rows,
+                "ids": _joined(self.keys[rows]), "hashes": _joined(self.hash_keys[rows]), "nbr": self.nbr[rows],
+                "sim": self.sim[rows], "cells": self.cells[rows], "chars": self.chars[rows]}
 
     @classmethod
     def load(cls, path: Path, k: int, model_id: str) -> "KnnLists":
-        """Saved lists when computed with the same k and embedder, else empty (everything is queried)."""
+        """Saved lists (the base with its patch) when computed with the same k and embedder, else empty
+        (everything is queried). A patch of another base is one a run folded before it was stopped: the base
+        alone is the lists. A damaged patch: empty lists, `damaged` says why."""
+        base = cls._load_base(path, k, model_id)
+        if base is None:
+            return cls(k, model_id)
+        try:
+            base.disk = _Disk(base, store.base_mark(path))
+        except OSError:
+            return cls(k, model_id)
+        try:
+            with np.load(store.patch_path(path), allow_pickle=False) as z:
+                if (int(z["base_size"]), int(z["base_tail"])) != base.disk.mark:
+                    return base
+                got = base._patched(z)
+        except FileNotFoundError:
+            return base
+        except (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile):
+            got = None
+        if got is None:
+            empty = cls(k, model_id)
+            empty.damaged = f"{store.patch_path(path)} is damaged"
+            return empty
+        return got
+
+    def _patched(self, z: Any) -> "KnnLists | None":
+        """These (base) lists with the patch `z` applied; None when it does not fit them."""
+        k, b = self.k, len(self.keys)
+        if int(z["k"]) != k or str(z["model_id"]) != self.model_id:
+            return None
+        base_of, rows = z["base_of"].astype(np.int64), z["rows"].astype(np.int64)
+        n, has = len(base_of), base_of >= 0
+        ids = _split(z["ids"])
+        hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+        nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
+        cells, chars = z["cells"].astype(np.int32), z["chars"].astype(np.int32)
+        m = len(rows)
+        if not np.array_equal(base_of[has], np.arange(b)) or len(ids) != m or len(hashes) != m \
+                or nbr.shape != (m, k) or sim.shape != nbr.shape or cells.shape != (m, self.cells.shape[1]) \
+                or chars.shape != (m,) or (m and (bool((np.diff(rows) <= 0).any()) or rows[0] < 0 or rows[-1] >= n)) \
+                or int((~has[rows]).sum()) != n - b:                # every new row is a patch row
+            return None
+        fwd = np.flatnonzero(has)
+        kept = has[rows]
+        if not np.array_equal(self.keys[base_of[rows[kept]]], ids[kept]):
+            return None
+        width = max(self.keys.dtype.itemsize, ids.dtype.itemsize)
+        keys = np.empty(n, dtype=f"S{width}")
+        keys[has], keys[rows] = self.keys, ids
+        hash_keys = np.empty(n, dtype=f"S{max(self.hash_keys.dtype.itemsize, hashes.dtype.itemsize)}")
+        hash_keys[has], hash_keys[rows] = self.hash_keys, hashes
+        out = KnnLists(k, self.model_id, keys, hash_keys, np.full((n, k), -1, dtype=np.int32),
+                       np.full((n, k), -np.inf, dtype=np.float32), self.plan,
+                       np.empty((n, self.cells.shape[1]), dtype=np.int32), self.cell_settings,
+                       np.empty(n, dtype=np.int32))
+        out.nbr[has] = np.where(self.nbr >= 0, fwd[np.maximum(self.nbr, 0)], -1)
+        out.sim[has], out.cells[has], out.chars[has] = self.sim, self.cells, self.chars
+        out.nbr[rows], out.sim[rows], out.cells[rows], out.chars[rows] = nbr, sim, cells, chars
+        if not out._fits():
+            return None
+        out.sim = np.where(out.nbr >= 0, out.sim, -np.inf).astype(np.float32)
+        out.disk = self.disk
+        return out
+
+    def _fits(self) -> bool:
+        """Whether the arrays describe lists of this k over the cells of the plan (a damaged file's do not)."""
+        n, plan, (per, _) = len(self.keys), self.plan, self.cell_settings
+        return not (self.nbr.shape != (n, self.k) or self.sim.shape != self.nbr.shape or len(self.hash_keys) != n
+                    or (self.nbr >= n).any() or (self.nbr < -1).any() or plan is None
+                    or plan.mean.shape != plan.centroids.shape[1:] or self.cells.shape != (n, min(per, plan.cells))
+                    or (self.cells < 0).any() or (self.cells >= plan.cells).any() or self.chars.shape != (n,))
+
+    @classmethod
+    def _load_base(cls, path: Path, k: int, model_id: str) -> "KnnLists | None":
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
-                    return cls(k, model_id)
+                    return None
                 ids = _split(z["ids"])
                 hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
                 nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
@@ -210,15 +317,27 @@ class KnnLists:
                 chars = z["chars"].astype(np.int32)
                 per, size = (int(x) for x in z["cell_settings"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
-            return cls(k, model_id)
-        n = len(ids)
-        if nbr.shape != (n, k) or sim.shape != nbr.shape or len(hashes) != n \
-                or (nbr >= n).any() or (nbr < -1).any() or plan is None \
-                or plan.mean.shape != plan.centroids.shape[1:] or cells.shape != (n, min(per, plan.cells)) \
-                or (cells < 0).any() or (cells >= plan.cells).any() or chars.shape != (n,):
-            return cls(k, model_id)   # damaged: recomputed
-        return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32), plan,
-                   cells, (per, size), chars)
+            return None
+        got = cls(k, model_id, ids, hashes, nbr, sim, plan, cells, (per, size), chars)
+        if not got._fits():
+            return None   # damaged: recomputed
+        got.sim = np.where(nbr >= 0, sim, -np.inf).astype(np.float32)
+        return got
+
+
+class _Disk:
+    """The base file lists were loaded from: its lists (as saved) and `store.base_mark`, which a patch names."""
+
+    def __init__(self, lists: KnnLists, mark: tuple[int, int]) -> None:
+        self.lists, self.mark = lists, mark
+
+
+def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """Arrays as a .npz deflated at level 1, written atomically."""
+    with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
 
 
 def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -279,6 +398,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     keys, hash_keys = _as_keys(ids), _as_keys(hashes)
     n = len(keys)
     out = KnnLists(k, prev.model_id, keys, hash_keys)
+    out.disk = prev.disk
     if n == 0:
         return out, 0
     plan, settings = prev.plan, (per_entity, cell_size)
@@ -350,10 +470,18 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
         return None
     n = len(rows)
     out = np.empty((n, FOLD_DIM), dtype=np.float32)
+    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns), and
+    # a block's values lie in one run of the row arrays: no `take` of each block's columns
+    low, data, ptr = (rows.low, rows.data, rows.indptr) if BAND % FOLD_DIM == 0 else (None, None, None)
     for s in range(0, n, _EMBED_BLOCK):
         e = min(n, s + _EMBED_BLOCK)
-        lens, cols, vals = rows.take(np.arange(s, e))
-        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + cols % FOLD_DIM
+        if low is None:
+            lens, cols, vals = rows.take(np.arange(s, e))
+            folded = cols % FOLD_DIM
+        else:
+            a, b = int(ptr[s]), int(ptr[e])
+            lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
+        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + folded
         f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
                         ).reshape(e - s, FOLD_DIM).astype(np.float32)
         norms = np.linalg.norm(f, axis=1, keepdims=True)
@@ -1099,6 +1227,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
+    if prev.damaged:
+        reporter.warn(f"{prev.damaged}; finding every entity's neighbours again")
     knn, queried = update_knn(prev, ent_keys, ent_hashes,
                               search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_keys))),
                               s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim,
