@@ -53,7 +53,6 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .resolve_patch import FOLD_SHARE
 from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
     fixed_width, mostly_zero, sparse_rows
 
@@ -184,11 +183,10 @@ class KnnLists:
     def save(self, path: Path) -> None:
         """A .npz deflated at level 1 (the base): stored plain it is 94 MB against 50 MB at 100k passages, room
         the full build does not have under its 3 GB, and level 1 costs ~1.4 s there. A run that kept the cells
-        of the lists it loaded writes only the rows that differ from the base file, and which base row each row
-        is, as a patch beside it (`store.patch_path`: a +1 % run at 100k passages changes ~3 % of the rows),
-        until those rows pass FOLD_SHARE of the lists: then the lists are written whole as the new base and
-        the patch goes (resolve_patch.FOLD_SHARE: folded every ~4 runs of +1 %). The patch names its base by
-        `store.base_mark`. np.load reads either file."""
+        of the lists it loaded writes only what differs from the base file as a patch beside it
+        (`store.patch_path`, `_patch`), until the lists it holds pass _KNN_FOLD_SHARE of them: then the lists
+        are written whole as the new base and the patch goes. The patch names its base by `store.base_mark`.
+        np.load reads either file."""
         patch = self._patch()
         if patch is not None:
             _write_npz(store.patch_path(path), patch)
@@ -204,7 +202,10 @@ class KnnLists:
 
     def _patch(self) -> dict[str, np.ndarray] | None:
         """The patch taking the base these lists were loaded from (`disk`) to them; None when they must be
-        written whole: no base, other cells, a base row gone, or too many rows changed."""
+        written whole: no base, other cells, a base row gone, or too many lists changed. It holds the rows that
+        are new (`new_at`: every other row is the next base row), the lists that differ from the base's (most
+        are kept entities offered a new neighbour) and the id, hash, cells and name chars of the rows whose own
+        differ (new or renamed entities)."""
         d = self.disk
         if d is None or self.plan is None or d.lists.plan is not self.plan \
                 or d.lists.cell_settings != self.cell_settings or d.lists.nbr.shape[1] != self.k:
@@ -216,17 +217,19 @@ class KnnLists:
             return None
         fwd = np.flatnonzero(has)                                       # base row -> row
         mapped = np.where(base.nbr >= 0, fwd[np.maximum(base.nbr, 0)], -1)
-        same = np.zeros(len(self.keys), dtype=bool)
-        same[has] = ((self.hash_keys[has] == base.hash_keys) & (self.chars[has] == base.chars)
-                     & (self.nbr[has] == mapped).all(axis=1) & (self.cells[has] == base.cells).all(axis=1)
-                     & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
-        rows = np.flatnonzero(~same)
-        if len(rows) > FOLD_SHARE * len(self.keys):
+        same_list, same_key = np.zeros(len(self.keys), dtype=bool), np.zeros(len(self.keys), dtype=bool)
+        same_list[has] = ((self.nbr[has] == mapped).all(axis=1)
+                          & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
+        same_key[has] = ((self.hash_keys[has] == base.hash_keys) & (self.chars[has] == base.chars)
+                         & (self.cells[has] == base.cells).all(axis=1))
+        rows, keyed = np.flatnonzero(~same_list), np.flatnonzero(~same_key)
+        if len(rows) > _KNN_FOLD_SHARE * len(self.keys):
             return None
         return {"base_size": np.int64(d.mark[0]), "base_tail": np.int64(d.mark[1]), "k": np.int64(self.k),
-                "model_id": np.array(self.model_id), "base_of": base_of.astype(np.int32), "rows": rows,
-                "ids": _joined(self.keys[rows]), "hashes": _joined(self.hash_keys[rows]), "nbr": self.nbr[rows],
-                "sim": self.sim[rows], "cells": self.cells[rows], "chars": self.chars[rows]}
+                "model_id": np.array(self.model_id), "n": np.int64(len(self.keys)), "new_at": np.flatnonzero(~has),
+                "rows": rows, "nbr": self.nbr[rows], "sim": self.sim[rows],
+                "keyed": keyed, "ids": _joined(self.keys[keyed]), "hashes": _joined(self.hash_keys[keyed]),
+                "cells": self.cells[keyed], "chars": self.chars[keyed]}
 
     @classmethod
     def load(cls, path: Path, k: int, model_id: str) -> "KnnLists":
@@ -256,38 +259,41 @@ class KnnLists:
         return got
 
     def _patched(self, z: Any) -> "KnnLists | None":
-        """These (base) lists with the patch `z` applied; None when it does not fit them."""
+        """These (base) lists with the patch `z` (`_patch`) applied; None when it does not fit them."""
         k, b = self.k, len(self.keys)
         if int(z["k"]) != k or str(z["model_id"]) != self.model_id:
             return None
-        base_of, rows = z["base_of"].astype(np.int64), z["rows"].astype(np.int64)
-        n, has = len(base_of), base_of >= 0
+        n, new_at = int(z["n"]), z["new_at"].astype(np.int64)
+        rows, keyed = z["rows"].astype(np.int64), z["keyed"].astype(np.int64)
         ids = _split(z["ids"])
         hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
         nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
         cells, chars = z["cells"].astype(np.int32), z["chars"].astype(np.int32)
-        m = len(rows)
-        if not np.array_equal(base_of[has], np.arange(b)) or len(ids) != m or len(hashes) != m \
-                or nbr.shape != (m, k) or sim.shape != nbr.shape or cells.shape != (m, self.cells.shape[1]) \
-                or chars.shape != (m,) or (m and (bool((np.diff(rows) <= 0).any()) or rows[0] < 0 or rows[-1] >= n)) \
-                or int((~has[rows]).sum()) != n - b:                # every new row is a patch row
+        m, mk = len(rows), len(keyed)
+
+        def ascending(at: np.ndarray) -> bool:
+            return not len(at) or (not bool((np.diff(at) <= 0).any()) and at[0] >= 0 and at[-1] < n)
+
+        if n != b + len(new_at) or not (ascending(new_at) and ascending(rows) and ascending(keyed)) \
+                or len(ids) != mk or len(hashes) != mk or nbr.shape != (m, k) or sim.shape != nbr.shape \
+                or cells.shape != (mk, self.cells.shape[1]) or chars.shape != (mk,):
             return None
-        fwd = np.flatnonzero(has)
-        kept = has[rows]
-        if not np.array_equal(self.keys[base_of[rows[kept]]], ids[kept]):
-            return None
-        width = max(self.keys.dtype.itemsize, ids.dtype.itemsize)
-        keys = np.empty(n, dtype=f"S{width}")
-        keys[has], keys[rows] = self.keys, ids
+        has = np.ones(n, dtype=bool)
+        has[new_at] = False
+        if not (np.isin(new_at, rows).all() and np.isin(new_at, keyed).all()):
+            return None                                     # a new row's list and key are the patch's
+        fwd = np.flatnonzero(has)                            # base row -> row
+        keys = np.empty(n, dtype=f"S{max(self.keys.dtype.itemsize, ids.dtype.itemsize)}")
+        keys[has], keys[keyed] = self.keys, ids
         hash_keys = np.empty(n, dtype=f"S{max(self.hash_keys.dtype.itemsize, hashes.dtype.itemsize)}")
-        hash_keys[has], hash_keys[rows] = self.hash_keys, hashes
-        out = KnnLists(k, self.model_id, keys, hash_keys, np.full((n, k), -1, dtype=np.int32),
-                       np.full((n, k), -np.inf, dtype=np.float32), self.plan,
+        hash_keys[has], hash_keys[keyed] = self.hash_keys, hashes
+        out = KnnLists(k, self.model_id, keys, hash_keys, np.empty((n, k), dtype=np.int32),
+                       np.empty((n, k), dtype=np.float32), self.plan,
                        np.empty((n, self.cells.shape[1]), dtype=np.int32), self.cell_settings,
                        np.empty(n, dtype=np.int32))
         out.nbr[has] = np.where(self.nbr >= 0, fwd[np.maximum(self.nbr, 0)], -1)
         out.sim[has], out.cells[has], out.chars[has] = self.sim, self.cells, self.chars
-        out.nbr[rows], out.sim[rows], out.cells[rows], out.chars[rows] = nbr, sim, cells, chars
+        out.nbr[rows], out.sim[rows], out.cells[keyed], out.chars[keyed] = nbr, sim, cells, chars
         if not out._fits():
             return None
         out.sim = np.where(out.nbr >= 0, out.sim, -np.inf).astype(np.float32)
@@ -323,6 +329,12 @@ class KnnLists:
             return None   # damaged: recomputed
         got.sim = np.where(nbr >= 0, sim, -np.inf).astype(np.float32)
         return got
+
+
+# lists differing from the base's past which they are written whole as a new base. At 100k passages a +1 % run
+# changes 10.7 % of them (4.7k new entities, 52k kept ones offered a new neighbour); the patch of one run is 12 %
+# of the base's bytes, so the base (~1.3 s of deflate) is rewritten every second or third run.
+_KNN_FOLD_SHARE = 0.3
 
 
 class _Disk:

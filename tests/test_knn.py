@@ -287,6 +287,7 @@ def test_a_run_on_the_same_cells_saves_a_patch_that_loads_as_the_lists(tmp_path:
     assert not patch.exists() and same_lists(KnnLists.load(path, K, "model"), whole)
     patch.write_bytes(kept)                    # a patch of the base before the fold (a run stopped after it)
     assert same_lists(KnnLists.load(path, K, "model"), whole)
-    renamed, _ = update_knn(KnnLists.load(path, K, "model"), ids, [h + "x" for h in hashes], m, K, QUIET, *CELLS)
-    renamed.save(path)                                               # every row changed: past FOLD_SHARE, whole
+    renamed, _ = update_knn(KnnLists.load(path, K, "model"), ids, [h + "x" for h in hashes],
+                            planted(rng, len(ids)), K, QUIET, *CELLS)
+    renamed.save(path)                                           # every list changed: past the fold share, whole
     assert not patch.exists() and same_lists(KnnLists.load(path, K, "model"), renamed)
