@@ -997,10 +997,19 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
     """Where the records resolve changed go in this index (entities or facts) and their texts, read at their
     lines only, each checked to hold the id expected; None when the files do not match the change list (the
     caller then reads every record)."""
+    path, text = (project.entities_path, lambda r: entity_text(r["name"], r["description"])) \
+        if name == "entities" else (project.facts_path, _fact_row_text)
+    lines = store.JsonlLines(path)
+    patched = _patch_plan(idx, lines, change[name])
+    if patched is not None:
+        plan, records = patched
+        if name == "entities":
+            for r in records:
+                names[r["id"]] = r["name"]
+        return plan, [text(r) for r in records]
     if name == "entities":
         plan = _sorted_plan(idx, change["entities"])
-        lines = store.JsonlLines(project.entities_path) if plan is not None else None
-        if plan is None or lines is None or len(lines) != plan.total:
+        if plan is None or len(lines) != plan.total:
             return None
         texts = []
         for i, line in zip(plan.ids, plan.lines.tolist()):
@@ -1008,11 +1017,8 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             if not isinstance(r, dict) or r.get("id") != i:
                 return None
             names[i] = r["name"]
-            texts.append(entity_text(r["name"], r["description"]))
+            texts.append(text(r))
         return plan, texts
-    patched = _patch_plan(idx, store.JsonlLines(project.facts_path), change["facts"])
-    if patched is not None:
-        return patched
     scanned = _line_ids(project.facts_path)
     plan = _file_order_plan(idx, change["facts"], scanned[0]) if scanned is not None else None
     if scanned is None or plan is None:
@@ -1027,12 +1033,12 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
     return plan, texts
 
 
-def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[str]] | None:
+def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[dict]] | None:
     """For a record file kept as a base and a patch (store's record patch): the patch's lines are the records
     resolve added or made again, at their logical lines, which are the index's final rows (its rows follow the
     file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
-    None when the file has no patch, the patch lacks a record of the change list (`changed`) or its lines do
-    not fit the index (the caller scans the file)."""
+    Returns the plan and the changed records; None when the file has no patch, the patch lacks a record of the
+    change list (`changed`) or its lines do not fit the index (the caller scans the file)."""
     got = lines.patch_lines()
     if got is None:
         return None
@@ -1045,7 +1051,7 @@ def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -
     keep = [j for j, r in enumerate(records) if r["id"] in wanted]
     rows, records = rows[keep], [records[j] for j in keep]
     plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
-    return (plan, [_fact_row_text(r) for r in records]) if plan is not None else None
+    return (plan, records) if plan is not None else None
 
 
 def _rows_plan(idx: VectorIndex, ids: list[str], rows: np.ndarray, total: int) -> _Plan | None:
