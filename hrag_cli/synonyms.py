@@ -539,6 +539,30 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
                     ) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
     predicate on ids, asked only of the entities in such a pair: a fraction of them; or a bool per row)."""
+    lo, hi, s, named = _pair_rows(knn, ok, threshold)
+    pairs: dict[tuple[str, str], float] = {}
+    for x, y, v in zip(lo.tolist(), hi.tolist(), s.tolist()):
+        ia, ib = named[x], named[y]
+        pairs[(ia, ib) if ia < ib else (ib, ia)] = v
+    return pairs
+
+
+def pair_records(knn: KnnLists, ok: np.ndarray, threshold: float) -> list[dict] | None:
+    """The records of `candidate_pairs` in (a, b) order ({a, b, similarity} rounded to 6 places), made from
+    the row pairs without a dict of 150k pairs and its sort; None when the lists' rows are not in id order
+    (then their order is not the ids')."""
+    keys = knn.keys
+    if len(keys) > 1 and not bool((keys[1:] > keys[:-1]).all()):
+        return None
+    lo, hi, s, named = _pair_rows(knn, ok, threshold)
+    return [{"a": named[x], "b": named[y], "similarity": round(v, 6)}
+            for x, y, v in zip(lo.tolist(), hi.tolist(), s.tolist())]
+
+
+def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The pairs of `candidate_pairs` as rows lo < hi in (lo, hi) order and their best cosines; lo and hi as
+    places in the ids of the rows in a pair (the last item, decoded once each)."""
     n, k = knn.nbr.shape
     a = np.repeat(np.arange(n, dtype=np.int64), k)
     b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
@@ -560,13 +584,10 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     first = np.ones(len(lo), dtype=bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     lo, hi, s = lo[first], hi[first], s[first]
-    rows = np.unique(np.concatenate([lo, hi]))          # each entity's id decoded once, not once per pair
-    named = _decoded(keys[rows])
-    pairs: dict[tuple[str, str], float] = {}
-    for x, y, v in zip(np.searchsorted(rows, lo).tolist(), np.searchsorted(rows, hi).tolist(), s.tolist()):
-        ia, ib = named[x], named[y]
-        pairs[(ia, ib) if ia < ib else (ib, ia)] = v
-    return pairs
+    used = np.zeros(n, dtype=bool)                      # each entity's id decoded once, not once per pair
+    used[lo], used[hi] = True, True
+    at = np.cumsum(used) - 1
+    return at[lo], at[hi], s, _decoded(keys[used])
 
 
 # -- review / accept ----------------------------------------------------------------------------------------
@@ -1257,9 +1278,13 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     del names_idx, search_matrix
     knn.save(knn_path)
     counts["entities_queried"] = queried
-    auto = candidate_pairs(knn, knn.chars >= s.min_name_chars, s.threshold)
-
+    linkable = knn.chars >= s.min_name_chars
     decisions = load_decisions(project)
+    # a plain run (nothing reviewed) writes the pairs as they come, in order; reviewed decisions need them by key
+    records = pair_records(knn, linkable, s.threshold) \
+        if accepted is None and review_path is None and not decisions else None
+    auto = candidate_pairs(knn, linkable, s.threshold) if records is None else {}
+    n_auto = len(auto) if records is None else len(records)
     if accepted is not None:
         row_of = {i: p for p, i in enumerate(knn.ids)}
         for r in accepted:
@@ -1287,9 +1312,11 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         counts.update({"review_pairs": len(rows), "review_file": str(review_path), "review_only": 1})
         return StageOutcome(counts=counts, output_digest="")
 
-    pairs, forced, merges = apply_decisions(auto, decisions, names)
-    ordered = sorted(pairs.items())
-    records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
+    if records is None:
+        pairs, forced, merges = apply_decisions(auto, decisions, names)
+        records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in sorted(pairs.items())]
+    else:
+        forced = merges = 0
     store.write_jsonl(project.synonyms_path, records)
     from .graph import save_synonym_edges
 
@@ -1298,7 +1325,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         from .query.ppr import save_chunk_prior
 
         save_chunk_prior(project, settings)
-    counts.update({"synonym_pairs": len(records), "synonym_auto": len(auto), "synonym_forced": forced,
+    counts.update({"synonym_pairs": len(records), "synonym_auto": n_auto, "synonym_forced": forced,
                    "synonym_merges": merges})
     digests["synonyms"] = fingerprint(records)
     return StageOutcome(counts=counts, output_digest=fingerprint(digests))

@@ -12,7 +12,7 @@ import pytest
 
 from hrag_cli.cells import cell_count, fit_cells, join, nearest_cells, spans
 from hrag_cli.progress import Reporter
-from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, update_knn
+from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, pair_records, update_knn
 
 QUIET = Reporter("quiet")
 K = 5
@@ -291,3 +291,16 @@ def test_a_run_on_the_same_cells_saves_a_patch_that_loads_as_the_lists(tmp_path:
                             planted(rng, len(ids)), K, QUIET, *CELLS)
     renamed.save(path)                                           # every list changed: past the fold share, whole
     assert not patch.exists() and same_lists(KnnLists.load(path, K, "model"), renamed)
+
+
+def test_pair_records_are_the_sorted_candidate_pairs_when_rows_are_in_id_order() -> None:
+    rng = np.random.default_rng(3)
+    m = planted(rng, 300)
+    ids = [f"e{i:03d}" for i in range(300)]
+    knn, _ = full_pass(ids, m, EXACT)
+    ok = np.arange(300) % 7 != 3
+    want = [{"a": a, "b": b, "similarity": round(float(s), 6)}
+            for (a, b), s in sorted(candidate_pairs(knn, ok, THRESHOLD).items())]
+    assert len(want) > 50 and pair_records(knn, ok, THRESHOLD) == want
+    shuffled, _ = full_pass(ids[::-1], m[::-1], EXACT)                 # rows not in id order: the dict's way
+    assert pair_records(shuffled, ok, THRESHOLD) is None
