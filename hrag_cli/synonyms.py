@@ -53,8 +53,8 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
-    fixed_width, mostly_zero, sparse_rows
+from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
+    fixed_bytes, fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -267,8 +267,8 @@ class KnnLists:
         rows, keyed = z["rows"].astype(np.int64), z["keyed"].astype(np.int64)
         ids = _split(z["ids"])
         hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
-        nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
-        cells, chars = z["cells"].astype(np.int32), z["chars"].astype(np.int32)
+        nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
+        cells, chars = z["cells"].astype(np.int32, copy=False), z["chars"].astype(np.int32, copy=False)
         m, mk = len(rows), len(keyed)
 
         def ascending(at: np.ndarray) -> bool:
@@ -296,7 +296,7 @@ class KnnLists:
         out.nbr[rows], out.sim[rows], out.cells[keyed], out.chars[keyed] = nbr, sim, cells, chars
         if not out._fits():
             return None
-        out.sim = np.where(out.nbr >= 0, out.sim, -np.inf).astype(np.float32)
+        out.sim = np.where(out.nbr >= 0, out.sim, -np.inf).astype(np.float32, copy=False)
         out.disk = self.disk
         return out
 
@@ -316,18 +316,18 @@ class KnnLists:
                     return None
                 ids = _split(z["ids"])
                 hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
-                nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
+                nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
-                cells = z["cells"].astype(np.int32)
-                chars = z["chars"].astype(np.int32)
+                cells = z["cells"].astype(np.int32, copy=False)
+                chars = z["chars"].astype(np.int32, copy=False)
                 per, size = (int(x) for x in z["cell_settings"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
             return None
         got = cls(k, model_id, ids, hashes, nbr, sim, plan, cells, (per, size), chars)
         if not got._fits():
             return None   # damaged: recomputed
-        got.sim = np.where(nbr >= 0, sim, -np.inf).astype(np.float32)
+        got.sim = np.where(nbr >= 0, sim, -np.inf).astype(np.float32, copy=False)
         return got
 
 

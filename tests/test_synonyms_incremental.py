@@ -135,9 +135,9 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
 
 def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only_the_appended_chunks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The +2 documents' run plans the entity and fact indices from the record patches' lines (no scan of the files) and
-    the chunk index and BM25 from the chunks appended since the index's mark (no read of every chunk); the
-    files it ends with are the spliced ones the test above compares with a full pass."""
+    """The +2 documents' run plans the entity and fact indices from the record patches' lines (no scan of the
+    files) and the chunk index and BM25 from the chunks appended since the index's mark (no read of every
+    chunk); the files it ends with are the spliced ones the test above compares with a full pass."""
     import time
 
     from hrag_cli import store, synonyms
