@@ -563,11 +563,11 @@ def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold:
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """The pairs of `candidate_pairs` as rows lo < hi in (lo, hi) order and their best cosines; lo and hi as
     places in the ids of the rows in a pair (the last item, decoded once each)."""
-    n, k = knn.nbr.shape
-    a = np.repeat(np.arange(n, dtype=np.int64), k)
-    b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
-    keep = (b >= 0) & (s >= threshold) & (a != b)
-    a, b, s = a[keep], b[keep], s[keep]
+    n = len(knn.nbr)
+    a, slot = np.nonzero((knn.nbr >= 0) & (knn.sim >= threshold))       # row by row, as the lists are laid out
+    b, s = knn.nbr[a, slot].astype(np.int64), knn.sim[a, slot]
+    keep = a != b
+    a, b, s = a[keep].astype(np.int64), b[keep], s[keep]
     keys = knn.keys
     if isinstance(ok, np.ndarray):
         linkable_row = ok
@@ -1065,11 +1065,14 @@ def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -
         return None
     rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
     records = [orjson.loads(raw) for raw in raws]
-    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records) \
-            or not set(changed) <= {r["id"] for r in records}:
+    try:
+        ids = [r["id"] for r in records]
+    except (TypeError, KeyError, IndexError):       # a line that is not a record
         return None
     wanted = set(changed)            # a patch kept across runs also holds lines the index already has as they are
-    keep = [j for j, r in enumerate(records) if r["id"] in wanted]
+    if set(map(type, ids)) - {str} or not wanted <= set(ids):
+        return None
+    keep = [j for j, i in enumerate(ids) if i in wanted]
     rows, records = rows[keep], [records[j] for j in keep]
     plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
     return (plan, records) if plan is not None else None
