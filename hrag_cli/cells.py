@@ -134,9 +134,11 @@ def members(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray, np
     """(rows, slots, bounds): rows[bounds[c]:bounds[c + 1]] are the rows in cell c, ascending, and c is
     cells[row, slot] (which of the row's cells it is)."""
     flat = cells.ravel()
-    order = np.argsort(flat, kind="stable")
+    # stable either way; as uint16 numpy sorts by radix (5.2M slots at 100k passages: 0.05 s against 0.4)
+    order = np.argsort(flat.astype(np.uint16) if n_cells <= 1 << 16 else flat, kind="stable")
     rows = (order // cells.shape[1]).astype(np.int64)
-    bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
+    bounds = np.zeros(n_cells + 1, dtype=np.intp)            # rows of cells before c: counted, not searched
+    np.cumsum(np.bincount(flat, minlength=n_cells)[:n_cells], out=bounds[1:])
     return rows, (order % cells.shape[1]).astype(np.int64), bounds
 
 

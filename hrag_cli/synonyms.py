@@ -53,8 +53,8 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, fixed_bytes, \
-    fixed_width, mostly_zero, sparse_rows
+from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
+    fixed_bytes, fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
 KNN_FILE = f"{NAMES}.knn.npz"
@@ -173,52 +173,183 @@ class KnnLists:
         # letters and digits of each row's name (`name_chars`; -1 unknown): which entities may be linked, known
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
+        self.disk: _Disk | None = None       # the saved base these lists were loaded from (`save` patches it)
+        self.damaged = ""                    # why saved lists could not be read (a warning), "" when they could
 
     @property
     def ids(self) -> list[str]:
         return _decoded(self.keys)
 
     def save(self, path: Path) -> None:
-        """A .npz deflated at level 1: every run rewrites and reloads it; stored plain it is 94 MB against 50 MB
-        at 100k passages, room the full build does not have under its 3 GB (level 1 costs ~1.4 s there).
-        np.load reads either."""
+        """A .npz deflated at level 1 (the base): stored plain it is 94 MB against 50 MB at 100k passages, room
+        the full build does not have under its 3 GB, and level 1 costs ~1.4 s there. A run that kept the cells
+        of the lists it loaded writes only what differs from the base file as a patch beside it
+        (`store.patch_path`, `_patch`), until the lists it holds pass _KNN_FOLD_SHARE of them: then the lists
+        are written whole as the new base and the patch goes. The patch names its base by `store.base_mark`.
+        np.load reads either file."""
+        patch = self._patch()
+        if patch is not None:
+            _write_npz(store.patch_path(path), patch)
+            return
         plan = self.plan or CellPlan(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32), 0)
-        arrays = {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
-                  "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
-                  "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
-                  "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
-                  "chars": self.chars,
-                  "has_plan": np.bool_(self.plan is not None)}
-        with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-            for name, arr in arrays.items():
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+        _write_npz(path, {"ids": _joined(self.keys), "hashes": _joined(self.hash_keys),
+                          "nbr": self.nbr, "sim": self.sim, "k": np.int64(self.k), "model_id": np.array(self.model_id),
+                          "centroids": plan.centroids, "mean": plan.mean, "fit_count": np.int64(plan.fit_count),
+                          "cells": self.cells, "cell_settings": np.array(self.cell_settings, dtype=np.int64),
+                          "chars": self.chars,
+                          "has_plan": np.bool_(self.plan is not None)})
+        store.patch_path(path).unlink(missing_ok=True)
+
+    def _patch(self) -> dict[str, np.ndarray] | None:
+        """The patch taking the base these lists were loaded from (`disk`) to them; None when they must be
+        written whole: no base, other cells, a base row gone, or too many lists changed. It holds the rows that
+        are new (`new_at`: every other row is the next base row), the lists that differ from the base's (most
+        are kept entities offered a new neighbour) and the id, hash, cells and name chars of the rows whose own
+        differ (new or renamed entities)."""
+        d = self.disk
+        if d is None or self.plan is None or d.lists.plan is not self.plan \
+                or d.lists.cell_settings != self.cell_settings or d.lists.nbr.shape[1] != self.k:
+            return None
+        base = d.lists
+        base_of = _rows_in(base.keys, self.keys)                        # row -> its base row (-1: new)
+        has = base_of >= 0
+        if int(has.sum()) != len(base.keys) or bool((np.diff(base_of[has]) <= 0).any()):
+            return None
+        fwd = np.flatnonzero(has)                                       # base row -> row
+        mapped = np.where(base.nbr >= 0, fwd[np.maximum(base.nbr, 0)], -1)
+        same_list, same_key = np.zeros(len(self.keys), dtype=bool), np.zeros(len(self.keys), dtype=bool)
+        same_list[has] = ((self.nbr[has] == mapped).all(axis=1)
+                          & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
+        same_key[has] = ((self.hash_keys[has] == base.hash_keys) & (self.chars[has] == base.chars)
+                         & (self.cells[has] == base.cells).all(axis=1))
+        rows, keyed = np.flatnonzero(~same_list), np.flatnonzero(~same_key)
+        if len(rows) > _KNN_FOLD_SHARE * len(self.keys):
+            return None
+        return {"base_size": np.int64(d.mark[0]), "base_tail": np.int64(d.mark[1]), "k": np.int64(self.k),
+                "model_id": np.array(self.model_id), "n": np.int64(len(self.keys)), "new_at": np.flatnonzero(~has),
+                "rows": rows, "nbr": self.nbr[rows], "sim": self.sim[rows],
+                "keyed": keyed, "ids": _joined(self.keys[keyed]), "hashes": _joined(self.hash_keys[keyed]),
+                "cells": self.cells[keyed], "chars": self.chars[keyed]}
 
     @classmethod
     def load(cls, path: Path, k: int, model_id: str) -> "KnnLists":
-        """Saved lists when computed with the same k and embedder, else empty (everything is queried)."""
+        """Saved lists (the base with its patch) when computed with the same k and embedder, else empty
+        (everything is queried). A patch of another base is one a run folded before it was stopped: the base
+        alone is the lists. A damaged patch: empty lists, `damaged` says why."""
+        base = cls._load_base(path, k, model_id)
+        if base is None:
+            return cls(k, model_id)
+        try:
+            base.disk = _Disk(base, store.base_mark(path))
+        except OSError:
+            return cls(k, model_id)
+        try:
+            with np.load(store.patch_path(path), allow_pickle=False) as z:
+                if (int(z["base_size"]), int(z["base_tail"])) != base.disk.mark:
+                    return base
+                got = base._patched(z)
+        except FileNotFoundError:
+            return base
+        except (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile):
+            got = None
+        if got is None:
+            empty = cls(k, model_id)
+            empty.damaged = f"{store.patch_path(path)} is damaged"
+            return empty
+        return got
+
+    def _patched(self, z: Any) -> "KnnLists | None":
+        """These (base) lists with the patch `z` (`_patch`) applied; None when it does not fit them."""
+        k, b = self.k, len(self.keys)
+        if int(z["k"]) != k or str(z["model_id"]) != self.model_id:
+            return None
+        n, new_at = int(z["n"]), z["new_at"].astype(np.int64)
+        rows, keyed = z["rows"].astype(np.int64), z["keyed"].astype(np.int64)
+        ids = _split(z["ids"])
+        hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+        nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
+        cells, chars = z["cells"].astype(np.int32, copy=False), z["chars"].astype(np.int32, copy=False)
+        m, mk = len(rows), len(keyed)
+
+        def ascending(at: np.ndarray) -> bool:
+            return not len(at) or (not bool((np.diff(at) <= 0).any()) and at[0] >= 0 and at[-1] < n)
+
+        if n != b + len(new_at) or not (ascending(new_at) and ascending(rows) and ascending(keyed)) \
+                or len(ids) != mk or len(hashes) != mk or nbr.shape != (m, k) or sim.shape != nbr.shape \
+                or cells.shape != (mk, self.cells.shape[1]) or chars.shape != (mk,):
+            return None
+        has = np.ones(n, dtype=bool)
+        has[new_at] = False
+        if not (np.isin(new_at, rows).all() and np.isin(new_at, keyed).all()):
+            return None                                     # a new row's list and key are the patch's
+        fwd = np.flatnonzero(has)                            # base row -> row
+        keys = np.empty(n, dtype=f"S{max(self.keys.dtype.itemsize, ids.dtype.itemsize)}")
+        keys[has], keys[keyed] = self.keys, ids
+        hash_keys = np.empty(n, dtype=f"S{max(self.hash_keys.dtype.itemsize, hashes.dtype.itemsize)}")
+        hash_keys[has], hash_keys[keyed] = self.hash_keys, hashes
+        out = KnnLists(k, self.model_id, keys, hash_keys, np.empty((n, k), dtype=np.int32),
+                       np.empty((n, k), dtype=np.float32), self.plan,
+                       np.empty((n, self.cells.shape[1]), dtype=np.int32), self.cell_settings,
+                       np.empty(n, dtype=np.int32))
+        out.nbr[has] = np.where(self.nbr >= 0, fwd[np.maximum(self.nbr, 0)], -1)
+        out.sim[has], out.cells[has], out.chars[has] = self.sim, self.cells, self.chars
+        out.nbr[rows], out.sim[rows], out.cells[keyed], out.chars[keyed] = nbr, sim, cells, chars
+        if not out._fits():
+            return None
+        out.sim = np.where(out.nbr >= 0, out.sim, -np.inf).astype(np.float32, copy=False)
+        out.disk = self.disk
+        return out
+
+    def _fits(self) -> bool:
+        """Whether the arrays describe lists of this k over the cells of the plan (a damaged file's do not)."""
+        n, plan, (per, _) = len(self.keys), self.plan, self.cell_settings
+        return not (self.nbr.shape != (n, self.k) or self.sim.shape != self.nbr.shape or len(self.hash_keys) != n
+                    or (self.nbr >= n).any() or (self.nbr < -1).any() or plan is None
+                    or plan.mean.shape != plan.centroids.shape[1:] or self.cells.shape != (n, min(per, plan.cells))
+                    or (self.cells < 0).any() or (self.cells >= plan.cells).any() or self.chars.shape != (n,))
+
+    @classmethod
+    def _load_base(cls, path: Path, k: int, model_id: str) -> "KnnLists | None":
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
-                    return cls(k, model_id)
+                    return None
                 ids = _split(z["ids"])
                 hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
-                nbr, sim = z["nbr"].astype(np.int32), z["sim"].astype(np.float32)
+                nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
-                cells = z["cells"].astype(np.int32)
-                chars = z["chars"].astype(np.int32)
+                cells = z["cells"].astype(np.int32, copy=False)
+                chars = z["chars"].astype(np.int32, copy=False)
                 per, size = (int(x) for x in z["cell_settings"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
-            return cls(k, model_id)
-        n = len(ids)
-        if nbr.shape != (n, k) or sim.shape != nbr.shape or len(hashes) != n \
-                or (nbr >= n).any() or (nbr < -1).any() or plan is None \
-                or plan.mean.shape != plan.centroids.shape[1:] or cells.shape != (n, min(per, plan.cells)) \
-                or (cells < 0).any() or (cells >= plan.cells).any() or chars.shape != (n,):
-            return cls(k, model_id)   # damaged: recomputed
-        return cls(k, model_id, ids, hashes, nbr, np.where(nbr >= 0, sim, -np.inf).astype(np.float32), plan,
-                   cells, (per, size), chars)
+            return None
+        got = cls(k, model_id, ids, hashes, nbr, sim, plan, cells, (per, size), chars)
+        if not got._fits():
+            return None   # damaged: recomputed
+        got.sim = np.where(nbr >= 0, sim, -np.inf).astype(np.float32, copy=False)
+        return got
+
+
+# lists differing from the base's past which they are written whole as a new base. At 100k passages a +1 % run
+# changes 10.7 % of them (4.7k new entities, 52k kept ones offered a new neighbour); the patch of one run is 12 %
+# of the base's bytes, so the base (~1.3 s of deflate) is rewritten every second or third run.
+_KNN_FOLD_SHARE = 0.3
+
+
+class _Disk:
+    """The base file lists were loaded from: its lists (as saved) and `store.base_mark`, which a patch names."""
+
+    def __init__(self, lists: KnnLists, mark: tuple[int, int]) -> None:
+        self.lists, self.mark = lists, mark
+
+
+def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """Arrays as a .npz deflated at level 1, written atomically."""
+    with store.atomic_writer(path) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
 
 
 def best_k(nbr: np.ndarray, sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -279,6 +410,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
     keys, hash_keys = _as_keys(ids), _as_keys(hashes)
     n = len(keys)
     out = KnnLists(k, prev.model_id, keys, hash_keys)
+    out.disk = prev.disk
     if n == 0:
         return out, 0
     plan, settings = prev.plan, (per_entity, cell_size)
@@ -350,10 +482,18 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
         return None
     n = len(rows)
     out = np.empty((n, FOLD_DIM), dtype=np.float32)
+    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns), and
+    # a block's values lie in one run of the row arrays: no `take` of each block's columns
+    low, data, ptr = (rows.low, rows.data, rows.indptr) if BAND % FOLD_DIM == 0 else (None, None, None)
     for s in range(0, n, _EMBED_BLOCK):
         e = min(n, s + _EMBED_BLOCK)
-        lens, cols, vals = rows.take(np.arange(s, e))
-        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + cols % FOLD_DIM
+        if low is None:
+            lens, cols, vals = rows.take(np.arange(s, e))
+            folded = cols % FOLD_DIM
+        else:
+            a, b = int(ptr[s]), int(ptr[e])
+            lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
+        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + folded
         f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
                         ).reshape(e - s, FOLD_DIM).astype(np.float32)
         norms = np.linalg.norm(f, axis=1, keepdims=True)
@@ -399,11 +539,35 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
                     ) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
     predicate on ids, asked only of the entities in such a pair: a fraction of them; or a bool per row)."""
-    n, k = knn.nbr.shape
-    a = np.repeat(np.arange(n, dtype=np.int64), k)
-    b, s = knn.nbr.ravel().astype(np.int64), knn.sim.ravel()
-    keep = (b >= 0) & (s >= threshold) & (a != b)
-    a, b, s = a[keep], b[keep], s[keep]
+    lo, hi, s, named = _pair_rows(knn, ok, threshold)
+    pairs: dict[tuple[str, str], float] = {}
+    for x, y, v in zip(lo.tolist(), hi.tolist(), s.tolist()):
+        ia, ib = named[x], named[y]
+        pairs[(ia, ib) if ia < ib else (ib, ia)] = v
+    return pairs
+
+
+def pair_records(knn: KnnLists, ok: np.ndarray, threshold: float) -> list[dict] | None:
+    """The records of `candidate_pairs` in (a, b) order ({a, b, similarity} rounded to 6 places), made from
+    the row pairs without a dict of 150k pairs and its sort; None when the lists' rows are not in id order
+    (then their order is not the ids')."""
+    keys = knn.keys
+    if len(keys) > 1 and not bool((keys[1:] > keys[:-1]).all()):
+        return None
+    lo, hi, s, named = _pair_rows(knn, ok, threshold)
+    return [{"a": named[x], "b": named[y], "similarity": round(v, 6)}
+            for x, y, v in zip(lo.tolist(), hi.tolist(), s.tolist())]
+
+
+def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The pairs of `candidate_pairs` as rows lo < hi in (lo, hi) order and their best cosines; lo and hi as
+    places in the ids of the rows in a pair (the last item, decoded once each)."""
+    n = len(knn.nbr)
+    a, slot = np.nonzero((knn.nbr >= 0) & (knn.sim >= threshold))       # row by row, as the lists are laid out
+    b, s = knn.nbr[a, slot].astype(np.int64), knn.sim[a, slot]
+    keep = a != b
+    a, b, s = a[keep].astype(np.int64), b[keep], s[keep]
     keys = knn.keys
     if isinstance(ok, np.ndarray):
         linkable_row = ok
@@ -420,13 +584,10 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
     first = np.ones(len(lo), dtype=bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     lo, hi, s = lo[first], hi[first], s[first]
-    rows = np.unique(np.concatenate([lo, hi]))          # each entity's id decoded once, not once per pair
-    named = _decoded(keys[rows])
-    pairs: dict[tuple[str, str], float] = {}
-    for x, y, v in zip(np.searchsorted(rows, lo).tolist(), np.searchsorted(rows, hi).tolist(), s.tolist()):
-        ia, ib = named[x], named[y]
-        pairs[(ia, ib) if ia < ib else (ib, ia)] = v
-    return pairs
+    used = np.zeros(n, dtype=bool)                      # each entity's id decoded once, not once per pair
+    used[lo], used[hi] = True, True
+    at = np.cumsum(used) - 1
+    return at[lo], at[hi], s, _decoded(keys[used])
 
 
 # -- review / accept ----------------------------------------------------------------------------------------
@@ -857,10 +1018,19 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
     """Where the records resolve changed go in this index (entities or facts) and their texts, read at their
     lines only, each checked to hold the id expected; None when the files do not match the change list (the
     caller then reads every record)."""
+    path, text = (project.entities_path, lambda r: entity_text(r["name"], r["description"])) \
+        if name == "entities" else (project.facts_path, _fact_row_text)
+    lines = store.JsonlLines(path)
+    patched = _patch_plan(idx, lines, change[name])
+    if patched is not None:
+        plan, records = patched
+        if name == "entities":
+            for r in records:
+                names[r["id"]] = r["name"]
+        return plan, [text(r) for r in records]
     if name == "entities":
         plan = _sorted_plan(idx, change["entities"])
-        lines = store.JsonlLines(project.entities_path) if plan is not None else None
-        if plan is None or lines is None or len(lines) != plan.total:
+        if plan is None or len(lines) != plan.total:
             return None
         texts = []
         for i, line in zip(plan.ids, plan.lines.tolist()):
@@ -868,11 +1038,8 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
             if not isinstance(r, dict) or r.get("id") != i:
                 return None
             names[i] = r["name"]
-            texts.append(entity_text(r["name"], r["description"]))
+            texts.append(text(r))
         return plan, texts
-    patched = _patch_plan(idx, store.JsonlLines(project.facts_path), change["facts"])
-    if patched is not None:
-        return patched
     scanned = _line_ids(project.facts_path)
     plan = _file_order_plan(idx, change["facts"], scanned[0]) if scanned is not None else None
     if scanned is None or plan is None:
@@ -887,25 +1054,28 @@ def _changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, 
     return plan, texts
 
 
-def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[str]] | None:
+def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -> tuple[_Plan, list[dict]] | None:
     """For a record file kept as a base and a patch (store's record patch): the patch's lines are the records
     resolve added or made again, at their logical lines, which are the index's final rows (its rows follow the
     file). A listed id the index holds is made again in place, one it lacks is inserted where its line says.
-    None when the file has no patch, the patch lacks a record of the change list (`changed`) or its lines do
-    not fit the index (the caller scans the file)."""
+    Returns the plan and the changed records; None when the file has no patch, the patch lacks a record of the
+    change list (`changed`) or its lines do not fit the index (the caller scans the file)."""
     got = lines.patch_lines()
     if got is None:
         return None
     rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
     records = [orjson.loads(raw) for raw in raws]
-    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records) \
-            or not set(changed) <= {r["id"] for r in records}:
+    try:
+        ids = [r["id"] for r in records]
+    except (TypeError, KeyError, IndexError):       # a line that is not a record
         return None
     wanted = set(changed)            # a patch kept across runs also holds lines the index already has as they are
-    keep = [j for j, r in enumerate(records) if r["id"] in wanted]
+    if set(map(type, ids)) - {str} or not wanted <= set(ids):
+        return None
+    keep = [j for j, i in enumerate(ids) if i in wanted]
     rows, records = rows[keep], [records[j] for j in keep]
     plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
-    return (plan, [_fact_row_text(r) for r in records]) if plan is not None else None
+    return (plan, records) if plan is not None else None
 
 
 def _rows_plan(idx: VectorIndex, ids: list[str], rows: np.ndarray, total: int) -> _Plan | None:
@@ -1099,6 +1269,8 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     min_sim = s.threshold - (FOLD_MARGIN if search_matrix is not None else EXACT_MARGIN)
     knn_model = emb.model_id + (f"+fold{FOLD_DIM}" if search_matrix is not None else "") + f"+min{min_sim:.4f}"
     prev = KnnLists.load(knn_path, s.top_k, knn_model)
+    if prev.damaged:
+        reporter.warn(f"{prev.damaged}; finding every entity's neighbours again")
     knn, queried = update_knn(prev, ent_keys, ent_hashes,
                               search_matrix if search_matrix is not None else names_full.dense(np.arange(len(ent_keys))),
                               s.top_k, reporter, s.cells_per_entity, s.cell_size, min_sim,
@@ -1109,9 +1281,13 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
     del names_idx, search_matrix
     knn.save(knn_path)
     counts["entities_queried"] = queried
-    auto = candidate_pairs(knn, knn.chars >= s.min_name_chars, s.threshold)
-
+    linkable = knn.chars >= s.min_name_chars
     decisions = load_decisions(project)
+    # a plain run (nothing reviewed) writes the pairs as they come, in order; reviewed decisions need them by key
+    records = pair_records(knn, linkable, s.threshold) \
+        if accepted is None and review_path is None and not decisions else None
+    auto = candidate_pairs(knn, linkable, s.threshold) if records is None else {}
+    n_auto = len(auto) if records is None else len(records)
     if accepted is not None:
         row_of = {i: p for p, i in enumerate(knn.ids)}
         for r in accepted:
@@ -1139,9 +1315,11 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         counts.update({"review_pairs": len(rows), "review_file": str(review_path), "review_only": 1})
         return StageOutcome(counts=counts, output_digest="")
 
-    pairs, forced, merges = apply_decisions(auto, decisions, names)
-    ordered = sorted(pairs.items())
-    records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in ordered]
+    if records is None:
+        pairs, forced, merges = apply_decisions(auto, decisions, names)
+        records = [{"a": a, "b": b, "similarity": round(float(sim), 6)} for (a, b), sim in sorted(pairs.items())]
+    else:
+        forced = merges = 0
     store.write_jsonl(project.synonyms_path, records)
     from .graph import save_synonym_edges
 
@@ -1150,7 +1328,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         from .query.ppr import save_chunk_prior
 
         save_chunk_prior(project, settings)
-    counts.update({"synonym_pairs": len(records), "synonym_auto": len(auto), "synonym_forced": forced,
+    counts.update({"synonym_pairs": len(records), "synonym_auto": n_auto, "synonym_forced": forced,
                    "synonym_merges": merges})
     digests["synonyms"] = fingerprint(records)
     return StageOutcome(counts=counts, output_digest=fingerprint(digests))

@@ -12,7 +12,7 @@ import pytest
 
 from hrag_cli.cells import cell_count, fit_cells, join, nearest_cells, spans
 from hrag_cli.progress import Reporter
-from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, update_knn
+from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, pair_records, update_knn
 
 QUIET = Reporter("quiet")
 K = 5
@@ -243,3 +243,64 @@ def test_saved_lists_round_trip_and_damage_means_recompute(tmp_path: Path) -> No
     path.write_bytes(path.read_bytes()[:100])                      # torn file
     assert KnnLists.load(path, K, "model").ids == []
     assert KnnLists.load(tmp_path / "missing.npz", K, "model").ids == []
+
+
+def same_lists(a: KnnLists, b: KnnLists) -> bool:
+    return all(np.array_equal(getattr(a, x), getattr(b, x)) for x in ("keys", "hash_keys", "nbr", "cells", "chars")) \
+        and a.sim.tobytes() == b.sim.tobytes() and a.plan.centroids.tobytes() == b.plan.centroids.tobytes()
+
+
+def test_a_run_on_the_same_cells_saves_a_patch_that_loads_as_the_lists(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    m = planted(rng, 400)
+    ids = [f"e{i:03d}" for i in range(400)]
+    hashes = [f"h{i}" for i in ids]
+    path = tmp_path / "names.knn.npz"
+    first, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
+    first.save(path)
+    base = path.read_bytes()
+    patch = path.with_suffix(".patch")
+    for step in range(2):               # two runs adding entities between the old ones, one renamed
+        prev = KnnLists.load(path, K, "model")
+        add = planted(rng, 6)
+        add[:3] = m[[10, 50, 90]] + 0.05 * rng.standard_normal((3, m.shape[1])).astype(np.float32)
+        add /= np.linalg.norm(add, axis=1, keepdims=True)
+        new_ids = [f"e{i:03d}a{step}" for i in (10, 50, 90, 120, 200, 399)]
+        order = np.argsort(ids + new_ids, kind="stable")
+        ids = [(ids + new_ids)[i] for i in order]
+        hashes = [(hashes + [f"hn{step}{j}" for j in range(6)])[i] for i in order]
+        m = np.vstack([m, add])[order]
+        hashes[ids.index("e007")] += "-renamed"
+        knn, _ = update_knn(prev, ids, hashes, m, K, QUIET, *CELLS)
+        knn.save(path)
+        assert path.read_bytes() == base and patch.exists()       # the base stays, the rows that moved are patched
+        back = KnnLists.load(path, K, "model")
+        assert back.ids == ids and same_lists(back, knn) and not back.damaged
+    kept = patch.read_bytes()
+    patch.write_bytes(kept[:-40])                                    # a torn patch: every list found again
+    torn = KnnLists.load(path, K, "model")
+    assert torn.ids == [] and "damaged" in torn.damaged
+    patch.write_bytes(kept)
+    whole = KnnLists.load(path, K, "model")
+    whole.disk = None                                               # written whole (a fold): the patch goes
+    whole.save(path)
+    assert not patch.exists() and same_lists(KnnLists.load(path, K, "model"), whole)
+    patch.write_bytes(kept)                    # a patch of the base before the fold (a run stopped after it)
+    assert same_lists(KnnLists.load(path, K, "model"), whole)
+    renamed, _ = update_knn(KnnLists.load(path, K, "model"), ids, [h + "x" for h in hashes],
+                            planted(rng, len(ids)), K, QUIET, *CELLS)
+    renamed.save(path)                                           # every list changed: past the fold share, whole
+    assert not patch.exists() and same_lists(KnnLists.load(path, K, "model"), renamed)
+
+
+def test_pair_records_are_the_sorted_candidate_pairs_when_rows_are_in_id_order() -> None:
+    rng = np.random.default_rng(3)
+    m = planted(rng, 300)
+    ids = [f"e{i:03d}" for i in range(300)]
+    knn, _ = full_pass(ids, m, EXACT)
+    ok = np.arange(300) % 7 != 3
+    want = [{"a": a, "b": b, "similarity": round(float(s), 6)}
+            for (a, b), s in sorted(candidate_pairs(knn, ok, THRESHOLD).items())]
+    assert len(want) > 50 and pair_records(knn, ok, THRESHOLD) == want
+    shuffled, _ = full_pass(ids[::-1], m[::-1], EXACT)                 # rows not in id order: the dict's way
+    assert pair_records(shuffled, ok, THRESHOLD) is None

@@ -133,11 +133,11 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
     assert [n for n, b in runs["killed"][0].items() if runs["whole"][0][n] != b] == []
 
 
-def test_a_spliced_run_takes_the_facts_from_the_record_patch_and_only_the_appended_chunks(
+def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only_the_appended_chunks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The +2 documents' run plans the facts index from the record patch's lines (no scan of facts.jsonl) and
-    the chunk index and BM25 from the chunks appended since the index's mark (no read of every chunk); the
-    files it ends with are the spliced ones the test above compares with a full pass."""
+    """The +2 documents' run plans the entity and fact indices from the record patches' lines (no scan of the
+    files) and the chunk index and BM25 from the chunks appended since the index's mark (no read of every
+    chunk); the files it ends with are the spliced ones the test above compares with a full pass."""
     import time
 
     from hrag_cli import store, synonyms
@@ -159,7 +159,8 @@ def test_a_spliced_run_takes_the_facts_from_the_record_patch_and_only_the_append
     with p.lock():
         out = synonyms.run_synonyms(p, load_settings(None), Reporter("quiet"))
     assert out.counts["indices_spliced"] == 4
-    assert len(got["facts"]) == 1 and got["facts"][0] is not None
+    assert len(got["facts"]) == 2 and None not in got["facts"]       # the entities' and the facts' patch
+    assert [r["id"] for r in got["facts"][0][1]] == got["facts"][0][0].ids and "name" in got["facts"][0][1][0]
     assert len(got["chunks"]) == 1 and got["chunks"][0] is not None
 
 
