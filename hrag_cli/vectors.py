@@ -638,6 +638,13 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
     """`IdKeys.arrays` of the ids after `VectorIndex.insert`: kept ids' bytes copied run by run, the listed
     ids' put at their rows (`pos`), and the inserted ones (`ins`) merged into the sorted order by a binary
     search of the old sorted ids (`old_fixed`: the old ids as `fixed_width` gives them)."""
+    blob2, off2 = _splice_blob(blob, off, is_new, old_of, pos, enc)
+    return blob2, off2, _splice_order(order, moved, pos, ins, enc, old_fixed)
+
+
+def _splice_blob(blob: np.ndarray, off: np.ndarray, is_new: np.ndarray, old_of: np.ndarray, pos: np.ndarray,
+                 enc: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The id blob and offsets of `_splice_keys`."""
     n = len(is_new)
     lens = np.empty(n, dtype=np.int64)
     kept = ~is_new
@@ -649,15 +656,21 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
     blob2 = np.empty(int(off2[-1]), dtype=np.uint8)
     _copy_runs(blob2, off2, blob, off, _kept_runs(is_new, old_of), old_of)
     _put_rows(blob2, off2, pos, np.frombuffer(b"".join(enc), dtype=np.uint8), new_lens)
-    order2 = moved[np.asarray(order, dtype=np.int64)]
+    return blob2, off2
+
+
+def _splice_order(order: np.ndarray, moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes],
+                  old_fixed: np.ndarray) -> np.ndarray:
+    """The sorted order of `_splice_keys`: the old one renumbered, the inserted ids merged in."""
+    order = np.asarray(order, dtype=np.int64)
+    order2 = moved[order]
     if ins.any():
         fresh = np.flatnonzero(ins)
         names = np.array([enc[i] for i in fresh.tolist()])
         by_name = np.argsort(names, kind="stable")
-        sorted_old = old_fixed[np.asarray(order, dtype=np.int64)]
-        at = np.searchsorted(sorted_old, names[by_name])
+        at = np.searchsorted(old_fixed, names[by_name], sorter=order)
         order2 = np.insert(order2, at, pos[fresh[by_name]])
-    return blob2, off2, order2
+    return order2
 
 
 def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
@@ -860,16 +873,26 @@ class Patch:
             self._cache["layout"] = (is_new, old_of, moved)
         return self._cache["layout"]
 
-    def keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`IdKeys.arrays` of the logical index."""
-        if "keys" not in self._cache:
-            blob, off, order = self.base_keys[:3]
-            is_new, old_of, moved = self.layout()
+    def keys(self, order: bool = True) -> tuple[np.ndarray, ...]:
+        """`IdKeys.arrays` of the logical index (without `order`: the blob and offsets alone)."""
+        if "blob" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["blob"] = _splice_blob(*self.base_keys[:2], is_new, old_of, self.pos, self.ids)
+        if order and "order" not in self._cache:
+            blob, off, base_order = self.base_keys[:3]
+            _, _, moved = self.layout()
             ins = self.base < 0
             old_fixed = fixed_width(blob, off) if ins.any() else np.zeros(0, dtype="S1")
-            self._cache["keys"] = _splice_keys(blob, off, order, is_new, old_of, moved, self.pos, ins, self.ids,
-                                               old_fixed)
-        return self._cache["keys"]
+            self._cache["order"] = _splice_order(base_order, moved, self.pos, ins, self.ids, old_fixed)
+        return (*self._cache["blob"], self._cache["order"]) if order else self._cache["blob"]
+
+    def hashes_of(self, rows: np.ndarray) -> np.ndarray:
+        """The text hashes (fixed-width bytes) of some logical rows, without splicing every row's."""
+        hit, j = self.find(rows)
+        out = np.empty(len(hit), dtype=object)
+        out[hit] = [self.hashes[i] for i in j[hit].tolist()]
+        out[~hit] = np.asarray(self.base_hashes)[self.base_of(np.asarray(rows)[~hit])].tolist()
+        return out
 
     def hash_array(self) -> np.ndarray:
         """The logical index's text hashes (fixed-width bytes)."""
@@ -1250,7 +1273,7 @@ class VectorIndex:
 
     def id_array(self) -> np.ndarray:
         """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
-        blob, off, _ = self._key_arrays()
+        blob, off = self._key_arrays(order=False)[:2]
         if self._fixed is None or self._fixed[0] is not blob:
             self._fixed = (blob, fixed_width(blob, off))
         return self._fixed[1]
@@ -1259,10 +1282,11 @@ class VectorIndex:
         """Rows in id order (bytes)."""
         return np.asarray(self._key_arrays()[2], dtype=np.int64)
 
-    def _key_arrays(self) -> tuple[np.ndarray, ...]:
-        """`IdKeys.arrays` of the ids in row order (a patched index: spliced from its base's and its patch's)."""
+    def _key_arrays(self, order: bool = True) -> tuple[np.ndarray, ...]:
+        """`IdKeys.arrays` of the ids in row order (a patched index: spliced from its base's and its patch's;
+        without `order`, the blob and offsets alone)."""
         if self._patch is not None:
-            return self._patch.keys()
+            return self._patch.keys(order)
         return self._keys or IdKeys.arrays(self.ids)
 
     def hash_array(self) -> np.ndarray:
@@ -1274,6 +1298,9 @@ class VectorIndex:
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self._patch is not None:
+            got = self._patch.hashes_of(np.maximum(rows, 0)).tolist() if len(self) else [b""] * len(rows)
+            return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
         arr = self.hash_array()
         got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
@@ -1637,7 +1664,7 @@ class VectorIndex:
         arrays: the same for an index brought up to date by `insert` as for a fresh build."""
         import hashlib
 
-        keys = self._key_arrays()
+        keys = self._key_arrays(order=False)
         hashes = self.hash_array()
         h = hashlib.blake2b(digest_size=12)
         for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
