@@ -1012,14 +1012,19 @@ class PatchedRows:
             yield start, psims[:, np.searchsorted(p.pos, start):]
 
     def posting_top(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """`SparseRows.posting_top` of the logical rows: the base's best k (and as many more as it has rows
-        replaced), the patch's best k, merged."""
+        """`SparseRows.posting_top` of the logical rows: the base's best k live rows (asked again for as many
+        more as its best held rows the patch made again: those rarely lead, and each one asked for weakens the
+        pruning), the patch's best k, merged."""
         p = self.patch
         made = p.base[p.base >= 0]
-        rows, sims = self.base.posting_top(q, k + len(made))
-        if len(made):
-            live = ~np.isin(rows, made)
-            rows, sims = rows[live], sims[live]
+        want = k
+        while True:
+            rows, sims = self.base.posting_top(q, want)
+            live = ~np.isin(rows, made) if len(made) else np.ones(len(rows), dtype=bool)
+            if int(live.sum()) >= k or len(rows) < want or want >= k + len(made):
+                break
+            want = k + int((~live).sum())
+        rows, sims = rows[live][:k], sims[live][:k]
         rows = p.logical(rows)
         if len(p):
             prow, psim = p.rows.posting_top(q, min(k, len(p)))
