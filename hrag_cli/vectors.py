@@ -1344,9 +1344,10 @@ class VectorIndex:
                 (first is None or isinstance(first, SparseRows) or mostly_zero(_as_matrix(first, self.dim))):
             new = self._incoming(len(pos), first, blocks, True)
             assert isinstance(new, SparseRows)
-            patch = (self._patch or self._empty_patch()).spliced(pos, old_rows, moved, enc,
-                                                                  [h.encode("utf-8") for h in hashes], new)
-            self._use_patch(patch)
+            patch = (self._patch if self._patch is not None else self._empty_patch()).spliced(
+                pos, old_rows, moved, enc, [h.encode("utf-8") for h in hashes], new)
+            if len(patch):                   # nothing to put in: the index stays as it is
+                self._use_patch(patch)
             if len(patch) > PATCH_SHARE * patch.n_base:
                 self._fold()
             return counts

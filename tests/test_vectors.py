@@ -628,10 +628,14 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
         if not patched:   # folded: a fresh build's files, byte for byte (the id map's header aside: its `synced`)
             assert [p.name for p in (tmp_path / f"fresh{run}").iterdir() if not p.name.endswith(".ids.jsonl")
                     and p.read_bytes() != (d / p.name).read_bytes()] == []
-    # a damaged patch is reported, never read as something else
+    # a damaged patch is reported, never read as something else (after a run that put nothing in it)
     idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
     idx.insert(["zzz"], ["hz"], np.array([-1]), np.array([len(idx)]), sparse_unit(1))
     idx.save(d)
+    idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
+    assert idx.insert([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), iter([]))["added"] == 0
+    idx.save(d)
+    assert list(VectorIndex.load(d, name, VectorSettings(), lazy_ids=True).ids) == [*sorted(rows), "zzz"]
     patch = VectorIndex.patch_path(d, name)
     patch.write_bytes(patch.read_bytes()[:-10])
     with pytest.raises(HragError, match="patch of index"):
