@@ -579,7 +579,7 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
         m[:, 0] += 0.01                                    # no empty row
         return m / np.linalg.norm(m, axis=1, keepdims=True)
 
-    ids, m, hashes = [f"k{i:04d}" for i in range(0, 2 * n, 2)], sparse_unit(n), [f"h{i}" for i in range(n)]
+    ids, m, hashes = [f"k{i:04d}" for i in range(0, 2 * n, 2)], sparse_unit(n), [f"h{i:05d}" for i in range(n)]
     m[5] = m[9]                                            # a tie: the lower row first
     d = tmp_path / "p"
     VectorIndex.build(name, ids, m, VectorSettings(), "m", hashes=hashes).save(d)
@@ -599,7 +599,7 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
         old_rows = np.array([order.index(i) if i in rows else -1 for i in listed], dtype=np.int64)
         before = np.array([r if r >= 0 else sum(1 for o in order if o < i) for i, r in zip(listed, old_rows)])
         vecs = sparse_unit(len(listed))
-        new_hashes = [f"r{run}-{i}" for i in listed]
+        new_hashes = [f"r{run}{j:04d}" for j in range(len(listed))]     # as wide as the base's: digested by runs
         idx.insert(listed, new_hashes, old_rows, before, vecs)
         idx.save(d)
         for i, v, h in zip(listed, vecs, new_hashes):
