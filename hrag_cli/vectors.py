@@ -902,47 +902,6 @@ class Patch:
                                                    self.hashes)
         return self._cache["hashes"]
 
-    def digest_parts(self) -> Iterator[Any] | None:
-        """The byte runs `VectorIndex.digest` hashes (id blob, offsets, hash dtype, hashes of the logical index),
-        read from the base's arrays run by run and the patch's rows between them, so a digest splices no array
-        but the offsets; None when the patch's hashes are wider than the base's (the caller splices)."""
-        hashes = np.asarray(self.base_hashes)
-        if max(map(len, self.hashes), default=0) > hashes.dtype.itemsize:
-            return None
-        if "blob" in self._cache and "hashes" in self._cache:
-            return None                       # spliced already (a caller read them): hash those
-        return self._digest_parts(hashes)
-
-    def _digest_parts(self, hashes: np.ndarray) -> Iterator[Any]:
-        blob, off = np.asarray(self.base_keys[0]), np.asarray(self.base_keys[1], dtype=np.int64)
-        # the base rows before each patch row: an inserted row goes ahead of base row `before`, a row made
-        # again stands where its base row was (which is skipped)
-        made = self.base >= 0
-        stop = np.where(made, self.base, self.pos - np.cumsum(~made) + 1)
-        resume = np.where(made, self.base + 1, stop)
-        starts = np.concatenate([[0], resume]).tolist()
-        ends = np.concatenate([stop, [self.n_base]]).tolist()
-        runs = list(zip(starts, ends))
-        offs = off.tolist() if len(off) <= 1 << 16 else None
-        for j, (a, b) in enumerate(runs):
-            lo, hi = (offs[a], offs[b]) if offs is not None else (int(off[a]), int(off[b]))
-            yield blob[lo:hi]
-            if j < len(self.ids):
-                yield self.ids[j]
-        is_new, old_of, _ = self.layout()
-        lens = np.empty(self.n, dtype=np.int64)
-        lens[~is_new] = np.diff(off)[old_of[~is_new]]
-        lens[self.pos] = [len(i) for i in self.ids]
-        off2 = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(lens, out=off2[1:])
-        yield off2
-        yield np.frombuffer(hashes.dtype.str.encode(), np.uint8)
-        mine = np.array(self.hashes, dtype=hashes.dtype) if self.hashes else hashes[:0]
-        for j, (a, b) in enumerate(runs):
-            yield hashes[a:b]
-            if j < len(mine):
-                yield mine[j:j + 1]
-
     def folded(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, SparseRows]:
         """The logical index as one base: (id keys, text hashes, rows), what a fresh build of it holds."""
         is_new, old_of, _ = self.layout()
@@ -1711,14 +1670,11 @@ class VectorIndex:
         arrays: the same for an index brought up to date by `insert` as for a fresh build."""
         import hashlib
 
-        parts = self._patch.digest_parts() if self._patch is not None else None
-        if parts is None:
-            keys = self._key_arrays(order=False)
-            hashes = self.hash_array()
-            parts = iter((keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes))
+        keys = self._key_arrays(order=False)
+        hashes = self.hash_array()
         h = hashlib.blake2b(digest_size=12)
-        for arr in parts:
-            h.update(arr if isinstance(arr, bytes) else np.ascontiguousarray(arr).view(np.uint8).data)
+        for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
+            h.update(np.ascontiguousarray(arr).view(np.uint8).data)
         return h.hexdigest()
 
     @classmethod
