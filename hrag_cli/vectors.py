@@ -65,9 +65,15 @@ from .config import VectorSettings
 from .errors import HragError
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 6                    # 6: text hashes and graph labels as arrays, the id map is its header alone (5: a
+FORMAT = 7                    # 7: + a patch segment beside the base (<name>.patch.npz; 6, its base alone, reads
+                              # as a base without one); 6: text hashes and graph labels as arrays, the id map is
+                              # its header alone (5: a
                               # posted index keeps its values once, by column; 4: + column postings and
                               # memory-mapped ids; 3: byte columns; 2: two-byte columns)
+_READ_FORMATS = (6, 7)
+PATCH_SHARE = 0.15            # a patch past this share of its base's rows is folded into a new base (as resolve's
+                              # record patches, resolve_patch.FOLD_SHARE): a +1 % run writes ~1 % of the rows, and
+                              # one in about 15 pays a whole rewrite
 DTYPE = np.float16
 _REBUILD_DELETED_FRACTION = 0.25
 _SCAN_ROWS = 1 << 16          # rows per block of a sparse scan or a bookkeeping pass
@@ -632,6 +638,13 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
     """`IdKeys.arrays` of the ids after `VectorIndex.insert`: kept ids' bytes copied run by run, the listed
     ids' put at their rows (`pos`), and the inserted ones (`ins`) merged into the sorted order by a binary
     search of the old sorted ids (`old_fixed`: the old ids as `fixed_width` gives them)."""
+    blob2, off2 = _splice_blob(blob, off, is_new, old_of, pos, enc)
+    return blob2, off2, _splice_order(order, moved, pos, ins, enc, old_fixed)
+
+
+def _splice_blob(blob: np.ndarray, off: np.ndarray, is_new: np.ndarray, old_of: np.ndarray, pos: np.ndarray,
+                 enc: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The id blob and offsets of `_splice_keys`."""
     n = len(is_new)
     lens = np.empty(n, dtype=np.int64)
     kept = ~is_new
@@ -643,15 +656,21 @@ def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: n
     blob2 = np.empty(int(off2[-1]), dtype=np.uint8)
     _copy_runs(blob2, off2, blob, off, _kept_runs(is_new, old_of), old_of)
     _put_rows(blob2, off2, pos, np.frombuffer(b"".join(enc), dtype=np.uint8), new_lens)
-    order2 = moved[np.asarray(order, dtype=np.int64)]
+    return blob2, off2
+
+
+def _splice_order(order: np.ndarray, moved: np.ndarray, pos: np.ndarray, ins: np.ndarray, enc: list[bytes],
+                  old_fixed: np.ndarray) -> np.ndarray:
+    """The sorted order of `_splice_keys`: the old one renumbered, the inserted ids merged in."""
+    order = np.asarray(order, dtype=np.int64)
+    order2 = moved[order]
     if ins.any():
         fresh = np.flatnonzero(ins)
         names = np.array([enc[i] for i in fresh.tolist()])
         by_name = np.argsort(names, kind="stable")
-        sorted_old = old_fixed[np.asarray(order, dtype=np.int64)]
-        at = np.searchsorted(sorted_old, names[by_name])
+        at = np.searchsorted(old_fixed, names[by_name], sorter=order)
         order2 = np.insert(order2, at, pos[fresh[by_name]])
-    return blob2, off2, order2
+    return order2
 
 
 def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
@@ -766,6 +785,299 @@ def _spliced_fixed(old: np.ndarray, is_new: np.ndarray, old_of: np.ndarray, pos:
     return out
 
 
+def merge_rows(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
+    """Sparse rows in position order: position p is the next row of `new` where is_new[p], else row old_of[p]
+    of `old`, by the cheapest of the three splices (postings renumbered, run copies, a gather per value)."""
+    kept = np.flatnonzero(~is_new)
+    if not len(kept):                        # a fresh build: the new rows are all the rows, in order
+        return new
+    if old.by_column_only and bool((np.diff(old_of[kept]) > 0).all()):
+        return _merge_postings(is_new, old, old_of, new)
+    runs = _kept_runs(is_new, old_of)
+    if len(runs[0]) <= max(64, len(is_new) // 4):
+        return _merge_sparse_runs(is_new, old, old_of, new, runs)
+    return _merge_sparse(is_new, old, old_of, new)
+
+
+class Patch:
+    """The rows an incremental run inserted or made again, kept beside the untouched base arrays of a sparse
+    index (<name>.patch.npz): a +1 % run writes them alone (the base files stay hard links of the previous
+    generation) instead of rewriting every array of a 1.9M-row index. The logical index is the base's rows in
+    order with the patch's rows at their logical rows `pos` (ascending): a row with base[j] >= 0 stands for base
+    row base[j] (made again, same id), one with -1 is inserted. Past PATCH_SHARE of the base's rows the patch is
+    folded into a new base (`folded`)."""
+
+    def __init__(self, base_dir: Path, meta: dict, keys: tuple[np.ndarray, ...], hashes: np.ndarray,
+                 rows: SparseRows, pos: np.ndarray, base: np.ndarray, ids: list[bytes], new_hashes: list[bytes],
+                 patch_rows: SparseRows) -> None:
+        self.base_dir, self.meta = Path(base_dir), meta      # where the base's files are and their header
+        self.base_keys, self.base_hashes, self.base_rows = keys, hashes, rows
+        self.pos, self.base = np.asarray(pos, dtype=np.int64), np.asarray(base, dtype=np.int64)
+        self.ids, self.hashes, self.rows = ids, new_hashes, patch_rows
+        self.n_base = len(hashes)
+        inserted = self.base < 0
+        self.ins_pos = self.pos[inserted]
+        self.ins_before = self.ins_pos - np.arange(len(self.ins_pos), dtype=np.int64)   # the base row each precedes
+        self.n = self.n_base + len(self.ins_pos)
+        self._at = {i: p for i, p in zip(ids, self.pos.tolist())}
+        self._cache: dict[str, Any] = {}
+        if rows.postings is not None and patch_rows.postings is None and len(patch_rows):
+            patch_rows.postings = build_postings(patch_rows)   # scored as the base is: the same sums, bit for bit
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def check(self) -> bool:
+        """Whether the patch fits its base: rows ascending inside the logical index, each made-again row where
+        its base row lands."""
+        k, made = len(self.pos), self.base >= 0
+        return (len(self.base) == len(self.ids) == len(self.hashes) == len(self.rows) == k
+                and (not k or (int(self.pos[0]) >= 0 and int(self.pos[-1]) < self.n
+                               and bool((np.diff(self.pos) > 0).all())))
+                and bool((self.base[made] < self.n_base).all())
+                and np.array_equal(self.logical(self.base[made]), self.pos[made])
+                and (self.rows.dim == self.base_rows.dim))
+
+    def logical(self, base_rows: np.ndarray) -> np.ndarray:
+        """The logical row of each base row."""
+        r = np.asarray(base_rows, dtype=np.int64)
+        return r + np.searchsorted(self.ins_before, r, side="right")
+
+    def base_of(self, rows: np.ndarray) -> np.ndarray:
+        """The base row of each logical row that is not an inserted one."""
+        p = np.asarray(rows, dtype=np.int64)
+        return p - np.searchsorted(self.ins_pos, p)
+
+    def find(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per logical row: whether the patch holds it, and its patch row there."""
+        p = np.asarray(rows, dtype=np.int64)
+        j = np.searchsorted(self.pos, p)
+        hit = np.zeros(len(p), dtype=bool)
+        inside = j < len(self.pos)
+        hit[inside] = self.pos[j[inside]] == p[inside]
+        return hit, j
+
+    def layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(is_new per logical row, base row of each other logical row (-1 on patch rows), logical row of each
+        base row): the whole-index arrays the splices of `insert` take."""
+        if "layout" not in self._cache:
+            is_new = np.zeros(self.n, dtype=bool)
+            is_new[self.pos] = True
+            replaced = np.zeros(self.n_base, dtype=bool)
+            replaced[self.base[self.base >= 0]] = True
+            old_of = np.full(self.n, -1, dtype=np.int64)
+            old_of[~is_new] = np.flatnonzero(~replaced)
+            moved = np.empty(self.n_base, dtype=np.int64)
+            moved[~replaced] = np.flatnonzero(~is_new)
+            moved[self.base[self.base >= 0]] = self.pos[self.base >= 0]
+            self._cache["layout"] = (is_new, old_of, moved)
+        return self._cache["layout"]
+
+    def keys(self, order: bool = True) -> tuple[np.ndarray, ...]:
+        """`IdKeys.arrays` of the logical index (without `order`: the blob and offsets alone)."""
+        if "blob" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["blob"] = _splice_blob(*self.base_keys[:2], is_new, old_of, self.pos, self.ids)
+        if order and "order" not in self._cache:
+            blob, off, base_order = self.base_keys[:3]
+            _, _, moved = self.layout()
+            ins = self.base < 0
+            old_fixed = fixed_width(blob, off) if ins.any() else np.zeros(0, dtype="S1")
+            self._cache["order"] = _splice_order(base_order, moved, self.pos, ins, self.ids, old_fixed)
+        return (*self._cache["blob"], self._cache["order"]) if order else self._cache["blob"]
+
+    def hashes_of(self, rows: np.ndarray) -> np.ndarray:
+        """The text hashes (fixed-width bytes) of some logical rows, without splicing every row's."""
+        hit, j = self.find(rows)
+        out = np.empty(len(hit), dtype=object)
+        out[hit] = [self.hashes[i] for i in j[hit].tolist()]
+        out[~hit] = np.asarray(self.base_hashes)[self.base_of(np.asarray(rows)[~hit])].tolist()
+        return out
+
+    def hash_array(self) -> np.ndarray:
+        """The logical index's text hashes (fixed-width bytes)."""
+        if "hashes" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["hashes"] = _spliced_fixed(np.asarray(self.base_hashes), is_new, old_of, self.pos,
+                                                   self.hashes)
+        return self._cache["hashes"]
+
+    def folded(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, SparseRows]:
+        """The logical index as one base: (id keys, text hashes, rows), what a fresh build of it holds."""
+        is_new, old_of, _ = self.layout()
+        return self.keys(), self.hash_array(), merge_rows(is_new, self.base_rows, old_of, self.rows)
+
+    def spliced(self, pos: np.ndarray, old_rows: np.ndarray, moved: np.ndarray, ids: list[bytes],
+                hashes: list[bytes], new: SparseRows) -> "Patch":
+        """This patch with `VectorIndex.insert`'s rows put in: `pos` their final logical rows, `old_rows` the
+        current logical row each makes again (-1: inserted), `moved` each current logical row's final row."""
+        old_rows = np.asarray(old_rows, dtype=np.int64)
+        remade = old_rows >= 0
+        hit, j = self.find(old_rows[remade])
+        made_base = self.base_of(old_rows[remade])
+        made_base[hit] = self.base[j[hit]]         # a patch row made again: the base row it stands for, or -1
+        base_of = np.full(len(pos), -1, dtype=np.int64)
+        base_of[remade] = made_base
+        keep = np.ones(len(self), dtype=bool)
+        keep[j[hit]] = False                         # patch rows made again now
+        kept = np.flatnonzero(keep)
+        all_pos = np.concatenate([moved[self.pos[kept]], np.asarray(pos, dtype=np.int64)])
+        order = np.argsort(all_pos, kind="stable")
+        both = join_sparse([self.rows, new], self.rows.dim)
+        pick = np.concatenate([kept, len(self) + np.arange(len(new), dtype=np.int64)])[order]
+        rows = _csr(*both.take(pick), self.rows.dim) if len(pick) else join_sparse([], self.rows.dim)
+        all_ids, all_hashes = [*self.ids, *ids], [*self.hashes, *hashes]
+        return Patch(self.base_dir, self.meta, self.base_keys, self.base_hashes, self.base_rows, all_pos[order],
+                     np.concatenate([self.base[kept], base_of])[order], [all_ids[i] for i in pick.tolist()],
+                     [all_hashes[i] for i in pick.tolist()], rows)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What <name>.patch.npz holds."""
+        blob, off, _ = IdKeys.arrays([i.decode("utf-8") for i in self.ids])
+        r = self.rows
+        return {"pos": self.pos, "base": self.base, "keys": blob, "koff": off,
+                "hashes": np.array(self.hashes, dtype=f"S{max(1, max(map(len, self.hashes), default=1))}"),
+                "indptr": r.indptr, "low": r.low, "bands": r.bands, "data": r.data}
+
+    @classmethod
+    def load(cls, path: Path, want: dict, base_dir: Path, meta: dict, keys: tuple[np.ndarray, ...],
+             hashes: np.ndarray, rows: SparseRows, dim: int) -> "Patch":
+        """The saved patch of a base (`want`: what the id map says of it); ValueError when it is damaged or
+        does not fit the base."""
+        import zipfile
+
+        if path.stat().st_size != int(want.get("bytes", -1)):
+            raise ValueError("size")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                a = {k: z[k] for k in ("pos", "base", "keys", "koff", "hashes", "indptr", "low", "bands", "data")}
+        except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
+            raise ValueError(str(exc)) from None
+        k, off = len(a["pos"]), a["koff"]
+        if len(off) != k + 1 or a["indptr"].shape != (k + 1,) or k != int(want.get("rows", -1)) \
+                or a["data"].dtype != DTYPE or a["low"].dtype != np.uint8 \
+                or a["bands"].shape != (k, _n_bands(dim)) or not len(a["low"]) == len(a["data"]) == int(a["indptr"][-1]):
+            raise ValueError("shape")
+        blob = bytes(a["keys"])
+        ids = [blob[s:e] for s, e in zip(off.tolist(), off[1:].tolist())]
+        patch = cls(base_dir, meta, keys, hashes, rows, a["pos"], a["base"], ids,
+                    [h for h in a["hashes"].tolist()], SparseRows(a["indptr"], a["low"], a["bands"], a["data"], dim))
+        if patch.n != int(want.get("count", -1)) or not patch.check():
+            raise ValueError("layout")
+        return patch
+
+
+class PatchedRows:
+    """The rows of a patched index in logical order, searched as one store: every base row scored as the base
+    scores it (the replaced ones left out), every patch row as a row of the same kind is, so a search returns
+    the rows and float32 scores a fresh build's index returns (ties to the lower logical row)."""
+    kind = "sparse"
+
+    def __init__(self, patch: Patch) -> None:
+        self.patch, self.base, self.dim = patch, patch.base_rows, patch.base_rows.dim
+
+    def __len__(self) -> int:
+        return self.patch.n
+
+    @property
+    def postings(self) -> Any:
+        return self.base.postings
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        hit, j = self.patch.find(rows)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        if hit.any():
+            out[hit] = self.patch.rows.dense(j[hit])
+        if not hit.all():
+            out[~hit] = self.base.dense(self.patch.base_of(rows[~hit]))
+        return out
+
+    def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """The base's blocks in logical order, each widened by the patch rows that fall among its rows."""
+        p = self.patch
+        psims = np.concatenate([s for _, s in p.rows.blocks(q)], axis=1) if len(p) else \
+            np.zeros((len(q), 0), dtype=np.float32)
+        start = 0
+        for s, sims in self.base.blocks(q):
+            e = s + sims.shape[1]
+            end = p.n if e >= p.n_base else int(p.logical(np.array([e]))[0])
+            out = np.empty((len(q), end - start), dtype=np.float32)
+            out[:, p.logical(np.arange(s, e)) - start] = sims
+            a, b = np.searchsorted(p.pos, [start, end]).tolist()
+            out[:, p.pos[a:b] - start] = psims[:, a:b]
+            yield start, out
+            start = end
+        if start < p.n:                     # an empty base: the patch rows alone
+            yield start, psims[:, np.searchsorted(p.pos, start):]
+
+    def posting_top(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """`SparseRows.posting_top` of the logical rows: the base's best k live rows (asked again for as many
+        more as its best held rows the patch made again: those rarely lead, and each one asked for weakens the
+        pruning), the patch's best k, merged."""
+        p = self.patch
+        made = p.base[p.base >= 0]
+        want = k
+        while True:
+            rows, sims = self.base.posting_top(q, want)
+            live = ~np.isin(rows, made) if len(made) else np.ones(len(rows), dtype=bool)
+            if int(live.sum()) >= k or len(rows) < want or want >= k + len(made):
+                break
+            want = k + int((~live).sum())
+        rows, sims = rows[live][:k], sims[live][:k]
+        rows = p.logical(rows)
+        if len(p):
+            prow, psim = p.rows.posting_top(q, min(k, len(p)))
+            rows, sims = np.concatenate([rows, p.pos[prow]]), np.concatenate([sims, psim])
+        best = np.lexsort((rows, -sims))[:k]
+        return rows[best], sims[best].astype(np.float32)
+
+
+class PatchedKeys(Sequence):
+    """The ids of a patched index in logical order (`IdKeys` of the base, the patch's ids at their rows)."""
+
+    def __init__(self, base: IdKeys, patch: Patch) -> None:
+        self._base, self._patch = base, patch
+        self._all: list[str] | None = None
+
+    def __len__(self) -> int:
+        return self._patch.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._all is not None or isinstance(i, slice):
+            return self._listed()[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        i = int(i) % n
+        hit, j = self._patch.find(np.array([i]))
+        if hit[0]:
+            return self._patch.ids[int(j[0])].decode("utf-8")
+        return self._base[int(self._patch.base_of(np.array([i]))[0])]
+
+    def position(self, key: str) -> int | None:
+        """The logical row of `key`, or None."""
+        at = self._patch._at.get(key.encode("utf-8"))
+        if at is not None:
+            return at
+        r = self._base.position(key)
+        return None if r is None else int(self._patch.logical(np.array([r]))[0])
+
+    def _listed(self) -> list[str]:
+        if self._all is None:
+            is_new, _, _ = self._patch.layout()
+            out = np.empty(len(self), dtype=object)
+            made = np.zeros(self._patch.n_base, dtype=bool)
+            made[self._patch.base[self._patch.base >= 0]] = True
+            out[~is_new] = np.array(self._base._listed(), dtype=object)[~made]
+            out[self._patch.pos] = [i.decode("utf-8") for i in self._patch.ids]
+            self._all = out.tolist()
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listed())
+
+
 def scratch(buffers: dict, name: str, size: int, dtype: Any) -> np.ndarray:
     """The first `size` items of the scratch array `name` in `buffers`, grown when too small and kept across
     calls: a query gathers megabytes, and a fresh array of that size costs its page faults every time."""
@@ -830,6 +1142,8 @@ class VectorIndex:
         self._keys: tuple[np.ndarray, ...] | None = None     # IdKeys.arrays(ids), when known without listing ids
         self._hash_array: np.ndarray | None = None           # fixed_bytes(hashes), likewise
         self._fixed: tuple[np.ndarray, np.ndarray] | None = None   # (id blob, `fixed_width` of it): id_array
+        self._patch: Patch | None = None  # rows kept beside the saved base (an incremental run's `insert`)
+        self._saved: tuple[Path, dict] | None = None       # the folder and header of the base on disk
 
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
@@ -888,6 +1202,7 @@ class VectorIndex:
         n = len(ids)
         if len(set(ids)) != n:
             raise ValueError(f"index {self.name}: duplicate ids")
+        self._fold()
         if stored is None or len(stored) != n:
             stored = self.stored_rows(ids, hashes)
         if rows is None:     # a full matrix: only the rows the index lacks are taken from it
@@ -963,22 +1278,34 @@ class VectorIndex:
 
     def id_array(self) -> np.ndarray:
         """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
-        blob, off, _ = self._keys or IdKeys.arrays(self.ids)
+        blob, off = self._key_arrays(order=False)[:2]
         if self._fixed is None or self._fixed[0] is not blob:
             self._fixed = (blob, fixed_width(blob, off))
         return self._fixed[1]
 
     def id_order(self) -> np.ndarray:
         """Rows in id order (bytes)."""
-        return np.asarray((self._keys or IdKeys.arrays(self.ids))[2], dtype=np.int64)
+        return np.asarray(self._key_arrays()[2], dtype=np.int64)
+
+    def _key_arrays(self, order: bool = True) -> tuple[np.ndarray, ...]:
+        """`IdKeys.arrays` of the ids in row order (a patched index: spliced from its base's and its patch's;
+        without `order`, the blob and offsets alone)."""
+        if self._patch is not None:
+            return self._patch.keys(order)
+        return self._keys or IdKeys.arrays(self.ids)
 
     def hash_array(self) -> np.ndarray:
         """The text hashes in row order as fixed-width bytes (`fixed_bytes`), from the saved array."""
+        if self._patch is not None:
+            return self._patch.hash_array()
         return self._hash_array if self._hash_array is not None else fixed_bytes(self.hashes)
 
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self._patch is not None:
+            got = self._patch.hashes_of(np.maximum(rows, 0)).tolist() if len(self) else [b""] * len(rows)
+            return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
         arr = self.hash_array()
         got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
@@ -987,8 +1314,9 @@ class VectorIndex:
         """Whether `insert` can take rows: a saved index without a graph (sparse rows, or dense under
         exact_below), its id and hash arrays at hand, its postings mapped (not read by `ReadAt`)."""
         read_at = self._rows.kind == "sparse" and any(isinstance(a, ReadAt) for a in (self._rows.postings or ()))
-        return self._index is None and self._keys is not None and self._hash_array is not None and \
-            not read_at and (self._rows.kind == "sparse" or not self._uses_graph(len(self)))
+        saved = self._patch is not None or (self._keys is not None and self._hash_array is not None)
+        return self._index is None and saved and not read_at and \
+            (self._rows.kind == "sparse" or not self._uses_graph(len(self)))
 
     def insert(self, ids: list[str], hashes: list[str], old_rows: np.ndarray, before: np.ndarray, vectors
                ) -> dict:
@@ -996,7 +1324,10 @@ class VectorIndex:
         is a row of the index is made again in place, one with -1 is inserted ahead of old row before[i]
         (len(self): at the end). `vectors` as `sync` takes them, a row per listed id. Every other row is kept
         where it was, and the id blob, its sorted order and the hash array are spliced, so an index of millions
-        of rows takes a few thousand without a Python object per row (ids stay `IdKeys`)."""
+        of rows takes a few thousand without a Python object per row (ids stay `IdKeys`).
+
+        A sparse index keeps the rows in a `Patch` beside its saved base (saving writes the patch alone) until
+        the patch passes PATCH_SHARE of the base's rows; then, and for a dense index, every array is spliced."""
         if not self.insertable():
             raise ValueError(f"index {self.name}: insert needs a saved index without a graph")
         old_rows, before = np.asarray(old_rows, dtype=np.int64), np.asarray(before, dtype=np.int64)
@@ -1004,16 +1335,29 @@ class VectorIndex:
         n_old = len(self)
         n = n_old + int(ins.sum())
         pos, moved = self.insert_positions(n_old, old_rows, before)
+        blocks = iter([vectors]) if isinstance(vectors, np.ndarray) or not hasattr(vectors, "__next__") \
+            else vectors
+        first = next(blocks, None) if len(pos) else None
+        counts = {"added": len(pos), "removed": 0, "kept": n - len(pos), "rebuilt": 0}
+        enc = [i.encode("utf-8") for i in ids]
+        if self._rows.kind == "sparse" and self._saved is not None and \
+                (first is None or isinstance(first, SparseRows) or mostly_zero(_as_matrix(first, self.dim))):
+            new = self._incoming(len(pos), first, blocks, True)
+            assert isinstance(new, SparseRows)
+            patch = (self._patch if self._patch is not None else self._empty_patch()).spliced(
+                pos, old_rows, moved, enc, [h.encode("utf-8") for h in hashes], new)
+            if len(patch):                   # nothing to put in: the index stays as it is
+                self._use_patch(patch)
+            if len(patch) > PATCH_SHARE * patch.n_base:
+                self._fold()
+            return counts
+        self._fold()
         is_new = np.zeros(n, dtype=bool)
         is_new[pos] = True
         old_of = np.full(n, -1, dtype=np.int64)
         old_of[moved] = np.arange(n_old, dtype=np.int64)
         old_of[pos] = -1
-        blocks = iter([vectors]) if isinstance(vectors, np.ndarray) or not hasattr(vectors, "__next__") \
-            else vectors
-        first = next(blocks, None) if len(pos) else None
         rows_store = self._store(n, pos, is_new, old_of, first, blocks)
-        enc = [i.encode("utf-8") for i in ids]
         old_fixed = self.id_array()
         blob, off, order = self._keys                                           # type: ignore[misc]
         keys = _splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc, old_fixed)
@@ -1024,7 +1368,53 @@ class VectorIndex:
         self._keys, self._hash_array, self._fixed = keys, hash_arr, (keys[0], fixed)
         self.labels = np.full(n, -1, dtype=np.int64)
         self._rows, self._lut, self._pos = rows_store, None, None
-        return {"added": len(pos), "removed": 0, "kept": n - len(pos), "rebuilt": 0}
+        return counts
+
+    def _empty_patch(self) -> Patch:
+        """A patch of nothing over this saved index."""
+        rows = self._rows
+        assert self._saved is not None and self._keys is not None and self._hash_array is not None
+        assert isinstance(rows, SparseRows)
+        return Patch(self._saved[0], self._saved[1], self._keys, self._hash_array, rows, np.zeros(0, np.int64),
+                     np.zeros(0, np.int64), [], [], join_sparse([], self.dim))
+
+    def _use_patch(self, patch: Patch) -> None:
+        """Present the base and `patch` as the index (ids, hashes, rows in logical order)."""
+        self._patch = patch
+        self._keys, self._hash_array, self._fixed = patch.base_keys, patch.base_hashes, None
+        self.ids = PatchedKeys(IdKeys(*patch.base_keys[:3]), patch)           # type: ignore[assignment]
+        self.hashes = HashColumn(None, patch.hash_array)                     # type: ignore[assignment]
+        self.labels = np.full(patch.n, -1, dtype=np.int64)
+        self._rows, self._lut, self._pos = PatchedRows(patch), None, None
+
+    def _fold(self) -> None:
+        """A patched index made one whole index in memory (the next save writes every array)."""
+        if self._patch is None:
+            return
+        keys, hashes, rows = self._patch.folded()
+        self._patch = None
+        self.ids, self.hashes = IdKeys(*keys), HashColumn(hashes)            # type: ignore[assignment]
+        self._keys, self._hash_array, self._fixed = keys, hashes, None
+        self._rows, self._lut, self._pos = rows, None, None
+
+    def _incoming(self, count: int, first, blocks, sparse: bool) -> SparseRows | list[np.ndarray]:
+        """The `count` rows to add, read from the incoming blocks as unit rows: sparse rows, or dense blocks."""
+        parts: list = []
+        done = 0
+        block = first
+        while block is not None:
+            if isinstance(block, SparseRows) and block.dim != self.dim:
+                raise ValueError(f"expected vectors of dimension {self.dim}, got {block.dim}")
+            b = block if isinstance(block, SparseRows) and sparse else _unit(_as_matrix(
+                block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
+            if done + len(b) > count:
+                raise ValueError(f"index {self.name}: more vectors than the {count} rows to add")
+            parts.append((b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b)
+            done += len(b)
+            block = next(blocks, None)
+        if done != count:
+            raise ValueError(f"index {self.name}: {count} rows to add, {done} vectors given")
+        return join_sparse(parts, self.dim) if sparse else parts
 
     def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
                ) -> DenseRows | SparseRows:
@@ -1051,35 +1441,13 @@ class VectorIndex:
             for s in range(0, len(kept), _dense_rows(self.dim)):   # kept rows, in blocks (old may be a memmap)
                 pos = kept[s:s + _dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
-        parts: list[SparseRows] = []                 # new rows, when sparse
-        block = b0
-        while block is not None:
-            if isinstance(block, SparseRows) and block.dim != self.dim:
-                raise ValueError(f"expected vectors of dimension {self.dim}, got {block.dim}")
-            b = block if isinstance(block, SparseRows) and sparse else _unit(_as_matrix(
-                block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
-            if done + len(b) > len(todo):
-                raise ValueError(f"index {self.name}: more vectors than the {len(todo)} rows to add")
-            if sparse:
-                parts.append(b if isinstance(b, SparseRows) else sparse_rows(b))
-            else:
-                dense_out[todo[done:done + len(b)]] = b
+        got = self._incoming(len(todo), b0, blocks, sparse)
+        if isinstance(got, SparseRows):
+            return merge_rows(is_new, old_rows, old_of, got)     # type: ignore[arg-type]
+        for b in got:
+            dense_out[todo[done:done + len(b)]] = b
             done += len(b)
-            block = next(blocks, None)
-        if done != len(todo):
-            raise ValueError(f"index {self.name}: {len(todo)} rows to add, {done} vectors given")
-        if not sparse:
-            return DenseRows(dense_out)
-        new = join_sparse(parts, self.dim)
-        if not len(kept):                        # a fresh build: the new rows are all the rows, in order
-            return new
-        if isinstance(old_rows, SparseRows) and old_rows.by_column_only \
-                and bool((np.diff(old_of[kept]) > 0).all()):
-            return _merge_postings(is_new, old_rows, old_of, new)
-        runs = _kept_runs(is_new, old_of)
-        if len(runs[0]) <= max(64, n // 4):
-            return _merge_sparse_runs(is_new, old_rows, old_of, new, runs)
-        return _merge_sparse(is_new, old_rows, old_of, new)
+        return DenseRows(dense_out)
 
     def _build_graph(self, rows_store: DenseRows | SparseRows) -> None:
         n = len(rows_store)
@@ -1106,12 +1474,18 @@ class VectorIndex:
     def position(self, item_id: str) -> int | None:
         """The row of an id; a query's index (ids memory-mapped, `IdKeys`) searches its sorted ids instead of
         building the map of every id."""
-        if self._pos is None and isinstance(self.ids, IdKeys):
+        if self._pos is None and isinstance(self.ids, (IdKeys, PatchedKeys)):
             return self.ids.position(item_id)
         return self._positions().get(item_id)
 
     def rows(self) -> DenseRows | SparseRows:
-        """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]."""
+        """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]; a patched
+        index's spliced in memory (the synonyms stage reads every name row)."""
+        if self._patch is not None:
+            rows = self._patch._cache.get("rows")
+            if rows is None:
+                rows = self._patch._cache["rows"] = self._patch.folded()[2]
+            return rows
         return self._rows
 
     def vectors(self) -> np.ndarray:
@@ -1215,11 +1589,22 @@ class VectorIndex:
         d = Path(vectors_dir)
         return [*cls.paths(vectors_dir, name), cls.matrix_path(vectors_dir, name),
                 *cls.sparse_paths(vectors_dir, name), *cls.query_paths(vectors_dir, name),
-                *cls.row_paths(vectors_dir, name), d / f"{name}.npy", d / f"{name}.csr-indices.npy"]
+                *cls.row_paths(vectors_dir, name), cls.patch_path(vectors_dir, name), d / f"{name}.npy",
+                d / f"{name}.csr-indices.npy"]
+
+    @staticmethod
+    def patch_path(vectors_dir: Path, name: str) -> Path:
+        """The patch segment beside the base (`Patch`)."""
+        return Path(vectors_dir) / f"{name}.patch.npz"
 
     def save(self, vectors_dir: Path) -> None:
-        """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic)."""
+        """Matrix and graph first, each temp + rename, then the id map that vouches for them (atomic). A
+        patched index saved where its base is writes its patch and the id map alone."""
         hnsw_path, ids_path = self.paths(vectors_dir, self.name)
+        if self._patch is not None:
+            if self._save_patch(vectors_dir):
+                return
+            self._fold()
         hnsw_path.parent.mkdir(parents=True, exist_ok=True)
         size = 0
         if self._index is not None:
@@ -1256,13 +1641,36 @@ class VectorIndex:
                             "key_bytes": len(query[0]), "synced": self.synced}}
         store.write_jsonl(ids_path, [header], compress=True)
         self._keys, self._hash_array = tuple(query[:3]), hashes
+        self._saved = (Path(vectors_dir), header["_meta"])
+
+    def _save_patch(self, vectors_dir: Path) -> bool:
+        """The patch, then the id map naming it (its base's header, the patch's size and rows); False when the
+        folder does not hold the patch's base (the caller saves the index whole)."""
+        patch = self._patch
+        assert patch is not None
+        hnsw_path, ids_path = self.paths(vectors_dir, self.name)
+        try:
+            if not os.path.samefile(self.row_paths(vectors_dir, self.name)[0],
+                                    self.row_paths(patch.base_dir, self.name)[0]):
+                return False
+        except OSError:
+            return False
+        path = self.patch_path(vectors_dir, self.name)
+        with store.atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **patch.arrays())
+            size = os.path.getsize(tmp)
+        meta = {**patch.meta, "format": FORMAT, "synced": self.synced,
+                "patch": {"rows": len(patch), "count": patch.n, "bytes": size}}
+        store.write_jsonl(ids_path, [{"_meta": meta}], compress=True)
+        return True
 
     def digest(self) -> str:
         """A digest of the ids and text hashes in row order (the synonyms stage's output digest), from their
         arrays: the same for an index brought up to date by `insert` as for a fresh build."""
         import hashlib
 
-        keys = self._keys or IdKeys.arrays(self.ids)
+        keys = self._key_arrays(order=False)
         hashes = self.hash_array()
         h = hashlib.blake2b(digest_size=12)
         for arr in (keys[0], keys[1], np.frombuffer(hashes.dtype.str.encode(), np.uint8), hashes):
@@ -1283,7 +1691,7 @@ class VectorIndex:
             return None
         header = next(iter(store.read_jsonl(ids_path)), None)
         meta = header.get("_meta") if isinstance(header, dict) else None
-        if not meta or meta.get("format") != FORMAT:
+        if not meta or meta.get("format") not in _READ_FORMATS:
             raise HragError(f"{ids_path} is damaged or from another version; run 'hrag synonyms' to rebuild it")
         try:   # a hand-edited or damaged id map: missing keys or wrong types
             idx = cls(name, int(meta["dim"]), settings, str(meta.get("model_id", "")))
@@ -1308,6 +1716,20 @@ class VectorIndex:
         idx._free = int(meta.get("free", 0))
         idx._next_label = int(meta.get("next_label", 0))
         idx._rows = cls._load_rows(vectors_dir, name, meta, count, idx.dim, query[3:])
+        idx._saved = (Path(vectors_dir), {k: v for k, v in meta.items() if k != "patch"})
+        if meta.get("patch"):
+            if graph or not isinstance(idx._rows, SparseRows):
+                raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it")
+            try:
+                patch = Patch.load(cls.patch_path(vectors_dir, name), meta["patch"], Path(vectors_dir),
+                                   idx._saved[1], idx._keys, hashes, idx._rows, idx.dim)
+            except (OSError, ValueError, TypeError):
+                raise HragError(f"the patch of index {name} in {vectors_dir} is damaged or does not match its "
+                                f"id map; run 'hrag synonyms' to rebuild it") from None
+            idx._use_patch(patch)
+            if not lazy_ids:                 # a writer that lists every id: the whole index in memory
+                idx._fold()
+                idx.ids, idx.hashes = idx.ids._listed(), idx.hashes._listed()      # type: ignore[attr-defined]
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
@@ -1445,10 +1867,16 @@ def fixed_bytes(items: Sequence[str]) -> np.ndarray:
 
 class HashColumn(Sequence):
     """The text hashes of a saved index (fixed-width bytes, memory-mapped), decoded when asked for: a query
-    never reads them, a writer lists them."""
+    never reads them, a writer lists them. `made` (a patched index): makes the array the first time."""
 
-    def __init__(self, arr: np.ndarray) -> None:
-        self._arr = arr
+    def __init__(self, arr: np.ndarray | None, made: Any = None) -> None:
+        self._got, self._made = arr, made
+
+    @property
+    def _arr(self) -> np.ndarray:
+        if self._got is None:
+            self._got = self._made()
+        return self._got
 
     def _listed(self) -> list[str]:
         return [h.decode("utf-8") for h in self._arr.tolist()]

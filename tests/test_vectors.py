@@ -209,10 +209,10 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
     assert np.allclose(idx.vectors(), want, atol=2e-3) and idx.ids == ids2
     with pytest.raises(ValueError, match="no stored vector"):
         idx.sync(ids2 + ["other"], hashes2 + ["x"], np.zeros((0, 16), np.float32), rows=np.zeros(0, np.int64))
-    # an index saved by an earlier format is reported, never misread
+    # an index saved by an earlier format than format 6 (a base without a patch) is reported, never misread
     _, id_map = VectorIndex.paths(tmp_path, "facts")
     lines = _id_map_lines(id_map)
-    lines[0] = lines[0].replace(f'"format":{FORMAT}', f'"format":{FORMAT - 1}')
+    lines[0] = lines[0].replace(f'"format":{FORMAT}', '"format":5')
     _write_id_map(id_map, lines)
     with pytest.raises(HragError, match="another version"):
         VectorIndex.load(tmp_path, "facts", s)
@@ -563,3 +563,80 @@ def test_insert_splices_ids_hashes_and_rows_into_a_fresh_builds_bytes(tmp_path, 
     assert np.array_equal(idx.id_array(), fresh.id_array())     # the spliced fixed-width ids, as a build's
     with pytest.raises(ValueError, match="final order"):
         back.insert(["x", "y"], ["1", "2"], np.array([-1, -1]), np.array([5, 2]), sparse_unit(2))
+
+
+@pytest.mark.parametrize("name", ["facts", "entities", "chunks"])
+def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, name) -> None:
+    """Two incremental runs' inserts saved where the index is: the base files stay as they were (a patch
+    segment beside them), and what a reader sees is a fresh build's: ids, hashes, rows, positions, digest, and
+    search results with the same float32 scores (one query through the postings, a batch through the row scan;
+    ties to the lower row); a third insert past PATCH_SHARE folds the patch into a fresh build's very files."""
+    rng = np.random.default_rng(7)
+    dim, n = 96, 600
+
+    def sparse_unit(k: int) -> np.ndarray:
+        m = rng.standard_normal((k, dim)).astype(np.float32) * (rng.random((k, dim)) < 10 / dim)
+        m[:, 0] += 0.01                                    # no empty row
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    ids, m, hashes = [f"k{i:04d}" for i in range(0, 2 * n, 2)], sparse_unit(n), [f"h{i:05d}" for i in range(n)]
+    m[5] = m[9]                                            # a tie: the lower row first
+    d = tmp_path / "p"
+    VectorIndex.build(name, ids, m, VectorSettings(), "m", hashes=hashes).save(d)
+    base = {p.name: p.read_bytes() for p in d.iterdir()}
+    rows = {i: (v, h) for i, v, h in zip(ids, m, hashes)}
+    first = dict(zip(ids, m))
+    for run, k_new in enumerate((12, 9, 80)):
+        idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
+        order = sorted(rows)
+        fresh_ids = [f"k{2 * int(rng.integers(0, n)) + 1:04d}r{run}" for _ in range(k_new)]
+        if name == "chunks":                               # chunks are appended
+            fresh_ids = [f"z{run}-{j:03d}" for j in range(k_new)]
+        fresh_ids = sorted(set(fresh_ids) - set(rows))
+        remade = [] if name == "chunks" else sorted(rng.choice(order, size=3, replace=False).tolist())
+        final = sorted(set(order) | set(fresh_ids))
+        listed = sorted(set(fresh_ids) | set(remade), key=final.index)
+        old_rows = np.array([order.index(i) if i in rows else -1 for i in listed], dtype=np.int64)
+        before = np.array([r if r >= 0 else sum(1 for o in order if o < i) for i, r in zip(listed, old_rows)])
+        vecs = sparse_unit(len(listed))
+        new_hashes = [f"r{run}{j:04d}" for j in range(len(listed))]     # as wide as the base's: digested by runs
+        idx.insert(listed, new_hashes, old_rows, before, vecs)
+        idx.save(d)
+        for i, v, h in zip(listed, vecs, new_hashes):
+            rows[i] = (v, h)
+        patched = VectorIndex.patch_path(d, name).exists()
+        assert patched == (run < 2), run
+        if patched:       # the base's files untouched, only the patch and the id map written
+            assert [p for p, b in base.items() if p != f"{name}.ids.jsonl" and (d / p).read_bytes() != b] == []
+        want_ids = sorted(rows)
+        want = np.array([rows[i][0] for i in want_ids])
+        fresh = VectorIndex.build(name, want_ids, want, VectorSettings(), "m", hashes=[rows[i][1] for i in want_ids])
+        fresh.synced = idx.synced
+        fresh.save(tmp_path / f"fresh{run}")
+        fresh = VectorIndex.load(tmp_path / f"fresh{run}", name, VectorSettings(), lazy_ids=True)
+        got = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)
+        assert list(got.ids) == want_ids and got.hash_array().tolist() == fresh.hash_array().tolist()
+        assert np.array_equal(got.vectors(), fresh.vectors()) and got.digest() == fresh.digest()
+        assert [got.position(i) for i in want_ids[::7]] == [fresh.position(i) for i in want_ids[::7]]
+        assert got.position("nope") is None and got.ids[len(want_ids) - 1] == want_ids[-1]
+        # the old vector of a row made again: its base row leads the base's search but is not live
+        q = np.vstack([m[9], first.get(remade[0] if remade else "", m[9]), sparse_unit(20)])
+        for qs in (q[:3], q):                               # through the postings, then the row scan
+            a, b = got.search(qs, 8), fresh.search(qs, 8)
+            assert a[0] == b[0] and a[1].tobytes() == b[1].tobytes(), (run, len(qs))
+        assert got.scores(q[1]).tobytes() == fresh.scores(q[1]).tobytes()
+        if not patched:   # folded: a fresh build's files, byte for byte (the id map's header aside: its `synced`)
+            assert [p.name for p in (tmp_path / f"fresh{run}").iterdir() if not p.name.endswith(".ids.jsonl")
+                    and p.read_bytes() != (d / p.name).read_bytes()] == []
+    # a damaged patch is reported, never read as something else (after a run that put nothing in it)
+    idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
+    idx.insert(["zzz"], ["hz"], np.array([-1]), np.array([len(idx)]), sparse_unit(1))
+    idx.save(d)
+    idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
+    assert idx.insert([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), iter([]))["added"] == 0
+    idx.save(d)
+    assert list(VectorIndex.load(d, name, VectorSettings(), lazy_ids=True).ids) == [*sorted(rows), "zzz"]
+    patch = VectorIndex.patch_path(d, name)
+    patch.write_bytes(patch.read_bytes()[:-10])
+    with pytest.raises(HragError, match="patch of index"):
+        VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)
