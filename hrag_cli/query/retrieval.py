@@ -321,12 +321,15 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
+    # the fact search and the chunk scores need only the query's vector: the facts are searched on the
+    # helper thread meanwhile (seed_ms counts the wait for them)
+    pending = ix.aside(ix.search, "facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else None
     passage, lexical = _passage_and_lexical(ix, query, qvec, s, r)
 
     t0 = time.perf_counter()
     seeds = SeedWeights()
     graph = ix.walk
-    hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
+    hits = pending.result() if pending is not None else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
     if facts and fact_filter is not None:
         t1 = time.perf_counter()
