@@ -25,7 +25,7 @@ from ..vectors import top_order
 from .context import apply_budgets
 from .index import QueryIndex
 from .recognition import check_fact_filter, filter_enabled, recognize
-from .ppr import SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
+from .ppr import SeedWeights, add_seeds, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
 from .types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
@@ -322,13 +322,18 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
     # the fact search and the chunk scores need only the query's vector: the facts are searched on the
-    # helper thread meanwhile (seed_ms counts the wait for them)
+    # helper thread meanwhile
     pending = ix.aside(ix.search, "facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else None
     passage, lexical = _passage_and_lexical(ix, query, qvec, s, r)
-
+    # and what needs no facts is made while they are searched: the passage part of the reset, the names in
+    # the query (seed_ms counts these, the wait for the facts and the seeds)
     t0 = time.perf_counter()
+    graph, cv = ix.walk, ix.chunk_vertices
+    ok = cv >= 0
+    reset, floor = build_reset(graph.vcount(), SeedWeights(), cv[ok], passage[ok] * s.passage_node_weight,
+                               s.passage_node_top_k)
+    named = name_seeds(ix, query) if s.entity_name_seeds and s.entity_seed_weight > 0 else []
     seeds = SeedWeights()
-    graph = ix.walk
     hits = pending.result() if pending is not None else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
     if facts and fact_filter is not None:
@@ -348,13 +353,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
                 continue
             seeds.entity[v] = seeds.entity.get(v, 0.0) + weight / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
-    if s.entity_name_seeds and s.entity_seed_weight > 0:
-        for eid in name_seeds(ix, query):
-            v = graph.vertex(eid)
-            if v is None:
-                continue
-            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
-            seeds.sources.setdefault(v, []).append("name in query")
+    for eid in named:
+        v = graph.vertex(eid)
+        if v is None:
+            continue
+        seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
+        seeds.sources.setdefault(v, []).append("name in query")
     seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
     r.timings["seed_ms"] = _ms(t0)
 
@@ -365,15 +369,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         return
 
     t0 = time.perf_counter()
-    cv = ix.chunk_vertices
-    ok = cv >= 0
-    reset, floor = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight,
-                               s.passage_node_top_k)
+    add_seeds(reset, seeds)
     rules_graph = is_rules_graph(ix.extractor)
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
     if floor > 0:
         load_chunk_prior(ix.project, graph, s.damping, scale)
-    pr = passage_walk(graph, reset, floor, s.damping, scale)
+    pr = passage_walk(graph, reset, floor, s.damping, scale, ix.aside)
     r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
     walk[ok] = pr[cv[ok]]
