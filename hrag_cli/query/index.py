@@ -26,6 +26,12 @@ from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
 from ..walk import WalkGraph
 
 
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the system tells it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 class RowRecords(Mapping):
     """id -> record of a JSONL file whose line i holds the record `position(id)` names (facts and chunks: row i
     of their vector index, which the synonyms stage fills in file order; entities: their graph vertices, which
@@ -197,8 +203,15 @@ class QueryIndex:
         """fn(*args) on the index's one helper thread, while the caller goes on: numpy releases the GIL in its
         loops, so on a machine with a free core ppr's fact search runs while the chunks are scored (the two
         read different indices). The result is the same as calling fn here; `Future.result()` raises what fn
-        raised."""
-        return self._helper.submit(fn, *args)
+        raised. A process allowed a single CPU calls fn in place (a thread could only take turns with it)."""
+        if _usable_cpus() > 1:
+            return self._helper.submit(fn, *args)
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
 
     def close(self) -> None:
         """Stop the helper thread (if one was started)."""
