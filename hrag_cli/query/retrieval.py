@@ -382,12 +382,21 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     full = s.rules_walk_weight if rules_graph else s.walk_weight
     if w < min(full, 1.0):
         r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
+    # the seeds' entity records are read on the helper thread while the chunks are ranked and read
+    seeded = ix.aside(_seed_entities, ix, seeds)
     r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
+    r.entities = seeded.result()
+
+
+def _seed_entities(ix: QueryIndex, seeds: SeedWeights) -> list[dict]:
+    """The seeds' entities as the output lists them, heaviest seed first."""
+    out = []
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
-        e = ix.entities.get(graph.key(v))
+        e = ix.entities.get(ix.walk.key(v))
         if e is not None:
-            r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
-                               "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
+            out.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
+                        "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
+    return out
 
 
 # ------------------------------------------------------------------------------------------ LightRAG
