@@ -65,6 +65,10 @@ def test_doc_paths_are_read_at_their_lines_else_whole(tmp_path) -> None:
     paths = DocPaths(path, whole)
     assert [paths.get(ids[i]) for i in (7, 3, 0, 6, 5, 9)] == [f"p/{i}.txt" for i in (7, 3, 0, 6, 5, 9)]
     assert not reads
+    for block in (64, 173, 4096):                   # lines and their ids across the blocks the file is read in
+        small = DocPaths(path, whole)
+        small._BLOCK = block
+        assert [small.get(d) for d in ids] == [f"p/{i}.txt" for i in range(10)] and not reads
     assert paths.get("absent" * 4) == "" and paths.get("d7") == "" and len(reads) == 2
     store.write_jsonl(path, ({"path": d.path, "doc_id": d.doc_id} for d in docs))    # another field order
     assert DocPaths(path, whole).get(ids[4]) == "p/4.txt" and len(reads) == 3
