@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))     # after PYTHONPATH: an older copy can be timed
 from hrag_cli.project import Project  # noqa: E402
 from hrag_cli.query import index  # noqa: E402
 from hrag_cli.query.run import QuerySession, read_queries  # noqa: E402
@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     waits: list[float] = []
     helper: list[float] = []
-    handed = index.QueryIndex.aside
+    handed = getattr(index.QueryIndex, "aside", None)      # None: code without a helper (PYTHONPATH at an older copy)
 
     def aside(self, fn, *a):
         def timed():
@@ -55,7 +55,8 @@ def main() -> None:
             return value, time.thread_time() - t
         return _Tracked(handed(self, timed), time.thread_time(), waits, helper)
 
-    index.QueryIndex.aside = aside
+    if handed is not None:
+        index.QueryIndex.aside = aside
     project = Project(args.project)
     session = QuerySession(project, project.settings())
     rows = []

@@ -210,7 +210,8 @@ class QueryIndex:
         """fn(*args) on the index's one helper thread, while the caller goes on: numpy releases the GIL in its
         loops, so on a machine with a free core ppr's fact search runs while the chunks are scored (the two
         read different indices). The result is the same as calling fn here; `Future.result()` raises what fn
-        raised. A process allowed a single CPU calls fn in place (a thread could only take turns with it)."""
+        raised. A process allowed a single CPU calls fn in place (a thread could only take turns with it). fn
+        itself must not wait on `aside`: the one helper would wait on itself."""
         if _usable_cpus() > 1:
             return self._helper.submit(fn, *args)
         done: Future = Future()
