@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import struct
 import zipfile
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,6 @@ from .vectors import scratch
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
-# A prepared round of a walk reading at least SPLIT_ENTRIES entries gathers HELPER_SHARE of them on a helper
-# thread when it is given one (`spread_parts`; smaller rounds cost less than the hand-off). The helper's share
-# is the larger because this thread also adds its own part to the residuals meanwhile.
-SPLIT_ENTRIES = 1 << 16
-HELPER_SHARE = 0.6
 _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
 
 
@@ -227,53 +221,19 @@ class WalkGraph:
         one product where it cost three gathers and a sum over its row, and a single query still reads only
         its rows. Both ways compute the same shares, so a walk gives the same bits either way. Prepared, the
         two arrays returned are views of scratch arrays (`_scratch`): valid until the next spread."""
-        runs = self._runs_of(vertices)
-        return self._gather(*runs, amount, scale, self._prepare(runs[3], scale))
-
-    def spread_parts(self, vertices: np.ndarray, amount: np.ndarray, scale: Scale = None,
-                     aside: Callable[..., Future] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """`spread` in parts, in vertex order: adding each part in turn adds `spread`'s entries in the same
-        order, so to the same bits. With `aside` (runs a call on a helper thread), a prepared round of at least
-        SPLIT_ENTRIES entries hands the gather of its later vertices (HELPER_SHARE of the entries) to the
-        helper, while this thread gathers the first ones and its caller adds them: numpy's gathers release the
-        GIL, so on a machine with a free core the round's gathers take about half the time. Each part's
-        arrays are views of their own scratch arrays, valid until the next spread."""
-        starts, lens, first, total = self._runs_of(vertices)
-        prepared = self._prepare(total, scale)
-        cut = int(np.searchsorted(first, total * (1.0 - HELPER_SHARE))) if len(first) else 0
-        if aside is None or prepared is None or total < SPLIT_ENTRIES or not 0 < cut < len(first):
-            yield self._gather(starts, lens, first, total, amount, scale, prepared)
-            return
-        head = int(first[cut])
-        later = aside(self._gather, starts[cut:], lens[cut:], first[cut:] - head, total - head, amount[cut:],
-                      scale, prepared, "1")
-        yield self._gather(starts[:cut], lens[:cut], first[:cut], head, amount[:cut], scale, prepared)
-        yield later.result()
-
-    def _runs_of(self, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(first entry, entry count, place in the output) of each vertex's row, and the entries in all."""
         starts = np.asarray(self.indptr[vertices])
         lens = np.asarray(self.indptr[vertices + 1]) - starts
         ends = np.cumsum(lens)
-        return starts, lens, ends - lens, int(ends[-1]) if len(ends) else 0
-
-    def _prepare(self, total: int, scale: Scale) -> np.ndarray | None:
-        """Count `total` more entries read; the prepared (share, neighbour) pairs once made (`spread`)."""
+        first = ends - lens
+        total = int(ends[-1]) if len(ends) else 0
         key = ("weights", scale_key(scale))
         self._spread += total
         if key not in self.memo and self._spread * 3 > len(self.weight):
             self.memo[key] = self._entries(scale)
-        return self.memo.get(key)
-
-    def _gather(self, starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int, amount: np.ndarray,
-                scale: Scale, prepared: np.ndarray | None, slot: str = "") -> tuple[np.ndarray, np.ndarray]:
-        """The neighbour and mass of every entry of the runs (`spread`); `slot` names the scratch arrays of
-        a prepared gather (a helper thread's part has its own)."""
-        if prepared is not None:                    # one gather of (share, neighbour) pairs
-            idx = _runs(starts, lens, first, total, self._scratch("idx" + slot, total, np.intp))
-            pairs = np.take(prepared, idx, mode="clip", out=self._scratch("pairs" + slot, total, prepared.dtype))
-            mass = self._scratch("mass" + slot, total, np.float64)
-            return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=mass)
+        if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
+            idx = _runs(starts, lens, first, total, self._scratch("idx", total, np.intp))
+            pairs = np.take(self.memo[key], idx, mode="clip", out=self._scratch("pairs", total, self.memo[key].dtype))
+            return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self._scratch("mass", total, np.float64))
         idx = _runs(starts, lens, first, total)
         w = np.asarray(self.weight[idx], dtype=np.float64)
         factor = kind_factors(scale)

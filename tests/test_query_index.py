@@ -4,7 +4,6 @@ the index."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hrag_cli import store
 from hrag_cli.config import VectorSettings
@@ -73,18 +72,3 @@ def test_doc_paths_are_read_at_their_lines_else_whole(tmp_path) -> None:
     store.write_jsonl(path, ({"path": d.path, "doc_id": d.doc_id} for d in docs))    # another field order
     assert DocPaths(path, whole).get(ids[4]) == "p/4.txt" and len(reads) == 3
 
-
-def test_aside_runs_on_the_helper_thread_or_in_place_on_one_cpu(monkeypatch) -> None:
-    """The helper gives fn's result (or raises its error) either way; with a single usable CPU no thread starts."""
-    import threading
-
-    from hrag_cli.query import index
-
-    ix = index.QueryIndex(None, None)                 # type: ignore[arg-type]   (aside needs no project)
-    assert ix.aside(lambda a, b: (a + b, threading.current_thread().name), 2, 3).result()[0] == 5
-    assert ix.aside(threading.current_thread).result() is not threading.current_thread()
-    ix.close()
-    monkeypatch.setattr(index, "_usable_cpus", lambda: 1)
-    assert ix.aside(threading.current_thread).result() is threading.current_thread() and "_helper" not in ix.__dict__
-    with pytest.raises(ValueError):
-        ix.aside(int, "x").result()

@@ -152,45 +152,6 @@ def test_a_batch_walk_prepares_its_arrays_and_walks_the_same_bits() -> None:
     assert np.array_equal(first, again)
 
 
-def test_a_walk_with_a_helper_thread_adds_the_same_entries_in_the_same_order(monkeypatch) -> None:
-    """A prepared round split between this thread and a helper (`WalkGraph.spread_parts`) gives the walk's mass
-    to the last bit; a round under SPLIT_ENTRIES, or an unprepared one, is not split."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from hrag_cli import walk as walk_module
-
-    (_, alone), (_, shared) = _ring(), _ring()
-    reset = np.zeros(alone.vcount())
-    reset[[5, 17, 2999]] = [0.5, 0.3, 0.2]
-    for g in (alone, shared):
-        g._spread = len(g.weight)                    # prepared, as in a batch
-    calls = []
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        def aside(fn, *args):
-            calls.append(len(args[0]))
-            return pool.submit(fn, *args)
-
-        assert np.array_equal(walk_mass(shared, reset, 0.5, eps=1e-7, aside=aside),
-                              walk_mass(alone, reset, 0.5, eps=1e-7)) and not calls        # rounds too small
-        monkeypatch.setattr(walk_module, "SPLIT_ENTRIES", 8)
-        split = walk_mass(shared, reset, 0.5, {"SYNONYM": 0.25}, eps=1e-7, aside=aside)
-    assert calls and np.array_equal(split, walk_mass(alone, reset, 0.5, {"SYNONYM": 0.25}, eps=1e-7))
-    vertices = np.arange(0, 4000, 7)
-    parts = list(shared.spread_parts(vertices, np.full(len(vertices), 0.1), None, lambda fn, *a: _Done(fn(*a))))
-    whole = alone.spread(vertices, np.full(len(vertices), 0.1))
-    assert len(parts) == 2 and all(np.array_equal(np.concatenate([p[i] for p in parts]), whole[i]) for i in (0, 1))
-
-
-class _Done:
-    """A finished call, as a Future's result (the helper run in place)."""
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
 def test_bounded_reset_is_its_head_plus_the_mean_of_the_rest() -> None:
     seeds = SeedWeights(entity={0: 0.5})
     reset, floor = build_reset(6, seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)

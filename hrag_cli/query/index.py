@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,12 +23,6 @@ from ..errors import UsageError
 from ..project import Project
 from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
 from ..walk import WalkGraph
-
-
-def _usable_cpus() -> int:
-    """CPUs this process may run on (its affinity where the system tells it)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 class RowRecords(Mapping):
@@ -201,31 +194,6 @@ class QueryIndex:
     # -- helpers -------------------------------------------------------------------------------------------
     def _timed(self, name: str, t0: float) -> None:
         self.load_ms[name] = round((time.perf_counter() - t0) * 1000, 1)
-
-    @cached_property
-    def _helper(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hrag-query")
-
-    def aside(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """fn(*args) on the index's one helper thread, while the caller goes on: numpy releases the GIL in its
-        loops, so on a machine with a free core ppr's fact search runs while the chunks are scored (the two
-        read different indices). The result is the same as calling fn here; `Future.result()` raises what fn
-        raised. A process allowed a single CPU calls fn in place (a thread could only take turns with it). fn
-        itself must not wait on `aside`: the one helper would wait on itself."""
-        if _usable_cpus() > 1:
-            return self._helper.submit(fn, *args)
-        done: Future = Future()
-        try:
-            done.set_result(fn(*args))
-        except Exception as exc:
-            done.set_exception(exc)
-        return done
-
-    def close(self) -> None:
-        """Stop the helper thread (if one was started)."""
-        helper = self.__dict__.pop("_helper", None)
-        if helper is not None:
-            helper.shutdown(wait=True)
 
     def require_built(self) -> None:
         if self.project.stage("synonyms") is None:

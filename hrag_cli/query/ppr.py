@@ -10,8 +10,6 @@ passage that answers the question directly in the running.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +22,7 @@ from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
 from ..project import Project
 from ..walk import Scale, WalkGraph, kind_factors, scale_key
 
-__all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset",
-           "add_seeds"]
+__all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset"]
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -54,11 +51,10 @@ PUSH_EPS = 1e-7
 SPARSE_ROUND = 32
 PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalized_pagerank's default
 PRIOR_FILE = "chunk_prior.npz"
-Aside = Callable[..., Future] | None    # runs a call on a helper thread (`QueryIndex.aside`)
 
 
 def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale = None, eps: float = PUSH_EPS,
-              max_rounds: int = 10_000, aside: Aside = None) -> np.ndarray:
+              max_rounds: int = 10_000) -> np.ndarray:
     """(1 - damping) x sum over k of (damping x P)^k reset, P the walk's step (each vertex spreads its mass
     over its edges in proportion to their weights, kinds in `scale` multiplied by their factor; a vertex with
     no usable edge spreads nothing): the mass each vertex holds, linear in `reset`, which
@@ -72,8 +68,7 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
     reads a few hundred thousand of 6.9M entries, where the power iteration read all of them 24 times. A
     round whose vertices hold over 1 / SWEEP_COST of the entries is one sweep over all of them (spreading
     every residual, however small): on a small graph, or from a reset on every chunk, that is the power
-    iteration. `aside` (runs a call on a helper thread): a batch's large rounds gather part of their entries
-    there (`WalkGraph.spread_parts`; the same sums in the same order)."""
+    iteration."""
     n = graph.vcount()
     reset = np.asarray(reset, dtype=np.float64)
     if reset.shape != (n,):
@@ -101,14 +96,11 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale 
         residual[active] = 0.0
         kept[active] += (1.0 - damping) * amount
         rows = degree[active] > 0
-        reached = []
-        for targets, mass in graph.spread_parts(active[rows], damping * amount[rows], scale, aside):
-            np.add.at(residual, targets, mass)
-            reached.append(targets)
+        targets, mass = graph.spread(active[rows], damping * amount[rows], scale)
+        np.add.at(residual, targets, mass)
         # the next round's vertices are among those that just received mass: when those are few, only they
         # are tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex
-        if sum(map(len, reached)) * SPARSE_ROUND < n:
-            targets = np.concatenate(reached)
+        if len(targets) * SPARSE_ROUND < n:
             over = targets[residual[targets] > limit[targets]]
             touched = np.unique(over)               # ascending, as a scan finds them
         else:
@@ -208,10 +200,10 @@ def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: 
 
 
 def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: float,
-                 scale: Scale = None, aside: Aside = None) -> np.ndarray:
+                 scale: Scale = None) -> np.ndarray:
     """The walk's score of every vertex (summing to 1) from `reset` plus `floor` on every chunk: by linearity
     the walk of `reset` alone, which stays local, plus `floor` x the chunk prior."""
-    mass = walk_mass(graph, reset, damping, scale, PUSH_EPS, aside=aside)
+    mass = walk_mass(graph, reset, damping, scale, PUSH_EPS)
     if floor > 0:
         mass += floor * chunk_prior(graph, damping, scale)
     return mass / mass.sum()
@@ -233,7 +225,8 @@ def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray,
     share (`passage_walk` adds it through the chunk prior): the same reset, except that the chunks below the
     best `top` count as their mean. Ties at the cut go to the chunk listed first."""
     reset = np.zeros(n_vertices, dtype=np.float64)
-    add_seeds(reset, seeds)
+    for v, w in seeds.entity.items():
+        reset[v] += w
     chunk_weights = np.asarray(chunk_weights, dtype=np.float64)
     floor = 0.0
     if 0 < top < len(chunk_weights):
@@ -247,11 +240,3 @@ def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray,
     if len(chunk_vertices):
         np.add.at(reset, chunk_vertices, chunk_weights)
     return reset, floor
-
-
-def add_seeds(reset: np.ndarray, seeds: SeedWeights) -> None:
-    """Add the seeds' weights to a reset vector, in place: ppr builds the passage part while the facts are
-    searched and adds the seeds after (a seed on a vertex with a passage weight gives the same sum either way:
-    two numbers add to the same float in either order)."""
-    for v, w in seeds.entity.items():
-        reset[v] += w

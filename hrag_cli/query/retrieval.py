@@ -25,7 +25,7 @@ from ..vectors import top_order
 from .context import apply_budgets
 from .index import QueryIndex
 from .recognition import check_fact_filter, filter_enabled, recognize
-from .ppr import SeedWeights, add_seeds, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
+from .ppr import SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
 from .types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
@@ -321,20 +321,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     t0 = time.perf_counter()
     qvec = ix.embed_query(query)
     r.timings["embed_ms"] = _ms(t0)
-    # the fact search and the chunk scores need only the query's vector: the facts are searched on the
-    # helper thread meanwhile
-    pending = ix.aside(ix.search, "facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else None
     passage, lexical = _passage_and_lexical(ix, query, qvec, s, r)
-    # and what needs no facts is made while they are searched: the passage part of the reset, the names in
-    # the query (seed_ms counts these, the wait for the facts and the seeds)
+
     t0 = time.perf_counter()
-    graph, cv = ix.walk, ix.chunk_vertices
-    ok = cv >= 0
-    reset, floor = build_reset(graph.vcount(), SeedWeights(), cv[ok], passage[ok] * s.passage_node_weight,
-                               s.passage_node_top_k)
-    named = name_seeds(ix, query) if s.entity_name_seeds and s.entity_seed_weight > 0 else []
     seeds = SeedWeights()
-    hits = pending.result() if pending is not None else []
+    graph = ix.walk
+    hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
     facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
     if facts and fact_filter is not None:
         t1 = time.perf_counter()
@@ -353,12 +345,13 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
                 continue
             seeds.entity[v] = seeds.entity.get(v, 0.0) + weight / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
-    for eid in named:
-        v = graph.vertex(eid)
-        if v is None:
-            continue
-        seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
-        seeds.sources.setdefault(v, []).append("name in query")
+    if s.entity_name_seeds and s.entity_seed_weight > 0:
+        for eid in name_seeds(ix, query):
+            v = graph.vertex(eid)
+            if v is None:
+                continue
+            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
+            seeds.sources.setdefault(v, []).append("name in query")
     seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
     r.timings["seed_ms"] = _ms(t0)
 
@@ -369,12 +362,15 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         return
 
     t0 = time.perf_counter()
-    add_seeds(reset, seeds)
+    cv = ix.chunk_vertices
+    ok = cv >= 0
+    reset, floor = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight,
+                               s.passage_node_top_k)
     rules_graph = is_rules_graph(ix.extractor)
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
     if floor > 0:
         load_chunk_prior(ix.project, graph, s.damping, scale)
-    pr = passage_walk(graph, reset, floor, s.damping, scale, ix.aside)
+    pr = passage_walk(graph, reset, floor, s.damping, scale)
     r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
     walk[ok] = pr[cv[ok]]
@@ -382,21 +378,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     full = s.rules_walk_weight if rules_graph else s.walk_weight
     if w < min(full, 1.0):
         r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
-    # the seeds' entity records are read on the helper thread while the chunks are ranked and read
-    seeded = ix.aside(_seed_entities, ix, seeds)
     r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
-    r.entities = seeded.result()
-
-
-def _seed_entities(ix: QueryIndex, seeds: SeedWeights) -> list[dict]:
-    """The seeds' entities as the output lists them, heaviest seed first."""
-    out = []
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
-        e = ix.entities.get(ix.walk.key(v))
+        e = ix.entities.get(graph.key(v))
         if e is not None:
-            out.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
-                        "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
-    return out
+            r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
+                               "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
 
 
 # ------------------------------------------------------------------------------------------ LightRAG

@@ -150,7 +150,6 @@ class QuerySession:
                               for n in cited]}
 
     def close(self) -> None:
-        self.index.close()
         if self._llm is not None:
             self._llm.close()
         if self._reranker is not None:
