@@ -42,13 +42,17 @@ def test_complete_positions_answer_membership_without_reading(tmp_path) -> None:
     assert table["f5"] == facts[5] and table._all is not None
 
 
-def test_doc_paths_are_found_at_their_lines_then_read_whole(tmp_path) -> None:
-    """A document's path comes from its own line of docs.jsonl (a text that quotes another document's id
-    opening is not taken for it); an absent id, or more ids than FIND_LIMIT, reads the file whole once."""
+def test_doc_paths_are_read_at_their_lines_else_whole(tmp_path) -> None:
+    """A document's path comes from its own line of docs.jsonl, found by the id its line opens with (a text that
+    quotes another document's id is not taken for it, nor is an id sharing the first 8 bytes); an absent id, an
+    id shorter than 8 bytes or a file whose lines open otherwise reads the file whole."""
     from hrag_cli.query.index import DocPaths
+    from hrag_cli.project import text_hash
 
-    docs = [Document(doc_id=f"d{i}", path=f"p/{i}.txt", sha256="", bytes=1, n_chunks=1,
-                     metadata={"note": {"doc_id": "d7"} if i == 3 else ""}) for i in range(10)]
+    ids = [text_hash(f"p/{i}.txt") for i in range(10)]
+    ids[5] = ids[6][:8] + "x" * 24                  # the same first 8 bytes as another id
+    docs = [Document(doc_id=ids[i], path=f"p/{i}.txt", sha256="", bytes=1, n_chunks=1,
+                     metadata={"note": {"doc_id": ids[7]} if i == 3 else ""}) for i in range(10)]
     path = tmp_path / "docs.jsonl"
     store.write_jsonl(path, (to_dict(d) for d in docs))
     reads = []
@@ -58,7 +62,13 @@ def test_doc_paths_are_found_at_their_lines_then_read_whole(tmp_path) -> None:
         return {d.doc_id: d.path for d in docs}
 
     paths = DocPaths(path, whole)
-    assert [paths.get(f"d{i}") for i in (7, 3, 0)] == ["p/7.txt", "p/3.txt", "p/0.txt"] and not reads
-    assert paths.get("absent") == "" and len(reads) == 1
-    paths.FIND_LIMIT = 4
-    assert paths.get("d9") == "p/9.txt" and len(reads) == 2
+    assert [paths.get(ids[i]) for i in (7, 3, 0, 6, 5, 9)] == [f"p/{i}.txt" for i in (7, 3, 0, 6, 5, 9)]
+    assert not reads
+    for block in (64, 173, 4096):                   # lines and their ids across the blocks the file is read in
+        small = DocPaths(path, whole)
+        small._BLOCK = block
+        assert [small.get(d) for d in ids] == [f"p/{i}.txt" for i in range(10)] and not reads
+    assert paths.get("absent" * 4) == "" and paths.get("d7") == "" and len(reads) == 2
+    store.write_jsonl(path, ({"path": d.path, "doc_id": d.doc_id} for d in docs))    # another field order
+    assert DocPaths(path, whole).get(ids[4]) == "p/4.txt" and len(reads) == 3
+
