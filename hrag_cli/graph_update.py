@@ -334,13 +334,15 @@ def spliced_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkR
     return cols, Splice(at, remap, added_e, n_struct + again, old)
 
 
-def _row_groups(indptr: np.ndarray, first: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per kept entry of a CSR: its row, its place among its row's kept entries, and its group (0: the row's
-    vertex is the edge's first end, `first` per vertex of them come first; 1: the second end)."""
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))[keep]
-    start = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(indptr) - 1))])
-    place = np.arange(len(rows)) - start[rows]
-    return rows, place, (place >= first[rows]).astype(np.int64)
+def _touched(indptr: np.ndarray, keep: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kept entries of CSR rows `rows` (ascending, distinct), one row after another: their places in the
+    CSR, their rows, and each one's place among its row's kept entries."""
+    lens = indptr[rows + 1] - indptr[rows]
+    idx = np.repeat(indptr[rows] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+    ok = keep[idx]
+    idx, row = idx[ok], np.repeat(rows, lens)[ok]
+    first = np.searchsorted(row, row)               # each entry's row's first kept entry among these
+    return idx, row, np.arange(len(idx)) - first
 
 
 def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: GraphColumns, sp: Splice
@@ -350,8 +352,9 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
     row holds the entries of which its vertex is the first end, then those of the second end, each group in
     edge order, which is kind by kind: PART_OF, NEXT_CHUNK and RELATION edges sorted by their ends, MENTIONED_IN
     by chunk run. So an entry's place sorts by (row, group, kind, the other end or its chunk's run), a key the old
-    entries already follow: the new entries go in by a binary search. None when the old arrays are not those of
-    `old` (the caller makes them from the columns)."""
+    entries already follow: a new entry goes in by a binary search among the old entries of its row (only the
+    rows that take new entries are read entry by entry; the rest is copied). None when the old arrays are not
+    those of `old` (the caller makes them from the columns)."""
     n0, n = old.n, cols.n
     indptr = old_walk["indptr"]
     if len(old_walk["vkind"]) != n0 or len(indptr) != n0 + 1 or int(indptr[-1]) != len(old_walk["cols"]):
@@ -359,14 +362,11 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
     ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
     own = old.edges[ek != _SYN]
     keep = old_walk["kind"] != _SYN
-    first = np.bincount(own[:, 0], minlength=n0)
-    rows, place, group = _row_groups(indptr, first, keep)
-    if len(rows) != 2 * len(own) or not np.array_equal(np.bincount(rows, minlength=n0),
-                                                       np.bincount(own.ravel(), minlength=n0)):
+    syn_rows = np.searchsorted(indptr, np.flatnonzero(~keep), side="right") - 1
+    degree = np.diff(indptr) - np.bincount(syn_rows, minlength=n0)       # kept entries per old row
+    if not np.array_equal(degree, np.bincount(own.ravel(), minlength=n0)):
         return None
-    kind = old_walk["kind"][keep]
-    other = sp.remap[old_walk["cols"][keep]]
-    rows = sp.remap[rows]
+    first = np.bincount(own[:, 0], minlength=n0)      # a row's entries of which its vertex is the first end
     # the run of each chunk vertex among the updated graph's MENTIONED_IN edges (they come in runs by chunk)
     nk = _codes_in(cols.eattrs["kind"], EDGE_KINDS)
     men = np.flatnonzero(nk == _MEN)
@@ -375,7 +375,7 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
         mc = cols.edges[men, 0]
         starts = np.flatnonzero(np.diff(mc, prepend=-1))
         run_of[mc[starts]] = np.arange(len(starts))
-    width = max(n, cols.m, int(np.diff(indptr).max(initial=0))) + 1
+    width = max(n, cols.m, int(degree.max(initial=0))) + 1
     if (2 * 5 * (n + 1)) * width >= 2 ** 62:
         return None
 
@@ -384,10 +384,7 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
         sub = np.where(kind == _MEN, np.where(group == 0, place, run_of[other]), other)
         return ((rows * 2 + group) * 5 + kind) * width + sub
 
-    old_key = sort_key(rows, group, kind.astype(np.int64), other, place)
-    if len(old_key) and not (np.diff(old_key) > 0).all():
-        return None
-    e = sp.added
+    e, r = sp.added, sp.reweighed
     a, b = cols.edges[e, 0], cols.edges[e, 1]
     ke = nk[e].astype(np.int64)
     new_rows, new_other = np.concatenate([a, b]), np.concatenate([b, a])
@@ -395,28 +392,48 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
     new_kind = np.concatenate([ke, ke])
     new_key = sort_key(new_rows, new_group, new_kind, new_other, np.concatenate([e, e]))
     by = np.argsort(new_key, kind="stable")
-    new_key = new_key[by]
-    at = np.searchsorted(old_key, new_key)
-    if len(old_key) and ((at < len(old_key)) & (old_key[np.minimum(at, len(old_key) - 1)] == new_key)).any():
+    new_key, new_rows = new_key[by], new_rows[by]
+    # the old rows that take new entries or new weights, read entry by entry
+    back = np.full(n, -1, dtype=np.int64)
+    back[sp.remap] = np.arange(n0)
+    rows = np.unique(back[np.concatenate([new_rows, cols.edges[r].ravel()])])
+    rows = rows[rows >= 0]
+    idx, row, place = _touched(indptr, keep, rows)
+    kind = old_walk["kind"][idx].astype(np.int64)
+    group = (place >= first[row]).astype(np.int64)
+    old_key = sort_key(sp.remap[row], group, kind, sp.remap[old_walk["cols"][idx]], place)
+    if len(old_key) and not (np.diff(old_key) > 0).all():
         return None
+    kept_start = np.concatenate([[0], np.cumsum(degree)])
+    local_start = np.concatenate([[0], np.cumsum(np.bincount(np.searchsorted(rows, row), minlength=len(rows)))])
+    # where each new entry goes among the kept old ones: its row's start, plus the old entries of its row before it
+    u = np.searchsorted(sp.remap, new_rows)        # its old row, or (an added vertex) the old row after it
+    at = kept_start[u]
+    old_row = back[new_rows] >= 0
+    j = np.searchsorted(rows, u[old_row])
+    hit = np.searchsorted(old_key, new_key[old_row])
+    if len(old_key) and (old_key[np.minimum(hit, len(old_key) - 1)] == new_key[old_row]).any():
+        return None
+    at[old_row] += hit - local_start[j]
     weight = old_walk["weight"][keep]
-    r = sp.reweighed
     if len(r):
         ra, rb = cols.edges[r, 0], cols.edges[r, 1]
         rk = nk[r].astype(np.int64)
         for ends, g in (((ra, rb), 0), ((rb, ra), 1)):
             want = sort_key(ends[0], np.full(len(r), g), rk, ends[1], np.zeros(len(r), np.int64))
-            hit = np.searchsorted(old_key, want)
-            if not (hit < len(old_key)).all() or not np.array_equal(old_key[hit], want):
+            found = np.searchsorted(old_key, want)
+            if not (found < len(old_key)).all() or not np.array_equal(old_key[found], want):
                 return None
-            weight[hit] = cols.weight[r]
+            rr = back[ends[0]]
+            weight[kept_start[rr] + found - local_start[np.searchsorted(rows, rr)]] = cols.weight[r]
     w2 = np.concatenate([cols.weight[e], cols.weight[e]])[by]
+    new_degree = np.zeros(n, dtype=np.int64)
+    new_degree[sp.remap] = degree
     out = {
-        "indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n) + np.bincount(new_rows, minlength=n))
-                                  ]).astype(np.int64),
-        "cols": np.insert(other.astype(np.int32), at, new_other[by].astype(np.int32)),
+        "indptr": np.concatenate([[0], np.cumsum(new_degree + np.bincount(new_rows, minlength=n))]).astype(np.int64),
+        "cols": np.insert(sp.remap.astype(np.int32)[old_walk["cols"][keep]], at, new_other[by].astype(np.int32)),
         "weight": np.insert(weight, at, w2),
-        "kind": np.insert(kind, at, new_kind[by].astype(np.uint8)),
+        "kind": np.insert(old_walk["kind"][keep], at, new_kind[by].astype(np.uint8)),
         "vkind": np.insert(old_walk["vkind"], sp.at, _codes_in(cols.vattrs["kind"], VERTEX_KINDS)[sp.at +
                                                                                                np.arange(len(sp.at))]),
     }
