@@ -282,7 +282,7 @@ def edge_counts(graph: Any) -> dict[str, int]:
 def _pair_columns(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> tuple[list, list, list]:
     """The names a, b and the similarities of `pairs`; records as read from synonyms.jsonl (dicts) by C loops."""
     rows = pairs if isinstance(pairs, list) else list(pairs)
-    if all(type(p) is dict for p in rows):
+    if set(map(type, rows)) <= {dict}:      # (a C loop: a generator per record took 0.2 s at 150,000)
         return [list(map(itemgetter(k), rows)) for k in ("a", "b", "similarity")]   # type: ignore[return-value]
     rows = [(p.a, p.b, p.similarity) if isinstance(p, Synonym) else (p["a"], p["b"], p["similarity"])
             if isinstance(p, dict) else tuple(p) for p in rows]

@@ -78,7 +78,10 @@ class _Coded:
 
     def insert(self, at: np.ndarray, values: list) -> None:
         if len(values):
-            self.codes = np.insert(self.codes, at, np.asarray([self._code(v) for v in values], dtype=np.int32))
+            codes = list(map(self.index.get, values))
+            if None in codes:
+                codes = [self._code(v) if c is None else c for v, c in zip(values, codes)]
+            self.codes = np.insert(self.codes, at, np.asarray(codes, dtype=np.int32))
 
     def column(self) -> Column:
         if not len(self.codes):
