@@ -125,3 +125,56 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     assert updated_graph(*args, (2, 0, 2), Reporter("quiet", out)) is None
     warnings = out.getvalue().splitlines()
     assert len(warnings) == 2 and all("graph.pkl cannot be updated" in w and "from every item" in w for w in warnings)
+
+
+def test_an_added_chunk_of_a_document_the_graph_has_is_out_of_step() -> None:
+    docs = [Document("d1", "a.txt", "h", 1)]
+    old = graph_columns(docs, [ChunkRef("c1", "d1", 0)], [GraphEntity("e1", "E", "person", [])], [],
+                        [("c1", "e1", 1)])
+    with pytest.raises(OutOfStep, match="a document the graph has"):
+        spliced_columns(old, [], [ChunkRef("c2", "d1", 1)], [], [], [])
+    with pytest.raises(OutOfStep, match="in the graph already"):
+        spliced_columns(old, docs, [], [], [], [])
+
+
+def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh_build(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """The saved graph holds the documents and chunks of the last resolve (its `chunk_mark`): the next one reads
+    only what was appended since, and splices graph.pkl and walk.npz, which equal a fresh build's."""
+    import shutil
+    import time
+
+    from typer.testing import CliRunner
+
+    from hrag_cli import graph_update
+    from hrag_cli.cli import app
+
+    def index(docs: Path, project: Path) -> str:
+        result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--stop-after", "resolve",
+                                          "--chunk-tokens", "120", "--chunk-overlap", "10"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    docs = tmp_path / "docs"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "sample_corpus", docs)
+    time.sleep(1.05)        # files younger than a second get no stamp: the next run would read them all again
+    inc = tmp_path / "inc"
+    index(docs, inc)
+    assert Project(inc).stage("resolve").counts["chunk_mark"]["chunks"] > 0
+    (docs / "new_a.txt").write_text("Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    (docs / "zz_new.txt").write_text("Quillon Vesk founded the Amberline Guild in Port Ellery. Orvan Pell sailed "
+                                     "from Port Ellery to Miravel with Hana Okafor.\n")
+
+    def whole(*_args):
+        raise AssertionError("every document or chunk read")
+
+    monkeypatch.setattr(graph_update, "load_documents", whole)
+    monkeypatch.setattr(graph_update, "load_chunk_refs", whole)
+    out = index(docs, inc)
+    assert "cannot be updated" not in out and "new ones merged" in out
+    monkeypatch.undo()
+    index(docs, tmp_path / "fresh")
+    got, want = Project(inc), Project(tmp_path / "fresh")
+    assert got.graph_path.read_bytes() == want.graph_path.read_bytes()
+    with np.load(got.walk_path) as a, np.load(want.walk_path) as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
