@@ -27,7 +27,7 @@ from . import graph_pickle, store
 from .errors import HragError
 from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, WALK_ARRAYS, ChunkRef, GraphEntity,
                     GraphRelation, _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, load_columns,
-                    walk_arrays)
+                    walk_arrays, walk_intact)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -489,6 +489,7 @@ class GraphInputs:
     chunks: list[ChunkRef]          # every chunk (what the merge reads records for)
     added: list[ChunkRef]           # the chunks added since `old` (every chunk when `old` is None)
     old: GraphColumns | None = None
+    walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.walk_intact`): it may be spliced
 
 
 def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
@@ -511,7 +512,7 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
             refs = list(map(ChunkRef, ids, old.vattrs["doc_id"].take(rows).values(),
                             old.vattrs["order"].take(rows).values()))
             added = [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in got[1]]
-            return GraphInputs(got[0], refs + added, added, old)
+            return GraphInputs(got[0], refs + added, added, old, walk_intact(project))
     chunks = load_chunk_refs(project)
     return GraphInputs(load_documents(project), chunks, chunks)
 
@@ -526,6 +527,7 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
     try:
         if inputs.old is not None:
             cols, splice = spliced_columns(inputs.old, inputs.docs, inputs.added, entities, relations, mentions)
+            splice = splice if inputs.walk_ok else None
         else:
             cols, splice = update_columns(load_columns(project), inputs.docs, inputs.chunks, entities, relations,
                                           mentions), None
@@ -541,16 +543,16 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
 
 
 def save_updated(project: Project, cols: GraphColumns, sp: Splice | None) -> None:
-    """graph.pkl of `cols`, and walk.npz spliced from the saved one (made from `cols` without a splice, or when
-    the saved one is missing, damaged or not the saved graph's)."""
+    """graph.pkl of `cols`, and walk.npz spliced from the saved one (made from `cols` without a splice: the saved
+    one damaged or not the saved graph's)."""
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
-    arrays = None
+    _write_walk(project, _spliced_saved(project, cols, sp) if sp is not None else walk_arrays(cols))
+
+
+def _spliced_saved(project: Project, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
     try:
-        if sp is None:
-            raise OutOfStep("no splice")
         with np.load(project.walk_path, allow_pickle=False) as z:
-            old_walk = {k: z[k] for k in WALK_ARRAYS}
-        arrays = spliced_walk(old_walk, sp.old, cols, sp)
-    except Exception:  # missing, damaged, or a key repeated (OutOfStep): made from the columns instead
-        pass
-    _write_walk(project, arrays if arrays is not None else walk_arrays(cols))
+            arrays = spliced_walk({k: z[k] for k in WALK_ARRAYS}, sp.old, cols, sp)
+    except Exception:  # unreadable, or a key repeated (OutOfStep): made from the columns instead
+        arrays = None
+    return arrays if arrays is not None else walk_arrays(cols)
