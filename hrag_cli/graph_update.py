@@ -16,7 +16,7 @@ the same arrays `graph.walk_arrays` makes, at array speed, where sorting every e
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -69,19 +69,19 @@ class _Coded:
             self.vocab.append(value)
         return code
 
-    def set(self, rows: np.ndarray, values: list) -> None:
-        """Row rows[i] := values[i] (a value not seen yet coded in the order given)."""
+    def _codes(self, values: list) -> list[int]:
+        """The codes of `values` (looked up in a C loop; a value not seen yet coded in the order given)."""
         codes = list(map(self.index.get, values))
-        if None in codes:
-            codes = [self._code(v) if c is None else c for v, c in zip(values, codes)]
-        self.codes[rows] = codes
+        return [self._code(v) if c is None else c for v, c in zip(values, codes)] if None in codes else codes
+
+    def set(self, rows: np.ndarray, values: list) -> None:
+        """Row rows[i] := values[i]."""
+        self.codes[rows] = self._codes(values)
 
     def insert(self, at: np.ndarray, values: list) -> None:
+        """values[j] put before row at[j]."""
         if len(values):
-            codes = list(map(self.index.get, values))
-            if None in codes:
-                codes = [self._code(v) if c is None else c for v, c in zip(values, codes)]
-            self.codes = np.insert(self.codes, at, np.asarray(codes, dtype=np.int32))
+            self.codes = np.insert(self.codes, at, np.asarray(self._codes(values), dtype=np.int32))
 
     def column(self) -> Column:
         if not len(self.codes):
@@ -121,7 +121,7 @@ class Splice:
     old: GraphColumns       # the saved graph
 
 
-def _entity_vertices(ent_ids: list[str], n_dc: int):
+def _entity_vertices(ent_ids: list[str], n_dc: int) -> Callable[[list[str]], np.ndarray]:
     """eids -> their entity vertices (entities numbered from `n_dc` in id order); bisect and compare in C loops:
     one Python call per list, not per id."""
     def vertices(eids: list[str]) -> np.ndarray:
@@ -146,7 +146,8 @@ def _entity_rows(old: GraphColumns, ent0: int, keys: list, entities: list[GraphE
     return (_spliced(old_ents, at, [e.id for e in added]) if added else old_ents), at, added
 
 
-def _relations(old: GraphColumns, ek: np.ndarray, remap: np.ndarray, n: int, vertices, relations: list[GraphRelation]
+def _relations(old: GraphColumns, ek: np.ndarray, remap: np.ndarray, n: int,
+               vertices: Callable[[list[str]], np.ndarray], relations: list[GraphRelation]
                ) -> tuple[np.ndarray, np.ndarray, list, Column, np.ndarray, np.ndarray]:
     """The relation edges after the update, in (src, tgt) order, which is the order of their end vertices
     (entities are numbered in id order): ends, weights, ids, types; and the places of the new ones and of
@@ -183,8 +184,9 @@ def _relations(old: GraphColumns, ek: np.ndarray, remap: np.ndarray, n: int, ver
     return r_ends, r_weight, r_ids, r_types.column(), placed, _shifted(pos[again], at_r)
 
 
-def _mentions(old: GraphColumns, ek: np.ndarray, keys: list, remap: np.ndarray, where: dict[str, int], vertices,
-              mentions: Iterable[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mentions(old: GraphColumns, ek: np.ndarray, keys: list, remap: np.ndarray, where: dict[str, int],
+              vertices: Callable[[list[str]], np.ndarray], mentions: Iterable[tuple[str, str, int]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The MENTIONED_IN edges after the update, in chunk_id order, each chunk's run whole (a new chunk's run
     goes before any run of its chunk_id), their weights, and the places of the new ones. `where`: the chunk
     vertices mentions may name."""
