@@ -349,7 +349,8 @@ def walk_intact(project: Project) -> bool:
         stages = project.manifest()["stages"]
     except HragError:
         return False
-    metas = [((stages.get(name) or {}).get("artifacts") or {}).get("graph/walk.npz") for name in ("synonyms", "resolve")]
+    metas = [((stages.get(name) or {}).get("artifacts") or {}).get("graph/walk.npz")
+             for name in ("synonyms", "resolve")]       # the later stage's record wins, as project.check has it
     meta = next((m for m in metas if isinstance(m, dict)), None)
     return meta is not None and artifacts.check_one(project.walk_path, meta, True) == ""
 
