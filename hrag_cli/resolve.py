@@ -40,7 +40,7 @@ from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, edge_counts, graph_columns, save_graph
-from .graph_update import updated_graph
+from .graph_update import GraphInputs, graph_inputs, save_updated, updated_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -48,7 +48,7 @@ from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
                               fact_record, relation_record)
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
-from .ingest import load_chunk_refs, load_documents
+from .ingest import chunk_mark, load_chunk_refs, load_documents
 
 def settings_fingerprint(settings: Settings) -> str:
     """Resolve settings; the model, language, context size and prompt wording only when summaries can run."""
@@ -561,7 +561,10 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
-    docs, chunks, _ = load_inputs(project)   # no chunk text (pruning reads it if it must)
+    # no chunk text (pruning reads it if it must); the saved graph holds the documents and chunks of the last run
+    mark = chunk_mark(project)
+    inputs = graph_inputs(project, before.counts.get("chunk_mark") if before else None)
+    chunks = inputs.chunks
     summarizer = Summarizer(project, settings, reporter)
     merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
@@ -587,10 +590,11 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             # the saved graph updated with the items made again and the new chunks' mentions; when it cannot be
             # (missing, damaged, or not the graph these changes apply to: updated_graph warns), every record is
             # merged again and the graph built from every item (the state keeps no mentions to build it from)
-            graph = updated_graph(project, docs, chunks, graph_ents, graph_rels, merged.touched.mentions,
-                                  (totals["entities"], totals["relations"], totals["mentions"]), reporter)
+            update = updated_graph(project, inputs, graph_ents, graph_rels, merged.touched.mentions,
+                                   (totals["entities"], totals["relations"], totals["mentions"]), reporter)
             del graph_ents, graph_rels
-            if graph is None:
+            graph = update[0] if update is not None else None
+            if update is None:
                 merged, changed = full(), None
             else:
                 sizes = {k: totals[k] for k in ("entities", "relations", "facts")}
@@ -610,7 +614,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                                       "next run merges every record again")
                         project.resolve_state_path.unlink(missing_ok=True)
                 del merged
-                save_graph(project, graph)
+                save_updated(project, *update)
+                del update
     if graph is None:
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
         keys = resolve_state.sorted_keys(merged)
@@ -625,7 +630,9 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
                  "facts": resolved.fact_count}
         stats = {**resolved.stats, "records_merged": resolved.records}
-        graph = write_outputs(project, resolved, docs, chunks)
+        if inputs.old is not None:      # only the added documents: the graph is made from every one
+            inputs = GraphInputs(load_documents(project), chunks, chunks)
+        graph = write_outputs(project, resolved, inputs.docs, chunks)
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
@@ -645,6 +652,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         **stats,
         "summaries_llm_calls": summarizer.llm_calls,
         "summaries_cached": summarizer.cached,
+        "chunk_mark": mark,     # the documents and chunks the graph holds (the next run's `graph_inputs`)
     }
     return StageOutcome(counts=counts, output_digest=digest)
 

@@ -12,7 +12,7 @@ import pytest
 from hrag_cli import graph_pickle
 from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph,
                             save_synonym_edges, set_synonym_edges, walk_arrays)
-from hrag_cli.graph_update import OutOfStep, update_columns
+from hrag_cli.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
 from hrag_cli.project import Project
 from hrag_cli.records import Document
 
@@ -57,19 +57,29 @@ def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> Non
     project.init()
     save_graph(project, old)
     # additions: new documents whose chunks name old and new entities (old ones renamed/retyped, old relations
-    # weighed again), and one old document renamed
+    # weighed again), and (given every document) one old document renamed
     new_docs, new_chunks, new_mentions = _corpus(rng, 5, ents, rels, "b")
-    docs = [Document(d.doc_id, "renamed.txt", "h", 1) if i == 3 else d for i, d in enumerate(docs)]
+    renamed = [Document(d.doc_id, "renamed.txt", "h", 1) if i == 3 else d for i, d in enumerate(docs)]
     changed_e = [e for k, e in sorted(ents.items()) if before_ents.get(k) is not e]
     changed_r = [r for k, r in sorted(rels.items()) if before_rels.get(k) is not r]
     assert changed_e and changed_r
     all_mentions = sorted(mentions + new_mentions, key=lambda m: m[0])
     new_mentions = [m for m in all_mentions if m[0] in {c.chunk_id for c in new_chunks}]
     e_list, r_list = _sorted_items(ents, rels)
-    fresh = graph_columns(docs + new_docs, chunks + new_chunks, e_list, r_list, all_mentions)
-    got = update_columns(load_columns(project), docs + new_docs, chunks + new_chunks, changed_e, changed_r,
+    fresh = graph_columns(renamed + new_docs, chunks + new_chunks, e_list, r_list, all_mentions)
+    got = update_columns(load_columns(project), renamed + new_docs, chunks + new_chunks, changed_e, changed_r,
                          new_mentions)
     assert graph_pickle.dumps(got) == graph_pickle.dumps(fresh)
+    # given only the added documents and chunks, the same graph; walk.npz spliced from the saved one (SYNONYM
+    # edges and all) is the one made from the columns
+    fresh = graph_columns(docs + new_docs, chunks + new_chunks, e_list, r_list, all_mentions)
+    got, splice = spliced_columns(load_columns(project), new_docs, new_chunks, changed_e, changed_r, new_mentions)
+    assert graph_pickle.dumps(got) == graph_pickle.dumps(fresh)
+    with np.load(project.walk_path) as saved:
+        spliced = spliced_walk(dict(saved), load_columns(project), got, splice)
+    want = walk_arrays(fresh)
+    assert spliced is not None and spliced.keys() == want.keys()
+    assert all(np.array_equal(spliced[k], want[k]) and spliced[k].dtype == want[k].dtype for k in want)
     # the synonyms stage then puts its edges into the saved walk arrays: the arrays made from scratch
     save_graph(project, got)
     for round_ in range(2):
@@ -98,20 +108,74 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     from hrag_cli.graph_update import updated_graph
     from hrag_cli.progress import Reporter
 
-    docs = [Document("d1", "a.txt", "h", 1)]
-    chunks = [ChunkRef("c1", "d1", 0), ChunkRef("c2", "d1", 1)]
+    docs = [Document("d1", "a.txt", "h", 1), Document("d2", "b.txt", "h", 1)]
+    chunks = [ChunkRef("c1", "d1", 0), ChunkRef("c2", "d2", 0)]
     ents = [GraphEntity("e1", "E", "person", []), GraphEntity("e2", "F", "place", [])]
     project = Project(tmp_path / "p")
     project.init()
-    save_graph(project, graph_columns(docs, chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
+    save_graph(project, graph_columns(docs[:1], chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
     out = io.StringIO()
-    args = (project, docs, chunks, ents[1:], [], [("c2", "e2", 2)])
+    args = (project, GraphInputs(docs, chunks, chunks), ents[1:], [], [("c2", "e2", 2)])
     got = updated_graph(*args, (2, 0, 2), Reporter("quiet", out))
     assert got is not None and out.getvalue() == ""
-    assert graph_pickle.dumps(got) == graph_pickle.dumps(graph_columns(docs, chunks, ents, [], [("c1", "e1", 1),
-                                                                                                ("c2", "e2", 2)]))
+    assert graph_pickle.dumps(got[0]) == graph_pickle.dumps(graph_columns(docs, chunks, ents, [],
+                                                                          [("c1", "e1", 1), ("c2", "e2", 2)]))
     assert updated_graph(*args, (3, 0, 2), Reporter("quiet", out)) is None      # not the graph the merge expects
     project.graph_path.write_bytes(project.graph_path.read_bytes()[:100])
     assert updated_graph(*args, (2, 0, 2), Reporter("quiet", out)) is None
     warnings = out.getvalue().splitlines()
     assert len(warnings) == 2 and all("graph.pkl cannot be updated" in w and "from every item" in w for w in warnings)
+
+
+def test_an_added_chunk_of_a_document_the_graph_has_is_out_of_step() -> None:
+    docs = [Document("d1", "a.txt", "h", 1)]
+    old = graph_columns(docs, [ChunkRef("c1", "d1", 0)], [GraphEntity("e1", "E", "person", [])], [],
+                        [("c1", "e1", 1)])
+    with pytest.raises(OutOfStep, match="a document the graph has"):
+        spliced_columns(old, [], [ChunkRef("c2", "d1", 1)], [], [], [])
+    with pytest.raises(OutOfStep, match="in the graph already"):
+        spliced_columns(old, docs, [], [], [], [])
+
+
+def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh_build(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """The saved graph holds the documents and chunks of the last resolve (its `chunk_mark`): the next one reads
+    only what was appended since, and splices graph.pkl and walk.npz, which equal a fresh build's."""
+    import shutil
+    import time
+
+    from typer.testing import CliRunner
+
+    from hrag_cli import graph_update
+    from hrag_cli.cli import app
+
+    def index(docs: Path, project: Path) -> str:
+        result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--stop-after", "resolve",
+                                          "--chunk-tokens", "120", "--chunk-overlap", "10"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    docs = tmp_path / "docs"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "sample_corpus", docs)
+    time.sleep(1.05)        # files younger than a second get no stamp: the next run would read them all again
+    inc = tmp_path / "inc"
+    index(docs, inc)
+    assert Project(inc).stage("resolve").counts["chunk_mark"]["chunks"] > 0
+    (docs / "new_a.txt").write_text("Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    (docs / "zz_new.txt").write_text("Quillon Vesk founded the Amberline Guild in Port Ellery. Orvan Pell sailed "
+                                     "from Port Ellery to Miravel with Hana Okafor.\n")
+
+    def whole(*_args):
+        raise AssertionError("every document or chunk read, or every walk entry sorted")
+
+    monkeypatch.setattr(graph_update, "load_documents", whole)
+    monkeypatch.setattr(graph_update, "load_chunk_refs", whole)
+    monkeypatch.setattr(graph_update, "walk_arrays", whole)       # walk.npz spliced, not made again
+    out = index(docs, inc)
+    assert "cannot be updated" not in out and "new ones merged" in out
+    monkeypatch.undo()
+    index(docs, tmp_path / "fresh")
+    got, want = Project(inc), Project(tmp_path / "fresh")
+    assert got.graph_path.read_bytes() == want.graph_path.read_bytes()
+    with np.load(got.walk_path) as a, np.load(want.walk_path) as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
