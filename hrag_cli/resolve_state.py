@@ -169,12 +169,11 @@ def _header_frame(header: StateHeader, merged: Any) -> dict:
             "self_loops": merged.self_loops, "inexact": list(merged.inexact)}
 
 
-def sorted_keys(merged: Any, sections: tuple[str, ...] = SECTIONS) -> dict[str, list]:
+def sorted_keys(merged: Any) -> dict[str, list]:
     """Each section's keys in order. For a Merged over a state (Lazy sections) the state's key frames are read
-    (no accumulator) and the keys this run created put among them (a patch wants the facts' when an entity
-    was renamed: its facts as object are no run of the sorted keys)."""
+    (no accumulator) and the keys this run created put among them."""
     out = {}
-    for s in sections:
+    for s in SECTIONS:
         accs = getattr(merged, s)
         if isinstance(accs, Lazy):
             keys = accs.reader.keys(s)

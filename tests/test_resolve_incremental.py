@@ -79,6 +79,26 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
         assert changed[name] == sorted(ids) and ids, name
 
 
+def test_a_renamed_entity_remakes_the_old_facts_that_name_it_as_subject_or_object(tmp_path: Path) -> None:
+    """A new mention that changes an entity's display name changes every fact naming it, also those of chunks
+    the run did not read (found from the entity's sources, not by reading every fact key)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _add(docs, "a.txt", "Alma Brenner visited Port Ellery.\n")
+    _add(docs, "b.txt", "Port Ellery welcomed Casimir Dole.\n")
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    def objects() -> set[tuple[str, str]]:
+        return {(f["subject"], f["object"]) for f in store.read_jsonl(Project(inc).facts_path)}
+    assert ("Alma Brenner", "Port Ellery") in objects()
+    _add(docs, "c.txt", "Port ELLERY hosted Dana Frey. Port ELLERY hosted Egon Falk. Port ELLERY hosted Greta Holm. "
+                        "Port ELLERY hosted Ivo Jensen.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    assert {("Alma Brenner", "Port ELLERY"), ("Port ELLERY", "Casimir Dole")} <= objects()
+    _same_as_fresh(docs, inc, tmp_path)
+
+
 def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_the_state_again(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
