@@ -103,8 +103,9 @@ class Touched:
     mentions: list[tuple[str, str, int]]     # the new chunks' mentions, in chunk_id order (for the graph)
     # entity id -> its (display name, type) before this merge, for each entity it touched that existed
     old_entities: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # entity ids -> every fact key naming one of them (set by resolve's merge into the state: _facts_naming)
-    facts_naming: Callable[[set[str]], set[tuple[str, str, str]]] | None = None
+    # (the Merged, entity ids) -> every fact key naming one of them (set by a merge into the state:
+    # _facts_naming with the records it read; the Merged is an argument, so no cycle keeps it alive)
+    facts_naming: Callable[[Merged, set[str]], set[tuple[str, str, str]]] | None = None
 
 
 @lru_cache(maxsize=1_000_000)
@@ -461,8 +462,7 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
             merged = None
         if merged is not None:
             if merged.touched is not None:
-                m = merged
-                merged.touched.facts_naming = lambda eids: _facts_naming(
+                merged.touched.facts_naming = lambda m, eids: _facts_naming(
                     m, eids, lambda ids: iter_pruned(project, settings, current.only(ids)))
             added = replay | new
             small = len(added) <= resolve_state.RESAVE_SHARE * len(state.offsets)

@@ -200,7 +200,7 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, base_id: st
         """The facts merged into, and those naming a renamed entity (known once the entities are made)."""
         out = set(t.facts)
         if renamed:
-            out.update(t.facts_naming(renamed))
+            out.update(t.facts_naming(merged, renamed))
         return sorted(out)
 
     def remake_fact(fkey: tuple[str, str, str], line: bytes | None, existed: bool) -> Any:
