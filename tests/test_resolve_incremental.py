@@ -311,7 +311,7 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     assert all(f in out for f in copied)
     again = resolve_state.Reader(folded)
     def items(r: resolve_state.Reader, s: str) -> list[tuple]:
-        return [(k, *f) for b in range(len(r.index[s][0])) for k, f in zip(*r.block(s, b))]
+        return [r.find(s, k) for k in r.keys(s)]
 
     whole = {s: items(reader, s) for s in resolve_state.SECTIONS}
     whole["entities"] = sorted([*(t for t in whole["entities"] if t[0] != keys[5]), acc.item(keys[5]),
