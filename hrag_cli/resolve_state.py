@@ -396,8 +396,7 @@ class Reader:
         got = self._fields.get((s, b))
         if got is None:
             got = self._frame(self._span(self.index[s][1][b])[1])
-            if got.__class__ is not list or len(got) != self.index[s][2][b] or \
-                    not all(x.__class__ is bytes for x in got):
+            if got.__class__ is not list or len(got) != self.index[s][2][b]:     # an item: checked when decoded
                 raise Damaged(f"a {s} block has the wrong shape")
             self._fields[(s, b)] = got
         return got
