@@ -59,10 +59,11 @@ from .resolve_records import _EntityAcc, _FactAcc, _RelationAcc
 STATE_VERSION = 3
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
 # keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
-# per block). At 100k passages a 1 %
-# addition touches a key in most blocks of any size for relations and facts; at 16 and 128 the state took 14.5 MB
-# on the first 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
-BLOCK = {"entities": 64, "relations": 512, "facts": 1024}
+# per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
+# into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
+# files of 283, 289 and 297 MB (version 3); at 16/128/128 (version 2) the state took 14.5 MB on the first
+# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
+BLOCK = {"entities": 64, "relations": 256, "facts": 256}
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
 _ACCS = (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))
