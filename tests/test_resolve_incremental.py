@@ -217,6 +217,10 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     v1.write_bytes(len(blob).to_bytes(8, "little") + blob)
     with pytest.raises(resolve_state.OldFormat):
         resolve_state.read_header(v1)
+    blob = zlib.compress(marshal.dumps({"version": 2, "basis": "x", "offsets": {}, "cache_size": 0, "cache_sum": ""}))
+    v1.write_bytes(len(blob).to_bytes(8, "little") + blob)      # version 2: sources as chunk ids, whole blocks
+    with pytest.raises(resolve_state.OldFormat):
+        resolve_state.read_header(v1)
 
 
 def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
