@@ -46,7 +46,7 @@ from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
 from .records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record,
-                              fact_record, relation_record)
+                              fact_record, live, relation_record)
 from .summaries import SummaryJob, Summarizer, summary_prompt_version
 from .ingest import chunk_mark, load_chunk_refs, load_documents
 
@@ -103,6 +103,9 @@ class Touched:
     mentions: list[tuple[str, str, int]]     # the new chunks' mentions, in chunk_id order (for the graph)
     # entity id -> its (display name, type) before this merge, for each entity it touched that existed
     old_entities: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # (the Merged, entity ids) -> every fact key naming one of them (set by a merge into the state:
+    # _facts_naming with the records it read; the Merged is an argument, so no cycle keeps it alive)
+    facts_naming: Callable[[Merged, set[str]], set[tuple[str, str, str]]] | None = None
 
 
 @lru_cache(maxsize=1_000_000)
@@ -458,12 +461,29 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
             reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
             merged = None
         if merged is not None:
+            if merged.touched is not None:
+                merged.touched.facts_naming = lambda m, eids: _facts_naming(
+                    m, eids, lambda ids: iter_pruned(project, settings, current.only(ids)))
             added = replay | new
             small = len(added) <= resolve_state.RESAVE_SHARE * len(state.offsets)
             delta = resolve_state.Delta(resolve_state.header_id(state), {c: header.offsets[c] for c in added},
                                         header.unknown) if small else None
             return merged, header, full, delta
     return full(), header, full, None
+
+
+def _facts_naming(merged: Merged, eids: set[str], records_of: Callable[[set[str]], Iterable[ExtractionRecord]]
+                  ) -> set[tuple[str, str, str]]:
+    """The fact keys with an entity of `eids` as subject or object, after a merge into the state: a fact's
+    endpoints are mentions, so its chunks are among each endpoint's sources; those chunks' records (a few,
+    where reading every fact key of the state is O(project)) merged again on their own, with the state's keys,
+    give every such fact."""
+    chunks: set[str] = set()
+    for eid in eids:
+        chunks.update(live(merged.entities, eid, _EntityAcc).sources)
+    again = _merge(records_of(chunks), merged.keys)
+    assert again is not None        # a merge with keys never stops for a plan
+    return {f for f in again.facts if f[0] in eids or f[2] in eids}
 
 
 def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]

@@ -15,7 +15,6 @@ resolve merges from scratch instead.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import resolve_state, store
+from . import store
 from .graph import GraphEntity, GraphRelation
 from .resolve_records import (UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, live,
                               relation_id, relation_record)
@@ -200,14 +199,8 @@ def patch_outputs(project: Any, merged: Any, summarizer: Summarizer, base_id: st
     def changed_facts() -> list[tuple[str, str, str]]:
         """The facts merged into, and those naming a renamed entity (known once the entities are made)."""
         out = set(t.facts)
-        if renamed:     # every fact key, read from the state's key frames (no accumulator)
-            order = resolve_state.sorted_keys(merged, ("facts",))["facts"]
-            for s in renamed:     # as subject: a run of the sorted keys
-                i = bisect.bisect_left(order, (s,))
-                while i < len(order) and order[i][0] == s:
-                    out.add(order[i])
-                    i += 1
-            out.update(fkey for fkey in order if fkey[2] in renamed)
+        if renamed:
+            out.update(t.facts_naming(merged, renamed))
         return sorted(out)
 
     def remake_fact(fkey: tuple[str, str, str], line: bytes | None, existed: bool) -> Any:

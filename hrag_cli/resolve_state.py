@@ -12,7 +12,7 @@ before, different settings or an LLM that may summarise make resolve merge from 
 equal a fresh build's, byte for byte.
 
 Keyed: each section's keys are sorted and stored in blocks of BLOCK keys (one zlib frame of the keys, one of
-their accumulators), and an index at the end of the file holds each block's first key and place. A run after
+their accumulators, each marshalled on its own), and an index at the end of the file holds each block's first key and place. A run after
 additions opens the file (header and index: a few milliseconds at 100k passages), and the merge looks each key
 its records name up in one block (resolve_state.Lazy), so the accumulators no new record touches are never
 read or decompressed; a key no block has is new.
@@ -24,12 +24,17 @@ order), then its own new ones. Once the delta holds more than RESAVE_SHARE of th
 written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
 written with the merged accumulators; so the replay stays a small part of a run.
 
-Format (version 2): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
-blocks (keys frame, accumulators frame), then the index frame, then a 16-byte trailer (the index's offset and a
+Format (version 3): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
+blocks (keys frame; accumulators frame: a list of each accumulator's own marshal bytes, so a lookup unmarshals
+the one it wants, not the block's hundreds: at 100k passages a 1 % addition touches keys in most blocks, and
+unmarshalling whole blocks was half of reading them), then the index frame, then a 16-byte trailer (the index's offset and a
 magic). marshal is fast for plain dicts, lists and tuples and its format belongs to the Python version, which
 the header's basis records. A frame that does not read back whole (zlib's checksum, marshal, the shapes) is
 damage: one warning, and a merge from scratch; a version 1 file (one stream of batches) is merged from scratch
-once, with an info line, and saved in this format.
+once, with an info line, and saved in this format (so is a version 2 file, whose accumulator frames were one
+marshalled list and held chunk ids). An accumulator's sources are saved as numbers into the header's chunk
+list (`chunks`: numbers are kept by a fold, so copied blocks stay right; new chunks are appended): a chunk id
+is 32 hex characters, and they were a fifth of the file (348 MB at 100k passages, 283 MB without them).
 """
 
 from __future__ import annotations
@@ -51,16 +56,19 @@ from . import store
 from .project import fingerprint
 from .resolve_records import _EntityAcc, _FactAcc, _RelationAcc
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
 # keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
-# per block). At 100k passages a 1 %
-# addition touches a key in most blocks of any size for relations and facts; at 16 and 128 the state took 14.5 MB
-# on the first 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
-BLOCK = {"entities": 64, "relations": 512, "facts": 1024}
+# per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
+# into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
+# files of 283, 289 and 297 MB (version 3); at 16/128/128 (version 2) the state took 14.5 MB on the first
+# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
+BLOCK = {"entities": 64, "relations": 256, "facts": 256}
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
-WIDTH = {s: len(cls.__slots__) for s, cls in (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))}
+_ACCS = (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))
+WIDTH = {s: len(cls.__slots__) for s, cls in _ACCS}
+_SOURCES = {s: cls.__slots__.index("sources") for s, cls in _ACCS}     # the field saved as chunk numbers
 _LEN = struct.Struct("<Q")
 _TRAILER = struct.Struct("<Q8s")
 _MAGIC = b"hragRS2\n"
@@ -111,11 +119,16 @@ def _saved_fields(acc: Any) -> tuple:
     return acc[1:] if acc.__class__ is tuple else acc.fields()
 
 
-class _Writer:
-    """Frames to a file handle, and the index of the blocks written."""
+def _numbered(chunks: list[str]) -> dict[str, int]:
+    return {c: i for i, c in enumerate(chunks)}
 
-    def __init__(self, fh: BinaryIO) -> None:
-        self.fh, self.at = fh, 0
+
+class _Writer:
+    """Frames to a file handle, and the index of the blocks written; `number`: chunk id -> its number (the
+    header's chunk list)."""
+
+    def __init__(self, fh: BinaryIO, number: dict[str, int]) -> None:
+        self.fh, self.at, self.number = fh, 0, number
         self.index: dict[str, tuple[list, list, list]] = {s: ([], [], []) for s in SECTIONS}  # first keys, places, sizes
 
     def frame(self, value: Any) -> None:
@@ -126,13 +139,19 @@ class _Writer:
         self.fh.write(blob)
         self.at += _LEN.size + len(blob)
 
-    def block(self, section: str, keys: list, fields: list) -> None:
+    def item(self, section: str, fields: tuple) -> bytes:
+        """One accumulator's saved fields as its block lists them: marshalled, its sources as chunk numbers."""
+        at, number = _SOURCES[section], self.number
+        return marshal.dumps((*fields[:at], [number[c] for c in fields[at]], *fields[at + 1:]))
+
+    def block(self, section: str, keys: list, items: list[bytes]) -> None:
+        """A block of `keys` and their accumulators (`item` bytes)."""
         firsts, places, sizes = self.index[section]
         firsts.append(keys[0])
         places.append(self.at)
         sizes.append(len(keys))
         self.frame(keys)
-        self.frame(fields)
+        self.frame(items)
 
     def copied(self, section: str, first: Any, n: int, frames: bytes) -> None:
         """A block read from an earlier file, its two frames as they were."""
@@ -147,9 +166,10 @@ class _Writer:
         """(key, fields) in key order, as blocks."""
         keys: list = []
         fields: list = []
+        item = self.item
         for key, f in items:
             keys.append(key)
-            fields.append(f)
+            fields.append(item(section, f))
             if len(keys) >= BLOCK[section]:
                 self.block(section, keys, fields)
                 keys, fields = [], []
@@ -162,19 +182,18 @@ class _Writer:
         self.fh.write(_TRAILER.pack(where, _MAGIC))
 
 
-def _header_frame(header: StateHeader, merged: Any) -> dict:
-    return {"version": STATE_VERSION, "basis": header.basis, "offsets": header.offsets,
+def _header_frame(header: StateHeader, merged: Any, chunks: list[str]) -> dict:
+    return {"version": STATE_VERSION, "basis": header.basis, "offsets": header.offsets, "chunks": chunks,
             "cache_size": header.cache_size, "cache_sum": header.cache_sum, "unknown": header.unknown,
             "counts": header.counts, "records": merged.records, "dropped_rows": merged.dropped_rows,
             "self_loops": merged.self_loops, "inexact": list(merged.inexact)}
 
 
-def sorted_keys(merged: Any, sections: tuple[str, ...] = SECTIONS) -> dict[str, list]:
+def sorted_keys(merged: Any) -> dict[str, list]:
     """Each section's keys in order. For a Merged over a state (Lazy sections) the state's key frames are read
-    (no accumulator) and the keys this run created put among them (a patch wants the facts' when an entity
-    was renamed: its facts as object are no run of the sorted keys)."""
+    (no accumulator) and the keys this run created put among them."""
     out = {}
-    for s in sections:
+    for s in SECTIONS:
         accs = getattr(merged, s)
         if isinstance(accs, Lazy):
             keys = accs.reader.keys(s)
@@ -191,9 +210,10 @@ def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) ->
     in key order (`keys`: each section's keys sorted), block by block, so the file never needs a second copy
     of the state in memory."""
     header.counts = {**{s: len(keys[s]) for s in SECTIONS}, "mentions": len(merged.mentions)}
+    chunks = sorted(header.offsets)
     with store.atomic_writer(path) as fh:
-        w = _Writer(fh)
-        w.frame(_header_frame(header, merged))
+        w = _Writer(fh, _numbered(chunks))
+        w.frame(_header_frame(header, merged, chunks))
         for s in SECTIONS:
             accs = getattr(merged, s)
             w.section(s, ((k, _saved_fields(accs[k])) for k in keys[s]))
@@ -205,9 +225,11 @@ def fold(path: Path, header: StateHeader, merged: Any) -> None:
     every block of the old file that none of the merged keys falls in is copied as its bytes; the others are
     decoded and written with the merged accumulators in their place. `header.counts` must be the new totals."""
     old = merged.entities.reader
+    number = _numbered(old.chunks)
+    chunks = old.chunks + sorted(c for c in header.offsets if c not in number)     # the old numbers kept
     with store.atomic_writer(path) as fh:
-        w = _Writer(fh)
-        w.frame(_header_frame(header, merged))
+        w = _Writer(fh, _numbered(chunks))
+        w.frame(_header_frame(header, merged, chunks))
         for s in SECTIONS:
             _fold_section(w, s, old, getattr(merged, s))
         w.finish()
@@ -225,14 +247,16 @@ def _fold_section(w: _Writer, s: str, old: Reader, mine: dict) -> None:
         if lo == j:
             w.copied(s, first, sizes[b], old.frames(places[b]))
             continue
-        keys, fields = old.block(s, b)
-        items = sorted({**dict(zip(keys, fields)), **{k: _saved_fields(mine[k]) for k in ours[lo:j]}}.items())
+        # the block's other accumulators are copied as their bytes, never decoded
+        keys, fields = old.block_keys(s, b), old.block_fields(s, b)
+        items = sorted({**dict(zip(keys, fields)), **{k: w.item(s, _saved_fields(mine[k])) for k in ours[lo:j]}}
+                       .items())
         _balanced(w, s, items)
-    _balanced(w, s, [(k, _saved_fields(mine[k])) for k in ours[j:]])
+    _balanced(w, s, [(k, w.item(s, _saved_fields(mine[k]))) for k in ours[j:]])
 
 
-def _balanced(w: _Writer, s: str, items: list[tuple[Any, tuple]]) -> None:
-    """`items` as blocks of nearly equal size, none past BLOCK[s] keys."""
+def _balanced(w: _Writer, s: str, items: list[tuple[Any, bytes]]) -> None:
+    """`items` (key, `_Writer.item` bytes) as blocks of nearly equal size, none past BLOCK[s] keys."""
     parts = -(-len(items) // BLOCK[s])
     for i in range(parts):
         chunk = items[len(items) * i // parts:len(items) * (i + 1) // parts]
@@ -330,6 +354,9 @@ class Reader:
             raise Damaged("its index has the wrong shape") from None
         if not ok:
             raise Damaged("its index and header counts differ")
+        self.chunks: list[str] = self._raw.get("chunks")       # what sources' numbers name
+        if self.chunks.__class__ is not list:
+            raise Damaged("no chunk list")
         self._keys: dict[tuple[str, int], list] = {}       # blocks' keys and fields, as they were decoded
         self._fields: dict[tuple[str, int], list] = {}
         self._cum: dict[str, list[int]] = {}      # per section: keys before each block
@@ -365,19 +392,27 @@ class Reader:
             raise Damaged(f"a {s} block has the wrong shape")
         return got
 
-    def block_fields(self, s: str, b: int) -> list:
-        """The saved fields of block `b`'s keys, in their order."""
+    def block_fields(self, s: str, b: int) -> list[bytes]:
+        """The accumulators of block `b`'s keys, in their order, as saved (`_Writer.item` bytes)."""
         got = self._fields.get((s, b))
         if got is None:
             got = self._frame(self._span(self.index[s][1][b])[1])
-            if got.__class__ is not list or len(got) != self.index[s][2][b]:
+            if got.__class__ is not list or len(got) != self.index[s][2][b]:     # an item: checked when decoded
                 raise Damaged(f"a {s} block has the wrong shape")
             self._fields[(s, b)] = got
         return got
 
-    def block(self, s: str, b: int) -> tuple[list, list]:
-        """Block `b` of section `s`: its keys and their saved fields."""
-        return self.block_keys(s, b), self.block_fields(s, b)
+    def _item(self, s: str, blob: bytes) -> tuple:
+        """An accumulator's saved fields, its sources as chunk ids again."""
+        try:
+            fields = marshal.loads(blob)
+            at = _SOURCES[s]
+            if fields.__class__ is not tuple or len(fields) != WIDTH[s] or fields[at].__class__ is not list:
+                raise TypeError
+            chunks = self.chunks
+            return (*fields[:at], [chunks[i] for i in fields[at]], *fields[at + 1:])
+        except (ValueError, EOFError, TypeError, IndexError):
+            raise Damaged(f"a {s} item has the wrong shape") from None
 
     def find(self, s: str, key: Any) -> tuple | None:
         """The saved tuple (key, *fields) of `key`, or None when the state has no such key (then only the
@@ -389,10 +424,7 @@ class Reader:
         i = bisect.bisect_left(keys, key)
         if i == len(keys) or keys[i] != key:
             return None
-        fields = self.block_fields(s, b)[i]
-        if fields.__class__ is not tuple or len(fields) != WIDTH[s]:
-            raise Damaged(f"a {s} item has the wrong shape")
-        return (key, *fields)
+        return (key, *self._item(s, self.block_fields(s, b)[i]))
 
     def rank(self, s: str, key: Any) -> int:
         """How many keys of section `s` sort before `key` (one block's keys read)."""

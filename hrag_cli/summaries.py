@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from . import store
@@ -54,6 +55,11 @@ def by_frequency(fragments: dict[str, int], limit: int | None = None) -> list[st
     if limit is not None and limit < len(fragments):
         return [f for _, f in heapq.nsmallest(limit, items)]
     return [f for _, f in sorted(items)]
+
+
+@lru_cache(maxsize=1 << 16)
+def _fragment_tokens(fragment: str) -> int:
+    return count_tokens(fragment)
 
 
 @dataclass
@@ -104,22 +110,20 @@ class Summarizer:
         """No LLM: whole fragments, most frequent first, while they fit summary_target_tokens (so a
         description is never longer than a summary would be); a first fragment that alone is too long is cut.
         Candidates are selected 64 at a time first: a popular entity can have 100k fragments, and a full
-        selection of budget + 1 (each costs at least one token) is needed only when 64 did not fill it."""
+        selection of budget + 1 (each costs at least one token) is needed only when 64 did not fill it. A
+        fragment's token count is kept (`_fragment_tokens`): the rules extractor makes a sentence the description
+        of every name and pair in it, so the same fragments come back for entity after entity."""
         budget = self.rs.summary_target_tokens
         sep = self.rs.description_separator
         if self._sep_tokens is None:
             self._sep_tokens = count_tokens(sep) if sep else 0
-        sizes: dict[str, int] = {}
         for limit in (min(64, budget + 1), budget + 1):
             candidates = by_frequency(counts, limit=limit)
             kept: list[str] = []
             used = 0
             full = False
             for frag in candidates:
-                size = sizes.get(frag)
-                if size is None:
-                    size = sizes[frag] = count_tokens(frag)
-                extra = size + (self._sep_tokens if kept else 0)
+                extra = _fragment_tokens(frag) + (self._sep_tokens if kept else 0)
                 if used + extra > budget:
                     if not kept:
                         kept.append(truncate_tokens(frag, budget))
