@@ -36,6 +36,7 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from dataclasses import asdict, replace
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -147,6 +148,11 @@ def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return np.where(hit, where, -1).astype(np.int64)
 
 
+# what reading a missing, torn or damaged .npz raises: a damaged deflate stream inside a member stops zlib
+# (zlib.error) before zipfile's CRC check is reached
+_UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
 class KnnLists:
     """Per entity (row): its top-k neighbours as rows of the same table, their cosines, the text hash the list
     was computed for, and the cells (cells.py) the entity was joined in. Arrays rather than per-entity lists:
@@ -250,7 +256,7 @@ class KnnLists:
                 got = base._patched(z)
         except FileNotFoundError:
             return base
-        except (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile):
+        except _UNREADABLE:
             got = None
         if got is None:
             empty = cls(k, model_id)
@@ -322,7 +328,7 @@ class KnnLists:
                 cells = z["cells"].astype(np.int32, copy=False)
                 chars = z["chars"].astype(np.int32, copy=False)
                 per, size = (int(x) for x in z["cell_settings"])
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
+        except _UNREADABLE:                     # missing, torn, damaged or older: recomputed
             return None
         got = cls(k, model_id, ids, hashes, nbr, sim, plan, cells, (per, size), chars)
         if not got._fits():
