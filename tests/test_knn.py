@@ -254,7 +254,9 @@ def test_saved_lists_round_trip_and_damage_means_recompute(tmp_path: Path) -> No
 
 def same_lists(a: KnnLists, b: KnnLists) -> bool:
     return all(np.array_equal(getattr(a, x), getattr(b, x)) for x in ("keys", "hash_keys", "nbr", "cells", "chars")) \
-        and a.sim.tobytes() == b.sim.tobytes() and a.plan.centroids.tobytes() == b.plan.centroids.tobytes()
+        and a.sim.tobytes() == b.sim.tobytes() and a.plan.centroids.tobytes() == b.plan.centroids.tobytes() \
+        and a.plan.mean.tobytes() == b.plan.mean.tobytes() and a.plan.fit_count == b.plan.fit_count \
+        and (a.k, a.model_id, a.cell_settings) == (b.k, b.model_id, b.cell_settings)
 
 
 def overwritten(data: bytes, at: int) -> bytes:
