@@ -54,7 +54,7 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
+from .vectors import BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
     fixed_bytes, fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
@@ -471,6 +471,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
 
 
 FOLD_DIM = 256     # columns the neighbour search of sparse (builtin) name vectors runs in
+assert BAND % FOLD_DIM == 0, "fold reads a column mod FOLD_DIM off its byte within its band"
 # How far below the threshold the neighbour search keeps candidates: only neighbours at or above the threshold
 # become pairs, so weaker ones are never listed. Folded cosines stray from the exact ones: on a 10k-passage
 # bench/scale.py corpus the 73k listed pairs at >= 0.8 had folded cosines >= 0.657, so 0.3 leaves room.
@@ -488,17 +489,13 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
         return None
     n = len(rows)
     out = np.empty((n, FOLD_DIM), dtype=np.float32)
-    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns), and
-    # a block's values lie in one run of the row arrays: no `take` of each block's columns
-    low, data, ptr = (rows.low, rows.data, rows.indptr) if BAND % FOLD_DIM == 0 else (None, None, None)
+    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns: see the
+    # assert below FOLD_DIM), and a block's values lie in one run of the row arrays: no `take` of each block's columns
+    low, data, ptr = rows.low, rows.data, rows.indptr
     for s in range(0, n, _EMBED_BLOCK):
         e = min(n, s + _EMBED_BLOCK)
-        if low is None:
-            lens, cols, vals = rows.take(np.arange(s, e))
-            folded = cols % FOLD_DIM
-        else:
-            a, b = int(ptr[s]), int(ptr[e])
-            lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
+        a, b = int(ptr[s]), int(ptr[e])
+        lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
         cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + folded
         f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
                         ).reshape(e - s, FOLD_DIM).astype(np.float32)
