@@ -136,6 +136,17 @@ def _split(blob: np.ndarray) -> np.ndarray:
     return fixed_width(body, off)
 
 
+def _remap(nbr: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Neighbour rows `nbr` (-1 = empty slot) through `fwd` (old row -> new row, -1 gone)."""
+    return np.where(nbr >= 0, fwd[np.maximum(nbr, 0)], -1)
+
+
+def _read_keys(z: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and text hashes of a saved base or patch (`_joined` blobs) as fixed-width bytes."""
+    ids = _split(z["ids"])
+    return ids, _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+
+
 def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent."""
     if not len(table) or not len(keys):
@@ -222,7 +233,7 @@ class KnnLists:
         if int(has.sum()) != len(base.keys) or bool((np.diff(base_of[has]) <= 0).any()):
             return None
         fwd = np.flatnonzero(has)                                       # base row -> row
-        mapped = np.where(base.nbr >= 0, fwd[np.maximum(base.nbr, 0)], -1)
+        mapped = _remap(base.nbr, fwd)
         same_list, same_key = np.zeros(len(self.keys), dtype=bool), np.zeros(len(self.keys), dtype=bool)
         same_list[has] = ((self.nbr[has] == mapped).all(axis=1)
                           & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
@@ -271,8 +282,7 @@ class KnnLists:
             return None
         n, new_at = int(z["n"]), z["new_at"].astype(np.int64)
         rows, keyed = z["rows"].astype(np.int64), z["keyed"].astype(np.int64)
-        ids = _split(z["ids"])
-        hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+        ids, hashes = _read_keys(z)
         nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
         cells, chars = z["cells"].astype(np.int32, copy=False), z["chars"].astype(np.int32, copy=False)
         m, mk = len(rows), len(keyed)
@@ -297,7 +307,7 @@ class KnnLists:
                        np.empty((n, k), dtype=np.float32), self.plan,
                        np.empty((n, self.cells.shape[1]), dtype=np.int32), self.cell_settings,
                        np.empty(n, dtype=np.int32))
-        out.nbr[has] = np.where(self.nbr >= 0, fwd[np.maximum(self.nbr, 0)], -1)
+        out.nbr[has] = _remap(self.nbr, fwd)
         out.sim[has], out.cells[has], out.chars[has] = self.sim, self.cells, self.chars
         out.nbr[rows], out.sim[rows], out.cells[keyed], out.chars[keyed] = nbr, sim, cells, chars
         if not out._fits():
@@ -320,8 +330,7 @@ class KnnLists:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
                     return None
-                ids = _split(z["ids"])
-                hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+                ids, hashes = _read_keys(z)
                 nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
@@ -439,11 +448,11 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         if len(kept):
             out.cells[kept] = prev.cells[old[kept]]
         out.cells[~same] = nearest_cells(matrix[~same], plan, per_entity, on_rows=task.advance)
-    fwd = np.full(len(prev.keys) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
+    fwd = np.full(len(prev.keys), -1, dtype=np.int64)                          # prev row -> row (-1 gone)
     fwd[old[kept]] = kept
     if len(kept):
         pn = prev.nbr[old[kept]]
-        mapped = fwd[np.where(pn >= 0, pn, len(prev.keys))]
+        mapped = _remap(pn, fwd)
         out.nbr[kept] = mapped
         out.sim[kept] = np.where(mapped >= 0, prev.sim[old[kept]], -np.inf)
         lost = ((pn >= 0) & (mapped < 0)).any(axis=1)
