@@ -21,9 +21,10 @@
    entities. The builtin embedder, the cells, the join and the ranking of its candidates run in one forked
    worker process per core (forkpool.py) when the work is large. Neighbour lists, the
    cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
-   hash): a later run joins only new or changed entities (and entities whose neighbours changed or vanished)
-   with the members of their cells and offers each to the kept entities there, instead of comparing everything
-   again. Written to graph/synonyms.jsonl
+   hash), and a run that kept the cells writes only the lists and keys that differ from it as
+   vectors/entity_names.knn.patch (`KnnLists.save`): a later run joins only new or changed entities (and
+   entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
+   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
    and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
