@@ -192,6 +192,7 @@ class KnnLists:
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
         self.disk: _Disk | None = None       # the saved base these lists were loaded from (`save` patches it)
+        self.base_rows: np.ndarray | None = None   # per row, its row in disk's lists (-1 new) when already known
         self.damaged = ""                    # why saved lists could not be read (a warning), "" when they could
 
     @property
@@ -229,7 +230,7 @@ class KnnLists:
                 or d.lists.cell_settings != self.cell_settings or d.lists.nbr.shape[1] != self.k:
             return None
         base = d.lists
-        base_of = _rows_in(base.keys, self.keys)                        # row -> its base row (-1: new)
+        base_of = self.base_rows if self.base_rows is not None else _rows_in(base.keys, self.keys)   # -1: new
         has = base_of >= 0
         if int(has.sum()) != len(base.keys) or bool((np.diff(base_of[has]) <= 0).any()):
             return None
@@ -434,6 +435,8 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
              or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     old = _rows_in(prev.keys, keys)                                          # row -> its row in prev
+    if prev.disk is not None and prev.disk.lists is prev:      # prev is the base as loaded: `_patch` needs the same
+        out.base_rows = old
     named = old >= 0
     named[named] = prev.hash_keys[old[named]] == hash_keys[named]
     out.chars[named] = prev.chars[old[named]]
