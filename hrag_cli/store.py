@@ -770,7 +770,7 @@ class JsonlLines:
     def patch_lines(self) -> tuple[Any, list[bytes]] | None:
         """The lines the patch adds or replaces: (their logical line numbers, int64 ascending; their bytes, as
         `raw` gives them), None without a patch. A reader that wants only what changed since the base (the
-        synonyms stage's fact index) reads these instead of the file."""
+        synonyms stage's fact and entity indices) reads these instead of the file."""
         if self.patch is None:
             return None
         return self.patch.rows.copy(), [self.patch.line(j) for j in range(len(self.patch))]

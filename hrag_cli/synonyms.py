@@ -21,9 +21,10 @@
    entities. The builtin embedder, the cells, the join and the ranking of its candidates run in one forked
    worker process per core (forkpool.py) when the work is large. Neighbour lists, the
    cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
-   hash): a later run joins only new or changed entities (and entities whose neighbours changed or vanished)
-   with the members of their cells and offers each to the kept entities there, instead of comparing everything
-   again. Written to graph/synonyms.jsonl
+   hash), and a run that kept the cells writes only the lists and keys that differ from it as
+   vectors/entity_names.knn.patch (`KnnLists.save`): a later run joins only new or changed entities (and
+   entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
+   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
    and, replacing previous SYNONYM edges, into graph/graph.pkl.
 4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
    changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
@@ -36,6 +37,7 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from dataclasses import asdict, replace
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -53,7 +55,7 @@ from .errors import HragError, UsageError
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint, text_hash
 from .records import fact_text
-from .vectors import _BAND as BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
+from .vectors import BAND, FORMAT as VECTOR_FORMAT, INDEX_NAMES, DenseRows, SparseRows, VectorIndex, \
     fixed_bytes, fixed_width, mostly_zero, sparse_rows
 
 NAMES = "entity_names"     # the name vectors of the synonym pass; vectors/entity_names.knn.npz
@@ -135,6 +137,17 @@ def _split(blob: np.ndarray) -> np.ndarray:
     return fixed_width(body, off)
 
 
+def _remap(nbr: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Neighbour rows `nbr` (-1 = empty slot) through `fwd` (old row -> new row, -1 gone)."""
+    return np.where(nbr >= 0, fwd[np.maximum(nbr, 0)], -1)
+
+
+def _read_keys(z: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and text hashes of a saved base or patch (`_joined` blobs) as fixed-width bytes."""
+    ids = _split(z["ids"])
+    return ids, _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+
+
 def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent."""
     if not len(table) or not len(keys):
@@ -145,6 +158,11 @@ def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
     hit = ordered[at] == keys
     where = at if order is None else order[at]
     return np.where(hit, where, -1).astype(np.int64)
+
+
+# what reading a missing, torn or damaged .npz raises: a damaged deflate stream inside a member stops zlib
+# (zlib.error) before zipfile's CRC check is reached
+_UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
 class KnnLists:
@@ -174,6 +192,7 @@ class KnnLists:
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
         self.disk: _Disk | None = None       # the saved base these lists were loaded from (`save` patches it)
+        self.base_rows: np.ndarray | None = None   # per row, its row in disk's lists (-1 new) when already known
         self.damaged = ""                    # why saved lists could not be read (a warning), "" when they could
 
     @property
@@ -211,12 +230,12 @@ class KnnLists:
                 or d.lists.cell_settings != self.cell_settings or d.lists.nbr.shape[1] != self.k:
             return None
         base = d.lists
-        base_of = _rows_in(base.keys, self.keys)                        # row -> its base row (-1: new)
+        base_of = self.base_rows if self.base_rows is not None else _rows_in(base.keys, self.keys)   # -1: new
         has = base_of >= 0
         if int(has.sum()) != len(base.keys) or bool((np.diff(base_of[has]) <= 0).any()):
             return None
         fwd = np.flatnonzero(has)                                       # base row -> row
-        mapped = np.where(base.nbr >= 0, fwd[np.maximum(base.nbr, 0)], -1)
+        mapped = _remap(base.nbr, fwd)
         same_list, same_key = np.zeros(len(self.keys), dtype=bool), np.zeros(len(self.keys), dtype=bool)
         same_list[has] = ((self.nbr[has] == mapped).all(axis=1)
                           & (self.sim[has].view(np.int32) == base.sim.view(np.int32)).all(axis=1))
@@ -250,7 +269,7 @@ class KnnLists:
                 got = base._patched(z)
         except FileNotFoundError:
             return base
-        except (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile):
+        except _UNREADABLE:
             got = None
         if got is None:
             empty = cls(k, model_id)
@@ -265,8 +284,7 @@ class KnnLists:
             return None
         n, new_at = int(z["n"]), z["new_at"].astype(np.int64)
         rows, keyed = z["rows"].astype(np.int64), z["keyed"].astype(np.int64)
-        ids = _split(z["ids"])
-        hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+        ids, hashes = _read_keys(z)
         nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
         cells, chars = z["cells"].astype(np.int32, copy=False), z["chars"].astype(np.int32, copy=False)
         m, mk = len(rows), len(keyed)
@@ -291,7 +309,7 @@ class KnnLists:
                        np.empty((n, k), dtype=np.float32), self.plan,
                        np.empty((n, self.cells.shape[1]), dtype=np.int32), self.cell_settings,
                        np.empty(n, dtype=np.int32))
-        out.nbr[has] = np.where(self.nbr >= 0, fwd[np.maximum(self.nbr, 0)], -1)
+        out.nbr[has] = _remap(self.nbr, fwd)
         out.sim[has], out.cells[has], out.chars[has] = self.sim, self.cells, self.chars
         out.nbr[rows], out.sim[rows], out.cells[keyed], out.chars[keyed] = nbr, sim, cells, chars
         if not out._fits():
@@ -314,15 +332,14 @@ class KnnLists:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["k"]) != k or str(z["model_id"]) != model_id:
                     return None
-                ids = _split(z["ids"])
-                hashes = _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+                ids, hashes = _read_keys(z)
                 nbr, sim = z["nbr"].astype(np.int32, copy=False), z["sim"].astype(np.float32, copy=False)
                 plan = (CellPlan(z["centroids"].astype(np.float32), z["mean"].astype(np.float32), int(z["fit_count"]))
                         if z["has_plan"] else None)
                 cells = z["cells"].astype(np.int32, copy=False)
                 chars = z["chars"].astype(np.int32, copy=False)
                 per, size = (int(x) for x in z["cell_settings"])
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # missing, torn or older: recomputed
+        except _UNREADABLE:                     # missing, torn, damaged or older: recomputed
             return None
         got = cls(k, model_id, ids, hashes, nbr, sim, plan, cells, (per, size), chars)
         if not got._fits():
@@ -418,6 +435,8 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
              or (plan.cells == 1 and cell_count(n, per_entity, cell_size) > 1)
              or (plan.cells > 1 and n >= 2 * plan.fit_count))
     old = _rows_in(prev.keys, keys)                                          # row -> its row in prev
+    if prev.disk is not None and prev.disk.lists is prev:      # prev is the base as loaded: `_patch` needs the same
+        out.base_rows = old
     named = old >= 0
     named[named] = prev.hash_keys[old[named]] == hash_keys[named]
     out.chars[named] = prev.chars[old[named]]
@@ -433,11 +452,11 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
         if len(kept):
             out.cells[kept] = prev.cells[old[kept]]
         out.cells[~same] = nearest_cells(matrix[~same], plan, per_entity, on_rows=task.advance)
-    fwd = np.full(len(prev.keys) + 1, -1, dtype=np.int64)                      # prev row -> row (-1 gone)
+    fwd = np.full(len(prev.keys), -1, dtype=np.int64)                          # prev row -> row (-1 gone)
     fwd[old[kept]] = kept
     if len(kept):
         pn = prev.nbr[old[kept]]
-        mapped = fwd[np.where(pn >= 0, pn, len(prev.keys))]
+        mapped = _remap(pn, fwd)
         out.nbr[kept] = mapped
         out.sim[kept] = np.where(mapped >= 0, prev.sim[old[kept]], -np.inf)
         lost = ((pn >= 0) & (mapped < 0)).any(axis=1)
@@ -465,6 +484,7 @@ def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.nda
 
 
 FOLD_DIM = 256     # columns the neighbour search of sparse (builtin) name vectors runs in
+assert BAND % FOLD_DIM == 0, "fold reads a column mod FOLD_DIM off its byte within its band"
 # How far below the threshold the neighbour search keeps candidates: only neighbours at or above the threshold
 # become pairs, so weaker ones are never listed. Folded cosines stray from the exact ones: on a 10k-passage
 # bench/scale.py corpus the 73k listed pairs at >= 0.8 had folded cosines >= 0.657, so 0.3 leaves room.
@@ -482,17 +502,13 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
         return None
     n = len(rows)
     out = np.empty((n, FOLD_DIM), dtype=np.float32)
-    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns), and
-    # a block's values lie in one run of the row arrays: no `take` of each block's columns
-    low, data, ptr = (rows.low, rows.data, rows.indptr) if BAND % FOLD_DIM == 0 else (None, None, None)
+    # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns: see the
+    # assert below FOLD_DIM), and a block's values lie in one run of the row arrays: no `take` of each block's columns
+    low, data, ptr = rows.low, rows.data, rows.indptr
     for s in range(0, n, _EMBED_BLOCK):
         e = min(n, s + _EMBED_BLOCK)
-        if low is None:
-            lens, cols, vals = rows.take(np.arange(s, e))
-            folded = cols % FOLD_DIM
-        else:
-            a, b = int(ptr[s]), int(ptr[e])
-            lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
+        a, b = int(ptr[s]), int(ptr[e])
+        lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
         cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + folded
         f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
                         ).reshape(e - s, FOLD_DIM).astype(np.float32)

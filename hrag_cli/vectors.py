@@ -164,11 +164,11 @@ class DenseRows:
             yield s, q @ np.asarray(mat[s:s + step], dtype=np.float32).T
 
 
-_BAND = 256                   # columns per band of a sparse row (one byte of column within it)
+BAND = 256                    # columns per band of a sparse row (one byte of column within it)
 
 
 def _n_bands(dim: int) -> int:
-    return max(1, (dim + _BAND - 1) // _BAND)
+    return max(1, (dim + BAND - 1) // BAND)
 
 
 class SparseRows:
@@ -210,10 +210,10 @@ class SparseRows:
             if not len(rows):
                 continue
             at = cursor[rows]
-            low[at] = c % _BAND
+            low[at] = c % BAND
             data[at] = values
             cursor[rows] += 1                      # a column holds each row at most once
-            bands[rows, c // _BAND] += 1
+            bands[rows, c // BAND] += 1
         if not np.array_equal(cursor, np.asarray(self.indptr[1:])):
             raise HragError("the postings of a vector index do not fill its rows; run 'hrag synonyms' to rebuild it")
         self._low, self._bands, self._data = low, bands, data
@@ -245,7 +245,7 @@ class SparseRows:
         """Columns (intp) of the values of consecutive rows whose band counts are `bands` (rows, n_bands)."""
         bands = np.asarray(bands)
         high = np.repeat(np.tile(np.arange(bands.shape[1], dtype=np.intp), len(bands)), bands.ravel())
-        return (high * _BAND) | np.asarray(low, dtype=np.intp)
+        return (high * BAND) | np.asarray(low, dtype=np.intp)
 
     def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(values per row, columns, values) of `rows`, in that order."""
@@ -548,9 +548,9 @@ def _csr(lens: np.ndarray, cols: np.ndarray, vals: np.ndarray, dim: int) -> Spar
     for s in range(0, n, step):
         e = min(n, s + step)
         row = np.repeat(np.arange(e - s, dtype=np.int64), lens[s:e])
-        band = np.asarray(cols[indptr[s]:indptr[e]], dtype=np.int64) // _BAND
+        band = np.asarray(cols[indptr[s]:indptr[e]], dtype=np.int64) // BAND
         bands[s:e] = np.bincount(row * nb + band, minlength=(e - s) * nb).reshape(e - s, nb)
-    return SparseRows(indptr, (np.asarray(cols) % _BAND).astype(np.uint8), bands, vals, dim)
+    return SparseRows(indptr, (np.asarray(cols) % BAND).astype(np.uint8), bands, vals, dim)
 
 
 def sparse_rows(b: np.ndarray) -> SparseRows:

@@ -5,6 +5,8 @@ damage)."""
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -240,14 +242,39 @@ def test_saved_lists_round_trip_and_damage_means_recompute(tmp_path: Path) -> No
     np.savez(path, **{key: v for key, v in parts.items() if key not in ("cells", "centroids")})   # older format
     assert KnnLists.load(path, K, "model").ids == []
     knn.save(path)
-    path.write_bytes(path.read_bytes()[:100])                      # torn file
+    whole = path.read_bytes()
+    path.write_bytes(whole[:100])                                  # torn file
     assert KnnLists.load(path, K, "model").ids == []
+    for at in range(len(whole) // 4, 3 * len(whole) // 4, 211):     # damage inside its deflated members
+        path.write_bytes(overwritten(whole, at))
+        got = KnnLists.load(path, K, "model")
+        assert got.ids == [] or same_lists(got, knn)
     assert KnnLists.load(tmp_path / "missing.npz", K, "model").ids == []
 
 
 def same_lists(a: KnnLists, b: KnnLists) -> bool:
     return all(np.array_equal(getattr(a, x), getattr(b, x)) for x in ("keys", "hash_keys", "nbr", "cells", "chars")) \
-        and a.sim.tobytes() == b.sim.tobytes() and a.plan.centroids.tobytes() == b.plan.centroids.tobytes()
+        and a.sim.tobytes() == b.sim.tobytes() and a.plan.centroids.tobytes() == b.plan.centroids.tobytes() \
+        and a.plan.mean.tobytes() == b.plan.mean.tobytes() and a.plan.fit_count == b.plan.fit_count \
+        and (a.k, a.model_id, a.cell_settings) == (b.k, b.model_id, b.cell_settings)
+
+
+def overwritten(data: bytes, at: int) -> bytes:
+    """`data` with 16 bytes from `at` replaced: damage inside a deflated member, not at the file's end."""
+    return data[:at] + bytes(b ^ 0xFF for b in data[at:at + 16]) + data[at + 16:]
+
+
+def deflate_error(path: Path) -> bool:
+    """Whether reading the members of the .npz at `path` stops on zlib's error (a damaged deflate stream)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for name in zf.namelist():
+                zf.read(name)
+    except zlib.error:
+        return True
+    except zipfile.BadZipFile:
+        return False
+    return False
 
 
 def test_a_run_on_the_same_cells_saves_a_patch_that_loads_as_the_lists(tmp_path: Path) -> None:
@@ -280,6 +307,13 @@ def test_a_run_on_the_same_cells_saves_a_patch_that_loads_as_the_lists(tmp_path:
     patch.write_bytes(kept[:-40])                                    # a torn patch: every list found again
     torn = KnnLists.load(path, K, "model")
     assert torn.ids == [] and "damaged" in torn.damaged
+    hits = 0
+    for at in range(len(kept) // 4, 3 * len(kept) // 4, 97):        # damage inside the patch's deflated members
+        patch.write_bytes(overwritten(kept, at))
+        hits += deflate_error(patch)
+        damaged = KnnLists.load(path, K, "model")
+        assert (damaged.ids == [] and "damaged" in damaged.damaged) or same_lists(damaged, knn)
+    assert hits                                                      # zlib's own error among them
     patch.write_bytes(kept)
     whole = KnnLists.load(path, K, "model")
     whole.disk = None                                               # written whole (a fold): the patch goes

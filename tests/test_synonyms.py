@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hrag_cli import store
+from hrag_cli import store, synonyms
 from hrag_cli.config import Settings
 from hrag_cli.errors import UsageError
 from hrag_cli.graph import SYNONYM, ChunkRef, build_graph, load_graph, save_graph
@@ -133,7 +133,8 @@ def test_min_name_chars_setting(tmp_path: Path, stub) -> None:
     assert ("new york city", "ny") in pairs_in_file(p)
 
 
-def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_index(tmp_path: Path, stub) -> None:
+def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_index(
+        tmp_path: Path, stub, monkeypatch: pytest.MonkeyPatch) -> None:
     stub.set_embed(embed_fn)
     p = make_project(tmp_path, list(NAMES))
     s = settings_for(stub)
@@ -156,12 +157,17 @@ def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_ind
         (p2.vectors_dir / f.name).write_bytes(f.read_bytes())
     for f in p.embeddings_dir.iterdir():
         (p2.embeddings_dir / f.name).write_bytes(f.read_bytes())
+    # one entity more changes most lists of so few: kept as a patch all the same, so the next run reads one back
+    monkeypatch.setattr(synonyms, "_KNN_FOLD_SHARE", 1.0)
     grown = run(p2, s)
     assert grown.counts["entities_queried"] == 1
     # the new entity embedded: its name and its name+description (chunks/others were cached)
     assert grown.counts["embedded_now"] == 2
     incremental = pairs_in_file(p2)
     assert ("greater london area", "london") in incremental
+    assert store.patch_path(p2.vectors_dir / KNN_FILE).exists()     # the lists as the base and a patch
+    loaded = run(p2, s)                                     # a run from the base and the patch read back
+    assert loaded.counts["entities_queried"] == 0 and pairs_in_file(p2) == incremental
     (p2.vectors_dir / KNN_FILE).unlink()                    # from scratch gives the same edges
     run(p2, s)
     assert pairs_in_file(p2) == pytest.approx(incremental)

@@ -167,15 +167,17 @@ def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only
     _add(docs)
     p = _resolved_copy(docs, base, tmp_path / "p")
     assert store.patch_path(p.facts_path).exists()
-    got: dict[str, list] = {"facts": [], "chunks": []}
-    for name, fn in (("facts", "_patch_plan"), ("chunks", "_appended_chunks")):
+    got: dict[str, list] = {"records": [], "chunks": []}
+    for name, fn in (("records", "_patch_plan"), ("chunks", "_appended_chunks")):
         real = getattr(synonyms, fn)
         monkeypatch.setattr(synonyms, fn, lambda *a, real=real, name=name: got[name].append(real(*a)) or got[name][-1])
     with p.lock():
         out = synonyms.run_synonyms(p, load_settings(None), Reporter("quiet"))
     assert out.counts["indices_spliced"] == 4
-    assert len(got["facts"]) == 2 and None not in got["facts"]       # the entities' and the facts' patch
-    assert [r["id"] for r in got["facts"][0][1]] == got["facts"][0][0].ids and "name" in got["facts"][0][1][0]
+    assert len(got["records"]) == 2 and None not in got["records"]     # the entities' and the facts' patch
+    (entity_plan, entities), (fact_plan, facts) = got["records"]
+    assert [r["id"] for r in entities] == entity_plan.ids and all("name" in r for r in entities)
+    assert [r["id"] for r in facts] == fact_plan.ids and all("subject" in r for r in facts)
     assert len(got["chunks"]) == 1 and got["chunks"][0] is not None
 
 
