@@ -1342,8 +1342,7 @@ class VectorIndex:
         enc = [i.encode("utf-8") for i in ids]
         if self._rows.kind == "sparse" and self._saved is not None and \
                 (first is None or isinstance(first, SparseRows) or mostly_zero(_as_matrix(first, self.dim))):
-            new = self._incoming(len(pos), first, blocks, True)
-            assert isinstance(new, SparseRows)
+            new = join_sparse(list(self._incoming(len(pos), first, blocks, True)), self.dim)
             patch = (self._patch if self._patch is not None else self._empty_patch()).spliced(
                 pos, old_rows, moved, enc, [h.encode("utf-8") for h in hashes], new)
             if len(patch):                   # nothing to put in: the index stays as it is
@@ -1397,9 +1396,9 @@ class VectorIndex:
         self._keys, self._hash_array, self._fixed = keys, hashes, None
         self._rows, self._lut, self._pos = rows, None, None
 
-    def _incoming(self, count: int, first, blocks, sparse: bool) -> SparseRows | list[np.ndarray]:
-        """The `count` rows to add, read from the incoming blocks as unit rows: sparse rows, or dense blocks."""
-        parts: list = []
+    def _incoming(self, count: int, first, blocks, sparse: bool) -> Iterator[SparseRows | np.ndarray]:
+        """The `count` rows to add, yielded block by block as unit rows (sparse rows, or dense blocks) so a dense
+        build writes each block as it arrives; the counts are checked as they come and once the blocks end."""
         done = 0
         block = first
         while block is not None:
@@ -1409,12 +1408,11 @@ class VectorIndex:
                 block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
             if done + len(b) > count:
                 raise ValueError(f"index {self.name}: more vectors than the {count} rows to add")
-            parts.append((b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b)
+            yield (b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b
             done += len(b)
             block = next(blocks, None)
         if done != count:
             raise ValueError(f"index {self.name}: {count} rows to add, {done} vectors given")
-        return join_sparse(parts, self.dim) if sparse else parts
 
     def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
                ) -> DenseRows | SparseRows:
@@ -1442,9 +1440,9 @@ class VectorIndex:
                 pos = kept[s:s + _dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
         got = self._incoming(len(todo), b0, blocks, sparse)
-        if isinstance(got, SparseRows):
-            return merge_rows(is_new, old_rows, old_of, got)     # type: ignore[arg-type]
-        for b in got:
+        if sparse:
+            return merge_rows(is_new, old_rows, old_of, join_sparse(list(got), self.dim))  # type: ignore[arg-type]
+        for b in got:                                 # each dense block written as it arrives
             dense_out[todo[done:done + len(b)]] = b
             done += len(b)
         return DenseRows(dense_out)
