@@ -1387,7 +1387,10 @@ class VectorIndex:
         self._rows, self._lut, self._pos = PatchedRows(patch), None, None
 
     def _fold(self) -> None:
-        """A patched index made one whole index in memory (the next save writes every array)."""
+        """A patched index made one whole index in memory (the next save writes every array). Every caller is
+        about to make the index differ from the base on disk, so that base is forgotten: a later `insert` must
+        not tag a patch with it (a load would apply the patch to the wrong rows)."""
+        self._saved = None
         if self._patch is None:
             return
         keys, hashes, rows = self._patch.folded()
