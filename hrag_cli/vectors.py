@@ -1724,7 +1724,7 @@ class VectorIndex:
             try:
                 patch = Patch.load(cls.patch_path(vectors_dir, name), meta["patch"], Path(vectors_dir),
                                    idx._saved[1], idx._keys, hashes, idx._rows, idx.dim)
-            except (OSError, ValueError, TypeError):
+            except (OSError, ValueError, TypeError, AttributeError):   # AttributeError: "patch" not a dict
                 raise HragError(f"the patch of index {name} in {vectors_dir} is damaged or does not match its "
                                 f"id map; run 'hrag synonyms' to rebuild it") from None
             idx._use_patch(patch)
