@@ -904,8 +904,15 @@ class Patch:
 
     def folded(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, SparseRows]:
         """The logical index as one base: (id keys, text hashes, rows), what a fresh build of it holds."""
-        is_new, old_of, _ = self.layout()
-        return self.keys(), self.hash_array(), merge_rows(is_new, self.base_rows, old_of, self.rows)
+        return self.keys(), self.hash_array(), self.merged_rows()
+
+    def merged_rows(self) -> SparseRows:
+        """The logical index's rows in one store (kept: the synonyms stage reads them every run), without
+        the id order and hash array `folded` also makes."""
+        if "rows" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["rows"] = merge_rows(is_new, self.base_rows, old_of, self.rows)
+        return self._cache["rows"]
 
     def spliced(self, pos: np.ndarray, old_rows: np.ndarray, moved: np.ndarray, ids: list[bytes],
                 hashes: list[bytes], new: SparseRows) -> "Patch":
@@ -1483,10 +1490,7 @@ class VectorIndex:
         """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]; a patched
         index's spliced in memory (the synonyms stage reads every name row)."""
         if self._patch is not None:
-            rows = self._patch._cache.get("rows")
-            if rows is None:
-                rows = self._patch._cache["rows"] = self._patch.folded()[2]
-            return rows
+            return self._patch.merged_rows()
         return self._rows
 
     def vectors(self) -> np.ndarray:
