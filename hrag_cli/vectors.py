@@ -1653,7 +1653,7 @@ class VectorIndex:
         folder does not hold the patch's base (the caller saves the index whole)."""
         patch = self._patch
         assert patch is not None
-        hnsw_path, ids_path = self.paths(vectors_dir, self.name)
+        ids_path = self.paths(vectors_dir, self.name)[1]
         try:
             if not os.path.samefile(self.row_paths(vectors_dir, self.name)[0],
                                     self.row_paths(patch.base_dir, self.name)[0]):
