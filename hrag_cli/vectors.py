@@ -1632,6 +1632,8 @@ class VectorIndex:
         hashes = self.hash_array()
         arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
+            if _maps_whole(arr, path):     # that very file (an insert of nothing): its bytes are already there
+                continue
             with store.atomic_writer(path) as fh:
                 np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
         written = {path for path, _ in arrays}
@@ -1815,6 +1817,25 @@ class VectorIndex:
             return DenseRows(arrays[0])
         raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
                         f"run 'hrag synonyms' to rebuild it")
+
+
+def _maps_whole(arr, path: Path) -> bool:
+    """Whether `arr` is the whole of the saved .npy at `path`, memory-mapped (`_mapped` or np.load's memmap):
+    saving it there again writes the bytes the file holds, so a save of an index that did not change (a +1 %
+    run that inserts nothing) spares rewriting every array of its base."""
+    import mmap
+
+    m = arr if isinstance(arr, np.memmap) else getattr(arr, "base", None)
+    if not isinstance(m, np.memmap) or not isinstance(m.base, mmap.mmap) or m.filename is None \
+            or os.path.abspath(m.filename) != os.path.abspath(path):
+        return False                 # not a file's own map (a slice of one has another memmap as its base)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    return m.shape == arr.shape and m.dtype == arr.dtype and bool(arr.flags.c_contiguous) \
+        and arr.__array_interface__["data"][0] == m.__array_interface__["data"][0] \
+        and size == m.offset + m.nbytes
 
 
 def _mapped(path: Path) -> np.ndarray:
