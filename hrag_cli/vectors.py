@@ -1711,11 +1711,7 @@ class VectorIndex:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
         hashes, labels = cls._load_row_arrays(vectors_dir, name, count, graph)
-        keys = IdKeys(*query[:3])
-        if lazy_ids:
-            idx.ids, idx.hashes = keys, HashColumn(hashes)                  # type: ignore[assignment]
-        else:
-            idx.ids, idx.hashes = keys._listed(), HashColumn(hashes)._listed()
+        idx.ids, idx.hashes = IdKeys(*query[:3]), HashColumn(hashes)         # type: ignore[assignment]
         idx._keys, idx._hash_array = tuple(query[:3]), hashes
         if int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
@@ -1736,7 +1732,8 @@ class VectorIndex:
             idx._use_patch(patch)
             if not lazy_ids:                 # a writer that lists every id: the whole index in memory
                 idx._fold()
-                idx.ids, idx.hashes = idx.ids._listed(), idx.hashes._listed()      # type: ignore[attr-defined]
+        if not lazy_ids:                     # listed once, after any patch is folded in
+            idx.ids, idx.hashes = idx.ids._listed(), idx.hashes._listed()          # type: ignore[attr-defined]
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
