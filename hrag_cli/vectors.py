@@ -879,12 +879,26 @@ class Patch:
             is_new, old_of, _ = self.layout()
             self._cache["blob"] = _splice_blob(*self.base_keys[:2], is_new, old_of, self.pos, self.ids)
         if order and "order" not in self._cache:
-            blob, off, base_order = self.base_keys[:3]
+            base_order = self.base_keys[2]
             _, _, moved = self.layout()
             ins = self.base < 0
-            old_fixed = fixed_width(blob, off) if ins.any() else np.zeros(0, dtype="S1")
+            old_fixed = self.base_fixed() if ins.any() else np.zeros(0, dtype="S1")
             self._cache["order"] = _splice_order(base_order, moved, self.pos, ins, self.ids, old_fixed)
         return (*self._cache["blob"], self._cache["order"]) if order else self._cache["blob"]
+
+    def base_fixed(self) -> np.ndarray:
+        """The base's ids as `fixed_width` gives them (kept: the id order's merge and `id_array` both read them)."""
+        if "base_fixed" not in self._cache:
+            self._cache["base_fixed"] = fixed_width(*self.base_keys[:2])
+        return self._cache["base_fixed"]
+
+    def id_array(self) -> np.ndarray:
+        """The logical index's ids as fixed-width bytes, spliced from the base's: what `fixed_width` of the
+        spliced blob gives (a row made again keeps its id, so the width is the same)."""
+        if "fixed" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["fixed"] = _spliced_fixed(self.base_fixed(), is_new, old_of, self.pos, self.ids)
+        return self._cache["fixed"]
 
     def hashes_of(self, rows: np.ndarray) -> np.ndarray:
         """The text hashes (fixed-width bytes) of some logical rows, without splicing every row's."""
@@ -1284,7 +1298,10 @@ class VectorIndex:
         return pos, moved
 
     def id_array(self) -> np.ndarray:
-        """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
+        """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays (a patched index:
+        spliced from its base's)."""
+        if self._patch is not None:
+            return self._patch.id_array()
         blob, off = self._key_arrays(order=False)[:2]
         if self._fixed is None or self._fixed[0] is not blob:
             self._fixed = (blob, fixed_width(blob, off))
