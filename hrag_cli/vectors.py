@@ -879,12 +879,26 @@ class Patch:
             is_new, old_of, _ = self.layout()
             self._cache["blob"] = _splice_blob(*self.base_keys[:2], is_new, old_of, self.pos, self.ids)
         if order and "order" not in self._cache:
-            blob, off, base_order = self.base_keys[:3]
+            base_order = self.base_keys[2]
             _, _, moved = self.layout()
             ins = self.base < 0
-            old_fixed = fixed_width(blob, off) if ins.any() else np.zeros(0, dtype="S1")
+            old_fixed = self.base_fixed() if ins.any() else np.zeros(0, dtype="S1")
             self._cache["order"] = _splice_order(base_order, moved, self.pos, ins, self.ids, old_fixed)
         return (*self._cache["blob"], self._cache["order"]) if order else self._cache["blob"]
+
+    def base_fixed(self) -> np.ndarray:
+        """The base's ids as `fixed_width` gives them (kept: the id order's merge and `id_array` both read them)."""
+        if "base_fixed" not in self._cache:
+            self._cache["base_fixed"] = fixed_width(*self.base_keys[:2])
+        return self._cache["base_fixed"]
+
+    def id_array(self) -> np.ndarray:
+        """The logical index's ids as fixed-width bytes, spliced from the base's: what `fixed_width` of the
+        spliced blob gives (a row made again keeps its id, so the width is the same)."""
+        if "fixed" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["fixed"] = _spliced_fixed(self.base_fixed(), is_new, old_of, self.pos, self.ids)
+        return self._cache["fixed"]
 
     def hashes_of(self, rows: np.ndarray) -> np.ndarray:
         """The text hashes (fixed-width bytes) of some logical rows, without splicing every row's."""
@@ -904,8 +918,15 @@ class Patch:
 
     def folded(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, SparseRows]:
         """The logical index as one base: (id keys, text hashes, rows), what a fresh build of it holds."""
-        is_new, old_of, _ = self.layout()
-        return self.keys(), self.hash_array(), merge_rows(is_new, self.base_rows, old_of, self.rows)
+        return self.keys(), self.hash_array(), self.merged_rows()
+
+    def merged_rows(self) -> SparseRows:
+        """The logical index's rows in one store (kept: the synonyms stage reads them every run), without
+        the id order and hash array `folded` also makes."""
+        if "rows" not in self._cache:
+            is_new, old_of, _ = self.layout()
+            self._cache["rows"] = merge_rows(is_new, self.base_rows, old_of, self.rows)
+        return self._cache["rows"]
 
     def spliced(self, pos: np.ndarray, old_rows: np.ndarray, moved: np.ndarray, ids: list[bytes],
                 hashes: list[bytes], new: SparseRows) -> "Patch":
@@ -1277,7 +1298,10 @@ class VectorIndex:
         return pos, moved
 
     def id_array(self) -> np.ndarray:
-        """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays."""
+        """The ids in row order as fixed-width bytes (`fixed_width`), from the saved arrays (a patched index:
+        spliced from its base's)."""
+        if self._patch is not None:
+            return self._patch.id_array()
         blob, off = self._key_arrays(order=False)[:2]
         if self._fixed is None or self._fixed[0] is not blob:
             self._fixed = (blob, fixed_width(blob, off))
@@ -1342,8 +1366,7 @@ class VectorIndex:
         enc = [i.encode("utf-8") for i in ids]
         if self._rows.kind == "sparse" and self._saved is not None and \
                 (first is None or isinstance(first, SparseRows) or mostly_zero(_as_matrix(first, self.dim))):
-            new = self._incoming(len(pos), first, blocks, True)
-            assert isinstance(new, SparseRows)
+            new = join_sparse(list(self._incoming(len(pos), first, blocks, True)), self.dim)
             patch = (self._patch if self._patch is not None else self._empty_patch()).spliced(
                 pos, old_rows, moved, enc, [h.encode("utf-8") for h in hashes], new)
             if len(patch):                   # nothing to put in: the index stays as it is
@@ -1388,7 +1411,10 @@ class VectorIndex:
         self._rows, self._lut, self._pos = PatchedRows(patch), None, None
 
     def _fold(self) -> None:
-        """A patched index made one whole index in memory (the next save writes every array)."""
+        """A patched index made one whole index in memory (the next save writes every array). Every caller is
+        about to make the index differ from the base on disk, so that base is forgotten: a later `insert` must
+        not tag a patch with it (a load would apply the patch to the wrong rows)."""
+        self._saved = None
         if self._patch is None:
             return
         keys, hashes, rows = self._patch.folded()
@@ -1397,9 +1423,9 @@ class VectorIndex:
         self._keys, self._hash_array, self._fixed = keys, hashes, None
         self._rows, self._lut, self._pos = rows, None, None
 
-    def _incoming(self, count: int, first, blocks, sparse: bool) -> SparseRows | list[np.ndarray]:
-        """The `count` rows to add, read from the incoming blocks as unit rows: sparse rows, or dense blocks."""
-        parts: list = []
+    def _incoming(self, count: int, first, blocks, sparse: bool) -> Iterator[SparseRows | np.ndarray]:
+        """The `count` rows to add, yielded block by block as unit rows (sparse rows, or dense blocks) so a dense
+        build writes each block as it arrives; the counts are checked as they come and once the blocks end."""
         done = 0
         block = first
         while block is not None:
@@ -1409,12 +1435,11 @@ class VectorIndex:
                 block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
             if done + len(b) > count:
                 raise ValueError(f"index {self.name}: more vectors than the {count} rows to add")
-            parts.append((b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b)
+            yield (b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b
             done += len(b)
             block = next(blocks, None)
         if done != count:
             raise ValueError(f"index {self.name}: {count} rows to add, {done} vectors given")
-        return join_sparse(parts, self.dim) if sparse else parts
 
     def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
                ) -> DenseRows | SparseRows:
@@ -1442,9 +1467,9 @@ class VectorIndex:
                 pos = kept[s:s + _dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
         got = self._incoming(len(todo), b0, blocks, sparse)
-        if isinstance(got, SparseRows):
-            return merge_rows(is_new, old_rows, old_of, got)     # type: ignore[arg-type]
-        for b in got:
+        if sparse:
+            return merge_rows(is_new, old_rows, old_of, join_sparse(list(got), self.dim))  # type: ignore[arg-type]
+        for b in got:                                 # each dense block written as it arrives
             dense_out[todo[done:done + len(b)]] = b
             done += len(b)
         return DenseRows(dense_out)
@@ -1482,10 +1507,7 @@ class VectorIndex:
         """The stored unit rows as they are kept (sparse rows stay sparse), row i = self.ids[i]; a patched
         index's spliced in memory (the synonyms stage reads every name row)."""
         if self._patch is not None:
-            rows = self._patch._cache.get("rows")
-            if rows is None:
-                rows = self._patch._cache["rows"] = self._patch.folded()[2]
-            return rows
+            return self._patch.merged_rows()
         return self._rows
 
     def vectors(self) -> np.ndarray:
@@ -1627,6 +1649,8 @@ class VectorIndex:
         hashes = self.hash_array()
         arrays += list(zip(self.row_paths(vectors_dir, self.name), (hashes, self.labels)[:2 if self._index else 1]))
         for path, arr in arrays:
+            if _maps_whole(arr, path):     # that very file (an insert of nothing): its bytes are already there
+                continue
             with store.atomic_writer(path) as fh:
                 np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
         written = {path for path, _ in arrays}
@@ -1648,7 +1672,7 @@ class VectorIndex:
         folder does not hold the patch's base (the caller saves the index whole)."""
         patch = self._patch
         assert patch is not None
-        hnsw_path, ids_path = self.paths(vectors_dir, self.name)
+        ids_path = self.paths(vectors_dir, self.name)[1]
         try:
             if not os.path.samefile(self.row_paths(vectors_dir, self.name)[0],
                                     self.row_paths(patch.base_dir, self.name)[0]):
@@ -1704,11 +1728,7 @@ class VectorIndex:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise HragError(f"{ids_path} is damaged; run 'hrag synonyms' to rebuild it") from None
         hashes, labels = cls._load_row_arrays(vectors_dir, name, count, graph)
-        keys = IdKeys(*query[:3])
-        if lazy_ids:
-            idx.ids, idx.hashes = keys, HashColumn(hashes)                  # type: ignore[assignment]
-        else:
-            idx.ids, idx.hashes = keys._listed(), HashColumn(hashes)._listed()
+        idx.ids, idx.hashes = IdKeys(*query[:3]), HashColumn(hashes)         # type: ignore[assignment]
         idx._keys, idx._hash_array = tuple(query[:3]), hashes
         if int(meta.get("matrix_rows", -1)) != count:
             raise HragError(f"{ids_path} is truncated; run 'hrag synonyms' to rebuild it")
@@ -1723,13 +1743,14 @@ class VectorIndex:
             try:
                 patch = Patch.load(cls.patch_path(vectors_dir, name), meta["patch"], Path(vectors_dir),
                                    idx._saved[1], idx._keys, hashes, idx._rows, idx.dim)
-            except (OSError, ValueError, TypeError):
+            except (OSError, ValueError, TypeError, AttributeError):   # AttributeError: "patch" not a dict
                 raise HragError(f"the patch of index {name} in {vectors_dir} is damaged or does not match its "
                                 f"id map; run 'hrag synonyms' to rebuild it") from None
             idx._use_patch(patch)
             if not lazy_ids:                 # a writer that lists every id: the whole index in memory
                 idx._fold()
-                idx.ids, idx.hashes = idx.ids._listed(), idx.hashes._listed()      # type: ignore[attr-defined]
+        if not lazy_ids:                     # listed once, after any patch is folded in
+            idx.ids, idx.hashes = idx.ids._listed(), idx.hashes._listed()          # type: ignore[attr-defined]
         if graph:
             if not hnsw_path.exists() or hnsw_path.stat().st_size != int(meta["hnsw_bytes"]):
                 raise HragError(f"{hnsw_path} does not match its id map; run 'hrag synonyms' to rebuild it")
@@ -1810,6 +1831,25 @@ class VectorIndex:
             return DenseRows(arrays[0])
         raise HragError(f"the vectors of index {name} in {vectors_dir} do not match its id map; "
                         f"run 'hrag synonyms' to rebuild it")
+
+
+def _maps_whole(arr, path: Path) -> bool:
+    """Whether `arr` is the whole of the saved .npy at `path`, memory-mapped (`_mapped` or np.load's memmap):
+    saving it there again writes the bytes the file holds, so a save of an index that did not change (a +1 %
+    run that inserts nothing) spares rewriting every array of its base."""
+    import mmap
+
+    m = arr if isinstance(arr, np.memmap) else getattr(arr, "base", None)
+    if not isinstance(m, np.memmap) or not isinstance(m.base, mmap.mmap) or m.filename is None \
+            or os.path.abspath(m.filename) != os.path.abspath(path):
+        return False                 # not a file's own map (a slice of one has another memmap as its base)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    return m.shape == arr.shape and m.dtype == arr.dtype and bool(arr.flags.c_contiguous) \
+        and arr.__array_interface__["data"][0] == m.__array_interface__["data"][0] \
+        and size == m.offset + m.nbytes
 
 
 def _mapped(path: Path) -> np.ndarray:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import shutil
 
 import numpy as np
 import pytest
 
+from hrag_cli import store
 from hrag_cli.config import VectorSettings
 from hrag_cli.errors import HragError
 from hrag_cli.vectors import FORMAT, ReadAt, VectorIndex, exact_topk, sparse_rows, top_order
@@ -586,14 +588,16 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
     base = {p.name: p.read_bytes() for p in d.iterdir()}
     rows = {i: (v, h) for i, v, h in zip(ids, m, hashes)}
     first = dict(zip(ids, m))
+    fresh_ids: list[str] = []
     for run, k_new in enumerate((12, 9, 80)):
         idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
         order = sorted(rows)
+        remade = [] if name == "chunks" else sorted(set(rng.choice(order, size=3, replace=False).tolist())
+                                                    | set(fresh_ids[:1]))   # a row the patch holds, made again
         fresh_ids = [f"k{2 * int(rng.integers(0, n)) + 1:04d}r{run}" for _ in range(k_new)]
         if name == "chunks":                               # chunks are appended
             fresh_ids = [f"z{run}-{j:03d}" for j in range(k_new)]
         fresh_ids = sorted(set(fresh_ids) - set(rows))
-        remade = [] if name == "chunks" else sorted(rng.choice(order, size=3, replace=False).tolist())
         final = sorted(set(order) | set(fresh_ids))
         listed = sorted(set(fresh_ids) | set(remade), key=final.index)
         old_rows = np.array([order.index(i) if i in rows else -1 for i in listed], dtype=np.int64)
@@ -619,6 +623,13 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
         assert np.array_equal(got.vectors(), fresh.vectors()) and got.digest() == fresh.digest()
         assert [got.position(i) for i in want_ids[::7]] == [fresh.position(i) for i in want_ids[::7]]
         assert got.position("nope") is None and got.ids[len(want_ids) - 1] == want_ids[-1]
+        asked = np.array([*range(0, len(want_ids), 5), *[want_ids.index(i) for i in listed], -1])
+        assert got.hash_rows(asked) == idx.hash_rows(asked) == fresh.hash_rows(asked)
+        got.id_order()                                     # the base's fixed-width ids kept, then spliced
+        assert got.id_array().tobytes() == idx.id_array().tobytes() == fresh.id_array().tobytes()
+        whole = VectorIndex.load(d, name, VectorSettings())         # a writer's load: every id listed
+        assert whole.ids == want_ids and whole.hashes == [rows[i][1] for i in want_ids]
+        assert np.array_equal(whole.vectors(), fresh.vectors()) and whole.digest() == fresh.digest()
         # the old vector of a row made again: its base row leads the base's search but is not live
         q = np.vstack([m[9], first.get(remade[0] if remade else "", m[9]), sparse_unit(20)])
         for qs in (q[:3], q):                               # through the postings, then the row scan
@@ -636,7 +647,35 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
     assert idx.insert([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), iter([]))["added"] == 0
     idx.save(d)
     assert list(VectorIndex.load(d, name, VectorSettings(), lazy_ids=True).ids) == [*sorted(rows), "zzz"]
-    patch = VectorIndex.patch_path(d, name)
-    patch.write_bytes(patch.read_bytes()[:-10])
-    with pytest.raises(HragError, match="patch of index"):
-        VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)
+    # a writer's load folds the patch: its next insert saves the whole index, never a patch over the old base
+    d2 = tmp_path / "whole"
+    shutil.copytree(d, d2)
+    whole = VectorIndex.load(d2, name, VectorSettings())
+    whole.insert(["zzzz"], ["hzz"], np.array([-1]), np.array([len(whole)]), sparse_unit(1))
+    whole.save(d2)
+    assert list(VectorIndex.load(d2, name, VectorSettings(), lazy_ids=True).ids) == [*sorted(rows), "zzz", "zzzz"]
+    # an insert of nothing on an index without a patch: the id map alone is written, every array file stays
+    files = {p.name: (p.stat().st_ino, p.read_bytes()) for p in d2.iterdir() if p.suffix == ".npy"}
+    idx = VectorIndex.load(d2, name, VectorSettings(), lazy_ids=True, read_at=False)
+    idx.insert([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), iter([]))
+    idx.synced = "again"
+    idx.save(d2)
+    assert {p.name: (p.stat().st_ino, p.read_bytes()) for p in d2.iterdir() if p.suffix == ".npy"} == files
+    back = VectorIndex.load(d2, name, VectorSettings(), lazy_ids=True)
+    assert back.synced == "again" and list(back.ids) == [*sorted(rows), "zzz", "zzzz"]
+    patch, ids_path = VectorIndex.patch_path(d, name), VectorIndex.paths(d, name)[1]
+    good, meta = patch.read_bytes(), next(iter(store.read_jsonl(ids_path)))["_meta"]
+    damaged = [lambda: patch.write_bytes(good[:-10]),                                  # cut
+               lambda: patch.write_bytes(good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF])
+                                         + good[len(good) // 2 + 1:]),                  # one byte flipped
+               patch.unlink,                                                           # gone
+               lambda: store.write_jsonl(ids_path, [{"_meta": {**meta, "patch": {
+                   **meta["patch"], "count": meta["patch"]["count"] + 1}}}], compress=True),   # the id map's count
+               lambda: store.write_jsonl(ids_path, [{"_meta": {**meta, "patch": [1]}}], compress=True)]
+    for damage in damaged:
+        damage()
+        with pytest.raises(HragError, match="patch of index"):
+            VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)
+        patch.write_bytes(good)
+        store.write_jsonl(ids_path, [{"_meta": meta}], compress=True)
+        assert len(VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)) == len(rows) + 1
