@@ -301,13 +301,18 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     assert reader._keys == read and merged.relations.get(pair)[0] == pair
     acc = live(merged.entities, keys[5], _EntityAcc)     # touched: its accumulator changes
     acc.names["Someone Else"] = 7
-    merged.entities[new_key] = _EntityAcc()
+    new_chunk = "0" * 32        # a chunk merged since: numbered after the saved ones, though it sorts first
+    assert new_chunk not in reader.header.offsets and new_chunk < min(reader.chunks)
+    acc.sources.insert(0, new_chunk)
+    created = merged.entities[new_key] = _EntityAcc()
+    created.sources.append(new_chunk)
     merged.entities.absent.add(new_key)
     assert merged.totals()["entities"] == len(keys) + 1
     every = sorted([*keys, new_key])
     assert [merged.entities.rank(k) for k in every] == list(range(len(every)))
     header = reader.header
     header.counts = merged.totals()
+    header.offsets = {**header.offsets, new_chunk: 1 << 40}
     folded = tmp_path / "folded.bin"
     resolve_state.fold(folded, header, merged)
     data, out = path.read_bytes(), folded.read_bytes()
@@ -319,7 +324,12 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
 
     whole = {s: items(reader, s) for s in resolve_state.SECTIONS}
     whole["entities"] = sorted([*(t for t in whole["entities"] if t[0] != keys[5]), acc.item(keys[5]),
-                                _EntityAcc().item(new_key)])
+                                created.item(new_key)])
+    assert again.chunks == [*reader.chunks, new_chunk]      # the saved numbers kept: copied blocks stay right
+    assert again.find("entities", keys[5]) == acc.item(keys[5]) and acc.item(keys[5])[4][0] == new_chunk
+    assert again.find("entities", new_key)[4] == [new_chunk]
+    first_copied = reader.index["entities"][0][3]
+    assert again.find("entities", first_copied) == reader.find("entities", first_copied)
     assert {s: items(again, s) for s in resolve_state.SECTIONS} == whole
     assert again.header.counts == header.counts and data != out
 
