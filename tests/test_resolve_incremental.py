@@ -53,7 +53,10 @@ def _add(docs: Path, name: str, text: str) -> None:
     (docs / name).write_text(text, encoding="utf-8")
 
 
-def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path) -> None:
+def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from hrag_cli import resolve_state
+
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
@@ -66,8 +69,13 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
                             "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
     _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired Edric Solano.\n")
     before = Project(inc).stage("resolve").output_digest
+    parsed = []
+    parse = resolve_state._parse_header
+    monkeypatch.setattr(resolve_state, "_parse_header", lambda data: parsed.append(1) or parse(data))
     _index(docs, inc)
     assert _merged(inc) == 2      # one chunk per new document: only their records were merged
+    assert len(parsed) == 1       # the state's header, read to decide on the state, is the one its load uses
+    monkeypatch.undo()
     _same_as_fresh(docs, inc, tmp_path)
     # what changed, for a later stage to sync only that: exactly the records whose lines differ
     p = Project(inc)
@@ -236,7 +244,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     _index(docs, inc)
     p = Project(inc)
     state_bytes = p.resolve_state_path.read_bytes()
-    chunks = len(resolve_state.read_header(p.resolve_state_path).offsets)
+    chunks = len(resolve_state.read_header(p.resolve_state_path)[0].offsets)
     fits = int(resolve_state.RESAVE_SHARE * chunks)
     assert fits >= 2, chunks
     texts = ["Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n",
@@ -249,7 +257,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
         p = Project(inc)
         assert _merged(inc) == 1
         assert p.resolve_state_path.read_bytes() == state_bytes
-        delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path))
+        delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path)[0])
         assert delta is not None and len(delta.offsets) == n
     _same_as_fresh(docs, inc, tmp_path)
     for n in range(fits + 1, chunks):      # past the share: saved whole, no delta
