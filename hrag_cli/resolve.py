@@ -445,9 +445,9 @@ def _merge_current(project: Project, settings: Settings, reporter: Reporter, use
         return merge_records(lambda: iter_pruned(project, settings, current))
 
     since = _since_state(project, reporter, base, header.offsets) if use_state else None
-    saved = _load_state(project, reporter) if since is not None else None
+    saved = _load_state(project, reporter, since[0]) if since is not None else None
     if since is not None and saved is not None:
-        state, replay, new, unknown = since
+        (state, _), replay, new, unknown = since
         merged: Merged | None = saved[0]
         header.unknown = saved[1] if unknown is None else unknown
         try:
@@ -487,15 +487,17 @@ def _facts_naming(merged: Merged, eids: set[str], records_of: Callable[[set[str]
 
 
 def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]
-                 ) -> tuple[resolve_state.StateHeader, set[str], set[str], int | None] | None:
-    """When adding is all that happened since the saved state: its header, the chunks its delta merged
-    after it was saved, the chunks neither has (`now`: chunk id -> offset of its current record), and the
-    delta's UNKNOWN count (None without a delta); else None."""
+                 ) -> tuple[resolve_state.Head, set[str], set[str], int | None] | None:
+    """When adding is all that happened since the saved state: its header (read_header's answer, for the
+    load), the chunks its delta merged after it was saved, the chunks neither has (`now`: chunk id -> offset
+    of its current record), and the delta's UNKNOWN count (None without a delta); else None."""
     path = project.resolve_state_path
     try:
-        header = resolve_state.read_header(path)
-        if header is None or header.basis != base or not resolve_state.cache_grew_only(project.extractions_path,
-                                                                                        header):
+        head = resolve_state.read_header(path)
+        if head is None:
+            return None
+        header = head[0]
+        if header.basis != base or not resolve_state.cache_grew_only(project.extractions_path, header):
             return None
         delta = resolve_state.read_delta(path, header)
     except resolve_state.OldFormat as exc:
@@ -508,13 +510,13 @@ def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str,
     merged_before = {**header.offsets, **(delta.offsets if delta else {})}
     if not merged_before.items() <= now.items():     # (a set comparison, in C)
         return None     # a chunk's record changed or went away: its old contribution cannot be taken out
-    return (header, set(delta.offsets) if delta else set(), now.keys() - merged_before.keys(),
+    return (head, set(delta.offsets) if delta else set(), now.keys() - merged_before.keys(),
             delta.unknown if delta else None)
 
 
-def _load_state(project: Project, reporter: Reporter) -> tuple[Merged, int] | None:
+def _load_state(project: Project, reporter: Reporter, head: resolve_state.Head) -> tuple[Merged, int] | None:
     try:
-        return resolve_state.load(project.resolve_state_path, Merged)
+        return resolve_state.load(project.resolve_state_path, Merged, head)
     except resolve_state.Damaged as exc:
         reporter.warn(f"{project.resolve_state_path} is damaged ({exc}); merging every record again")
         return None

@@ -333,13 +333,14 @@ class Reader:
     (and kept: the keys a merge touches cluster in few blocks only by chance, but a block is looked up again
     for each of its keys)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, head: Head | None = None) -> None:
+        """`head`: read_header's answer for this file, so its header is not parsed again."""
         with open(path, "rb") as fh:
             try:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             except ValueError:      # an empty file
                 raise Damaged("empty") from None
-        self.header, self._raw = _parse_header(self._map)
+        self.header, self._raw = head or _parse_header(self._map)
         if len(self._map) < _TRAILER.size:
             raise Damaged("cut short")
         where, magic = _TRAILER.unpack_from(self._map, len(self._map) - _TRAILER.size)
@@ -443,7 +444,10 @@ class Reader:
         return out
 
 
-def _parse_header(data: Any) -> tuple[StateHeader, dict]:
+Head = tuple[StateHeader, dict]     # the header, and the frame it was parsed from
+
+
+def _parse_header(data: Any) -> Head:
     if len(data) < _LEN.size:
         raise Damaged("cut short")
     (n,) = _LEN.unpack_from(data, 0)
@@ -462,9 +466,10 @@ def _parse_header(data: Any) -> tuple[StateHeader, dict]:
     return header, h
 
 
-def read_header(path: Path) -> StateHeader | None:
-    """The header alone (cheap: the caller decides from it whether the state is worth opening); None when
-    there is no state file. Raises Damaged, or OldFormat for a file of an earlier version."""
+def read_header(path: Path) -> Head | None:
+    """The header alone (cheap: the caller decides from it whether the state is worth opening; `load` takes
+    it, so the header, a chunk list and offsets of every chunk, is parsed once); None when there is no state
+    file. Raises Damaged, or OldFormat for a file of an earlier version."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -472,7 +477,7 @@ def read_header(path: Path) -> StateHeader | None:
     with fh:
         head = fh.read(_LEN.size)
         (n,) = _LEN.unpack(head) if len(head) == _LEN.size else (0,)
-        return _parse_header(head + fh.read(n))[0]
+        return _parse_header(head + fh.read(n))
 
 
 class Lazy(dict):
@@ -527,10 +532,11 @@ class Lazy(dict):
 _NONE = object()
 
 
-def load(path: Path, merged_cls: type) -> tuple[Any, int]:
+def load(path: Path, merged_cls: type, head: Head | None = None) -> tuple[Any, int]:
     """A Merged over the state file (its sections Lazy: nothing but the header and index is read yet) and the
-    header's UNKNOWN count. Raises Damaged or OldFormat."""
-    reader = Reader(path)
+    header's UNKNOWN count (`head`: the file's read_header, when the caller has it). Raises Damaged or
+    OldFormat."""
+    reader = Reader(path, head)
     h = reader._raw
     m = merged_cls()
     # a relation is saved only with both its entities, and a fact only with its relation: a key whose

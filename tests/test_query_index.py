@@ -72,3 +72,34 @@ def test_doc_paths_are_read_at_their_lines_else_whole(tmp_path) -> None:
     store.write_jsonl(path, ({"path": d.path, "doc_id": d.doc_id} for d in docs))    # another field order
     assert DocPaths(path, whole).get(ids[4]) == "p/4.txt" and len(reads) == 3
 
+
+def test_doc_paths_leave_no_file_open(tmp_path, monkeypatch) -> None:
+    """The lines' pass and each lookup close docs.jsonl, also when a read fails (then the file is read whole):
+    a dropped DocPaths warns of no unclosed file."""
+    import gc
+    import os
+    import warnings
+
+    from hrag_cli.project import text_hash
+    from hrag_cli.query.index import DocPaths
+
+    ids = [text_hash(f"p/{i}.txt") for i in range(3)]
+    path = tmp_path / "docs.jsonl"
+    store.write_jsonl(path, ({"doc_id": d, "path": f"p/{i}.txt"} for i, d in enumerate(ids)))
+    gc.collect()        # files other tests left to the collector warn before this test looks
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = DocPaths(path, lambda: {})
+        assert paths.get(ids[1]) == "p/1.txt" and paths._lines is not None
+        broken = DocPaths(path, lambda: {ids[2]: "whole"})
+
+        def pread(*_):
+            raise OSError("read failed")
+
+        monkeypatch.setattr(os, "pread", pread)
+        assert broken.get(ids[2]) == "whole" and broken._lines is None
+        monkeypatch.undo()
+        del paths, broken
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning) and str(path) in str(w.message)]
+

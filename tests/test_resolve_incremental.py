@@ -53,7 +53,10 @@ def _add(docs: Path, name: str, text: str) -> None:
     (docs / name).write_text(text, encoding="utf-8")
 
 
-def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path) -> None:
+def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from hrag_cli import resolve_state
+
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
@@ -66,8 +69,13 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
                             "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
     _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired Edric Solano.\n")
     before = Project(inc).stage("resolve").output_digest
+    parsed = []
+    parse = resolve_state._parse_header
+    monkeypatch.setattr(resolve_state, "_parse_header", lambda data: parsed.append(1) or parse(data))
     _index(docs, inc)
     assert _merged(inc) == 2      # one chunk per new document: only their records were merged
+    assert len(parsed) == 1       # the state's header, read to decide on the state, is the one its load uses
+    monkeypatch.undo()
     _same_as_fresh(docs, inc, tmp_path)
     # what changed, for a later stage to sync only that: exactly the records whose lines differ
     p = Project(inc)
@@ -236,7 +244,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     _index(docs, inc)
     p = Project(inc)
     state_bytes = p.resolve_state_path.read_bytes()
-    chunks = len(resolve_state.read_header(p.resolve_state_path).offsets)
+    chunks = len(resolve_state.read_header(p.resolve_state_path)[0].offsets)
     fits = int(resolve_state.RESAVE_SHARE * chunks)
     assert fits >= 2, chunks
     texts = ["Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n",
@@ -249,7 +257,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
         p = Project(inc)
         assert _merged(inc) == 1
         assert p.resolve_state_path.read_bytes() == state_bytes
-        delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path))
+        delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path)[0])
         assert delta is not None and len(delta.offsets) == n
     _same_as_fresh(docs, inc, tmp_path)
     for n in range(fits + 1, chunks):      # past the share: saved whole, no delta
@@ -301,13 +309,18 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     assert reader._keys == read and merged.relations.get(pair)[0] == pair
     acc = live(merged.entities, keys[5], _EntityAcc)     # touched: its accumulator changes
     acc.names["Someone Else"] = 7
-    merged.entities[new_key] = _EntityAcc()
+    new_chunk = "0" * 32        # a chunk merged since: numbered after the saved ones, though it sorts first
+    assert new_chunk not in reader.header.offsets and new_chunk < min(reader.chunks)
+    acc.sources.insert(0, new_chunk)
+    created = merged.entities[new_key] = _EntityAcc()
+    created.sources.append(new_chunk)
     merged.entities.absent.add(new_key)
     assert merged.totals()["entities"] == len(keys) + 1
     every = sorted([*keys, new_key])
     assert [merged.entities.rank(k) for k in every] == list(range(len(every)))
     header = reader.header
     header.counts = merged.totals()
+    header.offsets = {**header.offsets, new_chunk: 1 << 40}
     folded = tmp_path / "folded.bin"
     resolve_state.fold(folded, header, merged)
     data, out = path.read_bytes(), folded.read_bytes()
@@ -319,7 +332,12 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
 
     whole = {s: items(reader, s) for s in resolve_state.SECTIONS}
     whole["entities"] = sorted([*(t for t in whole["entities"] if t[0] != keys[5]), acc.item(keys[5]),
-                                _EntityAcc().item(new_key)])
+                                created.item(new_key)])
+    assert again.chunks == [*reader.chunks, new_chunk]      # the saved numbers kept: copied blocks stay right
+    assert again.find("entities", keys[5]) == acc.item(keys[5]) and acc.item(keys[5])[4][0] == new_chunk
+    assert again.find("entities", new_key)[4] == [new_chunk]
+    first_copied = reader.index["entities"][0][3]
+    assert again.find("entities", first_copied) == reader.find("entities", first_copied)
     assert {s: items(again, s) for s in resolve_state.SECTIONS} == whole
     assert again.header.counts == header.counts and data != out
 

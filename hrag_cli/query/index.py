@@ -113,51 +113,56 @@ class DocPaths:
     def __init__(self, path: Path, whole: Callable[[], Mapping[str, str]]) -> None:
         self.path, self._whole = path, whole
         self._found: dict[str, str] = {}
-        self._lines: tuple[Any, np.ndarray, np.ndarray] | None = None   # open file, line starts, id keys
+        self._lines: tuple[np.ndarray, np.ndarray] | None = None   # line starts, id keys
         self._indexed = False
 
-    def _index(self) -> tuple[Any, np.ndarray, np.ndarray] | None:
-        """(the file, open; each line's start and end; the first 8 id bytes of each line as an integer), or
-        None when some line does not open with an id of at least 8 bytes."""
+    def _index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(each line's start and end; the first 8 id bytes of each line as an integer), or None when some
+        line does not open with an id of at least 8 bytes."""
         if self._indexed:
             return self._lines
         self._indexed = True
         width, step = len(self.OPEN) + 8, self._BLOCK
-        fh = open(self.path, "rb")
-        size, starts, heads = os.fstat(fh.fileno()).st_size, [], []
-        for s in range(0, size, step):
-            block = np.frombuffer(os.pread(fh.fileno(), step + width, s), dtype=np.uint8)   # + the next heads
-            at = np.flatnonzero(block[:step] == 10) + 1
-            at = np.concatenate(([0], at)) if s == 0 else at
-            at = at[at + s < size]                      # a newline ending the file opens no line
-            if len(at) and int(at[-1]) + width > len(block):
-                fh.close()
-                return None
-            starts.append(at + s)
-            heads.append(np.lib.stride_tricks.as_strided(block, (max(len(block) - width + 1, 0), width), (1, 1))[at])
+        with open(self.path, "rb") as fh:
+            size, starts, heads = os.fstat(fh.fileno()).st_size, [], []
+            for s in range(0, size, step):
+                block = np.frombuffer(os.pread(fh.fileno(), step + width, s), dtype=np.uint8)   # + the next heads
+                at = np.flatnonzero(block[:step] == 10) + 1
+                at = np.concatenate(([0], at)) if s == 0 else at
+                at = at[at + s < size]                      # a newline ending the file opens no line
+                if len(at) and int(at[-1]) + width > len(block):
+                    return None
+                starts.append(at + s)
+                heads.append(np.lib.stride_tricks.as_strided(block, (max(len(block) - width + 1, 0), width),
+                                                             (1, 1))[at])
         bounds = np.append(np.concatenate(starts), size) if starts else np.zeros(1, dtype=np.int64)
         head = np.concatenate(heads) if heads else np.zeros((0, width), dtype=np.uint8)
         if not len(head) or np.diff(bounds).min() < width or \
                 not (head[:, :len(self.OPEN)] == np.frombuffer(self.OPEN, dtype=np.uint8)).all():
-            fh.close()
             return None
-        self._lines = (fh, bounds, np.ascontiguousarray(head[:, len(self.OPEN):]).view("<u8").ravel())
+        self._lines = (bounds, np.ascontiguousarray(head[:, len(self.OPEN):]).view("<u8").ravel())
         return self._lines
 
     def _find(self, doc_id: str) -> str | None:
+        """The path on `doc_id`'s own line. The file is opened for each lookup (a query looks up about 5), so
+        no handle outlives the query index."""
         key = store.dumps(doc_id)[1:9]                 # the id as its line spells it, first 8 bytes
         lines = self._index() if len(key) == 8 and not key.endswith(b'"') else None
         if lines is None:
             return None
-        fh, bounds, keys = lines
-        for line in np.flatnonzero(keys == np.frombuffer(key, dtype="<u8")[0]).tolist():
-            start = int(bounds[line])
-            try:
-                rec = store.loads(os.pread(fh.fileno(), int(bounds[line + 1]) - start, start))
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("doc_id") == doc_id:
-                return rec.get("path")
+        bounds, keys = lines
+        found = np.flatnonzero(keys == np.frombuffer(key, dtype="<u8")[0]).tolist()
+        if not found:
+            return None
+        with open(self.path, "rb") as fh:
+            for line in found:
+                start = int(bounds[line])
+                try:
+                    rec = store.loads(os.pread(fh.fileno(), int(bounds[line + 1]) - start, start))
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("doc_id") == doc_id:
+                    return rec.get("path")
         return None
 
     def get(self, doc_id: str) -> str:
