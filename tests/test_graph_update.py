@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import graph_pickle
+from hrag_cli import graph, graph_pickle
 from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph,
                             save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
@@ -44,7 +44,7 @@ def _sorted_items(ents: dict, rels: dict):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> None:
+def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int, monkeypatch) -> None:
     rng = random.Random(seed)
     ents: dict = {}
     rels: dict = {}
@@ -80,11 +80,19 @@ def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> Non
     want = walk_arrays(fresh)
     assert spliced is not None and spliced.keys() == want.keys()
     assert all(np.array_equal(spliced[k], want[k]) and spliced[k].dtype == want[k].dtype for k in want)
-    # the synonyms stage then puts its edges into the saved walk arrays: the arrays made from scratch
+    # the synonyms stage then puts its edges into the saved walk arrays (recorded, so intact: spliced, never
+    # made from the columns): the arrays made from scratch
     save_graph(project, got)
+    project.record_stage("resolve", "fp", "d")
+
+    def made(*_args):
+        raise AssertionError("walk.npz made from the columns, not from the saved arrays")
+
+    monkeypatch.setattr(graph, "walk_arrays", made)
     for round_ in range(2):
         pairs = [(rng.choice(e_list).id, rng.choice(e_list).id, rng.random()) for _ in range(25)]
         save_synonym_edges(project, pairs)
+        project.record_stage("synonyms", "fp", f"s{round_}")
         with np.load(project.walk_path) as saved:
             want = walk_arrays(load_columns(project))
             assert all(np.array_equal(saved[k], want[k]) for k in want), round_
