@@ -341,28 +341,29 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
                         {name: c.concat(tail[name]) for name, c in cols.eattrs.items()}, cols.packed, cols.split)
 
 
-def walk_intact(project: Project) -> bool:
-    """walk.npz is the file the last commit recorded, by its whole-file hash (0.05 s for 125 MB): a stage that
-    makes the new walk arrays from the saved ones copies most of them, and damage must not pass into the new
-    file (which the commit then vouches for)."""
+def intact(project: Project, rel: str) -> bool:
+    """`rel` (graph/graph.pkl, graph/walk.npz) of the current generation is the file the last commit recorded,
+    by its full hash (CRC-32 of the whole file up to artifacts.FULL_HASH_MAX, 0.03 s for 65 MB; a dense sample
+    above): a stage that makes the new file from the saved one copies most of it, and damage must not pass into
+    the new file (which the commit then vouches for)."""
     try:
         stages = project.manifest()["stages"]
     except HragError:
         return False
-    metas = [((stages.get(name) or {}).get("artifacts") or {}).get("graph/walk.npz")
+    metas = [((stages.get(name) or {}).get("artifacts") or {}).get(rel)
              for name in ("synonyms", "resolve")]       # the later stage's record wins, as project.check has it
     meta = next((m for m in metas if isinstance(m, dict)), None)
-    return meta is not None and artifacts.check_one(project.walk_path, meta, True) == ""
+    return meta is not None and artifacts.check_one(project.gen_dir / rel, meta, True) == ""
 
 
 def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
     """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz; the walk
     arrays from the saved ones when they fit and are intact, which is the same arrays for a fraction of the
     work)."""
-    intact = walk_intact(project)
+    intact_walk = intact(project, "graph/walk.npz")
     cols = set_synonym_edges(load_columns(project), pairs)
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
-    arrays = _walk_with_synonyms(project, cols) if intact else None
+    arrays = _walk_with_synonyms(project, cols) if intact_walk else None
     _write_walk(project, arrays if arrays is not None else walk_arrays(cols))
 
 

@@ -26,8 +26,8 @@ import numpy as np
 from . import graph_pickle, store
 from .errors import HragError
 from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, WALK_ARRAYS, ChunkRef, GraphEntity,
-                    GraphRelation, _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, load_columns,
-                    walk_arrays, walk_intact)
+                    GraphRelation, _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact,
+                    load_columns, walk_arrays)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -491,7 +491,7 @@ class GraphInputs:
     chunks: list[ChunkRef]          # every chunk (what the merge reads records for)
     added: list[ChunkRef]           # the chunks added since `old` (every chunk when `old` is None)
     old: GraphColumns | None = None
-    walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.walk_intact`): it may be spliced
+    walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.intact`): it may be spliced
 
 
 def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
@@ -499,7 +499,8 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
     when docs.jsonl and chunks.jsonl were only appended to since and the graph holds as many documents and
     chunks as the mark says; else every document and chunk, read from their files."""
     got = added_since(project, mark) if mark else None
-    if got is not None and project.graph_path.exists():
+    # graph.pkl's load checks only sampled bytes: its whole hash too, as what it holds goes into the new one
+    if got is not None and intact(project, "graph/graph.pkl"):
         try:
             old = load_columns(project)
         except HragError:
@@ -514,7 +515,7 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
             refs = list(map(ChunkRef, ids, old.vattrs["doc_id"].take(rows).values(),
                             old.vattrs["order"].take(rows).values()))
             added = [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in got[1]]
-            return GraphInputs(got[0], refs + added, added, old, walk_intact(project))
+            return GraphInputs(got[0], refs + added, added, old, intact(project, "graph/walk.npz"))
     chunks = load_chunk_refs(project)
     return GraphInputs(load_documents(project), chunks, chunks)
 
