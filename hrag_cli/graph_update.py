@@ -520,6 +520,13 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
     return GraphInputs(load_documents(project), chunks, chunks)
 
 
+def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
+    """`inputs` without the saved graph, for a build from every item: every document and chunk."""
+    if inputs.old is None:
+        return inputs
+    return GraphInputs(load_documents(project), inputs.chunks, inputs.chunks)
+
+
 def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
                   mentions: list[tuple[str, str, int]], totals: tuple[int, int, int], reporter: Reporter
                   ) -> tuple[GraphColumns, Splice | None] | None:
