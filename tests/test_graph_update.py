@@ -181,6 +181,7 @@ def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh
     monkeypatch.setattr(graph_update, "walk_arrays", whole)       # walk.npz spliced, not made again
     out = index(docs, inc)
     assert "cannot be updated" not in out and "new ones merged" in out
+    assert "chunk_mark" not in out          # bookkeeping for the next run: not in the summary a person reads
     monkeypatch.undo()
     index(docs, tmp_path / "fresh")
     got, want = Project(inc), Project(tmp_path / "fresh")
