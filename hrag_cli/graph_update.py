@@ -484,47 +484,53 @@ def _fixed(keys: np.ndarray, koff: np.ndarray, vs: np.ndarray, width: int) -> np
 
 @dataclass
 class GraphInputs:
-    """The documents and chunks resolve gives the graph: every one (`old` None), or the saved graph and those
-    added since it was made."""
+    """The documents and chunks resolve gives the graph, and the saved graph when it is the one the last run
+    recorded: every document and chunk, or (`added_only`) those added since the saved graph was made."""
 
     docs: list[Document]            # every document, or those added since `old`
     chunks: list[ChunkRef]          # every chunk (what the merge reads records for)
-    added: list[ChunkRef]           # the chunks added since `old` (every chunk when `old` is None)
+    added: list[ChunkRef]           # the chunks added since `old` (every chunk unless `added_only`)
     old: GraphColumns | None = None
+    added_only: bool = False        # `docs` and `added` are what came after `old`: spliced in (`spliced_columns`)
     walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.intact`): it may be spliced
 
 
 def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
-    """The saved graph and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it),
-    when docs.jsonl and chunks.jsonl were only appended to since and the graph holds as many documents and
-    chunks as the mark says; else every document and chunk, read from their files."""
-    got = added_since(project, mark) if mark else None
+    """The saved graph (when `mark` is not None: a run that may update it; {} for a last run that left no mark)
+    and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it), when docs.jsonl and
+    chunks.jsonl were only appended to since and the graph holds as many documents and chunks as the mark says;
+    else every document and chunk, read from their files."""
+    old = None
     # graph.pkl's load checks only sampled bytes: its whole hash too, as what it holds goes into the new one
-    if got is not None and intact(project, "graph/graph.pkl"):
+    if mark is not None and intact(project, "graph/graph.pkl"):
         try:
             old = load_columns(project)
         except HragError:
             old = None
-        vk = _codes_in(old.vattrs["kind"], VERTEX_KINDS) if old is not None and old.n else np.zeros(0, np.uint8)
+    got = added_since(project, mark) if mark and old is not None else None
+    if got is not None:
+        vk = _codes_in(old.vattrs["kind"], VERTEX_KINDS) if old.n else np.zeros(0, np.uint8)
         nd0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(DOCUMENT)))
         nc0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(CHUNK)))
-        if old is not None and (nd0, nc0) == (mark.get("docs"), mark.get("chunks")):
+        if (nd0, nc0) == (mark.get("docs"), mark.get("chunks")):
             rows = np.arange(nd0, nd0 + nc0)
             key = old.vattrs["key"]
             ids = key.take(rows).values()
             refs = list(map(ChunkRef, ids, old.vattrs["doc_id"].take(rows).values(),
                             old.vattrs["order"].take(rows).values()))
             added = [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in got[1]]
-            return GraphInputs(got[0], refs + added, added, old, intact(project, "graph/walk.npz"))
+            return GraphInputs(got[0], refs + added, added, old, added_only=True,
+                               walk_ok=intact(project, "graph/walk.npz"))
     chunks = load_chunk_refs(project)
-    return GraphInputs(load_documents(project), chunks, chunks)
+    return GraphInputs(load_documents(project), chunks, chunks, old)
 
 
 def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
     """`inputs` without the saved graph, for a build from every item: every document and chunk."""
     if inputs.old is None:
         return inputs
-    return GraphInputs(load_documents(project), inputs.chunks, inputs.chunks)
+    docs = load_documents(project) if inputs.added_only else inputs.docs
+    return GraphInputs(docs, inputs.chunks, inputs.chunks)
 
 
 def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
@@ -535,11 +541,13 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
     relations, mentions after the merge); None, with one warning, when the saved graph is missing, damaged or
     not the one the changes apply to (the caller then builds it from every item)."""
     try:
-        if inputs.old is not None:
+        if inputs.old is None:
+            raise OutOfStep("it is missing, damaged, or not the file the last run recorded")
+        if inputs.added_only:
             cols, splice = spliced_columns(inputs.old, inputs.docs, inputs.added, entities, relations, mentions)
             splice = splice if inputs.walk_ok else None
         else:
-            cols, splice = update_columns(load_columns(project), inputs.docs, inputs.chunks, entities, relations,
+            cols, splice = update_columns(inputs.old, inputs.docs, inputs.chunks, entities, relations,
                                           mentions), None
         ec = edge_counts(cols)
         made = (int(np.count_nonzero(cols.vattrs["kind"].codes == VERTEX_KINDS.index(ENTITY))), ec["RELATION"],

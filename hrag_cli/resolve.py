@@ -586,7 +586,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     # the chunks without their text (pruning reads it if it must): when the last run's outputs may be patched,
     # the saved graph (the documents and chunks of the last run) and those added since; else every one (an LLM
     # summary run merges from scratch, see below)
-    inputs = graph_inputs(project, before.counts.get("chunk_mark") if before and not summarizer.enabled else None)
+    last = (before.counts.get("chunk_mark") or {}) if before and not summarizer.enabled else None
+    inputs = graph_inputs(project, last)
     chunks = inputs.chunks
     merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hrag_cli import graph, graph_pickle
-from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph,
+from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph,
                             save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
 from hrag_cli.project import Project
@@ -122,15 +122,19 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     project = Project(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(docs[:1], chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
+    project.record_stage("resolve", "fp", "d")
+    assert intact(project, "graph/graph.pkl")
     out = io.StringIO()
-    args = (project, GraphInputs(docs, chunks, chunks), ents[1:], [], [("c2", "e2", 2)])
+    args = (project, GraphInputs(docs, chunks, chunks, load_columns(project)), ents[1:], [], [("c2", "e2", 2)])
     got = updated_graph(*args, (2, 0, 2), Reporter("quiet", out))
     assert got is not None and out.getvalue() == ""
     assert graph_pickle.dumps(got[0]) == graph_pickle.dumps(graph_columns(docs, chunks, ents, [],
                                                                           [("c1", "e1", 1), ("c2", "e2", 2)]))
     assert updated_graph(*args, (3, 0, 2), Reporter("quiet", out)) is None      # not the graph the merge expects
     project.graph_path.write_bytes(project.graph_path.read_bytes()[:100])
-    assert updated_graph(*args, (2, 0, 2), Reporter("quiet", out)) is None
+    assert not intact(project, "graph/graph.pkl")       # so graph_inputs gives no saved graph
+    no_saved = GraphInputs(docs, chunks, chunks)
+    assert updated_graph(project, no_saved, *args[2:], (2, 0, 2), Reporter("quiet", out)) is None
     warnings = out.getvalue().splitlines()
     assert len(warnings) == 2 and all("graph.pkl cannot be updated" in w and "from every item" in w for w in warnings)
 
