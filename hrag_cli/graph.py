@@ -370,25 +370,42 @@ def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, st
 WALK_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
 
 
+def saved_walk(project: Project) -> dict[str, np.ndarray] | None:
+    """The arrays of the saved walk.npz; None when it is missing or unreadable (the caller makes them from the
+    columns instead)."""
+    try:
+        with np.load(project.walk_path, allow_pickle=False) as z:
+            return {k: z[k] for k in WALK_ARRAYS}
+    except Exception:  # missing, or damaged (a damaged zip or array can raise nearly anything)
+        return None
+
+
+def kept_entries(walk: dict[str, np.ndarray], own: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which entries of saved walk arrays are not SYNONYM ones, and how many each row keeps; None when those are
+    not the entries of edges `own` over `n` vertices (the arrays are another graph's)."""
+    indptr = walk["indptr"]
+    if len(walk["vkind"]) != n or len(indptr) != n + 1 or int(indptr[-1]) != len(walk["cols"]):
+        return None
+    keep = walk["kind"] != EDGE_KINDS.index(SYNONYM)
+    syn_rows = np.searchsorted(indptr, np.flatnonzero(~keep), side="right") - 1
+    degree = np.diff(indptr) - np.bincount(syn_rows, minlength=n)
+    if not np.array_equal(degree, np.bincount(own.ravel(), minlength=n)):
+        return None
+    return keep, degree
+
+
 def _walk_with_synonyms(project: Project, cols: GraphColumns) -> dict[str, np.ndarray] | None:
     """`walk_arrays(cols)` from the saved walk.npz: its SYNONYM entries dropped, those of `cols` (its edges from
     `cols.split` on) put where walk_arrays has them. A row there holds the edges of which the vertex is the first
     end, then those of which it is the second, each in edge order; the SYNONYM edges come last, so their entries
     end each of the two groups. None when the saved arrays are missing or not those of `cols`' other edges."""
-    try:
-        with np.load(project.walk_path, allow_pickle=False) as z:
-            old = {k: z[k] for k in WALK_ARRAYS}
-    except Exception:  # missing or damaged: made from the columns instead
-        return None
+    old = saved_walk(project)
     n, split = cols.n, cols.split
-    if len(old["vkind"]) != n or len(old["indptr"]) != n + 1:
-        return None
-    keep = old["kind"] != EDGE_KINDS.index(SYNONYM)
-    rows = np.repeat(np.arange(n), np.diff(old["indptr"]))[keep]
     own = cols.edges[:split]
-    degree = np.bincount(rows, minlength=n)
-    if len(rows) != 2 * split or not np.array_equal(degree, np.bincount(own.ravel(), minlength=n)):
+    kept = kept_entries(old, own, n) if old is not None else None
+    if kept is None:
         return None
+    keep, degree = kept
     start = np.concatenate([[0], np.cumsum(degree)])
     syn, weight = cols.edges[split:], cols.weight[split:]
     first_group = np.bincount(own[:, 0], minlength=n)

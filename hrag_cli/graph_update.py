@@ -25,9 +25,9 @@ import numpy as np
 
 from . import graph_pickle, store
 from .errors import HragError
-from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, WALK_ARRAYS, ChunkRef, GraphEntity,
-                    GraphRelation, _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact,
-                    load_columns, walk_arrays)
+from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation,
+                    _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact, kept_entries,
+                    load_columns, saved_walk, walk_arrays)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -362,15 +362,12 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
     those of `old` (the caller makes them from the columns)."""
     n0, n = old.n, cols.n
     indptr = old_walk["indptr"]
-    if len(old_walk["vkind"]) != n0 or len(indptr) != n0 + 1 or int(indptr[-1]) != len(old_walk["cols"]):
-        return None
     ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
     own = old.edges[ek != _SYN]
-    keep = old_walk["kind"] != _SYN
-    syn_rows = np.searchsorted(indptr, np.flatnonzero(~keep), side="right") - 1
-    degree = np.diff(indptr) - np.bincount(syn_rows, minlength=n0)       # kept entries per old row
-    if not np.array_equal(degree, np.bincount(own.ravel(), minlength=n0)):
+    kept = kept_entries(old_walk, own, n0)
+    if kept is None:
         return None
+    keep, degree = kept                                 # degree: kept entries per old row
     first = np.bincount(own[:, 0], minlength=n0)      # a row's entries of which its vertex is the first end
     # the run of each chunk vertex among the updated graph's MENTIONED_IN edges (they come in runs by chunk)
     nk = _codes_in(cols.eattrs["kind"], EDGE_KINDS)
@@ -568,9 +565,9 @@ def save_updated(project: Project, cols: GraphColumns, sp: Splice | None) -> Non
 
 
 def _spliced_saved(project: Project, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
+    old_walk = saved_walk(project)
     try:
-        with np.load(project.walk_path, allow_pickle=False) as z:
-            arrays = spliced_walk({k: z[k] for k in WALK_ARRAYS}, sp.old, cols, sp)
-    except Exception:  # unreadable, or a key repeated (OutOfStep): made from the columns instead
+        arrays = spliced_walk(old_walk, sp.old, cols, sp) if old_walk is not None else None
+    except OutOfStep:   # a key repeated: made from the columns instead
         arrays = None
     return arrays if arrays is not None else walk_arrays(cols)
