@@ -85,6 +85,12 @@ def _print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def _counts_line(counts: dict[str, Any]) -> str:
+    """A stage's counts as `k=v, ...` for a person: without `chunk_mark` (the chunks a stage's outputs hold,
+    which its next run reads; --json keeps it)."""
+    return ", ".join(f"{k}={v}" for k, v in counts.items() if k != "chunk_mark")
+
+
 def _print_summary(title: str, summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -96,7 +102,7 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
     table = Table(title=escape(printable(title)), show_header=False, box=None)
     for key, value in summary.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items())
+            value = _counts_line(value)
         elif isinstance(value, float):
             value = f"{value:.4f}"
         table.add_row(escape(printable(str(key))), escape(printable(str(value))))
@@ -289,7 +295,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
     for col in ("stage", "state", "finished", "counts"):
         table.add_column(col)
     for name, st in info["stages"].items():
-        counts = ", ".join(f"{k}={v}" for k, v in st.get("counts", {}).items())
+        counts = _counts_line(st.get("counts", {}))
         color = {"fresh": "green", "stale": "yellow", "missing": "red", "damaged": "red"}.get(st["state"], "white")
         table.add_row(name, f"[{color}]{st['state']}[/{color}]", st.get("finished_at", ""), escape(printable(counts)))
     console.print(table)
@@ -319,7 +325,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             _print_first(console, lines)
             continue
         if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items())
+            value = _counts_line(value)
         elif isinstance(value, list):
             value = ", ".join(map(str, value[:20])) + (f" … (+{len(value) - 20})" if len(value) > 20 else "")
         console.print(printable(f"{key}: {value}"), markup=False)

@@ -341,32 +341,57 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
                         {name: c.concat(tail[name]) for name, c in cols.eattrs.items()}, cols.packed, cols.split)
 
 
-def walk_intact(project: Project) -> bool:
-    """walk.npz is the file the last commit recorded, by its whole-file hash (0.05 s for 125 MB): a stage that
-    makes the new walk arrays from the saved ones copies most of them, and damage must not pass into the new
-    file (which the commit then vouches for)."""
+def intact(project: Project, rel: str) -> bool:
+    """`rel` (graph/graph.pkl, graph/walk.npz) of the current generation is the file the last commit recorded,
+    by its full hash (CRC-32 of the whole file up to artifacts.FULL_HASH_MAX, 0.03 s for 65 MB; a dense sample
+    above): a stage that makes the new file from the saved one copies most of it, and damage must not pass into
+    the new file (which the commit then vouches for)."""
     try:
         stages = project.manifest()["stages"]
     except HragError:
         return False
-    metas = [((stages.get(name) or {}).get("artifacts") or {}).get("graph/walk.npz")
+    metas = [((stages.get(name) or {}).get("artifacts") or {}).get(rel)
              for name in ("synonyms", "resolve")]       # the later stage's record wins, as project.check has it
     meta = next((m for m in metas if isinstance(m, dict)), None)
-    return meta is not None and artifacts.check_one(project.walk_path, meta, True) == ""
+    return meta is not None and artifacts.check_one(project.gen_dir / rel, meta, True) == ""
 
 
 def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
     """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz; the walk
     arrays from the saved ones when they fit and are intact, which is the same arrays for a fraction of the
     work)."""
-    intact = walk_intact(project)
+    intact_walk = intact(project, "graph/walk.npz")
     cols = set_synonym_edges(load_columns(project), pairs)
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
-    arrays = _walk_with_synonyms(project, cols) if intact else None
+    arrays = _walk_with_synonyms(project, cols) if intact_walk else None
     _write_walk(project, arrays if arrays is not None else walk_arrays(cols))
 
 
 WALK_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
+
+
+def saved_walk(project: Project) -> dict[str, np.ndarray] | None:
+    """The arrays of the saved walk.npz; None when it is missing or unreadable (the caller makes them from the
+    columns instead)."""
+    try:
+        with np.load(project.walk_path, allow_pickle=False) as z:
+            return {k: z[k] for k in WALK_ARRAYS}
+    except Exception:  # missing, or damaged (a damaged zip or array can raise nearly anything)
+        return None
+
+
+def kept_entries(walk: dict[str, np.ndarray], own: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which entries of saved walk arrays are not SYNONYM ones, and how many each row keeps; None when those are
+    not the entries of edges `own` over `n` vertices (the arrays are another graph's)."""
+    indptr = walk["indptr"]
+    if len(walk["vkind"]) != n or len(indptr) != n + 1 or int(indptr[-1]) != len(walk["cols"]):
+        return None
+    keep = walk["kind"] != EDGE_KINDS.index(SYNONYM)
+    syn_rows = np.searchsorted(indptr, np.flatnonzero(~keep), side="right") - 1
+    degree = np.diff(indptr) - np.bincount(syn_rows, minlength=n)
+    if not np.array_equal(degree, np.bincount(own.ravel(), minlength=n)):
+        return None
+    return keep, degree
 
 
 def _walk_with_synonyms(project: Project, cols: GraphColumns) -> dict[str, np.ndarray] | None:
@@ -374,20 +399,13 @@ def _walk_with_synonyms(project: Project, cols: GraphColumns) -> dict[str, np.nd
     `cols.split` on) put where walk_arrays has them. A row there holds the edges of which the vertex is the first
     end, then those of which it is the second, each in edge order; the SYNONYM edges come last, so their entries
     end each of the two groups. None when the saved arrays are missing or not those of `cols`' other edges."""
-    try:
-        with np.load(project.walk_path, allow_pickle=False) as z:
-            old = {k: z[k] for k in WALK_ARRAYS}
-    except Exception:  # missing or damaged: made from the columns instead
-        return None
+    old = saved_walk(project)
     n, split = cols.n, cols.split
-    if len(old["vkind"]) != n or len(old["indptr"]) != n + 1:
-        return None
-    keep = old["kind"] != EDGE_KINDS.index(SYNONYM)
-    rows = np.repeat(np.arange(n), np.diff(old["indptr"]))[keep]
     own = cols.edges[:split]
-    degree = np.bincount(rows, minlength=n)
-    if len(rows) != 2 * split or not np.array_equal(degree, np.bincount(own.ravel(), minlength=n)):
+    kept = kept_entries(old, own, n) if old is not None else None
+    if kept is None:
         return None
+    keep, degree = kept
     start = np.concatenate([[0], np.cumsum(degree)])
     syn, weight = cols.edges[split:], cols.weight[split:]
     first_group = np.bincount(own[:, 0], minlength=n)

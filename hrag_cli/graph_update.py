@@ -25,9 +25,9 @@ import numpy as np
 
 from . import graph_pickle, store
 from .errors import HragError
-from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, WALK_ARRAYS, ChunkRef, GraphEntity,
-                    GraphRelation, _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, load_columns,
-                    walk_arrays, walk_intact)
+from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation,
+                    _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact, kept_entries,
+                    load_columns, saved_walk, walk_arrays)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -362,15 +362,12 @@ def spliced_walk(old_walk: dict[str, np.ndarray], old: GraphColumns, cols: Graph
     those of `old` (the caller makes them from the columns)."""
     n0, n = old.n, cols.n
     indptr = old_walk["indptr"]
-    if len(old_walk["vkind"]) != n0 or len(indptr) != n0 + 1 or int(indptr[-1]) != len(old_walk["cols"]):
-        return None
     ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
     own = old.edges[ek != _SYN]
-    keep = old_walk["kind"] != _SYN
-    syn_rows = np.searchsorted(indptr, np.flatnonzero(~keep), side="right") - 1
-    degree = np.diff(indptr) - np.bincount(syn_rows, minlength=n0)       # kept entries per old row
-    if not np.array_equal(degree, np.bincount(own.ravel(), minlength=n0)):
+    kept = kept_entries(old_walk, own, n0)
+    if kept is None:
         return None
+    keep, degree = kept                                 # degree: kept entries per old row
     first = np.bincount(own[:, 0], minlength=n0)      # a row's entries of which its vertex is the first end
     # the run of each chunk vertex among the updated graph's MENTIONED_IN edges (they come in runs by chunk)
     nk = _codes_in(cols.eattrs["kind"], EDGE_KINDS)
@@ -484,39 +481,53 @@ def _fixed(keys: np.ndarray, koff: np.ndarray, vs: np.ndarray, width: int) -> np
 
 @dataclass
 class GraphInputs:
-    """The documents and chunks resolve gives the graph: every one (`old` None), or the saved graph and those
-    added since it was made."""
+    """The documents and chunks resolve gives the graph, and the saved graph when it is the one the last run
+    recorded: every document and chunk, or (`added_only`) those added since the saved graph was made."""
 
     docs: list[Document]            # every document, or those added since `old`
     chunks: list[ChunkRef]          # every chunk (what the merge reads records for)
-    added: list[ChunkRef]           # the chunks added since `old` (every chunk when `old` is None)
+    added: list[ChunkRef]           # the chunks added since `old` (every chunk unless `added_only`)
     old: GraphColumns | None = None
-    walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.walk_intact`): it may be spliced
+    added_only: bool = False        # `docs` and `added` are what came after `old`: spliced in (`spliced_columns`)
+    walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.intact`): it may be spliced
 
 
 def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
-    """The saved graph and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it),
-    when docs.jsonl and chunks.jsonl were only appended to since and the graph holds as many documents and
-    chunks as the mark says; else every document and chunk, read from their files."""
-    got = added_since(project, mark) if mark else None
-    if got is not None and project.graph_path.exists():
+    """The saved graph (when `mark` is not None: a run that may update it; {} for a last run that left no mark)
+    and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it), when docs.jsonl and
+    chunks.jsonl were only appended to since and the graph holds as many documents and chunks as the mark says;
+    else every document and chunk, read from their files."""
+    old = None
+    # graph.pkl's load checks only sampled bytes: its whole hash too, as what it holds goes into the new one
+    if mark is not None and intact(project, "graph/graph.pkl"):
         try:
             old = load_columns(project)
         except HragError:
             old = None
-        vk = _codes_in(old.vattrs["kind"], VERTEX_KINDS) if old is not None and old.n else np.zeros(0, np.uint8)
+    got = added_since(project, mark) if mark and old is not None else None
+    if got is not None:
+        vk = _codes_in(old.vattrs["kind"], VERTEX_KINDS) if old.n else np.zeros(0, np.uint8)
         nd0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(DOCUMENT)))
         nc0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(CHUNK)))
-        if old is not None and (nd0, nc0) == (mark.get("docs"), mark.get("chunks")):
+        if (nd0, nc0) == (mark.get("docs"), mark.get("chunks")):
             rows = np.arange(nd0, nd0 + nc0)
             key = old.vattrs["key"]
             ids = key.take(rows).values()
             refs = list(map(ChunkRef, ids, old.vattrs["doc_id"].take(rows).values(),
                             old.vattrs["order"].take(rows).values()))
             added = [ChunkRef(c.chunk_id, c.doc_id, c.order) for c in got[1]]
-            return GraphInputs(got[0], refs + added, added, old, walk_intact(project))
+            return GraphInputs(got[0], refs + added, added, old, added_only=True,
+                               walk_ok=intact(project, "graph/walk.npz"))
     chunks = load_chunk_refs(project)
-    return GraphInputs(load_documents(project), chunks, chunks)
+    return GraphInputs(load_documents(project), chunks, chunks, old)
+
+
+def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
+    """`inputs` without the saved graph, for a build from every item: every document and chunk."""
+    if inputs.old is None:
+        return inputs
+    docs = load_documents(project) if inputs.added_only else inputs.docs
+    return GraphInputs(docs, inputs.chunks, inputs.chunks)
 
 
 def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
@@ -527,11 +538,13 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
     relations, mentions after the merge); None, with one warning, when the saved graph is missing, damaged or
     not the one the changes apply to (the caller then builds it from every item)."""
     try:
-        if inputs.old is not None:
+        if inputs.old is None:
+            raise OutOfStep("it is missing, damaged, or not the file the last run recorded")
+        if inputs.added_only:
             cols, splice = spliced_columns(inputs.old, inputs.docs, inputs.added, entities, relations, mentions)
             splice = splice if inputs.walk_ok else None
         else:
-            cols, splice = update_columns(load_columns(project), inputs.docs, inputs.chunks, entities, relations,
+            cols, splice = update_columns(inputs.old, inputs.docs, inputs.chunks, entities, relations,
                                           mentions), None
         ec = edge_counts(cols)
         made = (int(np.count_nonzero(cols.vattrs["kind"].codes == VERTEX_KINDS.index(ENTITY))), ec["RELATION"],
@@ -552,9 +565,9 @@ def save_updated(project: Project, cols: GraphColumns, sp: Splice | None) -> Non
 
 
 def _spliced_saved(project: Project, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
+    old_walk = saved_walk(project)
     try:
-        with np.load(project.walk_path, allow_pickle=False) as z:
-            arrays = spliced_walk({k: z[k] for k in WALK_ARRAYS}, sp.old, cols, sp)
-    except Exception:  # unreadable, or a key repeated (OutOfStep): made from the columns instead
+        arrays = spliced_walk(old_walk, sp.old, cols, sp) if old_walk is not None else None
+    except OutOfStep:   # a key repeated: made from the columns instead
         arrays = None
     return arrays if arrays is not None else walk_arrays(cols)

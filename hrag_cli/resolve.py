@@ -40,7 +40,7 @@ from .aliases import MergeKeys, needs_plan, plan_merges
 from .config import Settings
 from .extract.parser import DEFAULT_PREDICATE
 from .graph import ChunkRef, edge_counts, graph_columns, save_graph
-from .graph_update import GraphInputs, graph_inputs, save_updated, updated_graph
+from .graph_update import every_input, graph_inputs, save_updated, updated_graph
 from .normalize import clean_surface, normalize_name
 from .progress import Reporter
 from .project import Project, StageOutcome, fingerprint
@@ -583,11 +583,14 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
-    # no chunk text (pruning reads it if it must); the saved graph holds the documents and chunks of the last run
     mark = chunk_mark(project)
-    inputs = graph_inputs(project, before.counts.get("chunk_mark") if before else None)
-    chunks = inputs.chunks
     summarizer = Summarizer(project, settings, reporter)
+    # the chunks without their text (pruning reads it if it must): when the last run's outputs may be patched,
+    # the saved graph (the documents and chunks of the last run) and those added since; else every one (an LLM
+    # summary run merges from scratch, see below)
+    last = (before.counts.get("chunk_mark") or {}) if before and not summarizer.enabled else None
+    inputs = graph_inputs(project, last)
+    chunks = inputs.chunks
     merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
     # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
@@ -605,6 +608,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         except (resolve_patch.OutOfStep, resolve_state.Damaged) as exc:
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")
+            inputs = every_input(project, inputs)       # the saved graph let go before the merge
             merged, changed = full(), None
         else:
             header.unknown += unknown
@@ -617,6 +621,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
             del graph_ents, graph_rels
             graph = update[0] if update is not None else None
             if update is None:
+                inputs = every_input(project, inputs)
                 merged, changed = full(), None
             else:
                 sizes = {k: totals[k] for k in ("entities", "relations", "facts")}
@@ -638,6 +643,8 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
                 del merged
                 save_updated(project, *update)
                 del update
+    else:       # merged from scratch: the saved graph is not updated
+        inputs = every_input(project, inputs)
     if graph is None:
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
         keys = resolve_state.sorted_keys(merged)
@@ -652,8 +659,6 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
         sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
                  "facts": resolved.fact_count}
         stats = {**resolved.stats, "records_merged": resolved.records}
-        if inputs.old is not None:      # only the added documents: the graph is made from every one
-            inputs = GraphInputs(load_documents(project), chunks, chunks)
         graph = write_outputs(project, resolved, inputs.docs, chunks)
 
     h = hashlib.sha256()

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import graph_pickle
-from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, load_columns, save_graph,
+from hrag_cli import graph, graph_pickle
+from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph,
                             save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
 from hrag_cli.project import Project
@@ -44,7 +44,7 @@ def _sorted_items(ents: dict, rels: dict):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> None:
+def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int, monkeypatch) -> None:
     rng = random.Random(seed)
     ents: dict = {}
     rels: dict = {}
@@ -80,11 +80,19 @@ def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int) -> Non
     want = walk_arrays(fresh)
     assert spliced is not None and spliced.keys() == want.keys()
     assert all(np.array_equal(spliced[k], want[k]) and spliced[k].dtype == want[k].dtype for k in want)
-    # the synonyms stage then puts its edges into the saved walk arrays: the arrays made from scratch
+    # the synonyms stage then puts its edges into the saved walk arrays (recorded, so intact: spliced, never
+    # made from the columns): the arrays made from scratch
     save_graph(project, got)
+    project.record_stage("resolve", "fp", "d")
+
+    def made(*_args):
+        raise AssertionError("walk.npz made from the columns, not from the saved arrays")
+
+    monkeypatch.setattr(graph, "walk_arrays", made)
     for round_ in range(2):
         pairs = [(rng.choice(e_list).id, rng.choice(e_list).id, rng.random()) for _ in range(25)]
         save_synonym_edges(project, pairs)
+        project.record_stage("synonyms", "fp", f"s{round_}")
         with np.load(project.walk_path) as saved:
             want = walk_arrays(load_columns(project))
             assert all(np.array_equal(saved[k], want[k]) for k in want), round_
@@ -114,15 +122,19 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     project = Project(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(docs[:1], chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
+    project.record_stage("resolve", "fp", "d")
+    assert intact(project, "graph/graph.pkl")
     out = io.StringIO()
-    args = (project, GraphInputs(docs, chunks, chunks), ents[1:], [], [("c2", "e2", 2)])
+    args = (project, GraphInputs(docs, chunks, chunks, load_columns(project)), ents[1:], [], [("c2", "e2", 2)])
     got = updated_graph(*args, (2, 0, 2), Reporter("quiet", out))
     assert got is not None and out.getvalue() == ""
     assert graph_pickle.dumps(got[0]) == graph_pickle.dumps(graph_columns(docs, chunks, ents, [],
                                                                           [("c1", "e1", 1), ("c2", "e2", 2)]))
     assert updated_graph(*args, (3, 0, 2), Reporter("quiet", out)) is None      # not the graph the merge expects
     project.graph_path.write_bytes(project.graph_path.read_bytes()[:100])
-    assert updated_graph(*args, (2, 0, 2), Reporter("quiet", out)) is None
+    assert not intact(project, "graph/graph.pkl")       # so graph_inputs gives no saved graph
+    no_saved = GraphInputs(docs, chunks, chunks)
+    assert updated_graph(project, no_saved, *args[2:], (2, 0, 2), Reporter("quiet", out)) is None
     warnings = out.getvalue().splitlines()
     assert len(warnings) == 2 and all("graph.pkl cannot be updated" in w and "from every item" in w for w in warnings)
 
@@ -137,29 +149,43 @@ def test_an_added_chunk_of_a_document_the_graph_has_is_out_of_step() -> None:
         spliced_columns(old, docs, [], [], [], [])
 
 
-def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh_build(tmp_path: Path,
-                                                                                       monkeypatch) -> None:
-    """The saved graph holds the documents and chunks of the last resolve (its `chunk_mark`): the next one reads
-    only what was appended since, and splices graph.pkl and walk.npz, which equal a fresh build's."""
-    import shutil
-    import time
-
+def _index(docs: Path, project: Path) -> str:
     from typer.testing import CliRunner
 
-    from hrag_cli import graph_update
     from hrag_cli.cli import app
 
-    def index(docs: Path, project: Path) -> str:
-        result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--stop-after", "resolve",
-                                          "--chunk-tokens", "120", "--chunk-overlap", "10"], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result.output
+    result = CliRunner().invoke(app, ["index", str(docs), "-p", str(project), "--stop-after", "resolve",
+                                      "--chunk-tokens", "120", "--chunk-overlap", "10"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _sample_docs(tmp_path: Path) -> Path:
+    import shutil
+    import time
 
     docs = tmp_path / "docs"
     shutil.copytree(Path(__file__).resolve().parent.parent / "sample_corpus", docs)
     time.sleep(1.05)        # files younger than a second get no stamp: the next run would read them all again
+    return docs
+
+
+def _same_graph(a: Path, b: Path) -> None:
+    got, want = Project(a), Project(b)
+    assert got.graph_path.read_bytes() == want.graph_path.read_bytes()
+    with np.load(got.walk_path) as x, np.load(want.walk_path) as y:
+        assert x.files == y.files and all(np.array_equal(x[k], y[k]) for k in x.files)
+
+
+def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh_build(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """The saved graph holds the documents and chunks of the last resolve (its `chunk_mark`): the next one reads
+    only what was appended since, and splices graph.pkl and walk.npz, which equal a fresh build's."""
+    from hrag_cli import graph_update
+
+    docs = _sample_docs(tmp_path)
     inc = tmp_path / "inc"
-    index(docs, inc)
+    _index(docs, inc)
     assert Project(inc).stage("resolve").counts["chunk_mark"]["chunks"] > 0
     (docs / "new_a.txt").write_text("Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     (docs / "zz_new.txt").write_text("Quillon Vesk founded the Amberline Guild in Port Ellery. Orvan Pell sailed "
@@ -171,11 +197,49 @@ def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh
     monkeypatch.setattr(graph_update, "load_documents", whole)
     monkeypatch.setattr(graph_update, "load_chunk_refs", whole)
     monkeypatch.setattr(graph_update, "walk_arrays", whole)       # walk.npz spliced, not made again
-    out = index(docs, inc)
+    out = _index(docs, inc)
     assert "cannot be updated" not in out and "new ones merged" in out
+    assert "chunk_mark" not in out          # bookkeeping for the next run: not in the summary a person reads
     monkeypatch.undo()
-    index(docs, tmp_path / "fresh")
-    got, want = Project(inc), Project(tmp_path / "fresh")
-    assert got.graph_path.read_bytes() == want.graph_path.read_bytes()
-    with np.load(got.walk_path) as a, np.load(want.walk_path) as b:
-        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    _index(docs, tmp_path / "fresh")
+    _same_graph(inc, tmp_path / "fresh")
+
+
+def test_graph_inputs_fall_back_to_every_document_or_a_walk_made_again(tmp_path: Path, monkeypatch) -> None:
+    """What the saved graph and walk.npz may be used for when the mark or a file does not fit: a damaged walk.npz
+    is made from the columns, a graph whose mark does not fit is updated given every document and chunk, and
+    docs.jsonl written whole (a new epoch) is read whole; the graph is then still a fresh build's."""
+    import shutil
+
+    from hrag_cli import graph_update
+    from hrag_cli.graph_update import graph_inputs
+
+    docs = _sample_docs(tmp_path)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    project = Project(inc)
+    mark = project.stage("resolve").counts["chunk_mark"]
+    n_docs = mark["docs"]
+    got = graph_inputs(project, mark)
+    assert got.old is not None and got.added_only and got.walk_ok and got.docs == [] and got.added == []
+    walk = project.walk_path.read_bytes()
+    flipped = bytearray(walk)
+    flipped[len(walk) // 2] ^= 0xFF
+    project.walk_path.write_bytes(bytes(flipped))
+    assert not graph_inputs(project, mark).walk_ok          # spliced graph, walk.npz made from the columns
+    project.walk_path.write_bytes(walk)
+    for other in ({**mark, "chunks": mark["chunks"] - 1}, {}):   # not the graph's mark, or no mark recorded
+        got = graph_inputs(project, other)
+        assert got.old is not None and not got.added_only and len(got.docs) == n_docs
+    assert graph_inputs(project, None).old is None          # a run merging from scratch: no saved graph
+    # a new file sorting first with an old document's text: the old chunk's id is salted, so docs.jsonl and
+    # chunks.jsonl are written whole; the saved graph is updated given every document and chunk
+    shutil.copy(docs / "people" / "edric_solano.txt", docs / "aaa.txt")
+    reads = []
+    real = graph_update.load_documents
+    monkeypatch.setattr(graph_update, "load_documents", lambda p: reads.append(1) or real(p))
+    out = _index(docs, inc)
+    assert reads and "cannot be updated" not in out and "new ones merged" in out
+    monkeypatch.undo()
+    _index(docs, tmp_path / "fresh")
+    _same_graph(inc, tmp_path / "fresh")
