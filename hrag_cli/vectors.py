@@ -467,7 +467,27 @@ def build_postings(rows: SparseRows) -> tuple[np.ndarray, ...]:
     return ptr, plow, bands.astype(np.uint32), pdata
 
 
-class IdKeys(Sequence):
+class _Listing(Sequence):
+    """A sequence of ids read one at a time from arrays (`_one`), or listed whole once (`_listed`)."""
+
+    _all: list[str] | None
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._all is not None or isinstance(i, slice):
+            return self._listed()[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._one(int(i) % n)
+
+    def _one(self, row: int) -> str:
+        raise NotImplementedError
+
+    def _listed(self) -> list[str]:
+        raise NotImplementedError
+
+
+class IdKeys(_Listing):
     """The ids of an index's rows as one UTF-8 blob, its offsets and the rows in id order, memory-mapped: a
     query maps the rows a search found to ids and a fact's id to its row (binary search, ~20 ids read)
     without parsing the id map (1.9M facts at 100k passages). Listing it decodes every id once."""
@@ -491,13 +511,8 @@ class IdKeys(Sequence):
     def _bytes(self, row: int) -> bytes:
         return bytes(self._blob[int(self._off[row]):int(self._off[row + 1])])
 
-    def __getitem__(self, i: Any) -> Any:
-        if self._all is not None or isinstance(i, slice):
-            return self._listed()[i]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(i)
-        return self._bytes(int(i) % n).decode("utf-8")
+    def _one(self, row: int) -> str:
+        return self._bytes(row).decode("utf-8")
 
     def position(self, key: str) -> int | None:
         """The row of `key`, or None."""
@@ -1054,7 +1069,7 @@ class PatchedRows:
         return rows[best], sims[best].astype(np.float32)
 
 
-class PatchedKeys(Sequence):
+class PatchedKeys(_Listing):
     """The ids of a patched index in logical order (`IdKeys` of the base, the patch's ids at their rows)."""
 
     def __init__(self, base: IdKeys, patch: Patch) -> None:
@@ -1064,13 +1079,7 @@ class PatchedKeys(Sequence):
     def __len__(self) -> int:
         return self._patch.n
 
-    def __getitem__(self, i: Any) -> Any:
-        if self._all is not None or isinstance(i, slice):
-            return self._listed()[i]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(i)
-        i = int(i) % n
+    def _one(self, i: int) -> str:
         hit, j = self._patch.find(np.array([i]))
         if hit[0]:
             return self._patch.ids[int(j[0])].decode("utf-8")
