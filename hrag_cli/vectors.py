@@ -67,9 +67,8 @@ from .errors import HragError
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
 FORMAT = 7                    # 7: + a patch segment beside the base (<name>.patch.npz; 6, its base alone, reads
                               # as a base without one); 6: text hashes and graph labels as arrays, the id map is
-                              # its header alone (5: a
-                              # posted index keeps its values once, by column; 4: + column postings and
-                              # memory-mapped ids; 3: byte columns; 2: two-byte columns)
+                              # its header alone; 5: a posted index keeps its values once, by column; 4: + column
+                              # postings and memory-mapped ids; 3: byte columns; 2: two-byte columns
 _READ_FORMATS = (6, 7)
 PATCH_SHARE = 0.15            # a patch past this share of its base's rows is folded into a new base (as resolve's
                               # record patches, resolve_patch.FOLD_SHARE): a +1 % run writes ~1 % of the rows, and
@@ -486,6 +485,9 @@ class _Listing(Sequence):
     def _listed(self) -> list[str]:
         raise NotImplementedError
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listed())
+
 
 class IdKeys(_Listing):
     """The ids of an index's rows as one UTF-8 blob, its offsets and the rows in id order, memory-mapped: a
@@ -531,9 +533,6 @@ class IdKeys(_Listing):
             blob, off = bytes(self._blob), self._off.tolist()
             self._all = [blob[a:b].decode("utf-8") for a, b in zip(off, off[1:])]
         return self._all
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._listed())
 
 
 def mostly_zero(b: np.ndarray) -> bool:
@@ -997,7 +996,7 @@ class Patch:
         blob = bytes(a["keys"])
         ids = [blob[s:e] for s, e in zip(off.tolist(), off[1:].tolist())]
         patch = cls(base_dir, meta, keys, hashes, rows, a["pos"], a["base"], ids,
-                    [h for h in a["hashes"].tolist()], SparseRows(a["indptr"], a["low"], a["bands"], a["data"], dim))
+                    a["hashes"].tolist(), SparseRows(a["indptr"], a["low"], a["bands"], a["data"], dim))
         if patch.n != int(want.get("count", -1)) or not patch.check():
             raise ValueError("layout")
         return patch
@@ -1095,17 +1094,12 @@ class PatchedKeys(_Listing):
 
     def _listed(self) -> list[str]:
         if self._all is None:
-            is_new, _, _ = self._patch.layout()
+            is_new, old_of, _ = self._patch.layout()
             out = np.empty(len(self), dtype=object)
-            made = np.zeros(self._patch.n_base, dtype=bool)
-            made[self._patch.base[self._patch.base >= 0]] = True
-            out[~is_new] = np.array(self._base._listed(), dtype=object)[~made]
+            out[~is_new] = np.array(self._base._listed(), dtype=object)[old_of[~is_new]]
             out[self._patch.pos] = [i.decode("utf-8") for i in self._patch.ids]
             self._all = out.tolist()
         return self._all
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._listed())
 
 
 def scratch(buffers: dict, name: str, size: int, dtype: Any) -> np.ndarray:
@@ -1336,11 +1330,12 @@ class VectorIndex:
     def hash_rows(self, rows: np.ndarray) -> list[str]:
         """The text hash of each of these rows ("" for -1)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self._patch is not None:
-            got = self._patch.hashes_of(np.maximum(rows, 0)).tolist() if len(self) else [b""] * len(rows)
-            return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
-        arr = self.hash_array()
-        got = arr[np.maximum(rows, 0)].tolist() if len(arr) else [b""] * len(rows)
+        at = np.maximum(rows, 0)
+        if self._patch is not None:          # these rows' hashes alone, without splicing every row's
+            got = self._patch.hashes_of(at).tolist() if len(self) else [b""] * len(rows)
+        else:
+            arr = self.hash_array()
+            got = arr[at].tolist() if len(arr) else [b""] * len(rows)
         return [h.decode("utf-8") if r >= 0 else "" for h, r in zip(got, rows.tolist())]
 
     def insertable(self) -> bool:

@@ -214,6 +214,9 @@ def test_missing_names_only_new_or_changed_items_and_an_old_format_is_refused(tm
     # an index saved by an earlier format than format 6 (a base without a patch) is reported, never misread
     _, id_map = VectorIndex.paths(tmp_path, "facts")
     lines = _id_map_lines(id_map)
+    assert f'"format":{FORMAT}' in lines[0]
+    _write_id_map(id_map, [lines[0].replace(f'"format":{FORMAT}', '"format":6'), *lines[1:]])
+    assert VectorIndex.load(tmp_path, "facts", s).ids == ids          # format 6 still reads
     lines[0] = lines[0].replace(f'"format":{FORMAT}', '"format":5')
     _write_id_map(id_map, lines)
     with pytest.raises(HragError, match="another version"):
