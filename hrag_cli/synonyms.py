@@ -144,20 +144,19 @@ def _remap(nbr: np.ndarray, fwd: np.ndarray) -> np.ndarray:
 
 def _read_keys(z: Any) -> tuple[np.ndarray, np.ndarray]:
     """The ids and text hashes of a saved base or patch (`_joined` blobs) as fixed-width bytes."""
-    ids = _split(z["ids"])
-    return ids, _split(z["hashes"]) if len(ids) else _split(np.zeros(0, np.uint8))
+    return _split(z["ids"]), _split(z["hashes"])
 
 
-def _rows_in(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent."""
+def _rows_in(table: np.ndarray, keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Per key, its position in `table` (distinct fixed-width bytes), -1 when absent; searched through `order`
+    (the table's ascending order, if known; no sorted copy of the table is made)."""
     if not len(table) or not len(keys):
         return np.full(len(keys), -1, dtype=np.int64)
-    order = None if bool((table[1:] > table[:-1]).all()) else np.argsort(table, kind="stable")
-    ordered = table if order is None else table[order]
-    at = np.minimum(np.searchsorted(ordered, keys), len(table) - 1)
-    hit = ordered[at] == keys
+    if order is None and not bool((table[1:] > table[:-1]).all()):
+        order = np.argsort(table, kind="stable")
+    at = np.minimum(np.searchsorted(table, keys, sorter=order), len(table) - 1)
     where = at if order is None else order[at]
-    return np.where(hit, where, -1).astype(np.int64)
+    return np.where(table[where] == keys, where, -1).astype(np.int64)
 
 
 # what reading a missing, torn or damaged .npz raises: a damaged deflate stream inside a member stops zlib
@@ -415,9 +414,10 @@ def _best_of(job: tuple[np.ndarray, np.ndarray, int], span: tuple[int, int]
     return s, best_k(nbr[s:e], sim[s:e], k)
 
 
-def update_knn(prev: KnnLists, ids: list[str], hashes: list[str], matrix: np.ndarray, k: int,
-               reporter: Reporter, per_entity: int, cell_size: int, min_sim: float = -np.inf,
-               chars_of: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[KnnLists, int]:
+def update_knn(prev: KnnLists, ids: Sequence[str] | np.ndarray, hashes: Sequence[str] | np.ndarray,
+               matrix: np.ndarray, k: int, reporter: Reporter, per_entity: int, cell_size: int,
+               min_sim: float = -np.inf, chars_of: Callable[[np.ndarray], np.ndarray] | None = None
+               ) -> tuple[KnnLists, int]:
     """New neighbour lists for the current entities (rows of `ids`/`matrix`, unit vectors); returns them and
     how many entities were queried: the new or changed ones, and those that lost a neighbour; all of them when
     the cells are (re)fitted, which happens when there are none yet, when the settings changed, and each time
@@ -946,11 +946,7 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
 def _old_rows(idx: VectorIndex, keys: np.ndarray) -> np.ndarray:
     """Per key (fixed-width bytes), its row in the index, -1 when it has none (searched through the index's id
     order: no sorted copy of 1.9M ids made)."""
-    rows, order = idx.id_array(), idx.id_order()
-    if not len(rows) or not len(keys):
-        return np.full(len(keys), -1, dtype=np.int64)
-    at = order[np.minimum(np.searchsorted(rows, keys, sorter=order), len(rows) - 1)]
-    return np.where(rows[at] == keys, at, -1).astype(np.int64)
+    return _rows_in(idx.id_array(), keys, idx.id_order())
 
 
 def _held(idx: VectorIndex, file_ids: np.ndarray) -> list[bool]:
@@ -1143,7 +1139,7 @@ def _drop_name_graph(vectors_dir: Path) -> None:
 
 
 def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | None, reporter: Reporter,
-               total: int | None = None) -> dict:
+               total: int) -> dict:
     """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all).
     `appended`: only chunks were appended since the index was synced (none went): just those are looked at."""
     from .bm25 import BM25_FILE, BM25Index
@@ -1162,7 +1158,7 @@ def _sync_bm25(project: Project, chunks: "_Chunks", appended: dict[str, str] | N
     new = [i for i in texts if i not in bm]
     # the chunk index holds `total` chunks and was saved first: a run stopped between the two saves left BM25
     # short of chunks no later `appended` names, so then every chunk is compared
-    if appended is None or (total is not None and len(bm) + len(new) != total):
+    if appended is None or len(bm) + len(new) != total:
         texts = chunks.all()
         have = set(bm.doc_ids())
         gone = [i for i in have if i not in texts]
@@ -1258,7 +1254,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
         digests[name] = idx.digest()
         del idx
     counts["vectors_added"] = added
-    counts.update(_sync_bm25(project, chunks, appended, reporter, counts.get("vectors_chunks")))
+    counts.update(_sync_bm25(project, chunks, appended, reporter, counts["vectors_chunks"]))
     counts.update(idf)
 
     # -- synonym edges --

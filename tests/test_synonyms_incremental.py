@@ -1,16 +1,13 @@
 """After resolve patched its records (graph/changed_ids.json), the synonyms stage embeds only the records it
-changed and splices them into the saved vector indices (VectorIndex.insert): the indices must equal a fresh
-build's files byte for byte, and so must the synonym pairs; without a usable change list every record is read. A spliced index is its
-base with a patch segment beside it (vectors.Patch), so the indices are compared as what a reader sees: ids,
-text hashes and rows in row order, and the digest."""
+changed and splices them into the saved vector indices (VectorIndex.insert): the indices must read as a full
+pass's, and the synonym pairs must be its bytes; without a usable change list every record is read. A spliced
+index is its base with a patch segment beside it (vectors.Patch), so the indices are compared as what a reader
+sees: ids, text hashes and rows in row order, and the digest."""
 
 from __future__ import annotations
 
-import gzip
 import shutil
 from pathlib import Path
-
-import orjson
 
 from hrag_cli.project import Project
 from hrag_cli.vectors import VectorIndex
@@ -46,16 +43,6 @@ def _logical(project: Path) -> dict[str, tuple]:
         out[name] = (list(idx.ids), idx.hash_array().tolist(), idx.vectors().tobytes(), idx.rows().kind,
                      idx.model_id, idx.dim, idx.digest())
     return out
-
-
-def _unsynced(data: bytes) -> bytes:
-    """A vector file's bytes; an id file's lines, the resolve output its header says it synced left out."""
-    if not data.startswith(b"\x1f\x8b"):
-        return data
-    head, _, rest = gzip.decompress(data).partition(b"\n")
-    meta = orjson.loads(head)
-    meta["_meta"].pop("synced", None)
-    return orjson.dumps(meta) + b"\n" + rest
 
 
 def _add(docs: Path) -> None:
@@ -171,6 +158,12 @@ def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only
     for name, fn in (("records", "_patch_plan"), ("chunks", "_appended_chunks")):
         real = getattr(synonyms, fn)
         monkeypatch.setattr(synonyms, fn, lambda *a, real=real, name=name: got[name].append(real(*a)) or got[name][-1])
+
+    def whole(*_args):
+        raise AssertionError("a record file scanned or every chunk read")
+
+    monkeypatch.setattr(synonyms, "_line_ids", whole)
+    monkeypatch.setattr(synonyms._Chunks, "all", whole)
     with p.lock():
         out = synonyms.run_synonyms(p, load_settings(None), Reporter("quiet"))
     assert out.counts["indices_spliced"] == 4
