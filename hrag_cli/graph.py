@@ -101,7 +101,7 @@ def _structure(docs: list[Document], chunks: list[ChunkRef]) -> _Structure:
     index = dict(zip(keys, range(len(keys))))
     n = len(keys)
     doc_ids = [c.doc_id for c in chunks]
-    d = np.fromiter(map(index.get, doc_ids, [-1] * len(doc_ids)), dtype=np.int64, count=len(chunks))
+    d = np.fromiter(map(index.get, doc_ids, repeat(-1)), dtype=np.int64, count=len(chunks))
     c = np.fromiter(map(index.__getitem__, chunk_ids), dtype=np.int64, count=len(chunks))
     has_doc = d >= 0
     part_of = _unique_pairs(d[has_doc], c[has_doc], n)

@@ -47,10 +47,6 @@ class Column:
             self._codes = np.frombuffer(zlib.decompress(self.codes_z or b""), dtype=np.int32)
         return self._codes
 
-    @codes.setter
-    def codes(self, codes: np.ndarray) -> None:
-        self._codes, self.codes_z = codes, None
-
     @property
     def vocab(self) -> list:
         if self._vocab is None:

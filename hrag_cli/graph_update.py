@@ -293,6 +293,8 @@ def spliced_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkR
     # vertex columns: the old rows, the new ones put in; the entities given take their values
     nones = [None] * len(at)
     nc = len(st.keys) - len(docs)
+    ent_rows = n_dc + np.fromiter(map(bisect.bisect_left, repeat(ent_ids), [e.id for e in entities]),
+                                  dtype=np.int64, count=len(entities))      # the vertices of the entities given
     vattrs: dict[str, Column | list] = {
         "kind": Column(list(VERTEX_KINDS), np.repeat(np.arange(3, dtype=np.int32), [nd, n_dc - nd, n - n_dc])),
         "key": Column(_spliced(keys, at, st.keys + [e.id for e in added]), np.arange(n, dtype=np.int32))}
@@ -303,12 +305,11 @@ def spliced_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkR
         col = _Coded(old.vattrs[name])
         col.insert(at, values)
         if name in ("name", "type"):
-            col.set(n_dc + np.fromiter(map(bisect.bisect_left, repeat(ent_ids), [e.id for e in entities]),
-                                       dtype=np.int64, count=len(entities)), [getattr(e, name) for e in entities])
+            col.set(ent_rows, [getattr(e, name) for e in entities])
         vattrs[name] = col.column()
     aliases = _spliced(old.vattrs["aliases"], at, nones)
-    for e in entities:
-        aliases[n_dc + bisect.bisect_left(ent_ids, e.id)] = list(e.aliases)
+    for i, e in zip(ent_rows.tolist(), entities):
+        aliases[i] = list(e.aliases)
     vattrs["aliases"] = aliases
 
     # PART_OF and NEXT_CHUNK: the old pairs renumbered, the added documents' put in (pairs sort by their ends)

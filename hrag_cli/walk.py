@@ -291,8 +291,10 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
     the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
     `out`: an intp array of `total` items to write them into."""
-    idx = np.ones(total, dtype=np.intp) if out is None else out
-    if out is not None:
+    if out is None:
+        idx = np.ones(total, dtype=np.intp)
+    else:
+        idx = out
         idx.fill(1)
     if total:
         live = lens > 0

@@ -113,7 +113,7 @@ class DocPaths:
     def __init__(self, path: Path, whole: Callable[[], Mapping[str, str]]) -> None:
         self.path, self._whole = path, whole
         self._found: dict[str, str] = {}
-        self._lines: tuple[np.ndarray, np.ndarray] | None = None   # line starts, id keys
+        self._lines: tuple[np.ndarray, np.ndarray] | None = None   # line bounds, id keys
         self._indexed = False
 
     def _index(self) -> tuple[np.ndarray, np.ndarray] | None:
