@@ -1,6 +1,6 @@
 """CPU of opening resolve's saved state (graph/resolve_state.bin: its header and block index, all a run after
-new documents reads before looking up its keys) and of reading every key of it in order (what a full fold or
-a rename's fact scan reads; a +1 % otherwise reads only its keys' blocks).
+new documents reads before looking up its keys) and of reading every key of it in order (the key frames of
+every block; a +1 % reads only its keys' blocks).
 
     .venv/bin/python bench/state_load.py PROJECT
     PYTHONPATH=OLD_CHECKOUT .venv/bin/python bench/state_load.py PROJECT    # the same on older code
@@ -30,10 +30,14 @@ def main() -> None:
     t0 = time.process_time()
     merged, _ = resolve_state.load(path, resolve.Merged, *extra)
     t1 = time.process_time()
-    resolve_state.sorted_keys(merged)
+    if isinstance(merged.entities, getattr(resolve_state, "Lazy", ())):    # a keyed state: its key frames
+        for s in resolve_state.SECTIONS:
+            merged.entities.reader.keys(s)
+    else:
+        resolve_state.sorted_keys(merged)
     t2 = time.process_time()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    # a keyed state (version 2) opens without reading its accumulators: its counts are in its header
+    # a keyed state (version 3) opens without reading its accumulators: its counts are in its header
     n = merged.totals() if hasattr(merged, "totals") else {
         s: len(getattr(merged, s)) for s in ("entities", "relations", "facts", "mentions")}
     print(f"{path}: {path.stat().st_size / 1e6:.0f} MB, load {t1 - t0:.2f} s CPU, sorted keys {t2 - t1:.2f} s CPU, "

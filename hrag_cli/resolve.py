@@ -299,8 +299,8 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
     m.self_loops += loops
     if into is not None:
         _insert_mentions(m.mentions, mentions)
-        # a key the state did not have (resolve_state.Lazy.absent), first asked for by this merge, is created
-        new_ents, new_facts = ({k for k in d.absent - before if dict.__contains__(d, k)}
+        # a key the state did not have (resolve_state.Lazy.created), first asked for by this merge, is new
+        new_ents, new_facts = (set(d.created()) - before
                                for d, before in ((ents, absent_before[0]), (facts, absent_before[1])))
         m.touched = Touched(n_records, {eid for _, eid, _ in mentions}, t_rel, t_fact, new_ents, born, new_facts,
                             mentions, {eid: nt for eid, nt in old.items() if nt is not None})

@@ -190,19 +190,9 @@ def _header_frame(header: StateHeader, merged: Any, chunks: list[str]) -> dict:
 
 
 def sorted_keys(merged: Any) -> dict[str, list]:
-    """Each section's keys in order. For a Merged over a state (Lazy sections) the state's key frames are read
-    (no accumulator) and the keys this run created put among them."""
-    out = {}
-    for s in SECTIONS:
-        accs = getattr(merged, s)
-        if isinstance(accs, Lazy):
-            keys = accs.reader.keys(s)
-            keys += [k for k in accs.absent if dict.__contains__(accs, k)]
-            keys.sort()     # two sorted runs: merged in about linear time
-        else:
-            keys = sorted(accs)
-        out[s] = keys
-    return out
+    """Each section's keys in order, of a Merged from a merge over every record (a merge into the state never
+    needs them all: its patch ranks keys through Lazy.rank, and fold copies the blocks it did not touch)."""
+    return {s: sorted(getattr(merged, s)) for s in SECTIONS}
 
 
 def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) -> None:
@@ -514,18 +504,18 @@ class Lazy(dict):
     def __contains__(self, key: Any) -> bool:
         return self.get(key, _NONE) is not _NONE
 
-    def created(self) -> int:
+    def created(self) -> list:
         """Keys this run added to the section (asked for, not in the state, then set)."""
-        return sum(dict.__contains__(self, k) for k in self.absent)
+        return [k for k in self.absent if dict.__contains__(self, k)]
 
     def total(self) -> int:
-        return self.reader.header.counts[self.section] + self.created()
+        return self.reader.header.counts[self.section] + len(self.created())
 
     def rank(self, key: Any) -> int:
         """The place of `key` among the section's keys after this run's merge (the state's and the created
         ones, sorted): the line a record file sorted by key has it on, without reading every key."""
         if self._created is None:
-            self._created = sorted(k for k in self.absent if dict.__contains__(self, k))
+            self._created = sorted(self.created())
         return self.reader.rank(self.section, key) + bisect.bisect_left(self._created, key)
 
 
