@@ -346,6 +346,30 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     assert np.allclose([got[k] for k in want], [want[k] for k in want], atol=2e-3)
 
 
+def test_fold_is_the_plain_folded_and_normed_matrix_bit_for_bit() -> None:
+    """`fold` sums in place in its output: the same float32 values as folding each row densely (column mod
+    256), casting and dividing by np.linalg.norm, which the lists of earlier runs were computed from."""
+    import numpy as np
+
+    from hrag_cli.synonyms import FOLD_DIM, _EMBED_BLOCK, fold
+    from hrag_cli.vectors import sparse_rows
+
+    rng = np.random.default_rng(5)
+    n, dim = _EMBED_BLOCK + 300, 2048                        # two blocks, the second a short one
+    m = np.zeros((n, dim), dtype=np.float32)
+    for i in range(n):
+        m[i, rng.choice(dim, size=int(rng.integers(0, 40)), replace=False)] = rng.standard_normal()
+    m[7] = 0.0                                                # an empty row stays zero
+    rows = sparse_rows(m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9))
+    dense = rows.dense(np.arange(n)).astype(np.float64)
+    want = dense.reshape(n, dim // FOLD_DIM, FOLD_DIM).sum(axis=1).astype(np.float32)
+    norms = np.linalg.norm(want, axis=1, keepdims=True)
+    want = want / np.where(norms > 0, norms, 1)
+    got = fold(rows)
+    assert got is not None and got.dtype == np.float32 and not got[7].any()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) -> None:
     """The builtin embedder runs in one forked worker per core for a large job, handing back sparse rows: the
     same vectors, in the same order, as embedding in this process (float16 values)."""
