@@ -186,7 +186,9 @@ class KnnLists:
         self.plan = plan                      # None: no cells yet, the next pass fits them
         self.cells = cells if cells is not None else np.zeros((n, 0), dtype=np.int32)
         self.cell_settings = cell_settings    # (cells_per_entity, cell_size) the plan was fitted with
-        self.changed = np.zeros(n, dtype=bool)   # rows whose list this pass recomputed or extended (not saved)
+        # slots whose cosine this pass's join gave (folded ones, for `rescore`; not saved): every slot of a
+        # queried row, the offered slots of the others
+        self.joined = np.zeros((n, k), dtype=bool)
         # letters and digits of each row's name (`name_chars`; -1 unknown): which entities may be linked, known
         # without reading every entity's name again
         self.chars = chars if chars is not None else np.full(n, -1, dtype=np.int32)
@@ -474,12 +476,15 @@ def update_knn(prev: KnnLists, ids: Sequence[str] | np.ndarray, hashes: Sequence
                                             found.nbr.size >= _BEST_K_PARALLEL):
         rows = found.rows[s:s + len(nbr)]
         out.nbr[rows], out.sim[rows] = nbr, sim
-    out.changed[found.rows] = True
+    out.joined[found.rows] = True
     if len(found.offer_to):
         targets, osrc, osim = _group_offers(found.offer_to, found.offer_from, found.offer_sim, k)
-        out.nbr[targets], out.sim[targets] = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
-                                                    np.concatenate([out.sim[targets], osim], axis=1), k)
-        out.changed[targets] = True
+        nbr, sim = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
+                          np.concatenate([out.sim[targets], osim], axis=1), k)
+        out.nbr[targets], out.sim[targets] = nbr, sim
+        # a slot holding an offered row took the offer's cosine unless its own was higher: either way the slot
+        # is marked (re-scoring a cosine that already was exact gives it again, bit for bit)
+        out.joined[targets] |= (nbr[:, :, None] == np.where(osrc >= 0, osrc, -2)[:, None, :]).any(axis=2)
     return out, len(found.rows)
 
 
@@ -504,51 +509,66 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
     out = np.empty((n, FOLD_DIM), dtype=np.float32)
     # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns: see the
     # assert below FOLD_DIM), and a block's values lie in one run of the row arrays: no `take` of each block's columns
+    # (the sums in float64, each row then cast, normed and divided in place in its slice of `out`: the same
+    # floats as a float32 copy normed by np.linalg.norm, with a third of the whole-matrix passes)
     low, data, ptr = rows.low, rows.data, rows.indptr
     for s in range(0, n, _EMBED_BLOCK):
         e = min(n, s + _EMBED_BLOCK)
         a, b = int(ptr[s]), int(ptr[e])
-        lens, folded, vals = np.diff(ptr[s:e + 1]), low[a:b].astype(np.int64) % FOLD_DIM, data[a:b]
-        cell = np.repeat(np.arange(e - s, dtype=np.int64), lens) * FOLD_DIM + folded
-        f = np.bincount(cell, weights=vals.astype(np.float64), minlength=(e - s) * FOLD_DIM
-                        ).reshape(e - s, FOLD_DIM).astype(np.float32)
-        norms = np.linalg.norm(f, axis=1, keepdims=True)
-        out[s:e] = f / np.where(norms > 0, norms, 1)
+        cell = np.repeat(np.arange(0, (e - s) * FOLD_DIM, FOLD_DIM, dtype=np.int64), np.diff(ptr[s:e + 1]))
+        cell += low[a:b] if FOLD_DIM == BAND else low[a:b] % FOLD_DIM      # uint8 % 256 would overflow
+        f = out[s:e]
+        np.copyto(f, np.bincount(cell, weights=data[a:b].astype(np.float64), minlength=(e - s) * FOLD_DIM
+                                 ).reshape(e - s, FOLD_DIM), casting="same_kind")
+        norms = np.sqrt(np.add.reduce(f * f, axis=1, keepdims=True))
+        f /= np.where(norms > 0, norms, 1)
     return out
 
 
-def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, block: int = 4096) -> None:
+def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, block: int = 4096,
+            slots: np.ndarray | None = None) -> None:
     """Replace the cosines of the lists of `rows` (default: all) by exact ones from the full (sparse) vectors and
     re-order each list by them. Each neighbour's stored values are multiplied into the row's dense vector:
     a name fills a few dozen of the 2048 columns, so this touches 1-3 % of what densifying both sides did
-    (57 of the stage's 1,270 s wall at 100k passages, before)."""
+    (57 of the stage's 1,270 s wall at 100k passages, before). `slots` ((n, k) bool): only those slots' cosines
+    are computed, the others are exact already (a +1 % run: 52k kept lists were offered a row or two; their
+    other slots are the cosines an earlier rescore gave, which it would give again)."""
     n, k = knn.nbr.shape
-    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    if rows is None:
+        rows = np.arange(n) if slots is None else np.flatnonzero(slots.any(axis=1))
+    rows = np.asarray(rows, dtype=np.int64)
     # A featureless name (a bare number) gets a fully dense fallback vector and is a neighbour of many lists:
     # such rows are densified once and dotted as dense vectors, not spelled out value by value per list.
     heavy = np.flatnonzero(np.diff(full.indptr) > full.dim // 8)
     heavy_at = np.full(len(full), -1, dtype=np.int64)
     heavy_at[heavy] = np.arange(len(heavy))
     heavy_rows = full.dense(heavy)
+    # the rows' dense vectors in one buffer whose written entries are zeroed again after each block (the
+    # lists a +1 % run extends are a tenth of them: a fresh (block, dim) array each block was most of the work)
+    a = np.zeros((min(block, len(rows)), full.dim), dtype=np.float32)
     for s in range(0, len(rows), block):
         at = rows[s:s + block]
         nbr = knn.nbr[at]
         ok = nbr >= 0
-        a = full.dense(at)
-        flat = np.where(ok, nbr, 0).ravel().astype(np.int64)
+        lens, cols, vals = full.take(at)
+        filled = (np.repeat(np.arange(len(at)), lens), cols)
+        a[filled] = vals
+        todo = np.flatnonzero(ok if slots is None else ok & slots[at])    # the slots computed
+        flat = nbr.ravel()[todo].astype(np.int64)
         hv = heavy_at[flat]
         light = np.flatnonzero(hv < 0)
         lens, cols, vals = full.take(flat[light])
         pair = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         dots = np.zeros(len(flat), dtype=np.float64)
-        dots[light] = np.bincount(pair, weights=a[light[pair] // k, cols] * vals, minlength=len(lens))
+        dots[light] = np.bincount(pair, weights=a[todo[light[pair]] // k, cols] * vals, minlength=len(lens))
         dense_at = np.flatnonzero(hv >= 0)
-        dots[dense_at] = np.einsum("id,id->i", a[dense_at // k], heavy_rows[hv[dense_at]])
-        dots = dots.reshape(len(at), k)
-        sims = np.where(ok, dots, -np.inf).astype(np.float32)
+        dots[dense_at] = np.einsum("id,id->i", a[todo[dense_at] // k], heavy_rows[hv[dense_at]])
+        sims = np.where(ok, knn.sim[at], -np.inf).astype(np.float32)
+        sims.ravel()[todo] = dots
         order = np.lexsort((np.where(ok, nbr, np.iinfo(np.int32).max), -sims), axis=1)
         knn.nbr[at] = np.take_along_axis(np.where(ok, nbr, -1), order, 1)
         knn.sim[at] = np.take_along_axis(sims, order, 1)
+        a[filled] = 0
 
 
 def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
@@ -1289,7 +1309,7 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
                               chars_of=lambda rows: np.array([name_chars(names[b.decode("utf-8")])
                                                               for b in ent_keys[rows].tolist()], dtype=np.int32))
     if search_matrix is not None:
-        rescore(knn, names_full, np.flatnonzero(knn.changed))
+        rescore(knn, names_full, slots=knn.joined)
     del names_idx, search_matrix
     knn.save(knn_path)
     counts["entities_queried"] = queried

@@ -639,11 +639,13 @@ def fixed_width(blob: np.ndarray, off: np.ndarray) -> np.ndarray:
     n, w = len(lens), max(1, int(lens.max(initial=1)))
     if n and bool((lens == w).all()):
         return np.asarray(blob).reshape(n, w).view(f"S{w}").ravel()
-    m = np.zeros((n, w), dtype=np.uint8)
     total = int(lens.sum())
-    m[np.repeat(np.arange(n), lens), np.arange(total) - np.repeat(np.asarray(off[:-1], dtype=np.int64), lens)] = \
-        np.asarray(blob[:total])
-    return m.view(f"S{w}").ravel()
+    # byte i of row r goes to r * w + (i - off[r]): one repeat of the rows' shifts, one flat scatter
+    dest = np.repeat(np.arange(0, n * w, w, dtype=np.int64) - np.asarray(off[:-1], dtype=np.int64), lens)
+    dest += np.arange(total, dtype=np.int64)
+    m = np.zeros(n * w, dtype=np.uint8)
+    m[dest] = np.asarray(blob[:total])
+    return m.view(f"S{w}")
 
 
 def _splice_keys(blob: np.ndarray, off: np.ndarray, order: np.ndarray, is_new: np.ndarray, old_of: np.ndarray,

@@ -346,6 +346,68 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     assert np.allclose([got[k] for k in want], [want[k] for k in want], atol=2e-3)
 
 
+def test_rescoring_only_the_joined_slots_gives_the_lists_of_rescoring_every_changed_row() -> None:
+    """A later pass offers new entities to kept lists: `rescore` then computes the cosines of the slots the join
+    filled (`KnnLists.joined`) and keeps the others, which an earlier rescore made exact. The lists come out
+    as re-scoring every slot of every changed row gives them, bit for bit (names of punctuation alone, whose
+    vectors are dense fallbacks, included)."""
+    import copy
+
+    import numpy as np
+
+    from hrag_cli.config import VectorSettings
+    from hrag_cli.embed import BuiltinBackend, Embedder
+    from hrag_cli.synonyms import KnnLists, fold, rescore, update_knn
+
+    stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat"]
+    names = [f"{s}{x}" for s in stems for x in ("", "s", " Company", " II", " Museum", " Bridge", " Street")]
+    names += [f"Name{i} Person{i * 7 % 13}" for i in range(160)] + ["1999", "2001", "$", "%", "&", "...", "!!!"]
+    order = np.random.default_rng(2).permutation(len(names))
+    names = [names[i] for i in order]
+    emb = Embedder(BuiltinBackend(None), None)
+    ids, hashes = [f"e{i:03d}" for i in range(len(names))], [str(i) for i in range(len(names))]
+    full = VectorIndex.build("names", ids, emb.encode(names), VectorSettings(), "m", hashes).rows()
+    old = [i for i in range(len(names)) if i % 9 != 4 and names[i] != "$"]    # a first pass without some
+    first = VectorIndex.build("names", [ids[i] for i in old], emb.encode([names[i] for i in old]),
+                              VectorSettings(), "m", [hashes[i] for i in old]).rows()
+    prev, _ = update_knn(KnnLists(6, "m"), [ids[i] for i in old], [hashes[i] for i in old], fold(first), 6, QUIET,
+                         3, 40, min_sim=0.5)
+    rescore(prev, first)
+    knn, queried = update_knn(prev, ids, hashes, fold(full), 6, QUIET, 3, 40, min_sim=0.5)
+    offered = knn.joined.any(axis=1) & ~knn.joined.all(axis=1)
+    heavy = np.flatnonzero(np.diff(full.indptr) > full.dim // 8)
+    assert 0 < queried < len(names) and offered.sum() > 5 and len(heavy) == 5
+    assert np.isin(knn.nbr[knn.joined.any(axis=1)], heavy).any()
+    every = copy.deepcopy(knn)
+    rescore(every, full, np.flatnonzero(knn.joined.any(axis=1)))
+    rescore(knn, full, slots=knn.joined)
+    assert np.array_equal(knn.nbr, every.nbr) and np.array_equal(knn.sim.view(np.int32), every.sim.view(np.int32))
+
+
+def test_fold_is_the_plain_folded_and_normed_matrix_bit_for_bit() -> None:
+    """`fold` sums in place in its output: the same float32 values as folding each row densely (column mod
+    256), casting and dividing by np.linalg.norm, which the lists of earlier runs were computed from."""
+    import numpy as np
+
+    from hrag_cli.synonyms import FOLD_DIM, _EMBED_BLOCK, fold
+    from hrag_cli.vectors import sparse_rows
+
+    rng = np.random.default_rng(5)
+    n, dim = _EMBED_BLOCK + 300, 2048                        # two blocks, the second a short one
+    m = np.zeros((n, dim), dtype=np.float32)
+    for i in range(n):
+        m[i, rng.choice(dim, size=int(rng.integers(0, 40)), replace=False)] = rng.standard_normal()
+    m[7] = 0.0                                                # an empty row stays zero
+    rows = sparse_rows(m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9))
+    dense = rows.dense(np.arange(n)).astype(np.float64)
+    want = dense.reshape(n, dim // FOLD_DIM, FOLD_DIM).sum(axis=1).astype(np.float32)
+    norms = np.linalg.norm(want, axis=1, keepdims=True)
+    want = want / np.where(norms > 0, norms, 1)
+    got = fold(rows)
+    assert got is not None and got.dtype == np.float32 and not got[7].any()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) -> None:
     """The builtin embedder runs in one forked worker per core for a large job, handing back sparse rows: the
     same vectors, in the same order, as embedding in this process (float16 values)."""

@@ -682,3 +682,15 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
         patch.write_bytes(good)
         store.write_jsonl(ids_path, [{"_meta": meta}], compress=True)
         assert len(VectorIndex.load(d, name, VectorSettings(), lazy_ids=True)) == len(rows) + 1
+
+
+def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
+    from hrag_cli.vectors import IdKeys, fixed_width
+
+    ids = ["b", "", "ccc", "\u00e9t\u00e9", "a" * 70, "zz"]
+    blob, off, _ = IdKeys.arrays(ids)
+    got = fixed_width(blob, off)
+    assert got.dtype == np.dtype("S70") and got.tolist() == [i.encode("utf-8") for i in ids]
+    even = IdKeys.arrays(["ab", "cd", "ef"])
+    assert fixed_width(*even[:2]).tolist() == [b"ab", b"cd", b"ef"]
+    assert len(fixed_width(np.zeros(0, np.uint8), np.zeros(1, np.int64))) == 0
