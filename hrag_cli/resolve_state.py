@@ -68,12 +68,14 @@ RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks
 # per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
 # into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
 # files of 283, 289 and 297 MB (version 3); at 16/128/128 (version 2) the state took 14.5 MB on the first
-# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
-BLOCK = {"entities": 64, "relations": 256, "facts": 256}
+# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget. Version 4 (keys as strings, a
+# block's accumulators over frames of FIELDS): the lookups of a 1 % addition at 100k took 1.41 + 0.32 s CPU at
+# 256/256 and 1.33 + 0.29 s at 128/128 (293.2 and 293.9 MB); 64/64 1.11 + 0.25 s but 307 MB
+BLOCK = {"entities": 64, "relations": 128, "facts": 128}
 # accumulators per fields frame (a block's accumulators in frames of about this many): a lookup decompresses
-# one. A 1 % addition at 100k passages finds ~18k saved keys in ~6.6k blocks; whole-block frames made it
-# decompress ~235 MB for them, these ~125 MB (its lookups: 1.81 -> 1.33 s CPU), for 13 MB more on disk (zlib
-# over fewer accumulators; the keys as strings took 8 MB less: 288.0 -> 293.2 MB in all). 8/64/64: 1.15 s, 309 MB
+# one. A 1 % addition at 100k passages finds ~18k saved keys in ~6.6k blocks; whole-block frames of version 3
+# made it decompress ~235 MB for them (its lookups: 1.81 + 0.42 s CPU), 16/128/128 ~125 MB, for 13 MB more
+# on disk (zlib over fewer accumulators; the keys as strings took 8 MB less: 288.0 -> 293.2 MB at 256/256)
 FIELDS = {"entities": 16, "relations": 128, "facts": 128}
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
