@@ -395,11 +395,21 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
         keys = new.keys(s)
         assert v3.keys(s) == keys and [v3.find(s, k) for k in keys] == [new.find(s, k) for k in keys]
         assert v3.ranks(s, keys) == new.ranks(s, keys) == list(range(len(keys)))
-    # as the project's state (recorded as the last run left it): an addition merges into it
+    # as the project's state (recorded as the last run left it): an addition merges into it, and the state
+    # written again (a fold) copies the version 3 blocks it did not touch beside version 4 ones
     os.replace(v3_path, p.resolve_state_path)
     rec = p.stage("resolve")
     p.record_stage("resolve", rec.fingerprint, rec.output_digest, rec.counts)
+    monkeypatch.setattr(rs, "RESAVE_SHARE", 0.0)
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+    mixed = rs.Reader(Project(inc).resolve_state_path)
+    kinds = {mixed._frame(mixed.index[s][1][b]).__class__ for s in rs.SECTIONS
+             for b in range(len(mixed.index[s][1]))}
+    assert kinds == {list, str} and mixed._raw["version"] == rs.STATE_VERSION
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
     _index(docs, inc)
     assert _merged(inc) == 1
     _same_as_fresh(docs, inc, tmp_path)
