@@ -24,17 +24,21 @@ order), then its own new ones. Once the delta holds more than RESAVE_SHARE of th
 written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
 written with the merged accumulators; so the replay stays a small part of a run.
 
-Format (version 3): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
-blocks (keys frame; accumulators frame: a list of each accumulator's own marshal bytes, so a lookup unmarshals
-the one it wants, not the block's hundreds: at 100k passages a 1 % addition touches keys in most blocks, and
-unmarshalling whole blocks was half of reading them), then the index frame, then a 16-byte trailer (the index's offset and a
-magic). marshal is fast for plain dicts, lists and tuples and its format belongs to the Python version, which
-the header's basis records. A frame that does not read back whole (zlib's checksum, marshal, the shapes) is
-damage: one warning, and a merge from scratch; a version 1 file (one stream of batches) is merged from scratch
-once, with an info line, and saved in this format (so is a version 2 file, whose accumulator frames were one
-marshalled list and held chunk ids). An accumulator's sources are saved as numbers into the header's chunk
-list (`chunks`: numbers are kept by a fold, so copied blocks stay right; new chunks are appended): a chunk id
-is 32 hex characters, and they were a fifth of the file (348 MB at 100k passages, 283 MB without them).
+Format (version 4): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
+blocks, then the index frame, then a 16-byte trailer (the index's offset and a magic). A block is its keys
+frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a third of the cost
+of unmarshalling as many tuples; a block with a key that holds a newline or NUL keeps the list) and its
+accumulators in frames of about FIELDS[s] each (a list of each accumulator's own marshal bytes, so a lookup
+decompresses one frame and unmarshals the one accumulator it wants: at 100k passages a 1 % addition touches
+keys in most blocks). A version 3 file (keys as a list, one accumulators frame a block) is read as it is, and
+a fold writes its new blocks in this format beside the copied ones (a block's frames say which it is). marshal
+is fast for plain dicts, lists and tuples and its format belongs to the Python version, which the header's
+basis records. A frame that does not read back whole (zlib's checksum, marshal, the shapes) is damage: one
+warning, and a merge from scratch; a version 1 file (one stream of batches) is merged from scratch once, with
+an info line, and saved in this format (so is a version 2 file, whose accumulator frames were one marshalled
+list and held chunk ids). An accumulator's sources are saved as numbers into the header's chunk list
+(`chunks`: numbers are kept by a fold, so copied blocks stay right; new chunks are appended): a chunk id is 32
+hex characters, and they were a fifth of the file (348 MB at 100k passages, 283 MB without them).
 """
 
 from __future__ import annotations
@@ -56,14 +60,23 @@ from . import store
 from .project import fingerprint
 from .resolve_records import _EntityAcc, _FactAcc, _RelationAcc
 
-STATE_VERSION = 3
+STATE_VERSION = 4
+_READS = (3, 4)             # versions read as they are (a version 3 file: every keys frame a marshalled list)
+_BASIS_VERSION = 3          # what the accumulators mean, in `basis` (a version 3 state stays usable)
 RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
 # keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
 # per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
 # into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
 # files of 283, 289 and 297 MB (version 3); at 16/128/128 (version 2) the state took 14.5 MB on the first
-# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget
-BLOCK = {"entities": 64, "relations": 256, "facts": 256}
+# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget. Version 4 (keys as strings, a
+# block's accumulators over frames of FIELDS): the lookups of a 1 % addition at 100k took 1.41 + 0.32 s CPU at
+# 256/256 and 1.33 + 0.29 s at 128/128 (293.2 and 293.9 MB); 64/64 1.11 + 0.25 s but 307 MB
+BLOCK = {"entities": 64, "relations": 128, "facts": 128}
+# accumulators per fields frame (a block's accumulators in frames of about this many): a lookup decompresses
+# one. A 1 % addition at 100k passages finds ~18k saved keys in ~6.6k blocks; whole-block frames of version 3
+# made it decompress ~235 MB for them (its lookups: 1.81 + 0.42 s CPU), 16/128/128 ~125 MB, for 13 MB more
+# on disk (zlib over fewer accumulators; the keys as strings took 8 MB less: 288.0 -> 293.2 MB at 256/256)
+FIELDS = {"entities": 16, "relations": 128, "facts": 128}
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
 _ACCS = (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))
@@ -85,7 +98,7 @@ class StateHeader:
 
 
 def basis(*parts: Any) -> str:
-    return fingerprint("resolve-state", STATE_VERSION, sys.version_info[:2], marshal.version, *parts)
+    return fingerprint("resolve-state", _BASIS_VERSION, sys.version_info[:2], marshal.version, *parts)
 
 
 def _prefix_sum(path: Path, size: int) -> str:
@@ -145,13 +158,16 @@ class _Writer:
         return marshal.dumps((*fields[:at], [number[c] for c in fields[at]], *fields[at + 1:]))
 
     def block(self, section: str, keys: list, items: list[bytes]) -> None:
-        """A block of `keys` and their accumulators (`item` bytes)."""
+        """A block of `keys` and their accumulators (`item` bytes), these in `_parts` frames."""
         firsts, places, sizes = self.index[section]
         firsts.append(keys[0])
         places.append(self.at)
         sizes.append(len(keys))
-        self.frame(keys)
-        self.frame(items)
+        self.frame(_keys_value(keys))
+        n = len(items)
+        k = -(-n // FIELDS[section])
+        for j in range(k):
+            self.frame(items[n * j // k:n * (j + 1) // k])
 
     def copied(self, section: str, first: Any, n: int, frames: bytes) -> None:
         """A block read from an earlier file, its two frames as they were."""
@@ -180,6 +196,23 @@ class _Writer:
         where = self.at
         self.frame({s: self.index[s] for s in SECTIONS})
         self.fh.write(_TRAILER.pack(where, _MAGIC))
+
+
+def _joined(key: Any) -> str:
+    """A key as a keys frame's string holds it: an entity id as it is, a pair or triple's parts joined by NUL
+    (which sorts before every other character, so the strings sort as the tuples do)."""
+    return key if key.__class__ is str else "\x00".join(key)
+
+
+def _keys_value(keys: list) -> str | list:
+    """A block's keys as its frame holds them: one string, a key a line (splitting it costs a third of
+    unmarshalling as many tuples: keys frames were half of the state a +1 % reads), or the list itself when a
+    key holds a newline or NUL (a damaged or hand-made name: then the joined keys would not sort as the keys)."""
+    text = "\n".join(map(_joined, keys))
+    parts = 1 if keys[0].__class__ is str else len(keys[0])
+    if text.count("\n") != len(keys) - 1 or text.count("\x00") != len(keys) * (parts - 1):
+        return keys
+    return text
 
 
 def _header_frame(header: StateHeader, merged: Any, chunks: list[str]) -> dict:
@@ -235,7 +268,7 @@ def _fold_section(w: _Writer, s: str, old: Reader, mine: dict) -> None:
         while j < len(ours) and (nxt is None or ours[j] < nxt):
             j += 1
         if lo == j:
-            w.copied(s, first, sizes[b], old.frames(places[b]))
+            w.copied(s, first, sizes[b], old.block_bytes(s, b))
             continue
         # the block's other accumulators are copied as their bytes, never decoded
         keys, fields = old.block_keys(s, b), old.block_fields(s, b)
@@ -348,8 +381,13 @@ class Reader:
         self.chunks: list[str] = self._raw.get("chunks")       # what sources' numbers name
         if self.chunks.__class__ is not list:
             raise Damaged("no chunk list")
-        self._keys: dict[tuple[str, int], list] = {}       # blocks' keys and fields, as they were decoded
-        self._fields: dict[tuple[str, int], list] = {}
+        # blocks' keys as searched (a string frame's joined keys, flagged True, or a list frame's keys) and their
+        # fields, as they were decoded
+        self._keys: dict[tuple[str, int], tuple[list, bool]] = {}
+        self._fields: dict[tuple[str, int, int], list] = {}    # (section, block, its fields frame)
+        self._parts: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        # where each block ends: the next block's start (the sections' blocks lie in file order), or the index
+        self._starts = sorted([*itertools.chain.from_iterable(p for _, p, _ in self.index.values()), where])
         self._cum: dict[str, list[int]] = {}      # per section: keys before each block
 
     def _span(self, at: int) -> tuple[int, int]:
@@ -364,33 +402,72 @@ class Reader:
         lo, hi = self._span(at)
         return _decode(self._map[lo:hi])
 
-    def frames(self, at: int) -> bytes:
-        """A block's two frames, as bytes."""
-        _, mid = self._span(at)
-        _, end = self._span(mid)
-        return self._map[at:end]
+    def _end(self, s: str, b: int) -> int:
+        at = self.index[s][1][b]
+        return self._starts[bisect.bisect_right(self._starts, at)]
 
-    def block_keys(self, s: str, b: int) -> list:
-        """The keys of block `b` of section `s` (its fields frame is not read)."""
+    def block_bytes(self, s: str, b: int) -> bytes:
+        """Block `b` of section `s`, its frames as bytes."""
+        return self._map[self.index[s][1][b]:self._end(s, b)]
+
+    def _fields_spans(self, s: str, b: int) -> list[tuple[int, int]]:
+        """Where block `b`'s fields frames lie: every frame after its keys frame, up to the block's end (one
+        frame in a version 3 file; `_Writer.block` splits them)."""
+        got = self._parts.get((s, b))
+        if got is None:
+            end, at, got = self._end(s, b), self._span(self.index[s][1][b])[1], []
+            while at < end:
+                got.append(self._span(at))
+                at = got[-1][1]
+            if at != end or not got or len(got) > self.index[s][2][b]:
+                raise Damaged(f"a {s} block has the wrong shape")
+            self._parts[(s, b)] = got
+        return got
+
+    def _searched(self, s: str, b: int) -> tuple[list, bool]:
+        """Block `b`'s keys as a lookup searches them, and whether they are joined (`_joined`)."""
         got = self._keys.get((s, b))
         if got is None:
             got = self._keys[(s, b)] = self._read_keys(s, b)
         return got
 
-    def _read_keys(self, s: str, b: int) -> list:
+    def block_keys(self, s: str, b: int) -> list:
+        """The keys of block `b` of section `s` (its fields frame is not read)."""
+        return _keys_of(*self._searched(s, b))
+
+    def _read_keys(self, s: str, b: int) -> tuple[list, bool]:
         got = self._frame(self.index[s][1][b])
-        if got.__class__ is not list or len(got) != self.index[s][2][b] or not got or got[0] != self.index[s][0][b]:
+        first = self.index[s][0][b]
+        if got.__class__ is str:
+            got, first, joined = got.split("\n"), _joined(first), True
+        else:
+            joined = False
+        if got.__class__ is not list or len(got) != self.index[s][2][b] or not got or got[0] != first:
             raise Damaged(f"a {s} block has the wrong shape")
-        return got
+        return got, joined
 
     def block_fields(self, s: str, b: int) -> list[bytes]:
         """The accumulators of block `b`'s keys, in their order, as saved (`_Writer.item` bytes)."""
-        got = self._fields.get((s, b))
+        return list(itertools.chain.from_iterable(self._part(s, b, j)
+                                                  for j in range(len(self._fields_spans(s, b)))))
+
+    def _field(self, s: str, b: int, i: int) -> bytes:
+        """The saved accumulator of block `b`'s key `i` (one fields frame read)."""
+        k, n = len(self._fields_spans(s, b)), self.index[s][2][b]
+        j = i * k // n
+        if n * (j + 1) // k <= i:       # frame j holds items n*j//k up to n*(j+1)//k
+            j += 1
+        return self._part(s, b, j)[i - n * j // k]
+
+    def _part(self, s: str, b: int, j: int) -> list[bytes]:
+        got = self._fields.get((s, b, j))
         if got is None:
-            got = self._frame(self._span(self.index[s][1][b])[1])
-            if got.__class__ is not list or len(got) != self.index[s][2][b]:     # an item: checked when decoded
+            k, n = len(self._fields_spans(s, b)), self.index[s][2][b]
+            lo, hi = self._fields_spans(s, b)[j]
+            got = _decode(self._map[lo:hi])
+            if got.__class__ is not list or len(got) != n * (j + 1) // k - n * j // k:   # items: checked when read
                 raise Damaged(f"a {s} block has the wrong shape")
-            self._fields[(s, b)] = got
+            self._fields[(s, b, j)] = got
         return got
 
     def _item(self, s: str, blob: bytes) -> tuple:
@@ -411,27 +488,42 @@ class Reader:
         b = bisect.bisect_right(self.index[s][0], key) - 1
         if b < 0:
             return None
-        keys = self.block_keys(s, b)
-        i = bisect.bisect_left(keys, key)
-        if i == len(keys) or keys[i] != key:
+        keys, joined = self._searched(s, b)
+        k = _joined(key) if joined else key
+        i = bisect.bisect_left(keys, k)
+        if i == len(keys) or keys[i] != k:
             return None
-        return (key, *self._item(s, self.block_fields(s, b)[i]))
+        return (key, *self._item(s, self._field(s, b, i)))
 
-    def rank(self, s: str, key: Any) -> int:
-        """How many keys of section `s` sort before `key` (one block's keys read)."""
+    def ranks(self, s: str, keys: Iterable[Any]) -> list[int]:
+        """How many keys of section `s` sort before each of `keys` (per key, one block's keys read)."""
         cum = self._cum.get(s)
         if cum is None:
             cum = self._cum[s] = [0, *itertools.accumulate(self.index[s][2])]
-        b = bisect.bisect_right(self.index[s][0], key) - 1
-        return 0 if b < 0 else cum[b] + bisect.bisect_left(self.block_keys(s, b), key)
+        firsts, searched, find, out = self.index[s][0], self._searched, bisect.bisect_left, []
+        for key in keys:
+            b = bisect.bisect_right(firsts, key) - 1
+            if b < 0:
+                out.append(0)
+                continue
+            block, joined = searched(s, b)
+            out.append(cum[b] + find(block, _joined(key) if joined else key))
+        return out
 
     def keys(self, s: str) -> list:
         """Every key of section `s` in order, reading the key frames only (each checked as a lookup's is; not
         kept)."""
         out: list = []
         for b in range(len(self.index[s][1])):
-            out += self._keys.get((s, b)) or self._read_keys(s, b)
+            out += _keys_of(*(self._keys.get((s, b)) or self._read_keys(s, b)))
         return out
+
+
+def _keys_of(keys: list, joined: bool) -> list:
+    """A block's keys from their searched form (`Reader._searched`)."""
+    if not joined or not keys or "\x00" not in keys[0]:
+        return keys
+    return [tuple(k.split("\x00")) for k in keys]
 
 
 Head = tuple[StateHeader, dict]     # the header, and the frame it was parsed from
@@ -444,7 +536,7 @@ def _parse_header(data: Any) -> Head:
     if _LEN.size + n > len(data):
         raise Damaged("cut short")
     h = _decode(data[_LEN.size:_LEN.size + n])
-    if isinstance(h, dict) and "basis" in h and h.get("version") != STATE_VERSION:
+    if isinstance(h, dict) and "basis" in h and h.get("version") not in _READS:
         raise OldFormat(f"version {h.get('version', 1)}")
     try:
         header = StateHeader(h["basis"], dict(h["offsets"]), int(h["cache_size"]), h["cache_sum"], int(h["unknown"]),
@@ -511,12 +603,13 @@ class Lazy(dict):
     def total(self) -> int:
         return self.reader.header.counts[self.section] + len(self.created())
 
-    def rank(self, key: Any) -> int:
-        """The place of `key` among the section's keys after this run's merge (the state's and the created
-        ones, sorted): the line a record file sorted by key has it on, without reading every key."""
+    def ranks(self, keys: list) -> list[int]:
+        """The place of each of `keys` among the section's keys after this run's merge (the state's and the
+        created ones, sorted): the line a record file sorted by key has it on, without reading every key."""
         if self._created is None:
             self._created = sorted(self.created())
-        return self.reader.rank(self.section, key) + bisect.bisect_left(self._created, key)
+        created, find = self._created, bisect.bisect_left
+        return [r + find(created, k) for r, k in zip(self.reader.ranks(self.section, keys), keys)]
 
 
 _NONE = object()

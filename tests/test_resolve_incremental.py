@@ -4,7 +4,9 @@ logical lines: its base with its patch applied), whatever happened in between (a
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 
@@ -318,14 +320,14 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     merged.entities.absent.add(new_key)
     assert merged.totals()["entities"] == len(keys) + 1
     every = sorted([*keys, new_key])
-    assert [merged.entities.rank(k) for k in every] == list(range(len(every)))
+    assert merged.entities.ranks(every) == list(range(len(every)))
     header = reader.header
     header.counts = merged.totals()
     header.offsets = {**header.offsets, new_chunk: 1 << 40}
     folded = tmp_path / "folded.bin"
     resolve_state.fold(folded, header, merged)
     data, out = path.read_bytes(), folded.read_bytes()
-    copied = [reader.frames(at) for at in reader.index["entities"][1][3:]]   # past the touched block
+    copied = [reader.block_bytes("entities", b) for b in range(3, len(reader.index["entities"][1]))]   # past the touched block
     assert all(f in out for f in copied)
     again = resolve_state.Reader(folded)
     def items(r: resolve_state.Reader, s: str) -> list[tuple]:
@@ -337,6 +339,9 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     assert again.chunks == [*reader.chunks, new_chunk]      # the saved numbers kept: copied blocks stay right
     assert again.find("entities", keys[5]) == acc.item(keys[5]) and acc.item(keys[5])[4][0] == new_chunk
     assert again.find("entities", new_key)[4] == [new_chunk]
+    at = again.index["entities"][1]
+    assert again._frame(at[bisect.bisect_right(again.index["entities"][0], new_key) - 1]).__class__ is list
+    assert again._frame(at[-1]).__class__ is str       # a key with a NUL in it: its block keeps the list
     first_copied = reader.index["entities"][0][3]
     assert again.find("entities", first_copied) == reader.find("entities", first_copied)
     assert {s: items(again, s) for s in resolve_state.SECTIONS} == whole
@@ -353,6 +358,61 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     assert {s: items(resaved, s) for s in resolve_state.SECTIONS} == whole
     same = ("basis", "offsets", "unknown", "records", "dropped_rows", "self_loops", "inexact")
     assert {k: resaved._raw[k] for k in same} == {k: again._raw[k] for k in same}
+
+
+def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_into_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 4 keeps a block's keys as one string (a key a line, NUL between a key's parts) and its
+    accumulators in frames of about FIELDS[s]; a version 3 file (the keys as a list, one fields frame a block)
+    reads as the same accumulators and ranks, and a run after additions merges into it like a fresh build."""
+    from hrag_cli import resolve_state as rs
+
+    monkeypatch.setattr(rs, "FIELDS", dict.fromkeys(rs.SECTIONS, 5))
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
+    inc = tmp_path / "inc"
+    _index(docs, inc)
+    p = Project(inc)
+    new = rs.Reader(p.resolve_state_path)
+    blocks = [(s, b) for s in rs.SECTIONS for b in range(len(new.index[s][1]))]
+    assert all(new._frame(new.index[s][1][b]).__class__ is str for s, b in blocks)
+    parts = [len(new._fields_spans(s, b)) for s, b in blocks]
+    assert parts == [-(-new.index[s][2][b] // 5) for s, b in blocks] and max(parts) > 1
+    monkeypatch.setattr(rs, "_keys_value", lambda keys: keys)
+    monkeypatch.setattr(rs, "FIELDS", dict.fromkeys(rs.SECTIONS, 1 << 30))
+    v3_path = tmp_path / "v3.bin"
+    with store.atomic_writer(v3_path) as fh:
+        w = rs._Writer(fh, {})
+        w.frame({**new._raw, "version": 3})
+        for s, b in blocks:
+            w.block(s, new.block_keys(s, b), new.block_fields(s, b))
+        w.finish()
+    monkeypatch.undo()
+    v3 = rs.Reader(v3_path)
+    assert all(len(v3._fields_spans(s, b)) == 1 and v3._frame(v3.index[s][1][b]).__class__ is list
+               for s, b in blocks)
+    for s in rs.SECTIONS:
+        keys = new.keys(s)
+        assert v3.keys(s) == keys and [v3.find(s, k) for k in keys] == [new.find(s, k) for k in keys]
+        assert v3.ranks(s, keys) == new.ranks(s, keys) == list(range(len(keys)))
+    # as the project's state (recorded as the last run left it): an addition merges into it, and the state
+    # written again (a fold) copies the version 3 blocks it did not touch beside version 4 ones
+    os.replace(v3_path, p.resolve_state_path)
+    rec = p.stage("resolve")
+    p.record_stage("resolve", rec.fingerprint, rec.output_digest, rec.counts)
+    monkeypatch.setattr(rs, "RESAVE_SHARE", 0.0)
+    _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
+    mixed = rs.Reader(Project(inc).resolve_state_path)
+    kinds = {mixed._frame(mixed.index[s][1][b]).__class__ for s in rs.SECTIONS
+             for b in range(len(mixed.index[s][1]))}
+    assert kinds == {list, str} and mixed._raw["version"] == rs.STATE_VERSION
+    _add(docs, "new_b.txt", "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
+    _index(docs, inc)
+    assert _merged(inc) == 1
+    _same_as_fresh(docs, inc, tmp_path)
 
 
 @pytest.mark.parametrize("fold", [False, True])
