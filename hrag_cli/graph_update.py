@@ -26,8 +26,8 @@ import numpy as np
 from . import graph_pickle, store
 from .errors import HragError
 from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation,
-                    _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact, kept_entries,
-                    load_columns, saved_walk, walk_arrays)
+                    _assemble, _codes_in, _padded, _structure, _write_walk, column_keys, edge_counts, intact,
+                    kept_entries, load_columns, saved_walk, walk_arrays)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -219,9 +219,7 @@ def _kinds(old: GraphColumns) -> tuple[np.ndarray, int, int, list]:
     ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
     if len(ek) and not (np.diff(ek.astype(np.int16)) >= 0).all():
         raise OutOfStep("edges are not in kind order")
-    key = old.vattrs["key"]
-    in_order = len(key.codes) == old.n and np.array_equal(key.codes, np.arange(old.n))
-    keys = key.vocab[:old.n] if in_order and len(key.vocab) == old.n else key.values()
+    keys = column_keys(old.vattrs["key"], old.n)
     nd0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(DOCUMENT)))
     return ek, nd0, nd0 + int(np.count_nonzero(vk == VERTEX_KINDS.index(CHUNK))), keys
 
