@@ -125,12 +125,13 @@ def _padded(values: list | Column, before: int, after: int = 0) -> Column:
 
 
 def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: list | Column, aliases: list,
-              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str], rel_types: list | Column, men_ends: np.ndarray,
+              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str] | Column, rel_types: list | Column, men_ends: np.ndarray,
               men_weight: np.ndarray) -> GraphColumns:
     """The columns of a graph from its parts, entity and relation lists in id order (vertex numbers in the
-    ends: documents and chunks as in `st`, then the entities)."""
+    ends: documents and chunks as in `st`, then the entities; `rel_ids` may come as a vocabulary, [None] + the
+    ids)."""
     nd = len(st.paths)
-    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_ids)
+    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_weight)
     n = nd + nc + ne
     edges = np.concatenate([st.pairs, rel_ends.reshape(-1, 2), men_ends.reshape(-1, 2)]).astype(np.int64)
     n_struct = len(st.pairs)
@@ -150,7 +151,7 @@ def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: l
     key_codes = np.zeros(m, dtype=np.int32)
     key_codes[n_struct:n_struct + n_rel] = np.arange(1, n_rel + 1, dtype=np.int32)
     rel_type = _padded(rel_types, n_struct, m - n_struct - n_rel)
-    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": Column([None] + rel_ids, key_codes), "rel_type": rel_type}
+    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": (rel_ids if isinstance(rel_ids, Column) else Column([None, *rel_ids], None)).recoded(key_codes), "rel_type": rel_type}
     return GraphColumns(n, edges, weight, vattrs, eattrs, split=m)
 
 
