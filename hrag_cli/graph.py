@@ -476,8 +476,10 @@ def _walk_with_synonyms(project: Project, n: int, own: np.ndarray, syn: np.ndarr
     at = at[order]
     ends = np.concatenate([syn[:, 1], syn[:, 0]])[order]
     out = dict(old)
-    out["cols"] = np.insert(old["cols"][keep], at, ends.astype(np.int32))
-    out["weight"] = np.insert(old["weight"][keep], at, np.concatenate([weight, weight])[order])
-    out["kind"] = np.insert(old["kind"][keep], at, np.full(len(at), EDGE_KINDS.index(SYNONYM), np.uint8))
+    # the arrays a resolve saved have no SYNONYM entries: nothing dropped, no copy
+    rest = (lambda name: old[name]) if keep.all() else (lambda name: old[name][keep])
+    out["cols"] = np.insert(rest("cols"), at, ends.astype(np.int32))
+    out["weight"] = np.insert(rest("weight"), at, np.concatenate([weight, weight])[order])
+    out["kind"] = np.insert(rest("kind"), at, np.full(len(at), EDGE_KINDS.index(SYNONYM), np.uint8))
     out["indptr"] = np.concatenate([[0], np.cumsum(degree + np.bincount(syn.ravel(), minlength=n))]).astype(np.int64)
     return out
