@@ -297,3 +297,16 @@ def _saved_bytes(root: Path, cols) -> bytes:
     project.init()
     save_graph(project, cols)
     return project.graph_path.read_bytes()
+
+
+def test_key_finder_bisects_sorted_entities_and_falls_back_to_a_dict() -> None:
+    """Names to vertices: entities (the last vertices) by bisection when their keys are sorted, any other key
+    (a chunk's, or every key when the entities are not sorted) by a dict; -1 for a name no vertex has."""
+    from hrag_cli.graph import _key_finder
+
+    kinds = np.array([0, 1, 1, 2, 2, 2], dtype=np.uint8)
+    names = ["c", "zz", "k1", "d1", "a", "b", "", "k2"]
+    for keys in (["d1", "k2", "k1", "a", "b", "c"], ["d1", "k2", "k1", "c", "a", "b"]):
+        want = [keys.index(x) if x in keys else -1 for x in names]
+        assert _key_finder(keys, kinds)(names).tolist() == want
+    assert _key_finder([], np.zeros(0, np.uint8))(["a"]).tolist() == [-1]
