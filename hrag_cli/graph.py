@@ -14,11 +14,13 @@ description in the pickle was a third of a rules project's graph folder and no w
 
 from __future__ import annotations
 
+import bisect
+import operator
 import pickle
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -123,12 +125,13 @@ def _padded(values: list | Column, before: int, after: int = 0) -> Column:
 
 
 def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: list | Column, aliases: list,
-              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str], rel_types: list | Column, men_ends: np.ndarray,
+              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str] | Column, rel_types: list | Column, men_ends: np.ndarray,
               men_weight: np.ndarray) -> GraphColumns:
     """The columns of a graph from its parts, entity and relation lists in id order (vertex numbers in the
-    ends: documents and chunks as in `st`, then the entities)."""
+    ends: documents and chunks as in `st`, then the entities; `rel_ids` may come as a vocabulary, [None] + the
+    ids)."""
     nd = len(st.paths)
-    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_ids)
+    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_weight)
     n = nd + nc + ne
     edges = np.concatenate([st.pairs, rel_ends.reshape(-1, 2), men_ends.reshape(-1, 2)]).astype(np.int64)
     n_struct = len(st.pairs)
@@ -148,7 +151,7 @@ def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: l
     key_codes = np.zeros(m, dtype=np.int32)
     key_codes[n_struct:n_struct + n_rel] = np.arange(1, n_rel + 1, dtype=np.int32)
     rel_type = _padded(rel_types, n_struct, m - n_struct - n_rel)
-    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": Column([None] + rel_ids, key_codes), "rel_type": rel_type}
+    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": (rel_ids if isinstance(rel_ids, Column) else Column([None, *rel_ids], None)).recoded(key_codes), "rel_type": rel_type}
     return GraphColumns(n, edges, weight, vattrs, eattrs, split=m)
 
 
@@ -289,15 +292,46 @@ def _pair_columns(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> t
     return [[r[i] for r in rows] for i in range(3)]     # type: ignore[return-value]
 
 
-def _synonym_edges(index: dict[str, int], pairs: Iterable[Synonym | tuple[str, str, float] | dict]
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def column_keys(key: Column, n: int) -> list[str]:
+    """The vertex keys of a graph's `key` column (its vocabulary as it is when a build coded it so)."""
+    in_order = len(key.codes) == n and np.array_equal(key.codes, np.arange(n))
+    return key.vocab[:n] if in_order and len(key.vocab) == n else key.values()
+
+
+def _key_finder(keys: list[str], kinds: np.ndarray) -> Callable[[list[str]], np.ndarray]:
+    """names -> their vertices (-1: no such key), `kinds` the vertices' VERTEX_KINDS codes. The entities (the
+    last vertices, in key order when a build made the graph) are found by bisection, which hashes no key (a
+    dict of a 100,000-passage graph's 700,000 keys took 0.3 s); other names by a dict of the other keys."""
+    others = np.flatnonzero(kinds != VERTEX_KINDS.index(ENTITY))
+    ent0 = int(others[-1]) + 1 if len(others) else 0
+    ents = keys[ent0:]
+    if not all(map(operator.lt, ents, islice(ents, 1, None))):
+        ent0, ents = len(keys), []
+    rest: dict[str, int] = {}
+
+    def find(names: list[str]) -> np.ndarray:
+        k = len(names)
+        at = np.fromiter(map(bisect.bisect_left, repeat(ents), names), dtype=np.int64, count=k)
+        got = map(ents.__getitem__, np.minimum(at, len(ents) - 1).tolist()) if ents else repeat(None)
+        out = np.where(np.fromiter(map(operator.eq, got, names), dtype=bool, count=k), ent0 + at, -1)
+        miss = np.flatnonzero(out < 0)
+        if len(miss) and ent0:
+            if not rest:
+                rest.update(zip(keys[:ent0], range(ent0)))
+            out[miss] = np.fromiter(map(rest.get, map(names.__getitem__, miss.tolist()), repeat(-1)),
+                                    dtype=np.int64, count=len(miss))
+        return out
+    return find
+
+
+def _synonym_edges(find: Callable[[list[str]], np.ndarray],
+                   pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> tuple[np.ndarray, np.ndarray]:
     """The SYNONYM edges of `pairs` (entity keys a, b and a cosine similarity as weight) as (k, 2) vertex
-    pairs, smaller first, and their weights. Pairs naming an unknown key, a self-pair, or a repeat of an
-    unordered pair are skipped. One dict lookup per name, the rest array work."""
+    pairs, smaller first, and their weights (`find`: `_key_finder`'s). Pairs naming an unknown key, a
+    self-pair, or a repeat of an unordered pair are skipped."""
     names_a, names_b, sims = _pair_columns(pairs)
     k = len(sims)
-    a = np.fromiter(map(index.get, names_a, repeat(-1)), dtype=np.int64, count=k)
-    b = np.fromiter(map(index.get, names_b, repeat(-1)), dtype=np.int64, count=k)
+    a, b = find(names_a), find(names_b)
     sim = np.fromiter(map(float, sims), dtype=np.float64, count=k)
     ok = np.flatnonzero((a >= 0) & (b >= 0) & (a != b))
     ends = np.sort(np.stack([a[ok], b[ok]], axis=1), axis=1) if len(ok) else np.zeros((0, 2), np.int64)
@@ -312,7 +346,8 @@ def add_synonym_edges(graph: Any, pairs: Iterable[Synonym | tuple[str, str, floa
     old = [e.index for e in graph.es.select(kind_eq=SYNONYM)] if graph.ecount() else []
     if old:
         graph.delete_edges(old)
-    new_edges, sims = _synonym_edges(key_index(graph), pairs)
+    kinds = _codes_in(Column.of(graph.vs["kind"]), VERTEX_KINDS) if graph.vcount() else np.zeros(0, np.uint8)
+    new_edges, sims = _synonym_edges(_key_finder(graph.vs["key"] if graph.vcount() else [], kinds), pairs)
     if len(new_edges):
         none = [None] * len(new_edges)
         graph.add_edges(new_edges.tolist(), attributes={"kind": [SYNONYM] * len(new_edges), "weight": sims.tolist(),
@@ -328,10 +363,9 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
         cols = GraphColumns(cols.n, cols.edges[keep], cols.weight[keep], cols.vattrs,
                             {k: c.take(keep) for k, c in cols.eattrs.items()}, cols.packed)
     cols.split = cols.m
-    key = cols.vattrs["key"]
-    in_order = np.array_equal(key.codes, np.arange(cols.n))       # as a build codes them: vocab = keys
-    new_edges, sims = _synonym_edges(dict(zip(key.vocab, range(cols.n))) if in_order else
-                                     {k: i for i, k in enumerate(key.values())}, pairs)
+    kinds = _codes_in(cols.vattrs["kind"], VERTEX_KINDS) if cols.n else np.zeros(0, np.uint8)
+    new_edges, sims = _synonym_edges(_key_finder(column_keys(cols.vattrs["key"], cols.n) if cols.n else [], kinds),
+                                     pairs)
     if not len(new_edges):
         return cols
     k = len(new_edges)
@@ -359,12 +393,40 @@ def intact(project: Project, rel: str) -> bool:
 def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
     """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz; the walk
     arrays from the saved ones when they fit and are intact, which is the same arrays for a fraction of the
-    work)."""
+    work). graph.pkl's other members are written back as they were, never inflated, when the whole file is
+    the one the last commit recorded (`_tail_replaced`); otherwise it is loaded whole, which checks every
+    member: the same bytes either way."""
     intact_walk = intact(project, "graph/walk.npz")
-    cols = set_synonym_edges(load_columns(project), pairs)
-    store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
-    arrays = _walk_with_synonyms(project, cols) if intact_walk else None
-    _write_walk(project, arrays if arrays is not None else walk_arrays(cols))
+    got = _tail_replaced(project, pairs) if intact(project, "graph/graph.pkl") else None
+    cols = None
+    if got is None:
+        cols = set_synonym_edges(load_columns(project), pairs)
+        got = (graph_pickle.dumps(cols), cols.n, cols.edges[:cols.split], cols.edges[cols.split:],
+               cols.weight[cols.split:])
+    data, n, own, syn, weight = got
+    store.atomic_write_bytes(project.graph_path, data)
+    arrays = _walk_with_synonyms(project, n, own, syn, weight) if intact_walk else None
+    _write_walk(project, arrays if arrays is not None else walk_arrays(cols or load_columns(project)))
+
+
+def _tail_replaced(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]
+                   ) -> tuple[bytes, int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """graph.pkl's new bytes, made from the saved file by `graph_pickle.SynonymTail` (only the vertex kinds and
+    keys and the other edges inflated), its vertex count, other edges, and the new SYNONYM edges and weights;
+    None when the file is not of that shape or its other edges include SYNONYM ones."""
+    try:
+        tail = graph_pickle.SynonymTail(_graph_bytes(project))
+        kind = tail.head_codes("kind")
+        syn_code = kind.code(SYNONYM)
+        key, vkind = tail.vertex("key"), tail.vertex("kind")
+        if (syn_code is not None and (kind.codes == syn_code).any()) or not isinstance(key, Column) or \
+                not isinstance(vkind, Column):
+            return None
+        edges, sims = _synonym_edges(_key_finder(column_keys(key, tail.n), _codes_in(vkind, VERTEX_KINDS)), pairs)
+        return (tail.dumps(edges, sims, {"kind": SYNONYM, "key": None, "rel_type": None}), tail.n,
+                tail.head_edges(), edges, sims)
+    except (graph_pickle.NotColumns, zlib.error, ValueError):
+        return None
 
 
 WALK_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
@@ -394,20 +456,19 @@ def kept_entries(walk: dict[str, np.ndarray], own: np.ndarray, n: int) -> tuple[
     return keep, degree
 
 
-def _walk_with_synonyms(project: Project, cols: GraphColumns) -> dict[str, np.ndarray] | None:
-    """`walk_arrays(cols)` from the saved walk.npz: its SYNONYM entries dropped, those of `cols` (its edges from
-    `cols.split` on) put where walk_arrays has them. A row there holds the edges of which the vertex is the first
-    end, then those of which it is the second, each in edge order; the SYNONYM edges come last, so their entries
-    end each of the two groups. None when the saved arrays are missing or not those of `cols`' other edges."""
+def _walk_with_synonyms(project: Project, n: int, own: np.ndarray, syn: np.ndarray, weight: np.ndarray
+                        ) -> dict[str, np.ndarray] | None:
+    """`walk_arrays` of a graph of `n` vertices, edges `own` then SYNONYM edges `syn` of `weight`, from the
+    saved walk.npz: its SYNONYM entries dropped, the new ones put where walk_arrays has them. A row there holds
+    the edges of which the vertex is the first end, then those of which it is the second, each in edge order;
+    the SYNONYM edges come last, so their entries end each of the two groups. None when the saved arrays are
+    missing or not those of `own`."""
     old = saved_walk(project)
-    n, split = cols.n, cols.split
-    own = cols.edges[:split]
     kept = kept_entries(old, own, n) if old is not None else None
     if kept is None:
         return None
     keep, degree = kept
     start = np.concatenate([[0], np.cumsum(degree)])
-    syn, weight = cols.edges[split:], cols.weight[split:]
     first_group = np.bincount(own[:, 0], minlength=n)
     at = np.concatenate([start[syn[:, 0]] + first_group[syn[:, 0]], start[syn[:, 1] + 1]])
     # one place can end one row and open the next: the earlier row's entries first (lexsort is stable)
@@ -415,8 +476,10 @@ def _walk_with_synonyms(project: Project, cols: GraphColumns) -> dict[str, np.nd
     at = at[order]
     ends = np.concatenate([syn[:, 1], syn[:, 0]])[order]
     out = dict(old)
-    out["cols"] = np.insert(old["cols"][keep], at, ends.astype(np.int32))
-    out["weight"] = np.insert(old["weight"][keep], at, np.concatenate([weight, weight])[order])
-    out["kind"] = np.insert(old["kind"][keep], at, np.full(len(at), EDGE_KINDS.index(SYNONYM), np.uint8))
+    # the arrays a resolve saved have no SYNONYM entries: nothing dropped, no copy
+    rest = (lambda name: old[name]) if keep.all() else (lambda name: old[name][keep])
+    out["cols"] = np.insert(rest("cols"), at, ends.astype(np.int32))
+    out["weight"] = np.insert(rest("weight"), at, np.concatenate([weight, weight])[order])
+    out["kind"] = np.insert(rest("kind"), at, np.full(len(at), EDGE_KINDS.index(SYNONYM), np.uint8))
     out["indptr"] = np.concatenate([[0], np.cumsum(degree + np.bincount(syn.ravel(), minlength=n))]).astype(np.int64)
     return out

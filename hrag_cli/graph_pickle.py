@@ -73,7 +73,11 @@ class Column:
         return cls(uniq, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)))
 
     def take(self, rows: np.ndarray) -> "Column":
-        return Column(self._vocab, self.codes[rows], self._json, self._z)
+        return self.recoded(self.codes[rows])
+
+    def recoded(self, codes: np.ndarray) -> "Column":
+        """This vocabulary with `codes`."""
+        return Column(self._vocab, codes, self._json, self._z)
 
     def code(self, value: Any) -> int | None:
         """The code of `value`, or None. None's code is read off the JSON when the vocabulary starts with it,
@@ -173,14 +177,34 @@ class _Packed(dict):
     kept: dict[bytes, bytes]
 
 
-def _member(raw: bytes, packed: _Packed) -> _Call:
+# Columns whose values are ids (hex digests): deflate's string matching finds next to nothing in them, and
+# Huffman coding alone makes them smaller at half the CPU (a 100,000-passage graph's relation ids: 26.3 MB in
+# 0.33 s, where level 1 took 0.67 s for 28.4 MB). Any zlib reads either.
+ID_COLUMNS = frozenset({"key", "doc_id"})
+
+
+def _compress(raw: bytes, ids: bool) -> bytes:
+    if not ids:
+        return zlib.compress(raw, 1)
+    z = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS, 9, zlib.Z_HUFFMAN_ONLY)
+    return z.compress(raw) + z.flush()
+
+
+def _member(raw: bytes, packed: _Packed, ids: bool = False) -> _Call:
     """zlib.decompress(the member of `raw`), made once per distinct `raw` in a file (the pickle then writes it
-    once and refers to it after, whether it was compressed now or came from `packed`)."""
+    once and refers to it after, whether it was compressed now or came from `packed`). `ids`: the vocabulary of
+    an ID_COLUMNS column."""
     data = packed.get(raw)
     if data is None:
-        data = zlib.compress(raw, 1)
+        data = _compress(raw, ids)
         data = packed[raw] = packed.kept.get(data, data)
     return _Call(zlib.decompress, data)
+
+
+def _pickled(root: _Call) -> bytes:
+    buf = io.BytesIO()
+    _Writer(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(root)
+    return buf.getvalue()
 
 
 def _array(typecode: str, a: np.ndarray, packed: _Packed, split: int = -1) -> _Call:
@@ -193,10 +217,11 @@ def _array(typecode: str, a: np.ndarray, packed: _Packed, split: int = -1) -> _C
     return _Call(array.array, typecode, _Call(getattr(b"", "join"), parts))
 
 
-def _column_call(c: Column | list, packed: _Packed, split: int = -1) -> _Call:
+def _column_call(name: str, c: Column | list, packed: _Packed, split: int = -1) -> _Call:
     if not isinstance(c, Column):
         return _Call(json.loads, _member(orjson.dumps(c), packed))
-    vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else _member(c.vocab_json(), packed))
+    vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else
+                  _member(c.vocab_json(), packed, name in ID_COLUMNS))
     codes = _Call(array.array, "i", _Call(zlib.decompress, c.codes_z)) if c.codes_z is not None and split < 0 else \
         _array("i", c.codes.astype(np.int32), packed, split)
     return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), codes))
@@ -207,20 +232,21 @@ def dumps(cols: GraphColumns) -> bytes:
     import igraph
 
     packed, split = _Packed(cols.packed), cols.split if 0 <= cols.split <= cols.m else cols.m
-    packed.kept = {z: z for c in [*cols.vattrs.values(), *cols.eattrs.values()] if isinstance(c, Column)
-                   for z in (c.codes_z, c._z) if z is not None}
+    columns = [c for c in [*cols.vattrs.values(), *cols.eattrs.values()] if isinstance(c, Column)]
+    packed.kept = {z: z for c in columns for z in (c.codes_z, c._z) if z is not None}
+    # a kept vocabulary's raw bytes are known: another column with that vocabulary is written as that member,
+    # whichever way it was compressed
+    packed.update((c._json, c._z) for c in columns if c._json is not None and c._z is not None)
     flat = _array("q", cols.edges.astype(np.int64, copy=False).reshape(-1), packed, 2 * split)
     # no edges: an empty list (a memoryview cannot take the shape (0, 2))
     edges = _method(_method(_Call(memoryview, flat), "cast", "B"), "cast", "q", (cols.m, 2)) if cols.m else []
     # names interned: the pickle writes an object once and refers to it after, so equal names must be one
     # object whichever way the columns were made (built now, or read from a file)
-    vattrs = {sys.intern(k): _column_call(c, packed) for k, c in cols.vattrs.items()}
-    eattrs: dict[str, Any] = {"kind": _column_call(cols.eattrs["kind"], packed, split),
+    vattrs = {sys.intern(k): _column_call(k, c, packed) for k, c in cols.vattrs.items()}
+    eattrs: dict[str, Any] = {"kind": _column_call("kind", cols.eattrs["kind"], packed, split),
                               "weight": _array("d", cols.weight.astype(np.float64, copy=False), packed, split)}
-    eattrs.update((sys.intern(k), _column_call(c, packed, split)) for k, c in cols.eattrs.items() if k != "kind")
-    buf = io.BytesIO()
-    _Writer(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(_Call(igraph.Graph, cols.n, edges, False, {}, vattrs, eattrs))
-    return buf.getvalue()
+    eattrs.update((sys.intern(k), _column_call(k, c, packed, split)) for k, c in cols.eattrs.items() if k != "kind")
+    return _pickled(_Call(igraph.Graph, cols.n, edges, False, {}, vattrs, eattrs))
 
 
 class _Node:
@@ -312,15 +338,20 @@ class _Unpacker:
         return Column(None, self.array(mapped.args[1], np.int32), vocab_json, parts[0], kept)
 
 
-def loads(data: bytes) -> GraphColumns:
-    """The columns of a pickle `dumps` wrote, without making the graph; NotColumns for any other pickle."""
+def _tree(data: bytes) -> _Node:
+    """The calls of a pickle `dumps` wrote, recorded, not made; NotColumns for any other pickle."""
     try:
         root = _Reader(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
         raise NotColumns(str(exc)) from exc
     if not (isinstance(root, _Node) and root.name == "Graph" and len(root.args) == 6):
         raise NotColumns("not a graph")
-    n, edges, _directed, _gattrs, vattrs, eattrs = root.args
+    return root
+
+
+def loads(data: bytes) -> GraphColumns:
+    """The columns of a pickle `dumps` wrote, without making the graph; NotColumns for any other pickle."""
+    n, edges, _directed, _gattrs, vattrs, eattrs = _tree(data).args
     u = _Unpacker()
     e = u.array(edges, np.int64, 16).reshape(-1, 2) if edges != [] else np.zeros((0, 2), np.int64)
     weight = u.array(eattrs["weight"], np.float64)
@@ -328,3 +359,113 @@ def loads(data: bytes) -> GraphColumns:
                         {k: u.column(v) for k, v in eattrs.items() if k != "weight"})
     cols.packed, cols.split = u.packed, u.split
     return cols
+
+
+def _calls(node: Any, made: dict[int, Any]) -> Any:
+    """What `_Reader` recorded, back as the calls `dumps` pickles (`made`: node id -> its call, given or made
+    here; a node met twice is one call, as the pickle held one object)."""
+    if isinstance(node, _Node):
+        got = made.get(id(node))
+        if got is None:
+            args = [_calls(a, made) for a in node.args]
+            got = made[id(node)] = _Call(*args) if node.name == "call" else _Call(_func(node.name), *args)
+        return got
+    if isinstance(node, (list, tuple)):
+        return type(node)(_calls(a, made) for a in node)
+    if isinstance(node, dict):
+        return {k: _calls(v, made) for k, v in node.items()}
+    return node
+
+
+def _func(name: str) -> Any:
+    import igraph
+
+    return {"Graph": igraph.Graph, "list": list, "map": map, "getattr": getattr, "memoryview": memoryview,
+            "loads": json.loads, "decompress": zlib.decompress, "array": array.array}[name]
+
+
+def _is(node: Any, name: str, nargs: int) -> bool:
+    return isinstance(node, _Node) and node.name == name and len(node.args) == nargs
+
+
+def _two_parts(node: Any) -> list[_Node]:
+    """The two members of an array `_array` stored split (array(code, b"".join([part, part])))."""
+    joined = node.args[1] if _is(node, "array", 2) else None
+    parts = joined.args[1] if _is(joined, "call", 2) and _is(joined.args[0], "getattr", 2) else None
+    if not (isinstance(parts, list) and len(parts) == 2 and all(_is(p, "decompress", 1) for p in parts)):
+        raise NotColumns("expected an array in two parts")
+    return parts
+
+
+class SynonymTail:
+    """A graph.pkl `dumps` wrote, opened to replace its SYNONYM edges (the second part of every edge array) and
+    written back with every other member as it was, still compressed. Why: a synonyms run changes only those
+    edges, and inflating every member of a 100,000-passage graph (200 MB) to compress most of them back took
+    over a second of its CPU. Only what is asked for is inflated (`head_edges`, `head_codes`, `vertex`): a
+    member never inflated is never checked here, so the caller checks the whole file's hash first
+    (`graph.intact`). NotColumns when the file is not of that shape."""
+
+    def __init__(self, data: bytes) -> None:
+        n, edges, _directed, _gattrs, self._vattrs, self._eattrs = self._args = _tree(data).args
+        eattrs = self._eattrs
+        self.n = int(n)
+        if edges == [] or set(eattrs) != {"kind", "weight", "key", "rel_type"}:
+            raise NotColumns("no edges, or other edge columns")
+        # edges: memoryview(array('q', ...)).cast('B').cast('q', (m, 2))
+        outer = edges.args[0] if _is(edges, "call", 3) else None
+        inner = outer.args[0] if _is(outer, "getattr", 2) and _is(outer.args[0], "call", 2) else None
+        view = inner.args[0].args[0] if inner is not None and _is(inner.args[0], "getattr", 2) else None
+        if not (_is(view, "memoryview", 1) and _is(view.args[0], "array", 2) and view.args[0].args[0] == "q"):
+            raise NotColumns("unexpected edges")
+        self._edges = edges
+        self._parts = {"edges": _two_parts(view.args[0]), "weight": _two_parts(eattrs["weight"])}
+        self._vocab: dict[str, bytes] = {}
+        for k in ("kind", "key", "rel_type"):
+            mapped = eattrs[k].args[0] if _is(eattrs[k], "list", 1) else None
+            getter = mapped.args[0] if _is(mapped, "map", 2) else None
+            vocab = getter.args[0] if _is(getter, "getattr", 2) else None
+            if not (_is(vocab, "loads", 1) and _is(vocab.args[0], "decompress", 1)):
+                raise NotColumns("unexpected column")
+            self._vocab[k] = vocab.args[0].args[0]
+            self._parts[k] = _two_parts(mapped.args[1])
+
+    def head_edges(self) -> np.ndarray:
+        """The edges of the first part (every edge but the SYNONYM ones), (m, 2)."""
+        raw = zlib.decompress(self._parts["edges"][0].args[0])
+        if len(raw) % 16:
+            raise NotColumns("array bytes do not fit its type")
+        return np.frombuffer(raw, dtype=np.int64).reshape(-1, 2)
+
+    def head_codes(self, name: str) -> Column:
+        """Edge column `name` over the first part's edges."""
+        return Column(None, np.frombuffer(zlib.decompress(self._parts[name][0].args[0]), dtype=np.int32),
+                      vocab_z=self._vocab[name])
+
+    def vertex(self, name: str) -> Column | list:
+        """Vertex column `name`."""
+        return _Unpacker().column(self._vattrs[name])
+
+    def dumps(self, edges: np.ndarray, weight: np.ndarray, values: dict[str, Any]) -> bytes:
+        """The file with `edges` (k, 2), their `weight` and the one value of each edge column for all of them
+        (`values`) as the second part, the first parts as they were: the bytes `dumps` gives those columns.
+        NotColumns when a column's vocabulary lacks its value."""
+        k = len(edges)
+        packed = _Packed()
+        packed.kept = {z: z for z in _members([self._edges, *self._vattrs.values(), *self._eattrs.values()], [])}
+        raws = {"edges": np.ascontiguousarray(edges, dtype=np.int64).tobytes(),
+                "weight": np.ascontiguousarray(weight, dtype=np.float64).tobytes()}
+        for name, value in values.items():
+            code = Column(None, None, vocab_z=self._vocab[name]).code(value)
+            if code is None:
+                raise NotColumns(f"no {value!r} in the {name} column's vocabulary")
+            raws[name] = np.full(k, code, dtype=np.int32).tobytes()
+        made = {id(self._parts[name][1]): _member(raw, packed) for name, raw in raws.items()}
+        if set(raws) != set(self._parts):
+            raise ValueError("a value for every edge column")
+        shape = self._edges.args[2]
+        old_tail = len(zlib.decompress(self._parts["edges"][1].args[0])) // 16      # (small: the SYNONYM edges)
+        if not (isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], int) and shape[0] >= old_tail):
+            raise NotColumns("unexpected edges")
+        # the node's own "q" (the pickle refers to the one object it wrote first)
+        made[id(self._edges)] = _Call(_calls(self._edges.args[0], made), self._edges.args[1], (shape[0] - old_tail + k, 2))
+        return _pickled(_calls(_Node("Graph", self._args), made))

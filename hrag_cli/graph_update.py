@@ -19,15 +19,16 @@ import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
+import orjson
 
 from . import graph_pickle, store
 from .errors import HragError
 from .graph import (CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation,
-                    _assemble, _codes_in, _padded, _structure, _write_walk, edge_counts, intact, kept_entries,
-                    load_columns, saved_walk, walk_arrays)
+                    _assemble, _codes_in, _padded, _structure, _write_walk, column_keys, edge_counts, intact,
+                    kept_entries, load_columns, saved_walk, walk_arrays)
 from .graph_pickle import Column, GraphColumns
 from .ingest import added_since, load_chunk_refs, load_documents
 from .progress import Reporter
@@ -146,18 +147,42 @@ def _entity_rows(old: GraphColumns, ent0: int, keys: list, entities: list[GraphE
     return (_spliced(old_ents, at, [e.id for e in added]) if added else old_ents), at, added
 
 
+def _spliced_json(raw: bytes, count: int, put: list[tuple[int, str]], at: np.ndarray, new: list[str]) -> bytes | None:
+    """orjson.dumps([None, *ids]) for the ids of `raw` (that JSON of `count` ids) with id p := s for each (p, s)
+    in `put` and new[j] put before id at[j] (`at` non-decreasing), made by cutting and joining `raw`'s bytes:
+    a 100,000-passage graph's 1.9M relation ids were parsed, spliced as a list and dumped again, 0.4 s. None
+    unless every id in `raw` is a JSON string without escapes (then each `"` opens or closes one)."""
+    if not raw.startswith(b"[null") or b"\\" in raw:
+        return None
+    quotes = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 0x22)
+    starts, ends = quotes[0::2], quotes[1::2] + 1               # id i is raw[starts[i]:ends[i]]
+    if len(quotes) != 2 * count or not raw.endswith(b"]") or (count and not (
+            starts[0] == 6 and ends[-1] == len(raw) - 1 and (starts[1:] - ends[:-1] == 1).all())) or \
+            (not count and raw != b"[null]"):
+        return None
+    edits = [(int(starts[a]), 0, int(starts[a]), orjson.dumps(s) + b",") if a < count else
+             (len(raw) - 1, 0, len(raw) - 1, b"," + orjson.dumps(s)) for a, s in zip(at.tolist(), new)]
+    edits += [(int(starts[p]), 1, int(ends[p]), orjson.dumps(s)) for p, s in put]
+    edits.sort(key=itemgetter(0, 1))                            # stable: inserts at one place keep their order
+    out, done = [], 0
+    for cut, _, resume, text in edits:
+        out += (raw[done:cut], text)
+        done = resume
+    out.append(raw[done:])
+    return b"".join(out)
+
+
 def _relations(old: GraphColumns, ek: np.ndarray, remap: np.ndarray, n: int,
                vertices: Callable[[list[str]], np.ndarray], relations: list[GraphRelation]
-               ) -> tuple[np.ndarray, np.ndarray, list, Column, np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, Column, Column, np.ndarray, np.ndarray]:
     """The relation edges after the update, in (src, tgt) order, which is the order of their end vertices
-    (entities are numbered in id order): ends, weights, ids, types; and the places of the new ones and of
-    those made again among them."""
+    (entities are numbered in id order): ends, weights, ids (a vocabulary, [None] + the ids in edge order),
+    types; and the places of the new ones and of those made again among them."""
     rel = np.flatnonzero(ek == _REL)
     r_ends = remap[old.edges[rel]]
     r_weight = old.weight[rel].copy()
     key = old.eattrs["key"]
     in_order = len(rel) == 0 or (key.code(None) == 0 and np.array_equal(key.codes[rel], np.arange(1, len(rel) + 1)))
-    r_ids = key.vocab[1:len(rel) + 1] if in_order else key.take(rel).values()   # a build's vocabulary: their ids
     r_types = _Coded(old.eattrs["rel_type"], rel)
     r_order = r_ends[:, 0] * n + r_ends[:, 1]
     if len(r_order) and not (np.diff(r_order) > 0).all():
@@ -171,15 +196,22 @@ def _relations(old: GraphColumns, ek: np.ndarray, remap: np.ndarray, n: int,
     again = np.flatnonzero(found)
     made = [relations[j] for j in again.tolist()]
     r_weight[pos[again]] = [float(r.weight) for r in made]
-    for p, r in zip(pos[again].tolist(), made):
-        r_ids[p] = r.id
     r_types.set(pos[again], [r.rel_type or None for r in made])
     new_r = np.flatnonzero(~found)
     at_r = pos[new_r]
     r_ends, placed = _inserted(r_ends, at_r, ends[new_r])
     r_weight = _inserted(r_weight, at_r, np.asarray([float(relations[j].weight) for j in new_r.tolist()]))[0]
     by = np.argsort(at_r, kind="stable")
-    r_ids = _spliced(r_ids, at_r[by], [relations[j].id for j in new_r[by].tolist()])
+    put, new_ids = list(zip(pos[again].tolist(), (r.id for r in made))), [relations[j].id for j in new_r[by].tolist()]
+    # a build's vocabulary holds the ids in edge order: spliced as JSON when it is plain, else as a list
+    spliced = _spliced_json(key.vocab_json(), len(rel), put, at_r[by], new_ids) if in_order else None
+    if spliced is not None:
+        r_ids = Column(None, None, spliced)
+    else:
+        ids = key.vocab[1:len(rel) + 1] if in_order else key.take(rel).values()
+        for p, rid in put:
+            ids[p] = rid
+        r_ids = Column([None, *_spliced(ids, at_r[by], new_ids)], None)
     r_types.insert(at_r, [relations[j].rel_type or None for j in new_r.tolist()])
     return r_ends, r_weight, r_ids, r_types.column(), placed, _shifted(pos[again], at_r)
 
@@ -219,9 +251,7 @@ def _kinds(old: GraphColumns) -> tuple[np.ndarray, int, int, list]:
     ek = _codes_in(old.eattrs["kind"], EDGE_KINDS) if old.m else np.zeros(0, np.uint8)
     if len(ek) and not (np.diff(ek.astype(np.int16)) >= 0).all():
         raise OutOfStep("edges are not in kind order")
-    key = old.vattrs["key"]
-    in_order = len(key.codes) == old.n and np.array_equal(key.codes, np.arange(old.n))
-    keys = key.vocab[:old.n] if in_order and len(key.vocab) == old.n else key.values()
+    keys = column_keys(old.vattrs["key"], old.n)
     nd0 = int(np.count_nonzero(vk == VERTEX_KINDS.index(DOCUMENT)))
     return ek, nd0, nd0 + int(np.count_nonzero(vk == VERTEX_KINDS.index(CHUNK))), keys
 
@@ -326,13 +356,13 @@ def spliced_columns(old: GraphColumns, docs: list[Document], chunks: list[ChunkR
     m_ends, m_weight, placed_m = _mentions(old, ek, keys, remap, dict(zip(st.keys[len(docs):],
                                                                           placed[len(docs):len(docs) + nc].tolist())),
                                            vertices, mentions)
-    n_struct, n_rel = len(struct[0]) + len(struct[1]), len(r_ids)
+    n_struct, n_rel = len(struct[0]) + len(struct[1]), len(r_weight)
     m = n_struct + n_rel + len(m_weight)
     key_codes = np.zeros(m, dtype=np.int32)
     key_codes[n_struct:n_struct + n_rel] = np.arange(1, n_rel + 1, dtype=np.int32)
     eattrs = {"kind": Column(list(EDGE_KINDS), np.repeat(np.arange(4, dtype=np.int32),
                                                         [len(struct[0]), len(struct[1]), n_rel, len(m_weight)])),
-              "key": Column([None] + r_ids, key_codes), "rel_type": _padded(r_types, n_struct, m - n_struct - n_rel)}
+              "key": r_ids.recoded(key_codes), "rel_type": _padded(r_types, n_struct, m - n_struct - n_rel)}
     cols = GraphColumns(n, np.concatenate([*struct, r_ends, m_ends]).astype(np.int64),
                         np.concatenate([np.ones(n_struct), r_weight, m_weight]).astype(np.float64), vattrs, eattrs,
                         old.packed, m)

@@ -214,6 +214,38 @@ def test_columns_file_round_trip_and_synonym_part_reused(tmp_path: Path) -> None
         load_columns(project)
 
 
+def test_recorded_graph_synonyms_replaced_without_loading_it_whole(tmp_path: Path, monkeypatch) -> None:
+    """A graph.pkl the last commit recorded (whole-file hash) has its SYNONYM edges replaced from its members as
+    they are, never loading the columns: the bytes and walk arrays a whole load gives, over several rounds (a
+    name no vertex has, a chunk's key, an empty list); a file not recorded so is loaded whole, so damage shows."""
+    import hrag_cli.graph as graph
+
+    project = Project(tmp_path / "p")
+    project.init()
+    save_graph(project, graph_columns(*_sample()))
+    first = project.graph_path.read_bytes()
+    whole = load_columns
+    monkeypatch.setattr(graph, "load_columns", lambda _p: pytest.fail("loaded whole"))
+    rounds = [[("acme", "bob", 0.91), ("bob", "zürich", 0.85), ("bob", "bob", 1.0), ("nobody", "bob", 0.8)],
+              [("acme", "zürich", 0.5), ("k9", "acme", 0.7), ("zürich", "acme", 0.6)], []]
+    for i, pairs in enumerate(rounds):
+        project.record_stage("resolve" if i == 0 else "synonyms", "fp", f"d{i}")
+        save_synonym_edges(project, pairs)
+        got = project.graph_path.read_bytes()
+        assert got == _saved_bytes(tmp_path / f"q{i}", set_synonym_edges(graph_columns(*_sample()), pairs)), i
+        _assert_same_graph(pickle.loads(got), add_synonym_edges(build_graph(*_sample()), pairs))
+        want = walk_arrays(whole(project))
+        with np.load(project.walk_path) as saved:
+            assert all(np.array_equal(saved[k], want[k]) and saved[k].dtype == want[k].dtype for k in want), i
+    assert project.graph_path.read_bytes() == first
+    bad = bytearray(first)
+    bad[len(bad) // 2] ^= 0x55                    # not the recorded file: loaded whole, and found damaged
+    project.graph_path.write_bytes(bytes(bad))
+    monkeypatch.setattr(graph, "load_columns", whole)
+    with pytest.raises(HragError, match="damaged"):
+        save_synonym_edges(project, rounds[0])
+
+
 def test_vertex_columns_written_back_compressed(tmp_path: Path) -> None:
     """A loaded graph's vertex columns keep their compressed members until read and are written back as
     they were; a column made anew whose member equals a kept one is written as that one member, as a build
@@ -265,3 +297,16 @@ def _saved_bytes(root: Path, cols) -> bytes:
     project.init()
     save_graph(project, cols)
     return project.graph_path.read_bytes()
+
+
+def test_key_finder_bisects_sorted_entities_and_falls_back_to_a_dict() -> None:
+    """Names to vertices: entities (the last vertices) by bisection when their keys are sorted, any other key
+    (a chunk's, or every key when the entities are not sorted) by a dict; -1 for a name no vertex has."""
+    from hrag_cli.graph import _key_finder
+
+    kinds = np.array([0, 1, 1, 2, 2, 2], dtype=np.uint8)
+    names = ["c", "zz", "k1", "d1", "a", "b", "", "k2"]
+    for keys in (["d1", "k2", "k1", "a", "b", "c"], ["d1", "k2", "k1", "c", "a", "b"]):
+        want = [keys.index(x) if x in keys else -1 for x in names]
+        assert _key_finder(keys, kinds)(names).tolist() == want
+    assert _key_finder([], np.zeros(0, np.uint8))(["a"]).tolist() == [-1]

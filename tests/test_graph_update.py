@@ -243,3 +243,23 @@ def test_graph_inputs_fall_back_to_every_document_or_a_walk_made_again(tmp_path:
     monkeypatch.undo()
     _index(docs, tmp_path / "fresh")
     _same_graph(inc, tmp_path / "fresh")
+
+
+def test_relation_ids_spliced_as_json_bytes() -> None:
+    """The relation id vocabulary is spliced as JSON bytes (ids made again replaced, new ones put in, at the
+    front, among and after the old ones): the bytes of the list spliced and dumped; a vocabulary with an
+    escaped id is left to the list (None)."""
+    import orjson
+
+    from hrag_cli.graph_update import _spliced_json
+
+    ids = ["r1", "r3", "ré5", "r7"]
+    raw = orjson.dumps([None, *ids])
+    put = [(1, "r3b"), (3, "r7")]
+    at, new = np.array([0, 0, 2, 4, 4]), ["r0", "r0b", "r2", "r8", "r9"]
+    want = [None, "r0", "r0b", "r1", "r3b", "r2", "ré5", "r7", "r8", "r9"]
+    assert _spliced_json(raw, 4, put, at, new) == orjson.dumps(want)
+    assert _spliced_json(raw, 4, [], np.zeros(0, np.int64), []) == raw
+    assert _spliced_json(b"[null]", 0, [], np.array([0, 0]), ["a", 'q"uote']) == orjson.dumps([None, "a", 'q"uote'])
+    assert _spliced_json(orjson.dumps([None, 'q"uote', "b"]), 2, [], np.array([1]), ["a"]) is None
+    assert _spliced_json(orjson.dumps([None, "a", "b"]), 3, [], np.array([1]), ["a"]) is None    # not its count
