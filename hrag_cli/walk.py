@@ -78,7 +78,7 @@ class WalkGraph:
         self._n_entities: int | None = None             # counted once: entity_row asks for it per name
         self._degrees: np.ndarray | None = None
         self._floor: np.ndarray | None = None
-        self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's spreads (`_scratch`)
+        self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's walks (`scratch`)
         self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._spread = 0                                # entries read by `spread` so far
@@ -220,7 +220,7 @@ class WalkGraph:
         native neighbour are made whole, once, side by side (`_entries`): then an entry costs one gather and
         one product where it cost three gathers and a sum over its row, and a single query still reads only
         its rows. Both ways compute the same shares, so a walk gives the same bits either way. Prepared, the
-        two arrays returned are views of scratch arrays (`_scratch`): valid until the next spread."""
+        two arrays returned are views of scratch arrays (`scratch`): valid until the next spread."""
         starts = np.asarray(self.indptr[vertices])
         lens = np.asarray(self.indptr[vertices + 1]) - starts
         ends = np.cumsum(lens)
@@ -231,9 +231,9 @@ class WalkGraph:
         if key not in self.memo and self._spread * 3 > len(self.weight):
             self.memo[key] = self._entries(scale)
         if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
-            idx = _runs(starts, lens, first, total, self._scratch("idx", total, np.intp))
-            pairs = np.take(self.memo[key], idx, mode="clip", out=self._scratch("pairs", total, self.memo[key].dtype))
-            return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self._scratch("mass", total, np.float64))
+            idx = _runs(starts, lens, first, total, self.scratch("idx", total, np.intp))
+            pairs = np.take(self.memo[key], idx, mode="clip", out=self.scratch("pairs", total, self.memo[key].dtype))
+            return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self.scratch("mass", total, np.float64))
         idx = _runs(starts, lens, first, total)
         w = np.asarray(self.weight[idx], dtype=np.float64)
         factor = kind_factors(scale)
@@ -243,8 +243,9 @@ class WalkGraph:
             w *= np.repeat(_inverse(np.add.reduceat(w, first)), lens)    # each entry's share of its row
         return self._cols32[idx], w * np.repeat(amount, lens)
 
-    def _scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        # a batch's walk gathers megabytes a round: fresh arrays cost their page faults (a fifth of the spread)
+    def scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        """A scratch array kept across a batch's walks (`vectors.scratch`): a walk gathers megabytes a round
+        and keeps a few vertex-length arrays, and fresh arrays cost their page faults (a fifth of the spread)."""
         return scratch(self._buffers, name, size, dtype)
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:

@@ -370,10 +370,9 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
     if floor > 0:
         load_chunk_prior(ix.project, graph, s.damping, scale)
-    pr = passage_walk(graph, reset, floor, s.damping, scale)
-    r.timings["ppr_ms"] = _ms(t0)
     walk = np.full(len(cv), -1.0)
-    walk[ok] = pr[cv[ok]]
+    walk[ok] = passage_walk(graph, reset, floor, s.damping, scale, vertices=cv[ok])
+    r.timings["ppr_ms"] = _ms(t0)
     w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
     full = s.rules_walk_weight if rules_graph else s.walk_weight
     if w < min(full, 1.0):
