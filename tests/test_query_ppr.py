@@ -179,8 +179,13 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
     assert floor > 0
     whole = reset.copy()
     whole[chunks] += floor
-    np.testing.assert_allclose(passage_walk(walk, reset, floor, 0.5), np.asarray(g.personalized_pagerank(
+    full = passage_walk(walk, reset, floor, 0.5)
+    np.testing.assert_allclose(full, np.asarray(g.personalized_pagerank(
         directed=False, damping=0.5, reset=whole.tolist(), weights="weight")), rtol=1e-4, atol=1e-8)
+    # the chunks' scores alone (what a query ranks) are the very values, and a second walk in the same
+    # scratch arrays gives them again
+    assert np.array_equal(passage_walk(walk, reset, floor, 0.5, vertices=chunks), full[chunks])
+    assert np.array_equal(passage_walk(walk, reset, floor, 0.5), full)
 
 
 def test_saved_chunk_prior_is_read_only_for_its_walk_and_settings(sample_project, tmp_path) -> None:
