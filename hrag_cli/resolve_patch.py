@@ -61,7 +61,7 @@ class _Section:
             raise OutOfStep(f"has {len(self.old)} lines for {total - len(new)} keys")
         # a key's row in the new file: its rank among the state's keys and the created ones (one block's keys
         # read per key, never every key)
-        self.rows = np.array(accs.ranks(changed), dtype=np.int64).reshape(len(changed))
+        self.rows = np.array(accs.ranks(changed), dtype=np.int64)
         self.new = np.fromiter((k in new for k in changed), dtype=bool, count=len(changed))
         # in the old file: an old key's row; a new key's, the old rows before it
         self.old_rows = self.rows - (np.cumsum(self.new) - self.new)

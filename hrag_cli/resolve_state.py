@@ -11,8 +11,8 @@ away, a record that needs an alias plan, a strength that is not a multiple of 1/
 before, different settings or an LLM that may summarise make resolve merge from scratch. Either way the outputs
 equal a fresh build's, byte for byte.
 
-Keyed: each section's keys are sorted and stored in blocks of BLOCK keys (one zlib frame of the keys, one of
-their accumulators, each marshalled on its own), and an index at the end of the file holds each block's first key and place. A run after
+Keyed: each section's keys are sorted and stored in blocks of BLOCK keys (one zlib frame of the keys, as one
+string, and their accumulators, each marshalled on its own, over frames of FIELDS), and an index at the end of the file holds each block's first key and place. A run after
 additions opens the file (header and index: a few milliseconds at 100k passages), and the merge looks each key
 its records name up in one block (resolve_state.Lazy), so the accumulators no new record touches are never
 read or decompressed; a key no block has is new.
@@ -76,7 +76,7 @@ BLOCK = {"entities": 64, "relations": 128, "facts": 128}
 # one. A 1 % addition at 100k passages finds ~18k saved keys in ~6.6k blocks; whole-block frames of version 3
 # made it decompress ~235 MB for them (its lookups: 1.81 + 0.42 s CPU), 16/128/128 ~125 MB, for 13 MB more
 # on disk (zlib over fewer accumulators; the keys as strings took 8 MB less: 288.0 -> 293.2 MB at 256/256)
-FIELDS = {"entities": 16, "relations": 128, "facts": 128}
+FIELDS = {"entities": 16, "relations": 128, "facts": 128}      # at BLOCK or more: one fields frame a block
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
 _ACCS = (("entities", _EntityAcc), ("relations", _RelationAcc), ("facts", _FactAcc))
@@ -158,7 +158,7 @@ class _Writer:
         return marshal.dumps((*fields[:at], [number[c] for c in fields[at]], *fields[at + 1:]))
 
     def block(self, section: str, keys: list, items: list[bytes]) -> None:
-        """A block of `keys` and their accumulators (`item` bytes), these in `_parts` frames."""
+        """A block of `keys` (one keys frame) and their accumulators (`item` bytes, over frames of FIELDS)."""
         firsts, places, sizes = self.index[section]
         firsts.append(keys[0])
         places.append(self.at)
@@ -170,7 +170,7 @@ class _Writer:
             self.frame(items[n * j // k:n * (j + 1) // k])
 
     def copied(self, section: str, first: Any, n: int, frames: bytes) -> None:
-        """A block read from an earlier file, its two frames as they were."""
+        """A block read from an earlier file, its frames as they were."""
         firsts, places, sizes = self.index[section]
         firsts.append(first)
         places.append(self.at)
@@ -204,13 +204,17 @@ def _joined(key: Any) -> str:
     return key if key.__class__ is str else "\x00".join(key)
 
 
+def _parts(key: Any) -> int:
+    """Parts of a key: 1 for an entity id, 2 or 3 for a pair or triple."""
+    return 1 if key.__class__ is str else len(key)
+
+
 def _keys_value(keys: list) -> str | list:
     """A block's keys as its frame holds them: one string, a key a line (splitting it costs a third of
     unmarshalling as many tuples: keys frames were half of the state a +1 % reads), or the list itself when a
     key holds a newline or NUL (a damaged or hand-made name: then the joined keys would not sort as the keys)."""
     text = "\n".join(map(_joined, keys))
-    parts = 1 if keys[0].__class__ is str else len(keys[0])
-    if text.count("\n") != len(keys) - 1 or text.count("\x00") != len(keys) * (parts - 1):
+    if text.count("\n") != len(keys) - 1 or text.count("\x00") != len(keys) * (_parts(keys[0]) - 1):
         return keys
     return text
 
@@ -224,7 +228,7 @@ def _header_frame(header: StateHeader, merged: Any, chunks: list[str]) -> dict:
 
 def sorted_keys(merged: Any) -> dict[str, list]:
     """Each section's keys in order, of a Merged from a merge over every record (a merge into the state never
-    needs them all: its patch ranks keys through Lazy.rank, and fold copies the blocks it did not touch)."""
+    needs them all: its patch ranks keys through Lazy.ranks, and fold copies the blocks it did not touch)."""
     return {s: sorted(getattr(merged, s)) for s in SECTIONS}
 
 
@@ -374,6 +378,10 @@ class Reader:
             self.index = {s: (list(index[s][0]), list(index[s][1]), list(index[s][2])) for s in SECTIONS}
             ok = all(len(f) == len(p) == len(z) and sum(z) == self.header.counts[s]
                      for s, (f, p, z) in self.index.items())
+            # where each block ends: the next block's start (the sections' blocks lie in file order), or the index
+            self._starts = sorted([*itertools.chain.from_iterable(p for _, p, _ in self.index.values()), where])
+            ok = ok and all(p.__class__ is int for p in self._starts) and self._starts[0] >= 0 and \
+                len(set(self._starts)) == len(self._starts) and self._starts[-1] == where
         except (TypeError, KeyError, IndexError):
             raise Damaged("its index has the wrong shape") from None
         if not ok:
@@ -386,8 +394,6 @@ class Reader:
         self._keys: dict[tuple[str, int], tuple[list, bool]] = {}
         self._fields: dict[tuple[str, int, int], list] = {}    # (section, block, its fields frame)
         self._parts: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        # where each block ends: the next block's start (the sections' blocks lie in file order), or the index
-        self._starts = sorted([*itertools.chain.from_iterable(p for _, p, _ in self.index.values()), where])
         self._cum: dict[str, list[int]] = {}      # per section: keys before each block
 
     def _span(self, at: int) -> tuple[int, int]:
@@ -495,7 +501,7 @@ class Reader:
             return None
         return (key, *self._item(s, self._field(s, b, i)))
 
-    def ranks(self, s: str, keys: Iterable[Any]) -> list[int]:
+    def ranks(self, s: str, keys: list) -> list[int]:
         """How many keys of section `s` sort before each of `keys` (per key, one block's keys read)."""
         cum = self._cum.get(s)
         if cum is None:
@@ -507,7 +513,10 @@ class Reader:
                 out.append(0)
                 continue
             block, joined = searched(s, b)
-            out.append(cum[b] + find(block, _joined(key) if joined else key))
+            k = _joined(key) if joined else key
+            if joined and k.count("\x00") != _parts(key) - 1:     # a part holds NUL: joined, it misorders
+                block, k = _keys_of(block, True), key
+            out.append(cum[b] + find(block, k))
         return out
 
     def keys(self, s: str) -> list:
