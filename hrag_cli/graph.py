@@ -394,10 +394,13 @@ def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, st
     """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz; the walk
     arrays from the saved ones when they fit and are intact, which is the same arrays for a fraction of the
     work). graph.pkl's other members are written back as they were, never inflated, when the whole file is
-    the one the last commit recorded (`_tail_replaced`); otherwise it is loaded whole, which checks every
+    the one the last commit recorded, by its whole hash (`_tail_replaced`; a file past artifacts.FULL_HASH_MAX
+    has only a sampled hash, so it takes the whole load); otherwise it is loaded whole, which checks every
     member: the same bytes either way."""
+    pairs = pairs if isinstance(pairs, list) else list(pairs)      # the whole load may read them after the tail
     intact_walk = intact(project, "graph/walk.npz")
-    got = _tail_replaced(project, pairs) if intact(project, "graph/graph.pkl") else None
+    whole_hash = project.graph_path.stat().st_size <= artifacts.FULL_HASH_MAX
+    got = _tail_replaced(project, pairs) if whole_hash and intact(project, "graph/graph.pkl") else None
     cols = None
     if got is None:
         cols = set_synonym_edges(load_columns(project), pairs)

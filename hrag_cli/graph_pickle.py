@@ -403,7 +403,7 @@ class SynonymTail:
     edges, and inflating every member of a 100,000-passage graph (200 MB) to compress most of them back took
     over a second of its CPU. Only what is asked for is inflated (`head_edges`, `head_codes`, `vertex`): a
     member never inflated is never checked here, so the caller checks the whole file's hash first
-    (`graph.intact`). NotColumns when the file is not of that shape."""
+    (`graph.intact`, on a file within artifacts.FULL_HASH_MAX). NotColumns when the file is not of that shape."""
 
     def __init__(self, data: bytes) -> None:
         n, edges, _directed, _gattrs, self._vattrs, self._eattrs = self._args = _tree(data).args

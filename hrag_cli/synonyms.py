@@ -527,7 +527,7 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
 
 def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, block: int = 4096,
             slots: np.ndarray | None = None) -> None:
-    """Replace the cosines of the lists of `rows` (default: all) by exact ones from the full (sparse) vectors and
+    """Replace the cosines of the lists of `rows` (default: all, or those with a slot in `slots`) by exact ones from the full (sparse) vectors and
     re-order each list by them. Each neighbour's stored values are multiplied into the row's dense vector:
     a name fills a few dozen of the 2048 columns, so this touches 1-3 % of what densifying both sides did
     (57 of the stage's 1,270 s wall at 100k passages, before). `slots` ((n, k) bool): only those slots' cosines

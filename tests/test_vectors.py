@@ -693,4 +693,5 @@ def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
     assert got.dtype == np.dtype("S70") and got.tolist() == [i.encode("utf-8") for i in ids]
     even = IdKeys.arrays(["ab", "cd", "ef"])
     assert fixed_width(*even[:2]).tolist() == [b"ab", b"cd", b"ef"]
+    assert np.shares_memory(fixed_width(*even[:2]), even[0])      # a view of the blob, not a copy
     assert len(fixed_width(np.zeros(0, np.uint8), np.zeros(1, np.int64))) == 0
