@@ -35,3 +35,12 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return all(mallopt(param, value) == 1 for param, value in
                ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_TOP_PAD, TOP_PAD)))
+
+
+def give_back() -> None:
+    """Return the heap's free pages to the kernel (glibc's malloc_trim): before a fork, so the workers do not
+    inherit (and the parent then copy on write) memory nobody holds."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
