@@ -432,8 +432,10 @@ def main() -> None:
     from .offline import setup
 
     from .cli_args import install
+    from .heap import keep_freed_memory
 
     setup()
+    keep_freed_memory()
     install()
     try:
         rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from . import heap
+
 S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,6 +47,7 @@ def forked_pool(shared: Any) -> Iterator[Pool]:
     global _state
     _state = shared
     gc.freeze()
+    heap.give_back()
     pool = multiprocessing.get_context("fork").Pool(workers(), initializer=signal.signal,
                                                     initargs=(signal.SIGINT, signal.SIG_IGN))
     try:

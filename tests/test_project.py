@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,29 @@ def test_second_writer_fails_fast_even_across_processes(tmp_path: Path) -> None:
         assert subprocess.run([sys.executable, "-c", code]).returncode == 7
     with proj.lock():  # released
         pass
+
+
+def test_a_forgotten_record_still_vouches_for_unchanged_files(tmp_path: Path) -> None:
+    """resolve forgets the synonyms record; the next synonyms record keeps the whole-file hashes of the files it
+    left alone instead of hashing them again, so a file damaged in between (same size and mtime, a byte the
+    sampled hash does not read) is still caught by the full check, as it would be under a stale record."""
+    proj = Project(tmp_path)
+    proj.init()
+    path = proj.gen_dir / "graph" / "synonyms.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(range(256)) * 4096)           # 1 MiB: the quick hash samples it
+    proj.record_stage("synonyms", "fp", "digest")
+    recorded = proj.manifest()["stages"]["synonyms"]["artifacts"]["graph/synonyms.jsonl"]
+    proj.forget_stage("synonyms")
+    assert proj.stage("synonyms") is None and proj.stage_state("synonyms", "fp") == "missing"
+    st = path.stat()
+    with open(path, "r+b") as fh:                        # a byte between the sampled blocks
+        fh.seek(300_000)
+        fh.write(b"\xff")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not proj.check(full=False)
+    proj.record_stage("synonyms", "fp", "digest")
+    data = proj.manifest()
+    assert data["stages"]["synonyms"]["artifacts"]["graph/synonyms.jsonl"] == recorded
+    assert "forgotten" not in data                        # used once, then gone
+    assert [p.reason for p in proj.check(full=True)] == ["damaged (its full hash differs)"]
