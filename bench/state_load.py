@@ -37,7 +37,7 @@ def main() -> None:
         resolve_state.sorted_keys(merged)
     t2 = time.process_time()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    # a keyed state (version 3) opens without reading its accumulators: its counts are in its header
+    # a keyed state (version 2 on) opens without reading its accumulators: its counts are in its header
     n = merged.totals() if hasattr(merged, "totals") else {
         s: len(getattr(merged, s)) for s in ("entities", "relations", "facts", "mentions")}
     print(f"{path}: {path.stat().st_size / 1e6:.0f} MB, load {t1 - t0:.2f} s CPU, sorted keys {t2 - t1:.2f} s CPU, "

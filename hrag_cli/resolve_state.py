@@ -51,7 +51,7 @@ import mmap
 import struct
 import sys
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -164,10 +164,8 @@ class _Writer:
         places.append(self.at)
         sizes.append(len(keys))
         self.frame(_keys_value(keys))
-        n = len(items)
-        k = -(-n // FIELDS[section])
-        for j in range(k):
-            self.frame(items[n * j // k:n * (j + 1) // k])
+        for part in _runs(items, FIELDS[section]):
+            self.frame(part)
 
     def copied(self, section: str, first: Any, n: int, frames: bytes) -> None:
         """A block read from an earlier file, its frames as they were."""
@@ -284,10 +282,16 @@ def _fold_section(w: _Writer, s: str, old: Reader, mine: dict) -> None:
 
 def _balanced(w: _Writer, s: str, items: list[tuple[Any, bytes]]) -> None:
     """`items` (key, `_Writer.item` bytes) as blocks of nearly equal size, none past BLOCK[s] keys."""
-    parts = -(-len(items) // BLOCK[s])
-    for i in range(parts):
-        chunk = items[len(items) * i // parts:len(items) * (i + 1) // parts]
+    for chunk in _runs(items, BLOCK[s]):
         w.block(s, [k for k, _ in chunk], [f for _, f in chunk])
+
+
+def _runs(items: list, most: int) -> Iterator[list]:
+    """`items` in runs of nearly equal length, none past `most` (run j: items n*j//k up to n*(j+1)//k, the
+    arithmetic Reader._field finds a block's fields frame by)."""
+    n = len(items)
+    k = -(-n // most)
+    return (items[n * j // k:n * (j + 1) // k] for j in range(k))
 
 
 def header_id(header: StateHeader) -> str:
@@ -438,7 +442,7 @@ class Reader:
         return got
 
     def block_keys(self, s: str, b: int) -> list:
-        """The keys of block `b` of section `s` (its fields frame is not read)."""
+        """The keys of block `b` of section `s` (its fields frames are not read)."""
         return _keys_of(*self._searched(s, b))
 
     def _read_keys(self, s: str, b: int) -> tuple[list, bool]:

@@ -196,7 +196,7 @@ def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp
 def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path) -> None:
     """What resolve sees when the manifest cannot vouch (the state is read after any check): a cut anywhere or
     garbage is Damaged when the file is opened (header, index at its end) or when the block a key lives in is
-    read, never a half-read accumulator; a file of version 1 is OldFormat."""
+    read, never a half-read accumulator; a file of version 1 or 2 is OldFormat."""
     import marshal
     import zlib
 
