@@ -385,7 +385,7 @@ def intact(project: Project, rel: str) -> bool:
     except HragError:
         return False
     metas = [((stages.get(name) or {}).get("artifacts") or {}).get(rel)
-             for name in ("synonyms", "resolve")]       # the later stage's record wins, as project.check has it
+             for name in reversed(artifacts.STAGES)]    # the later stage's record wins, as project.check has it
     meta = next((m for m in metas if isinstance(m, dict)), None)
     return meta is not None and artifacts.check_one(project.gen_dir / rel, meta, True) == ""
 

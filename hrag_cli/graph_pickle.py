@@ -449,6 +449,8 @@ class SynonymTail:
         """The file with `edges` (k, 2), their `weight` and the one value of each edge column for all of them
         (`values`) as the second part, the first parts as they were: the bytes `dumps` gives those columns.
         NotColumns when a column's vocabulary lacks its value."""
+        if {"edges", "weight", *values} != set(self._parts):
+            raise ValueError("a value for every edge column")
         k = len(edges)
         packed = _Packed()
         packed.kept = {z: z for z in _members([self._edges, *self._vattrs.values(), *self._eattrs.values()], [])}
@@ -460,8 +462,6 @@ class SynonymTail:
                 raise NotColumns(f"no {value!r} in the {name} column's vocabulary")
             raws[name] = np.full(k, code, dtype=np.int32).tobytes()
         made = {id(self._parts[name][1]): _member(raw, packed) for name, raw in raws.items()}
-        if set(raws) != set(self._parts):
-            raise ValueError("a value for every edge column")
         shape = self._edges.args[2]
         old_tail = len(zlib.decompress(self._parts["edges"][1].args[0])) // 16      # (small: the SYNONYM edges)
         if not (isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], int) and shape[0] >= old_tail):
