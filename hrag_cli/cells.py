@@ -172,6 +172,16 @@ class _Join:
     sim: np.ndarray
 
 
+def _best_per(group: np.ndarray, value: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, ranks) of the k highest values of each group, by group then best first (equal values in
+    their given order): a queried row's candidates, a kept member's offers."""
+    order = np.lexsort((-value, group))
+    g = group[order]
+    rank = np.arange(len(g)) - np.searchsorted(g, g)
+    top = rank < k
+    return order[top], rank[top]
+
+
 def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Join the cells c0 <= c < c1: (queried rows done, offers to unqueried members)."""
     k, matrix, query = j.k, j.matrix, j.query
@@ -196,16 +206,13 @@ def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.nda
             part = q[s:s + step]
             sims = matrix[part] @ vectors_t
             sims[np.arange(len(part)), self_col[s:s + step]] = -np.inf    # never its own neighbour
-            r, col = np.nonzero(sims >= j.min_sim)            # row-major: r ascending
+            r, col = np.nonzero(sims >= j.min_sim)
             v = sims[r, col]
-            order = np.lexsort((-v, r))                        # per row, best first
-            r, col, v = r[order], col[order], v[order]
-            rank = np.arange(len(r)) - np.searchsorted(r, r)
-            top = rank < width
-            r, rank = r[top], rank[top]
+            pick, rank = _best_per(r, v, width)
+            r, col, v = r[pick], col[pick], v[pick]
             at, slot = j.qpos[part][r], qslot[s:s + step][r] * k + rank
-            j.nbr[at, slot] = mem[col[top]]
-            j.sim[at, slot] = v[top]
+            j.nbr[at, slot] = mem[col]
+            j.sim[at, slot] = v
             if len(kept):
                 ks = sims[:, ~qmask]
                 r, x = np.nonzero((ks > floor) & (ks >= j.min_sim))     # the offers that beat the member's k-th
@@ -214,11 +221,9 @@ def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.nda
             # each member takes its k best offers of this cell: the cosines beating its floor are few (a +1 %
             # run puts ~12 queried rows in a cell of 1,250), so they are ranked after the comparison instead of
             # partitioning every member's column of cosines first
-            x, src, cos = (np.concatenate(c) for c in zip(*got))
-            order = np.lexsort((-cos, x))
-            x, src, cos = x[order], src[order], cos[order]
-            top = np.arange(len(x)) - np.searchsorted(x, x) < k
-            offers.append((kept[x[top]], src[top], cos[top]))
+            x, src, cos = (np.concatenate(arrays) for arrays in zip(*got))
+            pick, _ = _best_per(x, cos, k)
+            offers.append((kept[x[pick]], src[pick], cos[pick]))
     return done, offers
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -355,11 +355,11 @@ class KnnLists:
 _KNN_FOLD_SHARE = 0.3
 
 
+@dataclass
 class _Disk:
     """The base file lists were loaded from: its lists (as saved) and `store.base_mark`, which a patch names."""
-
-    def __init__(self, lists: KnnLists, mark: tuple[int, int]) -> None:
-        self.lists, self.mark = lists, mark
+    lists: KnnLists
+    mark: tuple[int, int]
 
 
 def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
@@ -527,12 +527,13 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
 
 def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, block: int = 4096,
             slots: np.ndarray | None = None) -> None:
-    """Replace the cosines of the lists of `rows` (default: all, or those with a slot in `slots`) by exact ones from the full (sparse) vectors and
-    re-order each list by them. Each neighbour's stored values are multiplied into the row's dense vector:
-    a name fills a few dozen of the 2048 columns, so this touches 1-3 % of what densifying both sides did
-    (57 of the stage's 1,270 s wall at 100k passages, before). `slots` ((n, k) bool): only those slots' cosines
-    are computed, the others are exact already (a +1 % run: 52k kept lists were offered a row or two; their
-    other slots are the cosines an earlier rescore gave, which it would give again)."""
+    """Replace the cosines of the lists of `rows` (default: all, or those with a slot in `slots`) by exact ones
+    from the full (sparse) vectors and re-order each list by them. Each neighbour's stored values are multiplied
+    into the row's dense vector: a name fills a few dozen of the 2048 columns, so this touches 1-3 % of what
+    densifying both sides did (57 of the stage's 1,270 s wall at 100k passages, before). `slots` ((n, k) bool):
+    only those slots' cosines are computed, the others are exact already (a +1 % run: 52k kept lists were
+    offered a row or two; their other slots are the cosines an earlier rescore gave, which it would give
+    again)."""
     n, k = knn.nbr.shape
     if rows is None:
         rows = np.arange(n) if slots is None else np.flatnonzero(slots.any(axis=1))
@@ -1097,16 +1098,15 @@ def _patch_plan(idx: VectorIndex, lines: store.JsonlLines, changed: list[str]) -
         return None
     rows, raws = np.asarray(got[0], dtype=np.int64), got[1]
     records = [orjson.loads(raw) for raw in raws]
-    try:
-        ids = [r["id"] for r in records]
-    except (TypeError, KeyError, IndexError):       # a line that is not a record
-        return None
+    if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in records):
+        return None                  # a line that is not a record
+    ids = [r["id"] for r in records]
     wanted = set(changed)            # a patch kept across runs also holds lines the index already has as they are
-    if set(map(type, ids)) - {str} or not wanted <= set(ids):
+    if not wanted <= set(ids):
         return None
     keep = [j for j, i in enumerate(ids) if i in wanted]
     rows, records = rows[keep], [records[j] for j in keep]
-    plan = _rows_plan(idx, [r["id"] for r in records], rows, len(lines))
+    plan = _rows_plan(idx, [ids[j] for j in keep], rows, len(lines))
     return (plan, records) if plan is not None else None
 
 

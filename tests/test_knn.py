@@ -155,6 +155,26 @@ def test_nearest_cells_in_worker_processes_match_one_process(monkeypatch) -> Non
     assert np.array_equal(nearest_cells(m, plan, 1, block=300, parallel_min=0), nearest_cells(m, plan, 1))
 
 
+def test_members_lists_each_cells_rows_ascending_with_their_slots() -> None:
+    """Per cell, the rows naming it in row then slot order and the slot that names it, the bounds counted: with
+    few cells (sorted as a uint16 copy) and with more than a uint16 holds (cells past 65,535 in use)."""
+    from hrag_cli.cells import members
+
+    rng = np.random.default_rng(8)
+    for n_cells in (7, 70_000):
+        cells = rng.integers(0, n_cells, size=(60, 3)).astype(np.int32)
+        cells[0, 1] = n_cells - 1
+        rows, slots, bounds = members(cells, n_cells)
+        want: dict[int, list[tuple[int, int]]] = {}
+        for r, s in np.ndindex(cells.shape):
+            want.setdefault(int(cells[r, s]), []).append((r, s))
+        assert len(bounds) == n_cells + 1 and bounds[0] == 0 and bounds[-1] == cells.size
+        assert set(np.flatnonzero(np.diff(bounds)).tolist()) == set(want)
+        for c, got in want.items():
+            b0, b1 = bounds[c], bounds[c + 1]
+            assert list(zip(rows[b0:b1].tolist(), slots[b0:b1].tolist())) == got, (n_cells, c)
+
+
 def test_join_in_worker_processes_matches_one_process(monkeypatch) -> None:
     """A large join runs its cell ranges in forked workers writing into shared arrays: the same candidate lists
     and the same offers to unqueried rows as the join in this process."""
@@ -227,7 +247,7 @@ def test_saved_lists_round_trip_and_damage_means_recompute(tmp_path: Path) -> No
     assert back.ids == ids and np.array_equal(back.hash_keys, knn.hash_keys)
     assert (back.nbr == knn.nbr).all() and np.array_equal(back.sim, knn.sim)
     assert np.array_equal(back.plan.centroids, knn.plan.centroids) and back.plan.fit_count == 200
-    assert (back.cells == knn.cells).all() and back.cell_settings == (2, 20)
+    assert (back.cells == knn.cells).all() and back.cell_settings == (2, 20) and same_lists(back, knn)
     assert back.ids[back.nbr[1, 0]] == "e0"                     # e1 is a noisy copy of e0
     assert KnnLists.load(path, K + 1, "model").ids == []          # another k or embedder: recomputed
     assert KnnLists.load(path, K, "other").ids == []

@@ -27,9 +27,9 @@ def _index(docs: Path, project: Path, *extra: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def _vector_files(project: Path) -> dict[str, bytes]:
+def _vector_file_names(project: Path) -> list[str]:
     d = Project(project).vectors_dir
-    return {p.name: p.read_bytes() for name in ("chunks", *SPLICED) for p in VectorIndex.files(d, name) if p.exists()}
+    return sorted(p.name for name in ("chunks", *SPLICED) for p in VectorIndex.files(d, name) if p.exists())
 
 
 def _logical(project: Path) -> dict[str, tuple]:
@@ -71,8 +71,8 @@ def _resolved_copy(docs: Path, base: Path, project: Path) -> Project:
 
 def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(tmp_path: Path) -> None:
     """The same +2 documents two ways: with resolve's change list (spliced), and with one that starts from
-    another resolve output (so every record is read and synced, as without one). The vector files, synonym pairs
-    and digests are the same; a fresh build (whose IDF table is fitted on every chunk, where the incremental
+    another resolve output (so every record is read and synced, as without one). The indices as read, synonym
+    pairs and digests are the same; a fresh build (whose IDF table is fitted on every chunk, where the incremental
     project keeps the one it froze) holds the same ids and text hashes in the same rows."""
     docs, base = _built_then_added(tmp_path)
     assert Project(base).stage("synonyms").counts["indices_spliced"] == 0      # a first build reads everything
@@ -87,7 +87,7 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
         p = Project(project)
         assert p.stage("synonyms").counts["indices_spliced"] == (4 if how == "spliced" else 1), how
         runs[how] = (_logical(project), p.synonyms_path.read_bytes(), p.stage("synonyms").output_digest)
-        patches = sorted(n for n in _vector_files(project) if n.endswith(".patch.npz"))
+        patches = [n for n in _vector_file_names(project) if n.endswith(".patch.npz")]
         assert patches == ([f"{n}.patch.npz" for n in ("chunks", "entities", "entity_names", "facts")]
                            if how == "spliced" else ["chunks.patch.npz"]), how
     # the stale change list is a damaged resolve output: resolve ran whole there, and its output digest names the
