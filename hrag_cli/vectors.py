@@ -22,7 +22,9 @@ Writers (the synonyms stage):
     idx.save(project.vectors_dir)            # <name>.f16.npy or <name>.csr-*.npy (a posted sparse index: only
                                              # csr-indptr, its values in <name>.csc-*.npy), <name>.keys/koff/
                                              # korder.npy, <name>.hashes.npy (+ .labels.npy and <name>.hnsw:
-                                             # large dense only), then <name>.ids.jsonl (its header alone)
+                                             # large dense only), then <name>.ids.jsonl (its header alone);
+                                             # a sparse index `insert` took rows into: <name>.patch.npz and
+                                             # the id map alone, beside its untouched base (`Patch`)
     idx = VectorIndex.load(vectors_dir, "facts", settings.vectors, lazy_ids=True)     # an incremental run:
     idx.insert(ids, hashes, old_rows, before, vectors)   # rows inserted or made again, the rest kept in place
 
@@ -47,8 +49,9 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
   deriving, merging and re-posting every value (the id map is its header alone since format 6 for that reason).
 - Saving goes through store.atomic_path for every file; the id map is written last and names the matrix rows and
   the hnsw file's size, so a crash between renames is detected at load and reported as "rebuild with hrag
-  synonyms" instead of returning wrong ids. An index of an earlier format raises the same error (and the
-  synonyms stage, whose fingerprint includes FORMAT, rebuilds it on the next `hrag index`).
+  synonyms" instead of returning wrong ids. An index of a format before 6 raises the same error (and the
+  synonyms stage, whose fingerprint includes FORMAT, rebuilds it on the next `hrag index`); a format 6 one reads
+  as a base without a patch.
 """
 
 from __future__ import annotations
@@ -835,7 +838,7 @@ class Patch:
         self.ins_pos = self.pos[inserted]
         self.ins_before = self.ins_pos - np.arange(len(self.ins_pos), dtype=np.int64)   # the base row each precedes
         self.n = self.n_base + len(self.ins_pos)
-        self._at = {i: p for i, p in zip(ids, self.pos.tolist())}
+        self._at = dict(zip(ids, self.pos.tolist()))          # id -> its logical row
         self._cache: dict[str, Any] = {}
         if rows.postings is not None and patch_rows.postings is None and len(patch_rows):
             patch_rows.postings = build_postings(patch_rows)   # scored as the base is: the same sums, bit for bit
@@ -970,9 +973,11 @@ class Patch:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What <name>.patch.npz holds."""
-        blob, off, _ = IdKeys.arrays([i.decode("utf-8") for i in self.ids])
+        off = np.zeros(len(self.ids) + 1, dtype=np.int64)   # `IdKeys.arrays`' blob and offsets, without its sort
+        np.cumsum([len(i) for i in self.ids], out=off[1:])
         r = self.rows
-        return {"pos": self.pos, "base": self.base, "keys": blob, "koff": off,
+        return {"pos": self.pos, "base": self.base, "keys": np.frombuffer(b"".join(self.ids), dtype=np.uint8),
+                "koff": off,
                 "hashes": np.array(self.hashes, dtype=f"S{max(1, max(map(len, self.hashes), default=1))}"),
                 "indptr": r.indptr, "low": r.low, "bands": r.bands, "data": r.data}
 
@@ -993,7 +998,8 @@ class Patch:
         k, off = len(a["pos"]), a["koff"]
         if len(off) != k + 1 or a["indptr"].shape != (k + 1,) or k != int(want.get("rows", -1)) \
                 or a["data"].dtype != DTYPE or a["low"].dtype != np.uint8 \
-                or a["bands"].shape != (k, _n_bands(dim)) or not len(a["low"]) == len(a["data"]) == int(a["indptr"][-1]):
+                or a["bands"].shape != (k, _n_bands(dim)) \
+                or not len(a["low"]) == len(a["data"]) == int(a["indptr"][-1]):
             raise ValueError("shape")
         blob = bytes(a["keys"])
         ids = [blob[s:e] for s, e in zip(off.tolist(), off[1:].tolist())]

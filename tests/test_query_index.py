@@ -102,4 +102,3 @@ def test_doc_paths_leave_no_file_open(tmp_path, monkeypatch) -> None:
         del paths, broken
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning) and str(path) in str(w.message)]
-

@@ -101,7 +101,7 @@ def _push(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale, eps
         if int(degree[active].sum()) * SWEEP_COST > entries:
             step = graph.transition(scale)
             stepped = step(residual.astype(np.float32)).astype(np.float64)
-            kept += (1.0 - damping) * residual
+            kept += np.multiply(residual, 1.0 - damping, out=graph.scratch("spent", n, np.float64))
             np.multiply(stepped, damping, out=residual)
             touched = None
             continue
