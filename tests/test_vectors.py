@@ -476,6 +476,10 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
     every = _spelled_scores(rows, q)
     for probe in (probe, np.arange(3000) * 50):           # `_search`; past 1,024 rows `_search_spelled`
         assert post.exact(probe, q).tobytes() == every[probe].tobytes()
+    m[65_536:] = 0                                        # rows searched where no column has a run at all
+    rows = sparse_rows(m)
+    rows.postings = build_postings(rows)
+    assert rows._gather(np.flatnonzero(q)).exact(np.array([70_000, n - 1]), q).tolist() == [0.0, 0.0]
 
 
 def test_a_posting_search_whose_candidates_stay_many_lists_them_at_the_end() -> None:
