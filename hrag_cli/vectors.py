@@ -90,7 +90,7 @@ _ROW_BAND = 1 << 16           # rows per band of a posting's row (two bytes of r
 _UNIT_SLACK = 1.01            # a stored row's norm is at most this (unit rows, float16 values: 1 + 2^-11)
 _PRUNE_TOL = 1e-4             # covers the float32 rounding of a partial posting sum (60 columns: < 1e-5)
 _PRUNE_CANDIDATES = 256       # a pruned posting search sums exactly at most about this many rows
-_LISTED_CANDIDATES = 1 << 13  # ... counted over every row while more, listed when fewer
+_LISTED_CANDIDATES = 1 << 13  # ... counted over every row while more (and halving), listed when fewer
 _SEARCHED_ROWS = 4 * _PRUNE_CANDIDATES   # up to this many rows a posting search finds in the columns step by step
 _THETA_FIRST, _THETA_AGAIN = 0.7, 0.5   # its first theta once the bound is under 0.7, again at half the bound
 
@@ -326,8 +326,8 @@ class SparseRows:
         tol = _PRUNE_TOL * (1 + len(cols) / 256)
         partial = self._buffer("partial", n, np.float32)
         partial.fill(0)
-        theta, cand, tried, above = -np.inf, None, np.inf, None
-        for j, bound in zip(by_weight.tolist(), (np.sqrt(rest) * _UNIT_SLACK + tol).tolist()):
+        theta, cand, tried, count = -np.inf, None, np.inf, np.inf
+        for i, (j, bound) in enumerate(zip(by_weight.tolist(), (np.sqrt(rest) * _UNIT_SLACK + tol).tolist())):
             s, e = post.at[j], post.at[j + 1]
             rows = _band_rows(post.low[s:e], post.counts[j], self._buffer("rows", e - s, np.intp))
             np.add.at(partial, rows, _products(post.values[s:e], q[cols[j]], self._buffer("prod", e - s, np.float32)))
@@ -339,10 +339,12 @@ class SparseRows:
                     theta, tried = max(theta, float(np.sort(post.exact(seen, q))[-k])), bound
                 if bound >= theta:
                     continue
-                # the rows that can still reach theta: counted over every row while many (listing 125,000 of
-                # 1.9M took 1 ms, counting them 0.07), listed once few, then narrowed by a gather of their sums
+                # the rows that can still reach theta: counted over every row while many and halving (listing
+                # 125,000 of 1.9M took 1 ms, counting them 0.07), listed once few or no longer halving (near
+                # ties) or at the last column, then narrowed by a gather of their sums
                 above = np.greater_equal(partial, theta - bound, out=self._buffer("above", n, np.bool_))
-                if np.count_nonzero(above) > _LISTED_CANDIDATES:
+                count, counted = np.count_nonzero(above), count
+                if _LISTED_CANDIDATES < count < counted / 2 and i + 1 < len(cols):
                     continue
                 cand = np.flatnonzero(above)
             else:
@@ -350,9 +352,7 @@ class SparseRows:
             if len(cand) <= _PRUNE_CANDIDATES:
                 break
         if cand is None:
-            if above is None:
-                return self._full_top(q, k)
-            cand = np.flatnonzero(above)          # every column summed, still many: the last bound's rows
+            return self._full_top(q, k)
         exact = post.exact(cand, q)
         best = np.lexsort((cand, -exact))[:k]
         return cand[best], exact[best]

@@ -482,10 +482,10 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
     assert rows._gather(np.flatnonzero(q)).exact(np.array([70_000, n - 1]), q).tolist() == [0.0, 0.0]
 
 
-def test_a_posting_search_whose_candidates_stay_many_lists_them_at_the_end() -> None:
-    """10,000 copies of one row (more than a search lists while pruning) stay candidates through the last
-    column: they are listed from the last bound's test and scored through the spelled-out columns, and the
-    top k is still every row scored's (the lowest rows of the tie)."""
+def test_a_posting_search_whose_candidates_stay_many_still_gives_every_row_scored() -> None:
+    """10,000 copies of one row (more than a search counts before listing, and not halving: a tie) stay
+    candidates through the last column and are scored through the spelled-out columns; the top k is still
+    every row scored's (the lowest rows of the tie)."""
     from hrag_cli.vectors import _LISTED_CANDIDATES, build_postings
 
     rng = np.random.default_rng(13)
