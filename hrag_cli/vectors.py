@@ -39,7 +39,9 @@ Why it is shaped this way (measured on MuSiQue-100 and the 2Wiki corpus, 2 cores
   (`SparseRows.posting_top`: a Cauchy-Schwarz bound on the columns not yet summed), then sums its few candidates
   as a full scoring does, so it returns the same rows and scores to the last bit from about a quarter of the sums.
 - float16 halves the bytes on disk and in the page cache; cosines of unit vectors move by < 1e-3, far below the
-  gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine.
+  gaps between neighbours that matter. Rows are stored unit-length, so the product is the cosine. A query widens
+  the values through their bits (`_products`, the same float32 products): numpy's own cast goes one value at a
+  time and cost half of a posting search.
 - The index is its own embedding store: `missing` names the items whose (id, text hash) it does not hold, so a
   later run embeds only new or changed texts and copies the other rows (no separate cache file needed).
 - The matrix is saved as .npy and memory-mapped at query time: a query process touches only the pages it reads.
@@ -88,6 +90,8 @@ _ROW_BAND = 1 << 16           # rows per band of a posting's row (two bytes of r
 _UNIT_SLACK = 1.01            # a stored row's norm is at most this (unit rows, float16 values: 1 + 2^-11)
 _PRUNE_TOL = 1e-4             # covers the float32 rounding of a partial posting sum (60 columns: < 1e-5)
 _PRUNE_CANDIDATES = 256       # a pruned posting search sums exactly at most about this many rows
+_LISTED_CANDIDATES = 1 << 13  # ... counted over every row while more (and halving), listed when fewer
+_SEARCHED_ROWS = 4 * _PRUNE_CANDIDATES   # up to this many rows a posting search finds in the columns step by step
 _THETA_FIRST, _THETA_AGAIN = 0.7, 0.5   # its first theta once the bound is under 0.7, again at half the bound
 
 
@@ -208,7 +212,7 @@ class SparseRows:
         bands = np.zeros((n, _n_bands(self.dim)), dtype=np.uint16)
         cursor = np.asarray(self.indptr[:-1], dtype=np.int64).copy()
         for c in range(self.dim):
-            rows, values = self._column(c)
+            rows, values = self._posted_column(c)
             if not len(rows):
                 continue
             at = cursor[rows]
@@ -278,24 +282,23 @@ class SparseRows:
         """Cosines (nq, rows) from the column postings: each query reads only the postings of its nonzero
         columns (a fact query fills ~50 of 2048, so ~2 % of a 1.9M-row index's values instead of all of them).
         A row's products are summed in column order, as the row scan's are, but one by one: sums may differ
-        from the scan's in the last bit of float32."""
+        from the scan's in the last bit of float32. Each column is read, turned into rows and products and
+        added in scratch arrays of its own length (`_posted_column`), so the work stays in cache."""
         out = np.zeros((len(q), len(self)), dtype=np.float32)
         for j, qv in enumerate(q):
             for c in np.flatnonzero(qv).tolist():
-                rows, values = self._column(c)     # one pass in place (a gather, add and scatter took 1.6x)
-                prod = np.asarray(values, dtype=np.float32)
-                prod *= qv[c]                      # in place: the same float32 products, no second array
-                np.add.at(out[j], rows, prod)
+                rows, values = self._posted_column(c)
+                np.add.at(out[j], rows, _products(values, qv[c], self._buffer("prod", len(values), np.float32)))
         return out
 
-    def _column(self, c: int) -> tuple[np.ndarray, np.ndarray]:
-        """Column c's postings: its rows (ascending, native integers: np.add.at scatters by them 1.2x faster
-        than by int32 ones, the widening included) and their float16 values."""
+    def _posted_column(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Column c's rows (intp: np.add.at scatters by them 1.2x faster than by int32 ones, the widening
+        included) and float16 values, in scratch arrays (valid until the next call)."""
         ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
         s, e = int(ptr[c]), int(ptr[c + 1])
-        rows = np.repeat(np.arange(pbands.shape[1], dtype=np.intp) * _ROW_BAND, np.asarray(pbands[c], dtype=np.intp))
-        rows |= np.asarray(plow[s:e])
-        return rows, pdata[s:e]
+        low = _read_run(plow, s, e, self._buffer("low", e - s, np.uint16))
+        rows = _band_rows(low, np.asarray(pbands[c]), self._buffer("rows", e - s, np.intp))
+        return rows, _read_run(pdata, s, e, self._buffer("values", e - s, DTYPE))
 
     def posting_top(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows for one query (rows, float32 cosines; best first, ties to the lower row) with the
@@ -306,7 +309,8 @@ class SparseRows:
         yet summed can add to a unit row is at most the norm of the query's rest (Cauchy-Schwarz), so once
         that bound is below a score some k rows are known to reach (`theta`, their exact sums), no row that
         none of the summed columns holds can reach the top k, and one that they hold only if its partial sum
-        plus the bound reaches theta. More columns are summed until few such candidates are left; those are
+        plus the bound reaches theta (each column's test holds alone: a candidate is a row that passed the
+        last one). More columns are summed until few such candidates are left; those are
         then summed exactly as `posting_scores` sums them (float32, column by column in column order), so
         their scores are the same to the last bit. `_PRUNE_TOL` covers the float32 rounding of the partial
         sums. When no bound ever prunes (the k-th best score near 0), every row is scored as before."""
@@ -322,12 +326,11 @@ class SparseRows:
         tol = _PRUNE_TOL * (1 + len(cols) / 256)
         partial = self._buffer("partial", n, np.float32)
         partial.fill(0)
-        theta, cand, tried = -np.inf, None, np.inf
-        for j, bound in zip(by_weight.tolist(), (np.sqrt(rest) * _UNIT_SLACK + tol).tolist()):
+        theta, cand, tried, count = -np.inf, None, np.inf, np.inf
+        for i, (j, bound) in enumerate(zip(by_weight.tolist(), (np.sqrt(rest) * _UNIT_SLACK + tol).tolist())):
             s, e = post.at[j], post.at[j + 1]
-            prod = post.values[s:e].astype(np.float32)
-            prod *= q[cols[j]]
-            np.add.at(partial, post.rows[s:e].astype(np.intp), prod)
+            rows = _band_rows(post.low[s:e], post.counts[j], self._buffer("rows", e - s, np.intp))
+            np.add.at(partial, rows, _products(post.values[s:e], q[cols[j]], self._buffer("prod", e - s, np.float32)))
             if cand is None:
                 # theta: the k-th best exact score of the rows whose partial sums lead, made again when the
                 # bound has halved since (a better theta stops sooner; each costs about two columns' sums)
@@ -336,7 +339,14 @@ class SparseRows:
                     theta, tried = max(theta, float(np.sort(post.exact(seen, q))[-k])), bound
                 if bound >= theta:
                     continue
-                cand = np.flatnonzero(partial >= theta - bound)
+                # the rows that can still reach theta: counted over every row while many and halving (listing
+                # 125,000 of 1.9M took 1 ms, counting them 0.07), listed once few or no longer halving (near
+                # ties) or at the last column, then narrowed by a gather of their sums
+                above = np.greater_equal(partial, theta - bound, out=self._buffer("above", n, np.bool_))
+                count, counted = np.count_nonzero(above), count
+                if _LISTED_CANDIDATES < count < counted / 2 and i + 1 < len(cols):
+                    continue
+                cand = np.flatnonzero(above)
             else:
                 cand = cand[partial[cand] >= theta - bound]
             if len(cand) <= _PRUNE_CANDIDATES:
@@ -357,19 +367,17 @@ class SparseRows:
         return scratch(self.__dict__.setdefault("_scratch", {}), name, size, dtype)
 
     def _gather(self, cols: np.ndarray) -> "_Postings":
-        """The postings of `cols` (ascending) one after another in scratch arrays: rows and values."""
+        """The postings of `cols` (ascending) one after another in scratch arrays: low row bytes and values
+        (a column's rows are spelled out only when it is summed: most of a fact search's columns are only
+        searched for a few candidates, `_Postings.exact`)."""
         ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
         starts, ends = np.asarray(ptr[cols], dtype=np.int64), np.asarray(ptr[cols + 1], dtype=np.int64)
         at = np.concatenate(([0], np.cumsum(ends - starts))).tolist()
-        kind = np.int32 if len(self) <= np.iinfo(np.int32).max else np.intp      # half the bytes while rows fit
-        rows, values = self._buffer("rows", at[-1], kind), self._buffer("values", at[-1], DTYPE)
-        band = np.arange(pbands.shape[1], dtype=kind) * _ROW_BAND
-        for i, (c, s, e) in enumerate(zip(cols.tolist(), starts.tolist(), ends.tolist())):
-            a, b = at[i], at[i + 1]
-            _read_run(pdata, s, e, values[a:b])
-            rows[a:b] = np.repeat(band, np.asarray(pbands[c], dtype=np.intp))
-            rows[a:b] |= _read_run(plow, s, e)
-        return _Postings(cols, at, rows, values)
+        low, values = self._buffer("gathered low", at[-1], np.uint16), self._buffer("gathered values", at[-1], DTYPE)
+        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+            _read_run(pdata, s, e, values[at[i]:at[i + 1]])
+            _read_run(plow, s, e, low[at[i]:at[i + 1]])
+        return _Postings(cols, at, low, np.asarray(pbands[cols], dtype=np.int64), values)
 
     def blocks(self, q: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         n = len(self)
@@ -398,30 +406,94 @@ class SparseRows:
 
 
 class _Postings:
-    """The postings of a query's columns, one run per column (`at`: where each begins), for `posting_top`."""
+    """The postings of a query's columns, one run per column (`at`: where each begins), for `posting_top`:
+    the low two bytes of each entry's row, the count of entries in each band of 65,536 rows per column, and
+    the float16 values."""
 
-    def __init__(self, cols: np.ndarray, at: list[int], rows: np.ndarray, values: np.ndarray) -> None:
-        self.cols, self.at, self.rows, self.values = cols, at, rows, values
+    def __init__(self, cols: np.ndarray, at: list[int], low: np.ndarray, counts: np.ndarray,
+                 values: np.ndarray) -> None:
+        self.cols, self.at, self.low, self.counts, self.values = cols, at, low, counts, values
+        # where each column's run of each band begins (absolute, in `low`), one more per column for its end;
+        # int32 while they fit (a search steps through these a third faster than through int64 ones)
+        band_at = np.concatenate([np.zeros((len(cols), 1), np.int64), np.cumsum(counts, axis=1)], axis=1) \
+            + np.asarray(at[:-1], dtype=np.int64)[:, None]
+        self.band_at = band_at.astype(np.int32) if at[-1] < np.iinfo(np.int32).max else band_at
 
     def exact(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The scores of a few `rows` (ascending) as `posting_scores` sums them: float32 products added one
-        column after another in column order. Each column's entry for a row is found by a binary search."""
+        """The scores of `rows` (ascending) as `posting_scores` sums them: float32 products added one column
+        after another in column order."""
         out = np.zeros(len(rows), dtype=np.float32)
-        if not self.at[-1]:
+        if not self.at[-1] or not len(rows):
             return out
-        where = np.empty((len(self.cols), len(rows)), dtype=np.int64)
-        keys = rows.astype(self.rows.dtype)
-        for i in range(len(self.cols)):
-            a, b = self.at[i], self.at[i + 1]
-            where[i] = np.searchsorted(self.rows[a:b], keys) + a
-        inside = where < np.asarray(self.at[1:])[:, None]     # else past the column's last row
-        np.minimum(where, self.at[-1] - 1, out=where)
-        hit = inside & (self.rows[where] == keys)
-        prod = np.where(hit, self.values[where].astype(np.float32), np.float32(0))
+        rows = np.asarray(rows, dtype=np.int64)
+        where, end = self._search(rows) if len(rows) <= _SEARCHED_ROWS else self._search_spelled(rows)
+        at = np.minimum(where, self.at[-1] - 1)
+        hit = (where < end) & (self.low[at] == (rows & (_ROW_BAND - 1)))
+        prod = np.where(hit, self.values[at].astype(np.float32), np.float32(0))
         prod *= q[self.cols][:, None]
         for line in prod:                          # float32, in column order
             out += line
         return out
+
+    def _search(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(where each column's entry for each row is or would go, the end of the column's run of the row's
+        band: an entry past it is another band's), each (columns, rows): a binary search of the row's two low
+        bytes in the column's run of its band (a column's rows ascend), every column and row at once, so no
+        column's rows are spelled out. It steps by halving powers of two from the longest run's: a step is
+        taken where the entry it lands on is still in the run and below the key."""
+        band, key = rows >> 16, (rows & (_ROW_BAND - 1)).astype(np.uint16)
+        pos, end = self.band_at[:, band], self.band_at[:, band + 1]
+        longest = int((end - pos).max(initial=0))
+        step = 1 << (longest.bit_length() - 1) if longest else 0
+        while step >= 1:
+            probe = pos + pos.dtype.type(step - 1)
+            take = probe < end
+            take &= self.low.take(probe, mode="clip") < key
+            pos += take * pos.dtype.type(step)     # (an add with where= took 4x as long)
+            step >>= 1
+        return pos, end
+
+    def _search_spelled(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_search` for many rows (a bound that never pruned far): each column's rows spelled out and
+        searched, cheaper than a binary search step by step for thousands of rows."""
+        where = np.empty((len(self.cols), len(rows)), dtype=np.int64)
+        for i in range(len(self.cols)):
+            a, b = self.at[i], self.at[i + 1]
+            where[i] = np.searchsorted(_band_rows(self.low[a:b], self.counts[i], np.empty(b - a, np.intp)), rows) + a
+        return where, self.band_at[:, (rows >> 16) + 1]
+
+
+def _band_rows(low: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The rows of a column's entries into `out` (intp): their low two bytes plus 65,536 times their band,
+    band by band from the column's count of entries in each (a run of additions: np.repeat of the band
+    offsets took twice as long)."""
+    np.copyto(out, low)
+    at = 0
+    for band, count in enumerate(np.asarray(counts).tolist()):
+        if band and count:
+            out[at:at + count] += band * _ROW_BAND
+        at += count
+    return out
+
+
+_F16_KEEP = np.int32(-0x70000001)   # 0x8FFFFFFF: the sign bit and the float16's exponent and mantissa bits
+_F16_SCALE = np.float32(2.0 ** 112)  # float32's exponent bias less float16's, as a factor
+
+
+def _products(values: np.ndarray, weight: np.float32, out: np.ndarray) -> np.ndarray:
+    """float32(values) * weight (a float32) into `out` (float32, of values' length), the same bits as
+    `values.astype(np.float32) * weight`, in a third of the time: numpy widens float16 one value at a time
+    (1.7 ns a value here, half the cost of the sums). A float16 widened as an int16 (sign extended) and
+    shifted 13 places left holds its exponent and mantissa where float32 keeps them and its sign in bits 28
+    to 31; with bits 28 to 30 cleared it is a float32 equal to the value times 2^-112, exactly (float16
+    subnormals included: they land on float32 subnormals). Times weight * 2^112 (exact: a power of two)
+    the one rounding is that of the same real product, so the float32 result is the same. Finite values
+    only (unit rows hold no inf or NaN)."""
+    bits = out.view(np.int32)
+    np.copyto(bits, values.view(np.int16))
+    np.left_shift(bits, 13, out=bits)
+    np.bitwise_and(bits, _F16_KEEP, out=bits)
+    return np.multiply(out, np.float32(weight) * _F16_SCALE, out=out)
 
 
 def _read_run(arr: Any, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:

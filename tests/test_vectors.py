@@ -422,6 +422,87 @@ def test_a_pruned_posting_search_gives_every_row_scored_bit_for_bit() -> None:
     assert spied["full"] == 3                             # only the query no row matches scored every row
 
 
+def _spelled_scores(rows, q: np.ndarray) -> np.ndarray:
+    """The plain way to score every row from the postings: each column's rows spelled out from its band
+    counts, its float16 values widened by numpy, float32 products added column by column (np.add.at)."""
+    ptr, plow, pbands, pdata = rows.postings
+    out = np.zeros(len(rows), dtype=np.float32)
+    for c in np.flatnonzero(q):
+        s, e = int(ptr[c]), int(ptr[c + 1])
+        at = np.repeat(np.arange(pbands.shape[1]) * 65536, np.asarray(pbands[c], dtype=np.intp)) + plow[s:e]
+        np.add.at(out, at, np.asarray(pdata[s:e]).astype(np.float32) * q[c])
+    return out
+
+
+def test_float16_products_match_numpys_widening_bit_for_bit() -> None:
+    """`_products` (float16 widened by its bits) gives numpy's float32(value) * weight for every finite
+    float16 (subnormals, zeros of both signs, the largest) and weights of either sign, tiny and subnormal."""
+    from hrag_cli.vectors import _products
+
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    every = every[np.isfinite(every)]
+    for w in (1.0, -1.0, 0.5, 0.0372, -0.7731, 1e-3, 3e-8, 1e-40, -2.5e-39, 1 / 3, 0.0):
+        want = every.astype(np.float32) * np.float32(w)
+        got = _products(every, np.float32(w), np.empty(len(every), np.float32))
+        assert got.view(np.int32).tolist() == want.view(np.int32).tolist(), w
+
+
+def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for_bit() -> None:
+    """Chunk scores from the postings equal the plain spelled-out sum to the last bit (rows in three bands,
+    columns no row holds, negative values), and a posting search's binary search in the band runs finds a
+    row's entry exactly where the spelled rows have it: absent rows, rows sharing their low bytes with
+    another band's entry, the first and last entries of a run, and as many rows as the spelled search takes."""
+    from hrag_cli.vectors import build_postings
+
+    rng = np.random.default_rng(12)
+    n, dim = 150_000, 40
+    m = np.zeros((n, dim), np.float32)
+    for j in range(6):
+        m[np.arange(n), rng.integers(0, dim - 3, n)] += rng.standard_normal(n).astype(np.float32)
+    m[70_000:70_100] = 0                                  # rows with no values
+    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9)
+    rows = sparse_rows(m)
+    rows.postings = build_postings(rows)
+    for _ in range(3):
+        q = rng.standard_normal(dim).astype(np.float32) * (rng.random(dim) < 0.6)
+        q /= np.linalg.norm(q)
+        assert rows.posting_scores(q[None])[0].tobytes() == _spelled_scores(rows, q).tobytes()
+    q = np.full(dim, 1 / np.sqrt(dim), np.float32)
+    post = rows._gather(np.flatnonzero(q))
+    ptr, plow, pbands, _ = rows.postings
+    probe = np.unique(np.concatenate([
+        rng.integers(0, n, 600), [0, 1, 65_535, 65_536, 65_537, 131_072, n - 1], np.arange(70_000, 70_100, 9),
+        [int(plow[int(ptr[c])]) + 65_536 * b for c in range(5) for b in range(3)]]))  # another band's low bytes
+    every = _spelled_scores(rows, q)
+    for probe in (probe, np.arange(3000) * 50):           # `_search`; past 1,024 rows `_search_spelled`
+        assert post.exact(probe, q).tobytes() == every[probe].tobytes()
+    m[65_536:] = 0                                        # rows searched where no column has a run at all
+    rows = sparse_rows(m)
+    rows.postings = build_postings(rows)
+    assert rows._gather(np.flatnonzero(q)).exact(np.array([70_000, n - 1]), q).tolist() == [0.0, 0.0]
+
+
+def test_a_posting_search_whose_candidates_stay_many_still_gives_every_row_scored() -> None:
+    """10,000 copies of one row (more than a search counts before listing, and not halving: a tie) stay
+    candidates through the last column and are scored through the spelled-out columns; the top k is still
+    every row scored's (the lowest rows of the tie)."""
+    from hrag_cli.vectors import _LISTED_CANDIDATES, build_postings
+
+    rng = np.random.default_rng(13)
+    n, dim = 30_000, 64
+    m = rng.standard_normal((n, dim)).astype(np.float32) * (rng.random((n, dim)) < 0.1)
+    m[5_000:15_000] = m[0]
+    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9)
+    rows = sparse_rows(m)
+    rows.postings = build_postings(rows)
+    q = m[0].astype(np.float32)
+    got, sims = rows.posting_top(q, 5)
+    every = rows.posting_scores(q[None])[0]
+    assert int((every >= every[0]).sum()) > _LISTED_CANDIDATES
+    assert got.tolist() == top_order(every, 5).tolist() == [0, 5_000, 5_001, 5_002, 5_003]
+    assert sims.tobytes() == every[got].tobytes()
+
+
 def test_top_order_is_the_stable_descending_sort_cut() -> None:
     """The m best, ties to the lower index, as np.argsort(-x, kind="stable")[:m], over ties, zeros and sizes
     where the block-maximum floor is used and where it is not."""
