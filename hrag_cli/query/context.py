@@ -60,12 +60,18 @@ def apply_budgets(r: Retrieval, s: QuerySettings, top_k: int) -> None:
     lines_r = [relation_line(x) for x in r.relations] + [fact_line(f) for f in r.facts]
     lines_c = [chunk_block(i + 1, c) for i, c in enumerate(chunks)]
     # A token is at least one UTF-8 byte, so when the bytes fit every budget the tokens do too: then nothing is
-    # cut and tiktoken (about half a second of a cold `hrag query`) is never loaded.
+    # cut and tiktoken (about half a second of a cold `hrag query`) is never loaded. When the entity lines alone
+    # overflow (long descriptions: most ppr questions at 100,000 passages), only they are counted if the rest
+    # still fits by bytes beside their tokens.
     nb = [sum(len(x.encode("utf-8")) + 1 for x in lines) for lines in (lines_e, lines_r, lines_c)]
-    if nb[0] <= s.entity_tokens and nb[1] <= s.relation_tokens and sum(nb) <= s.context_tokens:
+    e_used = None
+    if nb[0] > s.entity_tokens:
+        r.entities, e_used = _cut(r.entities, lines_e, s.entity_tokens)
+    if nb[1] <= s.relation_tokens and (nb[0] if e_used is None else e_used) + nb[1] + nb[2] <= s.context_tokens:
         r.chunks = chunks
         return
-    r.entities, e_used = _cut(r.entities, lines_e, s.entity_tokens)
+    if e_used is None:
+        r.entities, e_used = _cut(r.entities, lines_e, s.entity_tokens)
     r.relations, r_used = _cut(r.relations, [relation_line(x) for x in r.relations], s.relation_tokens)
     r.facts, f_used = _cut(r.facts, [fact_line(f) for f in r.facts], max(s.relation_tokens - r_used, 0))
     left = max(s.context_tokens - e_used - r_used - f_used, 0)
