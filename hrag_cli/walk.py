@@ -142,7 +142,8 @@ class WalkGraph:
         return v
 
     def _search(self, key: str) -> int | None:
-        if self._views is None:     # memoryviews: a Python int or bytes per item, no numpy scalar (20 -> 8 us a search)
+        # memoryviews: a Python int or bytes per item, no numpy scalar per step (20 -> 8 us a search)
+        if self._views is None:
             self._views = (memoryview(np.ascontiguousarray(self._keys)),
                            *(memoryview(np.ascontiguousarray(a, dtype=np.int64)).cast("B").cast("q")
                              for a in (self._koff, self._order)))
