@@ -20,6 +20,7 @@ Layout (one uncompressed .npz, written atomically):
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zipfile
 from collections.abc import Callable
@@ -69,6 +70,8 @@ def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
 class WalkGraph:
     """The walk's view of the graph: adjacency in CSR form and vertex keys (query/ppr.py walks it)."""
 
+    _FOUND_KEEP = 1 << 16           # `vertex` answers kept (a batch's names; cleared when full)
+
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
         self.indptr, self.weight, self.kind = (arrays[k] for k in ("indptr", "weight", "kind"))
         self._cols32 = arrays["cols"]
@@ -82,6 +85,8 @@ class WalkGraph:
         self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._spread = 0                                # entries read by `spread` so far
+        self._found: dict[str, int | None] = {}         # key -> vertex answers of `vertex`
+        self._views: tuple[memoryview, ...] | None = None   # keys, koff, order, for `_search`
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -127,21 +132,28 @@ class WalkGraph:
 
     def vertex(self, key: str) -> int | None:
         """The vertex whose key is `key` (binary search over the sorted keys, compared as UTF-8 bytes, whose
-        order is the strings' order), or None. Reads ~20 keys of the mapped arrays, never all of them."""
-        keys, off, order, want = self._keys, self._koff, self._order, key.encode("utf-8")
+        order is the strings' order), or None. Reads ~20 keys of the mapped arrays, never all of them; the
+        answers are remembered (a ppr question asks about one name three or four times)."""
+        if key in self._found:
+            return self._found[key]
+        if len(self._found) >= self._FOUND_KEEP:
+            self._found.clear()
+        self._found[key] = v = self._search(key)
+        return v
 
-        def at(i: int) -> bytes:
-            v = int(order[i])
-            return bytes(keys[int(off[v]):int(off[v + 1])])
+    def _search(self, key: str) -> int | None:
+        # memoryviews: a Python int or bytes per item, no numpy scalar per step (20 -> 8 us a search)
+        if self._views is None:
+            self._views = (memoryview(np.ascontiguousarray(self._keys)),
+                           *(memoryview(np.ascontiguousarray(a, dtype=np.int64)).cast("B").cast("q")
+                             for a in (self._koff, self._order)))
+        (keys, off, order), want = self._views, key.encode("utf-8")
 
-        lo, hi = 0, len(order)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if at(mid) < want:
-                lo = mid + 1
-            else:
-                hi = mid
-        return int(order[lo]) if lo < len(order) and at(lo) == want else None
+        def at(v: int) -> bytes:
+            return bytes(keys[off[v]:off[v + 1]])
+
+        i = bisect.bisect_left(order, want, key=at)
+        return order[i] if i < len(order) and at(order[i]) == want else None
 
     def entity_vertex(self, key: str) -> int | None:
         v = self.vertex(key)

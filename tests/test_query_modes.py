@@ -135,6 +135,44 @@ def test_budgets_cut_in_rank_order(ix: QueryIndex, project: Project) -> None:
     assert any("kept 2 of 5" in n for n in r.notes)
 
 
+def test_budgets_count_only_what_overflows_and_cut_as_counting_every_line() -> None:
+    """apply_budgets counts tokens only for the lists whose bytes overflow; its cuts equal counting every line."""
+    from hrag_cli.query.context import fact_line, relation_line
+
+    def exact(r: Retrieval, s, top_k: int) -> tuple[list, list, list, list]:
+        def cut(items, lines, budget):
+            used = 0
+            for i, line in enumerate(lines):
+                if used + count_tokens(line) + 1 > budget:
+                    return items[:i], used
+                used += count_tokens(line) + 1
+            return items, used
+        ents, e = cut(r.entities, [entity_line(x) for x in r.entities], s.entity_tokens)
+        rels, u = cut(r.relations, [relation_line(x) for x in r.relations], s.relation_tokens)
+        facts, f = cut(r.facts, [fact_line(x) for x in r.facts], max(s.relation_tokens - u, 0))
+        chunks = r.chunks[:top_k]
+        kept, _ = cut(chunks, [chunk_block(i + 1, c) for i, c in enumerate(chunks)], max(s.context_tokens - e - u - f, 0))
+        return ents, rels, facts, kept
+
+    rng = np.random.default_rng(7)
+    words = ["river", "Ålborg", "the", "seawall", "1987", "naïve", "—", "harbour", "x"]
+    text = lambda n: " ".join(rng.choice(words, n))   # noqa: E731
+    for _ in range(60):
+        r = Retrieval("q", "ppr",
+                      chunks=[RankedChunk(f"c{i}", "d", f"p{i}", 1.0, text(int(rng.integers(5, 80)))) for i in range(6)],
+                      entities=[{"id": f"e{i}", "name": text(2), "type": "x", "description": text(int(rng.integers(0, 60))),
+                                 "score": 1.0} for i in range(int(rng.integers(0, 8)))],
+                      relations=[{"id": f"r{i}", "src": "a", "tgt": "b", "predicates": [text(3)], "description": text(9)}
+                                 for i in range(int(rng.integers(0, 4)))],
+                      facts=[{"id": f"f{i}", "subject": text(2), "predicate": "is", "object": text(3), "score": 1.0}
+                             for i in range(int(rng.integers(0, 5)))])
+        s = replace(Settings().query, entity_tokens=int(rng.integers(1, 600)), relation_tokens=int(rng.integers(1, 400)),
+                    context_tokens=int(rng.integers(1, 6000)))
+        want = exact(r, s, 5)
+        apply_budgets(r, s, 5)
+        assert (r.entities, r.relations, r.facts, r.chunks) == want
+
+
 def test_fuse_lexical_methods() -> None:
     q = Settings().query
     dense = np.array([0.9, 0.5, 0.1, 0.3])
@@ -165,6 +203,24 @@ def test_lexical_fusion_changes_naive_ranking_as_specified(ix: QueryIndex, proje
     only = retrieve(ix, query, _settings(project, lexical_weight=1.0, lexical_method="minmax"), mode="naive")
     bm = retrieve(ix, query, _settings(project), mode="bm25")
     assert [c.chunk_id for c in only.chunks][:3] == [c.chunk_id for c in bm.chunks][:3]
+
+
+def test_bm25_chunk_scores_by_row_as_by_id(ix: QueryIndex, project: Project) -> None:
+    """BM25 slots in chunk-row order hand their scores over as they are; the same as placing each by its id."""
+    query = "Who led the strike at the salt pans?"
+    got = ix.bm25_chunk_scores(query)
+    assert ix.__dict__["_bm25_aligned"]
+    slot_docs, v = ix.bm25.slot_scores(query)
+    want = np.zeros(len(ix.chunk_ids))
+    for d, sc in zip(slot_docs, v.tolist()):
+        if d is not None and sc > 0:
+            want[ix.chunk_row[d]] = sc
+    assert got.tolist() == want.tolist() and got.max() > 0
+    ix.__dict__["_bm25_aligned"] = False       # the general path, as a project whose orders differ takes it
+    try:
+        assert ix.bm25_chunk_scores(query).tolist() == want.tolist()
+    finally:
+        ix.__dict__["_bm25_aligned"] = True
 
 
 def test_lexical_fusion_reaches_the_ppr_reset(ix: QueryIndex, project: Project) -> None:

@@ -378,6 +378,9 @@ class QueryIndex:
             row = self.chunk_row
             rows = self.__dict__["_bm25_rows"] = np.array(
                 [row.get(d, -1) if d is not None else -1 for d in slot_docs], dtype=np.int64)
+            self.__dict__["_bm25_aligned"] = len(rows) == len(out) and np.array_equal(rows, np.arange(len(rows)))
+        if self.__dict__["_bm25_aligned"]:     # slot i is chunk row i (as the synonyms stage builds them)
+            return v                           # (a score is never negative: no hit is 0, as `out` has it)
         hit = np.flatnonzero((v > 0) & (rows >= 0))
         out[rows[hit]] = v[hit]
         return out
