@@ -82,7 +82,7 @@ class WalkGraph:
         self._degrees: np.ndarray | None = None
         self._starts: np.ndarray | None = None
         self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's walks (`scratch`)
-        self.memo: dict[Any, np.ndarray] = {}          # results derived from the arrays, made once per process
+        self.memo: dict[Any, Any] = {}                 # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._spread = 0                                # entries read by `spread` so far
         self._found: dict[str, int | None] = {}         # key -> vertex answers of `vertex`
@@ -245,10 +245,11 @@ class WalkGraph:
         a vertex without a usable edge (all weights 0) sends nothing. Once the spreads of this process have
         read a third of the entries the graph holds (a batch's second or third walk at 100,000 passages; a
         single question's walk reads about a sixth), every entry's share of its row and its
-        native neighbour are made whole, once, side by side (`_entries`): then an entry costs one gather and
-        one product where it cost three gathers and a sum over its row, and a single query still reads only
-        its rows. Both ways compute the same shares, so a walk gives the same bits either way. Prepared, the
-        two arrays returned are views of scratch arrays (`scratch`): valid until the next spread."""
+        native neighbour are made whole, once, side by side (`_entries`, without the entries of share 0): then
+        an entry costs one gather and one product where it cost three gathers and a sum over its row, and a
+        single query still reads only its rows. Both ways compute the same shares, and an entry of share 0 adds
+        0 to a residual, so a walk gives the same bits either way. Prepared, the two arrays returned are views
+        of scratch arrays (`scratch`): valid until the next spread."""
         key = ("weights", scale_key(scale))
         if key not in self.memo:
             self._spread += int(self.degrees()[vertices].sum())

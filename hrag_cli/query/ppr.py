@@ -19,8 +19,8 @@ from .. import store
 from ..artifacts import quick_sum
 from ..config import Settings
 from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
-from ..project import Project
 from ..intsets import unique_sorted
+from ..project import Project
 from ..vectors import top_order
 from ..walk import Scale, WalkGraph, kind_factors, scale_key
 
@@ -262,10 +262,10 @@ def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: flo
     the walk of `reset` alone, which stays local, plus `floor` x the chunk prior. `vertices`: the scores of
     those alone (a query ranks the chunks: a sixth of the vertices at 100,000 passages), the same values,
     read without a vertex-length pass beyond the walk's sums."""
+    prior, prior_sum = _prior_and_sum(graph, damping, scale) if floor > 0 else (None, 0.0)   # before: it walks
     walked = _push(graph, reset, damping, scale, PUSH_EPS)
     mass, whole = walked.mass(vertices), walked.mass_sum()
-    if floor > 0:
-        prior, prior_sum = _prior_and_sum(graph, damping, scale)
+    if prior is not None:
         share = floor / walked.total                   # the prior's weight against the reset scaled to 1
         mass += (prior if vertices is None else prior[vertices]) * share
         whole += prior_sum * share
@@ -273,7 +273,8 @@ def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: flo
 
 
 def _prior_and_sum(graph: WalkGraph, damping: float, scale: Scale) -> tuple[np.ndarray, float]:
-    """The chunk prior and its sum, summed once per process."""
+    """The chunk prior and its sum, summed once per process (walked first if not saved: a walk reuses the
+    scratch arrays of the last)."""
     prior = chunk_prior(graph, damping, scale)
     key = ("chunk_prior_sum", *_prior_key(damping, scale)[1:])
     if key not in graph.memo:
