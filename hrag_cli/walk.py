@@ -223,19 +223,27 @@ class WalkGraph:
         """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
         entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows.
         Entries of share 0 (weight 0, e.g. SYNONYM edges scaled to 0: 4 % of the entries at 100,000 passages)
-        are left out, as they move no mass: also each row's start and length in this table."""
-        w = np.asarray(self.weights(scale), dtype=np.float64)
-        filled = np.flatnonzero(self.degrees() > 0)
-        if len(filled):
-            strength = np.add.reduceat(w, np.asarray(self.indptr[filled]))
-            w = w * np.repeat(_inverse(strength), self.degrees()[filled])
-        live = w != 0
-        lens = np.add.reduceat(live, np.asarray(self.indptr[filled]), dtype=np.intp) if len(filled) else np.zeros(0, np.intp)
+        are left out, as they move no mass: also each row's start and length in this table. Scaled in place
+        and copied in slices: making it grows a process by 258 MB at 100,000 passages (260 MB when every
+        entry was kept; 314 MB with whole-array selections)."""
+        share = self.weights(scale)
+        if share is self.weight:                    # the mapped stored weights: a copy to scale in place
+            share = np.array(share, dtype=np.float64)
+        degrees = self.degrees()
+        filled = np.flatnonzero(degrees > 0)
         row_lens = np.zeros(self.vcount(), dtype=np.intp)
-        row_lens[filled] = lens
-        pairs = np.empty(int(live.sum()), dtype=[("w", np.float64), ("c", np.intp)])
-        pairs["w"] = w[live]
-        pairs["c"] = np.asarray(self._cols32)[live]
+        if len(filled):
+            at = np.asarray(self.indptr[filled])
+            share *= np.repeat(_inverse(np.add.reduceat(share, at)), degrees[filled])
+            row_lens[filled] = np.add.reduceat(share != 0, at, dtype=np.intp)
+        pairs = np.empty(int(row_lens.sum()), dtype=[("w", np.float64), ("c", np.intp)])
+        done = 0
+        for lo in range(0, len(share), 1 << 20):    # in slices: a whole-array selection is 55 MB more at peak
+            live = share[lo:lo + (1 << 20)] != 0
+            count = int(np.count_nonzero(live))
+            pairs["w"][done:done + count] = share[lo:lo + (1 << 20)][live]
+            pairs["c"][done:done + count] = self._cols32[lo:lo + (1 << 20)][live]
+            done += count
         return pairs, np.cumsum(row_lens) - row_lens, row_lens
 
     def spread(self, vertices: np.ndarray, amount: np.ndarray, scale: Scale = None) -> tuple[np.ndarray, np.ndarray]:
