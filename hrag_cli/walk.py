@@ -219,11 +219,11 @@ class WalkGraph:
         factor = kind_factors(scale)
         return self.weight if factor is None else self.weight * factor[np.asarray(self.kind)]
 
-    def _entries(self, scale: Scale) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _entries(self, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
         """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
         entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows.
         Entries of share 0 (weight 0, e.g. SYNONYM edges scaled to 0: 4 % of the entries at 100,000 passages)
-        are left out, as they move no mass: also each row's start and length in this table. Scaled in place
+        are left out, as they move no mass: also each row's start and length in this table, side by side. Scaled in place
         and copied in slices: making it grows a process by 258 MB at 100,000 passages (260 MB when every
         entry was kept; 314 MB with whole-array selections)."""
         share = self.weights(scale)
@@ -244,7 +244,10 @@ class WalkGraph:
             pairs["w"][done:done + count] = share[lo:lo + (1 << 20)][live]
             pairs["c"][done:done + count] = self._cols32[lo:lo + (1 << 20)][live]
             done += count
-        return pairs, np.cumsum(row_lens) - row_lens, row_lens
+        rows = np.empty(self.vcount(), dtype=[("start", np.intp), ("len", np.intp)])   # one gather a vertex
+        rows["len"] = row_lens
+        rows["start"] = np.cumsum(row_lens) - row_lens
+        return pairs, rows
 
     def spread(self, vertices: np.ndarray, amount: np.ndarray, scale: Scale = None) -> tuple[np.ndarray, np.ndarray]:
         """Where the mass goes when each vertex in `vertices` (distinct, each with a row) spreads `amount` of it
@@ -264,8 +267,9 @@ class WalkGraph:
             if self._spread * 3 > len(self.weight):
                 self.memo[key] = self._entries(scale)
         if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
-            table, table_starts, table_lens = self.memo[key]
-            starts, lens = table_starts[vertices], table_lens[vertices]
+            table, rows = self.memo[key]
+            picked = rows[vertices]
+            starts, lens = picked["start"], picked["len"]
             ends = np.cumsum(lens)
             total = int(ends[-1]) if len(ends) else 0
             idx = _runs(starts, lens, ends - lens, total, self.scratch("idx", total, np.intp))
