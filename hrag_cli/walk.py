@@ -223,9 +223,9 @@ class WalkGraph:
         """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
         entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows.
         Entries of share 0 (weight 0, e.g. SYNONYM edges scaled to 0: 4 % of the entries at 100,000 passages)
-        are left out, as they move no mass: also each row's start and length in this table, side by side. Scaled in place
-        and copied in slices: making it grows a process by 258 MB at 100,000 passages (260 MB when every
-        entry was kept; 314 MB with whole-array selections)."""
+        are left out, as they move no mass: also each row's start and length in this table, side by side (one
+        gather a vertex). Scaled in place and copied in slices: making it grows a process by 269 MB at 100,000
+        passages (260 MB when every entry was kept; 314 MB with whole-array selections)."""
         share = self.weights(scale)
         if share is self.weight:                    # the mapped stored weights: a copy to scale in place
             share = np.array(share, dtype=np.float64)
@@ -244,7 +244,7 @@ class WalkGraph:
             pairs["w"][done:done + count] = share[lo:lo + (1 << 20)][live]
             pairs["c"][done:done + count] = self._cols32[lo:lo + (1 << 20)][live]
             done += count
-        rows = np.empty(self.vcount(), dtype=[("start", np.intp), ("len", np.intp)])   # one gather a vertex
+        rows = np.empty(self.vcount(), dtype=[("start", np.intp), ("len", np.intp)])
         rows["len"] = row_lens
         rows["start"] = np.cumsum(row_lens) - row_lens
         return pairs, rows
