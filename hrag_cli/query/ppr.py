@@ -152,8 +152,19 @@ def _push(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale, eps
             np.add.at(residual, targets, mass)
             if sparse:
                 over_t.append(targets[residual[targets] > limit[targets]])
-        touched = unique_sorted(np.concatenate(over_t)) if sparse else None    # ascending, as a scan finds them
+        touched = _distinct(np.concatenate(over_t), over) if sparse else None    # ascending, as a scan finds them
     return _Walked(kept, residual, 1.0 - damping, total)
+
+
+def _distinct(vertices: np.ndarray, mark: np.ndarray) -> np.ndarray:
+    """The distinct `vertices`, ascending: sorted when few, else marked in the vertex-length bool array `mark`
+    (its contents are overwritten) and read back by one scan, which beats sorting more than 1/64 of the
+    vertices (11,000 at 100,000 passages: 0.3 ms a question)."""
+    if len(vertices) * 64 < len(mark):
+        return unique_sorted(vertices)
+    mark.fill(False)
+    mark[vertices] = True
+    return np.flatnonzero(mark)
 
 
 def _blocks(ends: np.ndarray) -> list[tuple[int, int]]:
