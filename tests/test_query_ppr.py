@@ -222,3 +222,62 @@ def test_runs_spell_out_each_rows_entries_in_order() -> None:
     want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
     assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1])), want)
     assert len(_runs(starts[:0], lens[:0], lens[:0], 0)) == 0
+
+
+def _reference_push(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
+                    eps: float) -> np.ndarray:
+    """The walk's rounds spelled out one vertex and one edge at a time: every vertex whose residual exceeds eps x
+    its entry count x the reset's total keeps 1 - damping of it and sends the rest along its edges in proportion
+    to their weights; what stays unspread is kept at the end."""
+    rows: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for a, b, w in edges:
+        rows[a].append((b, w))
+        rows[b].append((a, w))                           # a self-loop: two entries on its row
+    residual, kept = reset.astype(float).copy(), np.zeros(n)
+    limit = [eps * max(len(r), 1) * reset.sum() for r in rows]
+    while True:
+        active = [v for v in range(n) if residual[v] > limit[v]]
+        if not active:
+            return kept + (1 - damping) * residual
+        amounts = {v: residual[v] for v in active}
+        for v in active:
+            residual[v] = 0.0
+        for v in active:
+            kept[v] += (1 - damping) * amounts[v]
+            strength = sum(w for _, w in rows[v])
+            for u, w in rows[v] if strength > 0 else []:
+                residual[u] += damping * amounts[v] * w / strength
+
+
+def test_walk_in_blocks_is_the_walk_spelled_out(monkeypatch) -> None:
+    """The rounds' vertices spread in blocks of a few entries (a block's targets tested right after it), from
+    rows as stored and from prepared ones: the very bits of one block a round, and the reference's values."""
+    import hrag_cli.query.ppr as ppr
+
+    rng = np.random.default_rng(11)
+    n, m = 3000, 4000                                    # sparse: no round is a sweep over every entry
+    edges = [(int(a), int(b), float(w)) for a, b, w in
+             zip(rng.integers(0, n - 1, m), rng.integers(0, n - 1, m), rng.choice([0.0, 0.5, 1.0, 3.0], m))]
+    reset = np.zeros(n)
+    reset[[3, 1700, 2200, n - 1]] = [0.7, 0.2, 0.05, 0.2]   # the last vertex has no edge: it spreads nothing
+    eps = 1e-6
+    whole = walk_mass(_graph(n, edges), reset, 0.5, eps=eps)
+    for prepared in (False, True):
+        for block in (1, 7, 64):
+            monkeypatch.setattr(ppr, "SPREAD_BLOCK", block)
+            walk = _graph(n, edges)
+            walk._spread = len(walk.weight) if prepared else -10 ** 9
+            assert np.array_equal(walk_mass(walk, reset, 0.5, eps=eps), whole)
+            assert walk._steps == {}
+    np.testing.assert_allclose(whole, _reference_push(n, edges, reset, 0.5, eps), rtol=1e-12, atol=1e-15)
+
+
+def test_sorted_distinct_values_are_numpys() -> None:
+    from hrag_cli.intsets import unique_counts, unique_sorted
+
+    rng = np.random.default_rng(2)
+    for values in (rng.integers(0, 50, 300), rng.integers(-5, 10 ** 12, 1000), np.zeros(0, dtype=np.int64)):
+        uniq, counts = np.unique(values, return_counts=True)
+        assert np.array_equal(unique_sorted(values), uniq)
+        got, got_counts = unique_counts(values)
+        assert np.array_equal(got, uniq) and np.array_equal(got_counts, counts) and got_counts.dtype == np.int64

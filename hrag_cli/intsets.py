@@ -1,0 +1,31 @@
+"""Distinct values of integer arrays by sorting: numpy 2's hash-based np.unique was measured 3-15x slower on int64
+keys (20,000 vertex ids: 3.9 ms against 0.7 ms for np.sort plus a neighbour compare; embed_builtin's feature
+keys ~15x)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["unique_counts", "unique_sorted"]
+
+
+def _starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a sorted array (a mask, True at position 0)."""
+    first = np.empty(len(ordered), dtype=bool)
+    if len(ordered):
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
+
+
+def unique_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending (what np.unique returns)."""
+    ordered = np.sort(values, kind="quicksort")
+    return ordered[_starts(ordered)]
+
+
+def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, ascending, and how often each occurs."""
+    ordered = np.sort(values, kind="quicksort")
+    edge = np.flatnonzero(_starts(ordered))
+    return ordered[edge], np.diff(np.append(edge, len(ordered)))
