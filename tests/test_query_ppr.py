@@ -223,6 +223,9 @@ def test_runs_spell_out_each_rows_entries_in_order() -> None:
     want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
     assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1])), want)
     assert len(_runs(starts[:0], lens[:0], lens[:0], 0)) == 0
+    # steps taken from a kept array of ones (a batch's spreads): the same entries, the ones left as they were
+    ones, out = np.ones(20, dtype=np.intp), np.empty(int(ends[-1]), dtype=np.intp)
+    assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1]), out, ones), want) and (ones == 1).all()
 
 
 def _reference_push(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
