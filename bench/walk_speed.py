@@ -101,13 +101,13 @@ def main() -> None:
         if not args.top:
             continue
         ranked = chunks[np.argsort(-pr[chunks], kind="stable")[:args.top]]
-        full = reset.copy()
+        full = reset.dense(walk.vcount())
         full[chunks] += floor
         exact = reference(walk, full, damping, scale)
         first.append(first_difference(ranked, chunks[np.argsort(-exact[chunks], kind="stable")[:args.top]]))
         if args.hipporag:
             old, _ = build_reset(walk.vcount(), seeds, chunks, weight)
-            theirs = reference(walk, old, damping, scale)
+            theirs = reference(walk, old.dense(walk.vcount()), damping, scale)
             order = chunks[np.argsort(-theirs[chunks], kind="stable")[:args.top]]
             hippo.append((first_difference(ranked, order), len(set(ranked[:5]) & set(order[:5]))))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -82,6 +82,7 @@ class WalkGraph:
         self._degrees: np.ndarray | None = None
         self._starts: np.ndarray | None = None
         self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's walks (`scratch`)
+        self._ones: np.ndarray | None = None            # `_ones_of`
         self.memo: dict[Any, Any] = {}                 # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._spread = 0                                # entries read by `spread` so far
@@ -272,7 +273,7 @@ class WalkGraph:
             starts, lens = picked["start"], picked["len"]
             ends = np.cumsum(lens)
             total = int(ends[-1]) if len(ends) else 0
-            idx = _runs(starts, lens, ends - lens, total, self.scratch("idx", total, np.intp))
+            idx = _runs(starts, lens, ends - lens, total, self.scratch("idx", total, np.intp), self._ones_of(total))
             pairs = np.take(table, idx, mode="clip", out=self.scratch("pairs", total, table.dtype))
             return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self.scratch("mass", total, np.float64))
         starts, lens = self.starts()[vertices], self.degrees()[vertices]
@@ -287,6 +288,13 @@ class WalkGraph:
         if len(w):
             w *= np.repeat(_inverse(np.add.reduceat(w, first)), lens)    # each entry's share of its row
         return self._cols32[idx], w * np.repeat(amount, lens)
+
+    def _ones_of(self, size: int) -> np.ndarray:
+        """An intp array of at least `size` ones, kept across spreads (`_runs` takes its steps from it and
+        leaves it as it was): no pass filling a step array a spread."""
+        if self._ones is None or len(self._ones) < size:
+            self._ones = np.ones(max(size, 1 << 16), dtype=np.intp)
+        return self._ones
 
     def scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
         """A scratch array kept across a batch's walks (`vectors.scratch`): a walk gathers megabytes a round
@@ -332,23 +340,31 @@ def _inverse(strength: np.ndarray) -> np.ndarray:
 
 
 def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
-          out: np.ndarray | None = None) -> np.ndarray:
+          out: np.ndarray | None = None, ones: np.ndarray | None = None) -> np.ndarray:
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
     the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
-    `out`: an intp array of `total` items to write them into."""
-    if out is None:
-        idx = np.ones(total, dtype=np.intp)
+    `out`: an intp array of `total` items to write them into; `ones`: an intp array of at least `total` ones
+    to take the steps from (left all ones again): then the sum is the only pass that writes every entry."""
+    if ones is not None:
+        steps = ones[:total]
+    elif out is not None:
+        steps = out
+        steps.fill(1)
     else:
-        idx = out
-        idx.fill(1)
-    if total:
-        live = lens > 0
-        s, at = starts[live], first[live]
-        last = s + lens[live] - 1                  # each run's last entry
-        idx[at] = s - np.concatenate(([0], last[:-1]))
-        np.cumsum(idx, out=idx)
-    return idx
+        steps = np.ones(total, dtype=np.intp)
+    idx = steps if out is None else out
+    if not total:
+        return idx
+    live = lens > 0
+    s, at = starts[live], first[live]
+    last = s + lens[live] - 1                      # each run's last entry
+    steps[at] = s - np.concatenate(([0], last[:-1]))
+    try:
+        return np.cumsum(steps, out=idx)
+    finally:
+        if ones is not None:
+            steps[at] = 1                          # all ones again for the next spread
 
 
 def scale_key(scale: Scale) -> tuple:

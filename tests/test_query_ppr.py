@@ -7,7 +7,7 @@ import igraph
 import numpy as np
 import pytest
 
-from hrag_cli.query.ppr import (SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk,
+from hrag_cli.query.ppr import (Reset, SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk,
                                 personalized_pagerank, walk_mass)
 from hrag_cli.graph import walk_arrays
 from hrag_cli.walk import WalkGraph, _runs
@@ -109,7 +109,8 @@ def test_reset_must_fit_and_be_positive() -> None:
 def test_build_reset_and_minmax() -> None:
     seeds = SeedWeights(entity={0: 0.5, 3: 0.25})
     reset, floor = build_reset(5, seeds, np.array([1, 2, 3]), np.array([0.1, 0.2, 0.3]))
-    np.testing.assert_allclose(reset, [0.5, 0.1, 0.2, 0.55, 0.0])
+    np.testing.assert_allclose(reset.dense(5), [0.5, 0.1, 0.2, 0.55, 0.0])
+    assert list(reset.vertices) == [0, 1, 2, 3] and reset.weights[3] == 0.25 + 0.3   # the seed's, then the chunk's
     assert floor == 0.0
     np.testing.assert_allclose(minmax(np.array([2.0, 4.0, 3.0])), [0.0, 1.0, 0.5])
     np.testing.assert_allclose(minmax(np.array([3.0, 3.0])), [1.0, 1.0])
@@ -156,12 +157,12 @@ def test_bounded_reset_is_its_head_plus_the_mean_of_the_rest() -> None:
     seeds = SeedWeights(entity={0: 0.5})
     reset, floor = build_reset(6, seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)
     assert floor == pytest.approx(0.2)                        # mean of 0.1, 0.2, 0.3: the chunks below the best 2
-    np.testing.assert_allclose(reset, [0.5, 0.0, 0.2, 0.0, 0.2, 0.0])
+    np.testing.assert_allclose(reset.dense(6), [0.5, 0.0, 0.2, 0.0, 0.2, 0.0])
     # ties at the cut go to the chunk listed first; top >= the chunks keeps every weight as it is
     reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=1)
-    assert floor == pytest.approx(0.2) and reset[1] == pytest.approx(0.1) and reset[2] == 0.0
+    assert floor == pytest.approx(0.2) and list(reset.vertices) == [1] and reset.weights[0] == pytest.approx(0.1)
     reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=3)
-    assert floor == 0.0 and list(reset) == [0.0, 0.3, 0.3, 0.1]
+    assert floor == 0.0 and list(reset.dense(4)) == [0.0, 0.3, 0.3, 0.1]
 
 
 def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
@@ -177,7 +178,7 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
     chunks = np.arange(120)
     reset, floor = build_reset(300, SeedWeights(entity={200: 0.4, 250: 0.1}), chunks, rng.random(120) * 0.05, top=10)
     assert floor > 0
-    whole = reset.copy()
+    whole = reset.dense(300)
     whole[chunks] += floor
     full = passage_walk(walk, reset, floor, 0.5)
     np.testing.assert_allclose(full, np.asarray(g.personalized_pagerank(
@@ -222,6 +223,9 @@ def test_runs_spell_out_each_rows_entries_in_order() -> None:
     want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
     assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1])), want)
     assert len(_runs(starts[:0], lens[:0], lens[:0], 0)) == 0
+    # steps taken from a kept array of ones (a batch's spreads): the same entries, the ones left as they were
+    ones, out = np.ones(20, dtype=np.intp), np.empty(int(ends[-1]), dtype=np.intp)
+    assert np.array_equal(_runs(starts, lens, ends - lens, int(ends[-1]), out, ones), want) and (ones == 1).all()
 
 
 def _reference_push(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
@@ -281,3 +285,19 @@ def test_sorted_distinct_values_are_numpys() -> None:
         assert np.array_equal(unique_sorted(values), uniq)
         got, got_counts = unique_counts(values)
         assert np.array_equal(got, uniq) and np.array_equal(got_counts, counts) and got_counts.dtype == np.int64
+
+
+def test_a_reset_by_its_vertices_walks_as_its_vector() -> None:
+    # a query's reset names its ~1,000 vertices alone: placed and tested without a vertex-length pass, it walks
+    # as the vertex-length vector does (the total summed over the weights alone: rounding apart, the same)
+    _, walk = _ring()
+    reset = Reset(np.array([5, 17, 2999, 3500]), np.array([0.5, 0.3, 0.2, 1e-9]))
+    dense = reset.dense(walk.vcount())
+    for eps in (1e-7, 1e-12):
+        np.testing.assert_allclose(walk_mass(walk, reset, 0.5, eps=eps), walk_mass(walk, dense, 0.5, eps=eps),
+                                   rtol=1e-14, atol=0)
+    assert np.array_equal(passage_walk(walk, reset, 0.0, 0.5), passage_walk(walk, dense, 0.0, 0.5))
+    with pytest.raises(ValueError):
+        walk_mass(walk, Reset(np.array([walk.vcount()]), np.array([1.0])), 0.5)
+    with pytest.raises(ValueError):
+        walk_mass(walk, Reset(np.array([3]), np.array([0.0])), 0.5)

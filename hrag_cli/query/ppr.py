@@ -24,7 +24,8 @@ from ..project import Project
 from ..vectors import top_order
 from ..walk import Scale, WalkGraph, kind_factors, scale_key
 
-__all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "build_reset"]
+__all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "Reset",
+           "build_reset"]
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -59,7 +60,7 @@ PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalize
 PRIOR_FILE = "chunk_prior.npz"
 
 
-def walk_mass(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale = None, eps: float = PUSH_EPS,
+def walk_mass(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Scale = None, eps: float = PUSH_EPS,
               max_rounds: int = 10_000) -> np.ndarray:
     """(1 - damping) x sum over k of (damping x P)^k reset, P the walk's step (each vertex spreads its mass
     over its edges in proportion to their weights, kinds in `scale` multiplied by their factor; a vertex with
@@ -99,27 +100,28 @@ class _Walked:
         return float(self.kept.sum()) + float(self.residual.sum()) * self.keep
 
 
-def _push(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale, eps: float,
+def _push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Scale, eps: float,
           max_rounds: int = 10_000) -> _Walked:
     """`walk_mass` of the reset scaled to total 1, into the graph's scratch arrays: a batch's walks reuse the
     vertex-length residual and kept arrays (721,648 vertices at 100,000 passages, a full pass each) instead of
     allocating them every question, and share the limits (`WalkGraph.push_limit`). Scaling changes the
-    arithmetic by rounding alone (~1e-16 relative)."""
+    arithmetic by rounding alone (~1e-16 relative). A `Reset` is placed by its vertices alone: no pass over
+    a vertex-length reset, and the first round's vertices are the reset's over the limit, not a scan's."""
     n = graph.vcount()
-    reset = np.asarray(reset, dtype=np.float64)
-    if reset.shape != (n,):
-        raise ValueError(f"reset has {reset.shape} entries, graph has {n} vertices")
-    total = float(reset.sum())
+    vertices, weights, total = _reset_parts(reset, n)
     if total <= 0:
         raise ValueError("reset vector is all zeros")
     degree = graph.degrees()
     entries = len(graph.weight)
-    residual = np.divide(reset, total, out=graph.scratch("residual", n, np.float64))
+    residual = graph.scratch("residual", n, np.float64)
+    residual.fill(0.0)
+    start = np.divide(weights, total)
+    residual[vertices] = start
     kept = graph.scratch("kept", n, np.float64)
     kept.fill(0.0)
     limit = graph.push_limit(eps)                      # spread a residual over it
     over = graph.scratch("over", n, np.bool_)
-    touched = None                                     # the next round's vertices; None: test all
+    touched = vertices[start > limit[vertices]]        # the next round's vertices (ascending); None: test all
     for _ in range(max_rounds):
         active = np.flatnonzero(np.greater(residual, limit, out=over)) if touched is None else touched
         if not len(active):
@@ -156,6 +158,20 @@ def _push(graph: WalkGraph, reset: np.ndarray, damping: float, scale: Scale, eps
     return _Walked(kept, residual, 1.0 - damping, total)
 
 
+def _reset_parts(reset: np.ndarray | Reset, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """A reset as its nonzero vertices (ascending), their weights and its total. A vertex-length reset's total
+    is its own sum, so a walk of it gives the bits it gave before `Reset` existed."""
+    if isinstance(reset, Reset):
+        if len(reset.vertices) and (int(reset.vertices[0]) < 0 or int(reset.vertices[-1]) >= n):
+            raise ValueError(f"reset has vertices outside the graph's {n}")
+        return reset.vertices, reset.weights, float(reset.weights.sum())
+    reset = np.asarray(reset, dtype=np.float64)
+    if reset.shape != (n,):
+        raise ValueError(f"reset has {reset.shape} entries, graph has {n} vertices")
+    vertices = np.flatnonzero(reset)
+    return vertices, reset[vertices], float(reset.sum())
+
+
 def _distinct(vertices: np.ndarray, mark: np.ndarray) -> np.ndarray:
     """The distinct `vertices`, ascending: sorted when few, else marked in the vertex-length bool array `mark`
     (its contents are overwritten) and read back by one scan, which beats sorting more than 1/64 of the
@@ -172,8 +188,8 @@ def _blocks(ends: np.ndarray) -> list[tuple[int, int]]:
     entry count), cut between vertices (a vertex's row is never split)."""
     if int(ends[-1]) <= SPREAD_BLOCK:
         return [(0, len(ends))]
-    cuts = np.unique(np.searchsorted(ends, np.arange(SPREAD_BLOCK, int(ends[-1]), SPREAD_BLOCK)) + 1).tolist()
-    bounds = [0, *(c for c in cuts if c < len(ends)), len(ends)]
+    cuts = (np.searchsorted(ends, np.arange(SPREAD_BLOCK, int(ends[-1]), SPREAD_BLOCK)) + 1).tolist()
+    bounds = [0, *sorted({c for c in cuts if c < len(ends)}), len(ends)]    # a vertex over a block: one cut
     return list(zip(bounds[:-1], bounds[1:]))
 
 
@@ -267,7 +283,7 @@ def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: 
         return          # missing or unreadable: walked instead
 
 
-def passage_walk(graph: WalkGraph, reset: np.ndarray, floor: float, damping: float,
+def passage_walk(graph: WalkGraph, reset: np.ndarray | Reset, floor: float, damping: float,
                  scale: Scale = None, vertices: np.ndarray | None = None) -> np.ndarray:
     """The walk's score of every vertex (summing to 1) from `reset` plus `floor` on every chunk: by linearity
     the walk of `reset` alone, which stays local, plus `floor` x the chunk prior. `vertices`: the scores of
@@ -301,17 +317,31 @@ class SeedWeights:
     sources: dict[int, list[str]] = field(default_factory=dict)  # vertex -> fact ids / "name" that seeded it
 
 
+@dataclass
+class Reset:
+    """A walk's reset by its nonzero vertices: a query's has ~1,000 (the seeds and the best chunks) of 721,648
+    at 100,000 passages, so it is built, placed and tested without a vertex-length pass."""
+
+    vertices: np.ndarray        # distinct, ascending
+    weights: np.ndarray         # float64, one a vertex
+
+    def dense(self, n_vertices: int) -> np.ndarray:
+        """The vertex-length reset vector."""
+        reset = np.zeros(n_vertices, dtype=np.float64)
+        reset[self.vertices] = self.weights
+        return reset
+
+
 def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray,
-                top: int = 0) -> tuple[np.ndarray, float]:
-    """The walk's reset vector as (local part, floor): the seeds' weights, and each chunk's passage weight
+                top: int = 0) -> tuple[Reset, float]:
+    """The walk's reset as (local part, floor): the seeds' weights, and each chunk's passage weight
     (HippoRAG 2 gives one to every chunk). With `top` > 0 and more chunks than that, the best `top` chunks
     carry their weight above `floor`, the mean weight of the others, and `floor` stands for every chunk's
     share (`passage_walk` adds it through the chunk prior): the same reset, except that the chunks below the
-    best `top` count as their mean. Ties at the cut go to the chunk listed first."""
-    reset = np.zeros(n_vertices, dtype=np.float64)
-    for v, w in seeds.entity.items():
-        reset[v] += w
+    best `top` count as their mean. Ties at the cut go to the chunk listed first. A vertex that is both a seed
+    and a chunk gets the seed's weight plus the chunk's, in that order (as the vertex-length sum did)."""
     chunk_weights = np.asarray(chunk_weights, dtype=np.float64)
+    chunk_vertices = np.asarray(chunk_vertices, dtype=np.intp)
     floor = 0.0
     if 0 < top < len(chunk_weights):
         cut = chunk_weights[top_order(chunk_weights, top)[top - 1]]       # the top-th best weight
@@ -321,6 +351,13 @@ def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray,
         rest[keep] = False
         floor = float(chunk_weights[rest].mean())
         chunk_vertices, chunk_weights = chunk_vertices[keep], chunk_weights[keep] - floor
-    if len(chunk_vertices):
-        np.add.at(reset, chunk_vertices, chunk_weights)
-    return reset, floor
+    vertices = np.concatenate([np.fromiter(seeds.entity, dtype=np.intp, count=len(seeds.entity)), chunk_vertices])
+    weights = np.concatenate([np.fromiter(seeds.entity.values(), dtype=np.float64, count=len(seeds.entity)),
+                              chunk_weights])
+    if len(vertices) and (int(vertices.min()) < 0 or int(vertices.max()) >= n_vertices):
+        raise ValueError(f"reset has vertices outside the graph's {n_vertices}")
+    distinct = unique_sorted(vertices)
+    summed = np.zeros(len(distinct), dtype=np.float64)
+    np.add.at(summed, np.searchsorted(distinct, vertices), weights)    # seeds first, then chunks: 0 + a + b
+    nonzero = summed != 0
+    return Reset(distinct[nonzero], summed[nonzero]), floor
