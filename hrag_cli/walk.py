@@ -71,6 +71,7 @@ class WalkGraph:
     """The walk's view of the graph: adjacency in CSR form and vertex keys (query/ppr.py walks it)."""
 
     _FOUND_KEEP = 1 << 16           # `vertex` answers kept (a batch's names; cleared when full)
+    _SAMPLE = 64                    # sorted keys per step of `_search`'s first bisection
 
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
         self.indptr, self.weight, self.kind = (arrays[k] for k in ("indptr", "weight", "kind"))
@@ -88,6 +89,7 @@ class WalkGraph:
         self._spread = 0                                # entries read by `spread` so far
         self._found: dict[str, int | None] = {}         # key -> vertex answers of `vertex`
         self._views: tuple[memoryview, ...] | None = None   # keys, koff, order, for `_search`
+        self._samples: list[bytes] | None = None            # every _SAMPLE-th key in sorted order, for `_search`
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
@@ -143,7 +145,9 @@ class WalkGraph:
         return v
 
     def _search(self, key: str) -> int | None:
-        # memoryviews: a Python int or bytes per item, no numpy scalar per step (20 -> 8 us a search)
+        # memoryviews: a Python int or bytes per item, no numpy scalar per step (20 -> 8 us a search); the
+        # search first bisects a list of every _SAMPLE-th sorted key (bytes compared in C), then the keys
+        # between two samples (8 -> 4 us: a ppr question looks up ~40 runs of its words, most of them no name)
         if self._views is None:
             self._views = (memoryview(np.ascontiguousarray(self._keys)),
                            *(memoryview(np.ascontiguousarray(a, dtype=np.int64)).cast("B").cast("q")
@@ -153,7 +157,11 @@ class WalkGraph:
         def at(v: int) -> bytes:
             return bytes(keys[off[v]:off[v + 1]])
 
-        i = bisect.bisect_left(order, want, key=at)
+        if self._samples is None:
+            self._samples = [at(order[i]) for i in range(0, len(order), self._SAMPLE)]
+        j = bisect.bisect_left(self._samples, want)      # sorted keys before the j-th sample are below want
+        lo, hi = max((j - 1) * self._SAMPLE + 1, 0), min(j * self._SAMPLE, len(order))
+        i = bisect.bisect_left(order, want, lo, hi, key=at)
         return order[i] if i < len(order) and at(order[i]) == want else None
 
     def entity_vertex(self, key: str) -> int | None:
