@@ -241,7 +241,8 @@ def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None
     k = max(s.fusion_k, 1e-6)
     lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
     head = _fused_head(walk, passage, lexical if lw > 0 else None, max(w, 0.0), lw, k, s.fusion_head)
-    out = minmax(walk) * 0.5                    # below the head: the walk's order, scores in [0, 0.5]
+    out = minmax(walk)                          # below the head: the walk's order, scores in [0, 0.5]
+    out *= 0.5
     out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
     return out
 
