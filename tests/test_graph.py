@@ -131,6 +131,27 @@ def test_add_synonym_edges_replaces_previous() -> None:
     assert g.ecount() == n_before
 
 
+@pytest.mark.parametrize("sample", [1, 3, 64])
+def test_a_key_search_through_samples_finds_what_a_scan_finds(sample: int) -> None:
+    """`vertex` bisects every `_SAMPLE`-th sorted key before the keys between two samples: every key is found
+    at its vertex, and a key before, between or after them (UTF-8 byte order) at none."""
+    import igraph as ig
+
+    from hrag_cli.walk import WalkGraph
+
+    rng = np.random.default_rng(5)
+    keys = sorted({"".join(rng.choice(list("abcé z0"), size=int(rng.integers(1, 6)))) for _ in range(400)})
+    keys = [keys[i] for i in rng.permutation(len(keys))]        # vertices in no key order
+    g = ig.Graph(n=len(keys))
+    g.vs["key"], g.vs["kind"] = keys, ["entity"] * len(keys)
+    g.es["weight"], g.es["kind"] = [], []
+    walk = WalkGraph(walk_arrays(g))
+    walk._SAMPLE = sample
+    assert all(walk.vertex(k) == v for v, k in enumerate(keys))
+    absent = {k + x for k in keys for x in ("", "!", "~", "\uffff")} - set(keys) | {"", "\x00", "\uffff", "ab!"}
+    assert all(walk.vertex(k) is None for k in absent - set(keys))
+
+
 def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     """save_graph writes graph/walk.npz, the graph as a query walks it: every edge both ways with its weight
     and kind, every key findable; a missing file (a project built before it) comes from graph.pkl, a damaged

@@ -164,6 +164,11 @@ def test_compressed_jsonl_lines_are_read_one_member_at_a_time(tmp_path: Path) ->
     path.write_bytes(data[:at] + bytes(32) + data[at + 32:])                  # member 3 damaged, same size
     bad = store.JsonlLines(path)
     assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
+    for size in (1, 2**32 - 1):      # a member's length field (which sizes the output buffer) damaged
+        end = int(m[0][4]) - 4
+        path.write_bytes(data[:end] + size.to_bytes(4, "little") + data[end + 4:])
+        bad = store.JsonlLines(path)
+        assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
     store.write_jsonl(path, [], compress=True)
     assert len(store.JsonlLines(path)) == 0 and list(store.read_jsonl(path)) == []
 

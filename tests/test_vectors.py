@@ -514,6 +514,9 @@ def test_top_order_is_the_stable_descending_sort_cut() -> None:
             x = np.round(x, 2)
         if t % 5 == 0:
             x[rng.random(n) < 0.9] = 0
+        if t % 7 == 0:                      # -0.0 ties with 0.0
+            x[rng.random(n) < 0.5] = 0
+            x[rng.random(n) < 0.3] = -0.0
         m = int(rng.integers(1, 300))
         assert top_order(x, m).tolist() == np.argsort(-x, kind="stable")[:m].tolist()
 

@@ -113,12 +113,13 @@ class DocPaths:
     def __init__(self, path: Path, whole: Callable[[], Mapping[str, str]]) -> None:
         self.path, self._whole = path, whole
         self._found: dict[str, str] = {}
-        self._lines: tuple[np.ndarray, np.ndarray] | None = None   # line bounds, id keys
+        self._lines: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # line bounds, sorted id keys, their lines
         self._indexed = False
 
-    def _index(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(each line's start and end; the first 8 id bytes of each line as an integer), or None when some
-        line does not open with an id of at least 8 bytes."""
+    def _index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(each line's start and end; the first 8 id bytes of each line as an integer, sorted; the line of
+        each), or None when some line does not open with an id of at least 8 bytes. Sorted, so a lookup is a
+        binary search (comparing all 100,000 keys took 44 us of a lookup's 47)."""
         if self._indexed:
             return self._lines
         self._indexed = True
@@ -140,7 +141,9 @@ class DocPaths:
         if not len(head) or np.diff(bounds).min() < width or \
                 not (head[:, :len(self.OPEN)] == np.frombuffer(self.OPEN, dtype=np.uint8)).all():
             return None
-        self._lines = (bounds, np.ascontiguousarray(head[:, len(self.OPEN):]).view("<u8").ravel())
+        keys = np.ascontiguousarray(head[:, len(self.OPEN):]).view("<u8").ravel()
+        order = np.argsort(keys, kind="stable")     # equal keys in line order
+        self._lines = (bounds, keys[order], order)
         return self._lines
 
     def _find(self, doc_id: str) -> str | None:
@@ -150,8 +153,9 @@ class DocPaths:
         lines = self._index() if len(key) == 8 and not key.endswith(b'"') else None
         if lines is None:
             return None
-        bounds, keys = lines
-        found = np.flatnonzero(keys == np.frombuffer(key, dtype="<u8")[0]).tolist()
+        bounds, keys, lines_of = lines
+        want = np.frombuffer(key, dtype="<u8")[0]
+        found = lines_of[np.searchsorted(keys, want, side="left"):np.searchsorted(keys, want, side="right")].tolist()
         if not found:
             return None
         with open(self.path, "rb") as fh:

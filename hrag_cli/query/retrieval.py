@@ -101,7 +101,11 @@ def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings
         return minmax((1.0 - w) * rrf_scores(dense, s.rrf_k) + w * np.where(lexical > 0, rrf_scores(lexical, s.rrf_k), 0.0))
     if s.lexical_method != "minmax":
         raise UsageError(f"query.lexical_method must be minmax or rrf, not {s.lexical_method!r}")
-    return (1.0 - w) * d + w * minmax(lexical)
+    d *= 1.0 - w                     # in place, the same values as (1 - w) * d + w * minmax(bm25)
+    lex = minmax(lexical)
+    lex *= w
+    d += lex
+    return d
 
 
 def _chunk(ix: QueryIndex, chunk_id: str, score: float) -> RankedChunk | None:
@@ -237,7 +241,8 @@ def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None
     k = max(s.fusion_k, 1e-6)
     lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
     head = _fused_head(walk, passage, lexical if lw > 0 else None, max(w, 0.0), lw, k, s.fusion_head)
-    out = minmax(walk) * 0.5                    # below the head: the walk's order, scores in [0, 0.5]
+    out = minmax(walk)                          # below the head: the walk's order, scores in [0, 0.5]
+    out *= 0.5
     out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
     return out
 
