@@ -301,3 +301,23 @@ def test_a_reset_by_its_vertices_walks_as_its_vector() -> None:
         walk_mass(walk, Reset(np.array([walk.vcount()]), np.array([1.0])), 0.5)
     with pytest.raises(ValueError):
         walk_mass(walk, Reset(np.array([3]), np.array([0.0])), 0.5)
+    with pytest.raises(ValueError):
+        Reset(np.array([17, 5]), np.array([0.5, 0.3]))          # unsorted: the mass would land elsewhere
+    with pytest.raises(ValueError):
+        Reset(np.array([5, 5]), np.array([0.5, 0.3]))           # repeated
+
+
+def test_a_sweep_steps_the_reset_at_its_own_scale() -> None:
+    # a round over most entries is one float32 sweep; the walk scales the reset to total 1, so the sweep must
+    # scale back first, or x / total rounds to float32 otherwise than x (~1e-7 relative: the saved chunk prior
+    # would move). One round from a reset of total 3.7 against that round spelled out at the reset's scale.
+    rng = np.random.default_rng(5)
+    edges = [(int(a), int(b), float(w)) for a, b, w in zip(rng.integers(0, 60, 400), rng.integers(0, 60, 400),
+                                                              rng.random(400) + 0.1)]
+    walk = _graph(60, edges)
+    reset = rng.random(60)
+    reset *= 3.7 / reset.sum()
+    step = walk.transition(None)
+    residual = 0.5 * step(reset.astype(np.float32)).astype(np.float64)
+    expected = 0.5 * reset + 0.5 * residual
+    np.testing.assert_allclose(walk_mass(walk, reset, 0.5, max_rounds=1), expected, rtol=1e-13, atol=0)

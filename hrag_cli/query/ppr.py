@@ -129,10 +129,12 @@ def _push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Sc
         lens = degree[active]
         ends = np.cumsum(lens)
         if int(ends[-1]) * SWEEP_COST > entries:
+            # the float32 step at the reset's own scale, as before the reset was scaled: x / total rounds to
+            # float32 otherwise than x (~6e-8 relative), which would move the saved chunk prior
             step = graph.transition(scale)
-            stepped = step(residual.astype(np.float32)).astype(np.float64)
+            stepped = step((residual * total).astype(np.float32)).astype(np.float64)
             kept += np.multiply(residual, 1.0 - damping, out=graph.scratch("spent", n, np.float64))
-            np.multiply(stepped, damping, out=residual)
+            np.multiply(stepped, damping / total, out=residual)
             touched = None
             continue
         amount = residual[active]
@@ -325,6 +327,12 @@ class Reset:
     vertices: np.ndarray        # distinct, ascending
     weights: np.ndarray         # float64, one a vertex
 
+    def __post_init__(self) -> None:
+        # a walk places the weights by these vertices and takes them as its first round's: unsorted or
+        # repeated vertices would put the mass on the wrong vertices without a sign
+        if len(self.vertices) != len(self.weights) or (len(self.vertices) > 1 and not (np.diff(self.vertices) > 0).all()):
+            raise ValueError("a Reset's vertices must be distinct and ascending, one weight each")
+
     def dense(self, n_vertices: int) -> np.ndarray:
         """The vertex-length reset vector."""
         reset = np.zeros(n_vertices, dtype=np.float64)
@@ -354,8 +362,6 @@ def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray,
     vertices = np.concatenate([np.fromiter(seeds.entity, dtype=np.intp, count=len(seeds.entity)), chunk_vertices])
     weights = np.concatenate([np.fromiter(seeds.entity.values(), dtype=np.float64, count=len(seeds.entity)),
                               chunk_weights])
-    if len(vertices) and (int(vertices.min()) < 0 or int(vertices.max()) >= n_vertices):
-        raise ValueError(f"reset has vertices outside the graph's {n_vertices}")
     distinct = unique_sorted(vertices)
     summed = np.zeros(len(distinct), dtype=np.float64)
     np.add.at(summed, np.searchsorted(distinct, vertices), weights)    # seeds first, then chunks: 0 + a + b
