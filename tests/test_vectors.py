@@ -521,7 +521,7 @@ def test_top_order_is_the_stable_descending_sort_cut() -> None:
         assert top_order(x, m).tolist() == np.argsort(-x, kind="stable")[:m].tolist()
 
 
-def test_a_query_reads_postings_at_offsets_and_a_truncated_file_is_an_error(tmp_path) -> None:
+def test_a_query_reads_postings_at_offsets_and_a_truncated_file_or_bad_band_counts_are_errors(tmp_path) -> None:
     """A query's load reads the postings' rows and values with pread (not mapped); a file cut short after the
     load is reported with its fix, never read as zeros."""
     rng = np.random.default_rng(6)
@@ -538,6 +538,19 @@ def test_a_query_reads_postings_at_offsets_and_a_truncated_file_is_an_error(tmp_
     data.write_bytes(data.read_bytes()[:-64])
     with pytest.raises(HragError, match="truncated"):
         lazy.search(np.full((1, 64), 0.125, np.float32), 1)     # every column: the last one is cut
+
+    # band counts that do not fill their column's run (one entry moved to another column: same total) are
+    # damage a query would otherwise read as rows of the wrong band
+    VectorIndex.build("facts", ids_of(300), m, VectorSettings(), "m").save(tmp_path)
+    assert VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True) is not None
+    bands_path = VectorIndex.query_paths(tmp_path, "facts")[5]
+    bands = np.load(bands_path)
+    moved = int(np.flatnonzero(bands[:, 0])[0])
+    bands[moved, 0] -= 1
+    bands[(moved + 1) % len(bands), 0] += 1
+    np.save(bands_path, bands)
+    with pytest.raises(HragError, match="hrag synonyms"):
+        VectorIndex.load(tmp_path, "facts", VectorSettings(), lazy_ids=True)
 
 
 @pytest.mark.parametrize("n, dim, name", [(300, 512, "facts"), (70_000, 24, "facts"), (3000, 300, "entities")])
