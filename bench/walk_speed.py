@@ -94,7 +94,7 @@ def main() -> None:
         weight = 0.05 * (score - score.min()) / max(score.max() - score.min(), 1e-12)
         read.clear()
         t0 = time.process_time()
-        reset, floor = build_reset(walk.vcount(), seeds, chunks, weight, args.passage_top_k)
+        reset, floor = build_reset(seeds, chunks, weight, args.passage_top_k)
         pr = passage_walk(walk, reset, floor, damping, scale)
         cpu.append(time.process_time() - t0)
         entries.append(sum(read))
@@ -106,7 +106,7 @@ def main() -> None:
         exact = reference(walk, full, damping, scale)
         first.append(first_difference(ranked, chunks[np.argsort(-exact[chunks], kind="stable")[:args.top]]))
         if args.hipporag:
-            old, _ = build_reset(walk.vcount(), seeds, chunks, weight)
+            old, _ = build_reset(seeds, chunks, weight)
             theirs = reference(walk, old.dense(walk.vcount()), damping, scale)
             order = chunks[np.argsort(-theirs[chunks], kind="stable")[:args.top]]
             hippo.append((first_difference(ranked, order), len(set(ranked[:5]) & set(order[:5]))))

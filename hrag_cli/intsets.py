@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unique_counts", "unique_sorted"]
+__all__ = ["unique_counts", "unique_marked", "unique_sorted"]
 
 
 def _starts(ordered: np.ndarray) -> np.ndarray:
@@ -29,3 +29,14 @@ def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ordered = np.sort(values, kind="quicksort")
     edge = np.flatnonzero(_starts(ordered))
     return ordered[edge], np.diff(np.append(edge, len(ordered)))
+
+
+def unique_marked(values: np.ndarray, mark: np.ndarray) -> np.ndarray:
+    """The distinct `values` (each in range(len(mark))), ascending: sorted when few, else marked in the bool array
+    `mark` (its contents are overwritten) and read back by one scan, which beats sorting more than 1/64 of its
+    length (a walk's round: 11,000 of 721,648 vertices at 100,000 passages, 0.3 ms a question)."""
+    if len(values) * 64 < len(mark):
+        return unique_sorted(values)
+    mark.fill(False)
+    mark[values] = True
+    return np.flatnonzero(mark)

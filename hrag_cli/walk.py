@@ -361,9 +361,11 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
     the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
-    `out`: an intp array of `total` items to write them into; `ones`: an intp array of at least `total` ones
-    to take the steps from (left all ones again): then the sum is the only pass that writes every entry."""
+    `out`: an intp array of `total` items to write them into; `ones` (with `out`): an intp array of at least
+    `total` ones to take the steps from (left all ones again): then the sum is the only pass that writes every
+    entry."""
     if ones is not None:
+        assert out is not None, "`ones` needs `out`: the steps taken from it are reset after the sum"
         steps = ones[:total]
     elif out is not None:
         steps = out

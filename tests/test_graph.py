@@ -167,7 +167,17 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     assert [walk.key(v) for v in range(walk.vcount())] == g.vs["key"]
     assert all(walk.vertex(k) == v for v, k in enumerate(g.vs["key"]))
     assert walk.vertex("nobody") is None and walk.vertex("") is None and walk.vertex("zzz") is None
-    assert all(walk.vertex(k) == v for v, k in enumerate(g.vs["key"])) and walk.vertex("zzz") is None  # remembered
+
+    def searched(key: str) -> None:
+        raise AssertionError(f"{key!r} searched again")
+
+    walk._search = searched                                        # remembered: a second ask searches nothing
+    assert all(walk.vertex(k) == v for v, k in enumerate(g.vs["key"])) and walk.vertex("zzz") is None
+    del walk._search
+    walk._FOUND_KEEP, at = 2, {k: v for v, k in enumerate(g.vs["key"])}   # full: cleared, then the answer kept
+    walk._found.clear()
+    assert [walk.vertex(k) for k in ("acme", "bob", "zürich")] == [at["acme"], at["bob"], at["zürich"]]
+    assert list(walk._found) == ["zürich"]
     entries = sorted((walk.key(int(r)), walk.key(int(c)), float(w), int(k)) for r, c, w, k in
                      zip(walk.rows(), walk.cols, walk.weight, walk.kind))
     both_ways = sorted(t for e in g.es for t in (

@@ -108,7 +108,7 @@ def test_reset_must_fit_and_be_positive() -> None:
 
 def test_build_reset_and_minmax() -> None:
     seeds = SeedWeights(entity={0: 0.5, 3: 0.25})
-    reset, floor = build_reset(5, seeds, np.array([1, 2, 3]), np.array([0.1, 0.2, 0.3]))
+    reset, floor = build_reset(seeds, np.array([1, 2, 3]), np.array([0.1, 0.2, 0.3]))
     np.testing.assert_allclose(reset.dense(5), [0.5, 0.1, 0.2, 0.55, 0.0])
     assert list(reset.vertices) == [0, 1, 2, 3] and reset.weights[3] == 0.25 + 0.3   # the seed's, then the chunk's
     assert floor == 0.0
@@ -155,13 +155,13 @@ def test_a_batch_walk_prepares_its_arrays_and_walks_the_same_bits() -> None:
 
 def test_bounded_reset_is_its_head_plus_the_mean_of_the_rest() -> None:
     seeds = SeedWeights(entity={0: 0.5})
-    reset, floor = build_reset(6, seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)
+    reset, floor = build_reset(seeds, np.array([1, 2, 3, 4, 5]), np.array([0.1, 0.4, 0.2, 0.4, 0.3]), top=2)
     assert floor == pytest.approx(0.2)                        # mean of 0.1, 0.2, 0.3: the chunks below the best 2
     np.testing.assert_allclose(reset.dense(6), [0.5, 0.0, 0.2, 0.0, 0.2, 0.0])
     # ties at the cut go to the chunk listed first; top >= the chunks keeps every weight as it is
-    reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=1)
+    reset, floor = build_reset(SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=1)
     assert floor == pytest.approx(0.2) and list(reset.vertices) == [1] and reset.weights[0] == pytest.approx(0.1)
-    reset, floor = build_reset(4, SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=3)
+    reset, floor = build_reset(SeedWeights(), np.array([1, 2, 3]), np.array([0.3, 0.3, 0.1]), top=3)
     assert floor == 0.0 and list(reset.dense(4)) == [0.0, 0.3, 0.3, 0.1]
 
 
@@ -176,7 +176,7 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
     g.vs["kind"] = ["chunk" if v < 120 else "entity" for v in range(300)]
     walk = WalkGraph(walk_arrays(g))
     chunks = np.arange(120)
-    reset, floor = build_reset(300, SeedWeights(entity={200: 0.4, 250: 0.1}), chunks, rng.random(120) * 0.05, top=10)
+    reset, floor = build_reset(SeedWeights(entity={200: 0.4, 250: 0.1}), chunks, rng.random(120) * 0.05, top=10)
     assert floor > 0
     whole = reset.dense(300)
     whole[chunks] += floor
@@ -277,7 +277,7 @@ def test_walk_in_blocks_is_the_walk_spelled_out(monkeypatch) -> None:
 
 
 def test_sorted_distinct_values_are_numpys() -> None:
-    from hrag_cli.intsets import unique_counts, unique_sorted
+    from hrag_cli.intsets import unique_counts, unique_marked, unique_sorted
 
     rng = np.random.default_rng(2)
     for values in (rng.integers(0, 50, 300), rng.integers(-5, 10 ** 12, 1000), np.zeros(0, dtype=np.int64)):
@@ -285,6 +285,11 @@ def test_sorted_distinct_values_are_numpys() -> None:
         assert np.array_equal(unique_sorted(values), uniq)
         got, got_counts = unique_counts(values)
         assert np.array_equal(got, uniq) and np.array_equal(got_counts, counts) and got_counts.dtype == np.int64
+    # by sorting (few values against the mark's length) and by marking (many): the mark's old contents ignored
+    for size in (10, 500, 5000):
+        values = rng.integers(0, 6400, size)
+        mark = rng.random(6400) < 0.5
+        assert np.array_equal(unique_marked(values, mark), np.unique(values))
 
 
 def test_a_reset_by_its_vertices_walks_as_its_vector() -> None:

@@ -19,7 +19,7 @@ from .. import store
 from ..artifacts import quick_sum
 from ..config import Settings
 from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
-from ..intsets import unique_sorted
+from ..intsets import unique_marked, unique_sorted
 from ..project import Project
 from ..vectors import top_order
 from ..walk import Scale, WalkGraph, kind_factors, scale_key
@@ -148,15 +148,15 @@ def _push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Sc
         sparse = int(ends[-1]) * SPARSE_ROUND < n
         over_t = []
         for a, b in _blocks(ends):
-            vertices, share = active[a:b], amount[a:b]
+            sources, share = active[a:b], amount[a:b]
             if not lens[a:b].all():                    # a vertex without edges (a reset on it) spreads nothing
                 rows = lens[a:b] > 0
-                vertices, share = vertices[rows], share[rows]
-            targets, mass = graph.spread(vertices, share, scale)
+                sources, share = sources[rows], share[rows]
+            targets, mass = graph.spread(sources, share, scale)
             np.add.at(residual, targets, mass)
             if sparse:
                 over_t.append(targets[residual[targets] > limit[targets]])
-        touched = _distinct(np.concatenate(over_t), over) if sparse else None    # ascending, as a scan finds them
+        touched = unique_marked(np.concatenate(over_t), over) if sparse else None  # ascending, as a scan finds them
     return _Walked(kept, residual, 1.0 - damping, total)
 
 
@@ -172,17 +172,6 @@ def _reset_parts(reset: np.ndarray | Reset, n: int) -> tuple[np.ndarray, np.ndar
         raise ValueError(f"reset has {reset.shape} entries, graph has {n} vertices")
     vertices = np.flatnonzero(reset)
     return vertices, reset[vertices], float(reset.sum())
-
-
-def _distinct(vertices: np.ndarray, mark: np.ndarray) -> np.ndarray:
-    """The distinct `vertices`, ascending: sorted when few, else marked in the vertex-length bool array `mark`
-    (its contents are overwritten) and read back by one scan, which beats sorting more than 1/64 of the
-    vertices (11,000 at 100,000 passages: 0.3 ms a question)."""
-    if len(vertices) * 64 < len(mark):
-        return unique_sorted(vertices)
-    mark.fill(False)
-    mark[vertices] = True
-    return np.flatnonzero(mark)
 
 
 def _blocks(ends: np.ndarray) -> list[tuple[int, int]]:
@@ -330,7 +319,8 @@ class Reset:
     def __post_init__(self) -> None:
         # a walk places the weights by these vertices and takes them as its first round's: unsorted or
         # repeated vertices would put the mass on the wrong vertices without a sign
-        if len(self.vertices) != len(self.weights) or (len(self.vertices) > 1 and not (np.diff(self.vertices) > 0).all()):
+        ascending = len(self.vertices) < 2 or bool((np.diff(self.vertices) > 0).all())
+        if len(self.vertices) != len(self.weights) or not ascending:
             raise ValueError("a Reset's vertices must be distinct and ascending, one weight each")
 
     def dense(self, n_vertices: int) -> np.ndarray:
@@ -340,7 +330,7 @@ class Reset:
         return reset
 
 
-def build_reset(n_vertices: int, seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray,
+def build_reset(seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray,
                 top: int = 0) -> tuple[Reset, float]:
     """The walk's reset as (local part, floor): the seeds' weights, and each chunk's passage weight
     (HippoRAG 2 gives one to every chunk). With `top` > 0 and more chunks than that, the best `top` chunks

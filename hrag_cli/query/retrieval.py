@@ -369,7 +369,7 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     t0 = time.perf_counter()
     cv = ix.chunk_vertices
     ok = cv >= 0
-    reset, floor = build_reset(graph.vcount(), seeds, cv[ok], passage[ok] * s.passage_node_weight,
+    reset, floor = build_reset(seeds, cv[ok], passage[ok] * s.passage_node_weight,
                                s.passage_node_top_k)
     rules_graph = is_rules_graph(ix.extractor)
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
