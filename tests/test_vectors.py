@@ -452,7 +452,7 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
     columns no row holds, negative values), and a posting search's binary search in the band runs finds a
     row's entry exactly where the spelled rows have it: absent rows, rows sharing their low bytes with
     another band's entry, the first and last entries of a run, and as many rows as the spelled search takes."""
-    from hrag_cli.vectors import build_postings
+    from hrag_cli.vectors import _SEARCHED_ROWS, build_postings
 
     rng = np.random.default_rng(12)
     n, dim = 150_000, 40
@@ -474,7 +474,8 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
         rng.integers(0, n, 600), [0, 1, 65_535, 65_536, 65_537, 131_072, n - 1], np.arange(70_000, 70_100, 9),
         [int(plow[int(ptr[c])]) + 65_536 * b for c in range(5) for b in range(3)]]))  # another band's low bytes
     every = _spelled_scores(rows, q)
-    for probe in (probe, np.arange(3000) * 50):           # `_search`; past 1,024 rows `_search_spelled`
+    assert len(probe) <= _SEARCHED_ROWS < 3000            # the first probe takes `_search`, the second one
+    for probe in (probe, np.arange(3000) * 50):           # (past _SEARCHED_ROWS rows) `_search_spelled`
         assert post.exact(probe, q).tobytes() == every[probe].tobytes()
     m[65_536:] = 0                                        # rows searched where no column has a run at all
     rows = sparse_rows(m)
