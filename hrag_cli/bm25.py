@@ -71,7 +71,7 @@ class BM25Index:
         self._dead_entries = 0
         self._inv: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ptr, slots, tfs
         self._queries = 0                       # scored so far: the first one skips building `_inv`
-        self._norm: tuple | None = None         # (the `_inv` and (k1, b) it was made with, `_length_norm`)
+        self._norm: tuple | None = None         # (the `_inv` it was made with, `_length_norm`)
 
     # ----------------------------------------------------------------- contents
     def tokens(self, text: str) -> list[str]:
@@ -254,9 +254,9 @@ class BM25Index:
         if self._inv is None:
             return None
         made = self._norm
-        if made is None or made[0] is not self._inv or made[1] != (self.k1, self.b):
-            made = self._norm = (self._inv, (self.k1, self.b), self._norm_of(self._slot_len))
-        return made[2]
+        if made is None or made[0] is not self._inv:
+            made = self._norm = (self._inv, self._norm_of(self._slot_len))
+        return made[1]
 
     def slot_scores(self, query: str) -> tuple[list[str | None], np.ndarray] | None:
         """(doc id of each slot, None where removed; BM25 score of each slot), or None when no query term is

@@ -445,6 +445,13 @@ def _whole_lines_buffer(fh: BinaryIO) -> Any:
     return data[:data.rfind(b"\n") + 1]
 
 
+def _line_ends(data: bytes) -> Any:
+    """The offset just past each newline of `data` (the start of the line after it), found by numpy."""
+    import numpy as np
+
+    return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+
+
 def _line_index(fh: BinaryIO) -> tuple[Any, Any] | None:
     """(member offsets, first line of each member) of a compressed file's line index, each ending with the
     index member's offset and the line count; None when the file has none or it does not fit the file."""
@@ -620,7 +627,7 @@ class LineWalker:
             data = next(self._blocks, None)
             if data is None:
                 return False
-            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+            ends = _line_ends(data)
             self._data, self._starts, self._at = data, np.concatenate([np.zeros(1, np.int64), ends]), 0
         return True
 
@@ -704,7 +711,7 @@ class JsonlLines:
                 size, ends = os.fstat(fd).st_size, []
                 for s in range(0, size, step):
                     block = os.pread(fd, min(step, size - s), s)
-                    ends.append(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + s + 1)
+                    ends.append(_line_ends(block) + s)
             self._starts = np.concatenate([np.zeros(1, np.int64), *ends])
         return self._starts
 
@@ -746,9 +753,7 @@ class JsonlLines:
                 data = zlib.decompress(raw, wbits=31, bufsize=size)
             except zlib.error:
                 return None
-            import numpy as np
-
-            starts = [0, *(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).tolist()]
+            starts = [0, *_line_ends(data).tolist()]
             if len(starts) - 1 != int(firsts[m + 1] - firsts[m]):
                 return None
             if len(self._cache) >= self._KEEP:

@@ -135,9 +135,20 @@ def test_budgets_cut_in_rank_order(ix: QueryIndex, project: Project) -> None:
     assert any("kept 2 of 5" in n for n in r.notes)
 
 
-def test_budgets_count_only_what_overflows_and_cut_as_counting_every_line() -> None:
+def test_budgets_count_only_what_overflows_and_cut_as_counting_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """apply_budgets counts tokens only for the lists whose bytes overflow; its cuts equal counting every line."""
+    from hrag_cli.query import context
     from hrag_cli.query.context import fact_line, relation_line
+
+    counted: list[str] = []
+    real = context._tokens
+
+    def spy(line: str) -> int:
+        counted.append(line)
+        return real(line)
+
+    monkeypatch.setattr(context, "_tokens", spy)
+    nbytes = lambda lines: sum(len(x.encode("utf-8")) + 1 for x in lines)   # noqa: E731
 
     def exact(r: Retrieval, s, top_k: int) -> tuple[list, list, list, list]:
         def cut(items, lines, budget):
@@ -154,6 +165,7 @@ def test_budgets_count_only_what_overflows_and_cut_as_counting_every_line() -> N
         kept, _ = cut(chunks, [chunk_block(i + 1, c) for i, c in enumerate(chunks)], max(s.context_tokens - e - u - f, 0))
         return ents, rels, facts, kept
 
+    fast_counts: list[int] = []
     rng = np.random.default_rng(7)
     words = ["river", "Ålborg", "the", "seawall", "1987", "naïve", "—", "harbour", "x"]
     text = lambda n: " ".join(rng.choice(words, n))   # noqa: E731
@@ -169,8 +181,19 @@ def test_budgets_count_only_what_overflows_and_cut_as_counting_every_line() -> N
         s = replace(Settings().query, entity_tokens=int(rng.integers(1, 600)), relation_tokens=int(rng.integers(1, 400)),
                     context_tokens=int(rng.integers(1, 6000)))
         want = exact(r, s, 5)
+        lines_e = [entity_line(x) for x in r.entities]
+        rest = [relation_line(x) for x in r.relations] + [fact_line(x) for x in r.facts]
+        bound, _ = context._fits(lines_e, s.entity_tokens)
+        fast = bound is not None and nbytes(rest) <= s.relation_tokens and \
+            bound + nbytes(rest) + nbytes(chunk_block(i + 1, c) for i, c in enumerate(r.chunks[:5])) <= s.context_tokens
+        counted.clear()
         apply_budgets(r, s, 5)
         assert (r.entities, r.relations, r.facts, r.chunks) == want
+        if fast:       # nothing cut: only a first few entity lines went through tiktoken
+            assert counted == lines_e[:len(counted)]
+            fast_counts.append(len(counted))
+        assert len(counted) == len(set(counted)) or len(set(lines_e + rest)) < len(lines_e + rest)   # each once
+    assert 0 in fast_counts and max(fast_counts) > 0     # both fast forms met: by bytes alone, and by counting
 
 
 def test_fuse_lexical_methods() -> None:
