@@ -95,12 +95,12 @@ def main() -> None:
         read.clear()
         t0 = time.process_time()
         reset, floor = build_reset(seeds, chunks, weight, args.passage_top_k)
-        pr = passage_walk(walk, reset, floor, damping, scale)
+        pr = passage_walk(walk, reset, floor, damping, scale, vertices=chunks)    # the chunks' scores, as a query
         cpu.append(time.process_time() - t0)
         entries.append(sum(read))
         if not args.top:
             continue
-        ranked = chunks[np.argsort(-pr[chunks], kind="stable")[:args.top]]
+        ranked = chunks[np.argsort(-pr, kind="stable")[:args.top]]
         full = reset.dense(walk.vcount())
         full[chunks] += floor
         exact = reference(walk, full, damping, scale)

@@ -257,10 +257,11 @@ class WalkGraph:
         pairs = np.empty(int(row_lens.sum()), dtype=[("w", np.float64), ("c", np.intp)])
         done = 0
         for lo in range(0, len(share), 1 << 20):    # in slices: a whole-array selection is 55 MB more at peak
-            live = share[lo:lo + (1 << 20)] != 0
+            part = slice(lo, lo + (1 << 20))
+            live = share[part] != 0
             count = int(np.count_nonzero(live))
-            pairs["w"][done:done + count] = share[lo:lo + (1 << 20)][live]
-            pairs["c"][done:done + count] = self._cols32[lo:lo + (1 << 20)][live]
+            pairs["w"][done:done + count] = share[part][live]
+            pairs["c"][done:done + count] = self._cols32[part][live]
             done += count
         rows = np.empty(self.vcount(), dtype=[("start", np.intp), ("len", np.intp)])
         rows["len"] = row_lens
@@ -361,18 +362,15 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
     the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
-    `out`: an intp array of `total` items to write them into; `ones` (with `out`): an intp array of at least
-    `total` ones to take the steps from (left all ones again): then the sum is the only pass that writes every
-    entry."""
-    if ones is not None:
-        assert out is not None, "`ones` needs `out`: the steps taken from it are reset after the sum"
-        steps = ones[:total]
-    elif out is not None:
-        steps = out
-        steps.fill(1)
+    `out` and `ones` (given together, or neither): an intp array of `total` items to write them into, and one
+    of at least `total` ones to take the steps from (left all ones again): then the sum is the only pass that
+    writes every entry."""
+    if out is None:
+        assert ones is None, "`ones` needs `out`: the steps taken from it are reset after the sum"
+        idx = steps = np.ones(total, dtype=np.intp)
     else:
-        steps = np.ones(total, dtype=np.intp)
-    idx = steps if out is None else out
+        assert ones is not None, "`out` needs `ones` to take the steps from"
+        idx, steps = out, ones[:total]
     if not total:
         return idx
     live = lens > 0
