@@ -496,6 +496,13 @@ def _products(values: np.ndarray, weight: np.float32, out: np.ndarray) -> np.nda
     return np.multiply(out, np.float32(weight) * _F16_SCALE, out=out)
 
 
+def _packed(enc: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(blob uint8, offsets int64 (n + 1)) of byte strings laid end to end."""
+    off = np.zeros(len(enc) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in enc], out=off[1:])
+    return np.frombuffer(b"".join(enc), dtype=np.uint8), off
+
+
 def _read_run(arr: Any, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
     """arr[start:stop], into `out` when given (a `ReadAt` reads straight into it)."""
     if isinstance(arr, ReadAt):
@@ -577,10 +584,8 @@ class IdKeys(_Listing):
     def arrays(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(blob uint8, offsets int64 (n + 1), rows sorted by id bytes int64) of a list of ids."""
         enc = [i.encode("utf-8") for i in ids]
-        off = np.zeros(len(enc) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in enc], out=off[1:])
         order = np.array(sorted(range(len(enc)), key=enc.__getitem__), dtype=np.int64)
-        return np.frombuffer(b"".join(enc), dtype=np.uint8), off, order
+        return (*_packed(enc), order)
 
     def __len__(self) -> int:
         return len(self._order)
@@ -1045,11 +1050,9 @@ class Patch:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What <name>.patch.npz holds."""
-        off = np.zeros(len(self.ids) + 1, dtype=np.int64)   # `IdKeys.arrays`' blob and offsets, without its sort
-        np.cumsum([len(i) for i in self.ids], out=off[1:])
+        blob, off = _packed(self.ids)      # as `IdKeys.arrays` packs them, without its sort
         r = self.rows
-        return {"pos": self.pos, "base": self.base, "keys": np.frombuffer(b"".join(self.ids), dtype=np.uint8),
-                "koff": off,
+        return {"pos": self.pos, "base": self.base, "keys": blob, "koff": off,
                 "hashes": np.array(self.hashes, dtype=f"S{max(1, max(map(len, self.hashes), default=1))}"),
                 "indptr": r.indptr, "low": r.low, "bands": r.bands, "data": r.data}
 

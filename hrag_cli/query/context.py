@@ -54,21 +54,27 @@ def _cut(items: list, lines: list[str], budget: int, counted: list[int] | tuple 
     return items, used
 
 
+def _line_bytes(lines: list[str]) -> list[int]:
+    """Each line's UTF-8 bytes and its newline: a bound on its tokens + 1."""
+    return [len(x.encode("utf-8")) + 1 for x in lines]
+
+
 def _fits(lines: list[str], budget: int) -> tuple[int | None, list[int]]:
     """A bound on the lines' tokens (+1 each) when they all fit `budget`, else None; and the tokens of the
     first lines, those it counted. A token is at least one UTF-8 byte, so lines are counted only until the rest
     fits by bytes beside them (a ppr question at 100,000 passages: about 4 lines through tiktoken instead of 12,
     0.35 ms instead of 0.87 for its budgets)."""
-    rest = sum(len(x.encode("utf-8")) + 1 for x in lines)
+    sizes = _line_bytes(lines)
+    rest = sum(sizes)
     used, counted = 0, []
-    for line in lines:
+    for line, size in zip(lines, sizes):
         if used + rest <= budget:
             break
         counted.append(_tokens(line))
         used += counted[-1] + 1
         if used > budget:
             return None, counted
-        rest -= len(line.encode("utf-8")) + 1
+        rest -= size
     return used + rest, counted
 
 
@@ -84,7 +90,7 @@ def apply_budgets(r: Retrieval, s: QuerySettings, top_k: int) -> None:
     # overflow by bytes alone (long descriptions: most ppr questions at 100,000 passages): `_fits` counts as few
     # of them as it needs, and when everything else fits by bytes beside their bound nothing is cut either.
     e_bound, e_counted = _fits(lines_e, s.entity_tokens)
-    nb = [sum(len(x.encode("utf-8")) + 1 for x in lines) for lines in (lines_r, lines_c)]
+    nb = [sum(_line_bytes(lines)) for lines in (lines_r, lines_c)]
     if e_bound is not None and nb[0] <= s.relation_tokens and e_bound + sum(nb) <= s.context_tokens:
         r.chunks = chunks
         return

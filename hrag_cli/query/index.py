@@ -372,19 +372,20 @@ class QueryIndex:
         BM25 index."""
         if self.bm25 is None:
             return None
-        out = np.zeros(len(self.chunk_ids), dtype=np.float64)
         got = self.bm25.slot_scores(query)
         if got is None:
-            return out
+            return np.zeros(len(self.chunk_ids), dtype=np.float64)
         slot_docs, v = got
         rows = self.__dict__.get("_bm25_rows")
         if rows is None or len(rows) != len(slot_docs):     # each BM25 slot's chunk row, made once
             row = self.chunk_row
             rows = self.__dict__["_bm25_rows"] = np.array(
                 [row.get(d, -1) if d is not None else -1 for d in slot_docs], dtype=np.int64)
-            self.__dict__["_bm25_aligned"] = len(rows) == len(out) and np.array_equal(rows, np.arange(len(rows)))
+            self.__dict__["_bm25_aligned"] = len(rows) == len(self.chunk_ids) and \
+                np.array_equal(rows, np.arange(len(rows)))
         if self.__dict__["_bm25_aligned"]:     # slot i is chunk row i (as the synonyms stage builds them)
-            return v                           # (a score is never negative: no hit is 0, as `out` has it)
+            return v                           # (a score is never negative: no hit is 0, as the rows below)
+        out = np.zeros(len(self.chunk_ids), dtype=np.float64)
         hit = np.flatnonzero((v > 0) & (rows >= 0))
         out[rows[hit]] = v[hit]
         return out
