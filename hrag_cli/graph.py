@@ -151,7 +151,8 @@ def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: l
     key_codes = np.zeros(m, dtype=np.int32)
     key_codes[n_struct:n_struct + n_rel] = np.arange(1, n_rel + 1, dtype=np.int32)
     rel_type = _padded(rel_types, n_struct, m - n_struct - n_rel)
-    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": (rel_ids if isinstance(rel_ids, Column) else Column([None, *rel_ids], None)).recoded(key_codes), "rel_type": rel_type}
+    ids = rel_ids if isinstance(rel_ids, Column) else Column([None, *rel_ids], None)
+    eattrs = {"kind": Column(list(EDGE_KINDS), kind), "key": ids.recoded(key_codes), "rel_type": rel_type}
     return GraphColumns(n, edges, weight, vattrs, eattrs, split=m)
 
 
@@ -399,8 +400,9 @@ def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, st
     member: the same bytes either way."""
     pairs = pairs if isinstance(pairs, list) else list(pairs)      # the whole load may read them after the tail
     intact_walk = intact(project, "graph/walk.npz")
-    whole_hash = project.graph_path.stat().st_size <= artifacts.FULL_HASH_MAX
-    got = _tail_replaced(project, pairs) if whole_hash and intact(project, "graph/graph.pkl") else None
+    # intact first: a missing file is left to load_columns' one-line error
+    whole_hash = intact(project, "graph/graph.pkl") and project.graph_path.stat().st_size <= artifacts.FULL_HASH_MAX
+    got = _tail_replaced(project, pairs) if whole_hash else None
     cols = None
     if got is None:
         cols = set_synonym_edges(load_columns(project), pairs)

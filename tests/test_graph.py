@@ -276,6 +276,9 @@ def test_recorded_graph_synonyms_replaced_without_loading_it_whole(tmp_path: Pat
     monkeypatch.setattr(graph, "load_columns", whole)
     with pytest.raises(HragError, match="damaged"):
         save_synonym_edges(project, rounds[0])
+    project.graph_path.unlink()                 # no graph: the load's one-line error, not a raw OSError
+    with pytest.raises(HragError, match="no graph"):
+        save_synonym_edges(project, rounds[0])
 
 
 def test_vertex_columns_written_back_compressed(tmp_path: Path) -> None:
