@@ -301,10 +301,10 @@ class Project:
         """Mark a stage done; later stages compare their stored input digest against `output_digest`. The
         record lists every file the stage wrote with its size and hashes (see `check`)."""
         data = self.manifest()
-        # a forgotten record's hashes still vouch for the files it listed (see forget_stage)
-        old = {**(data.get("forgotten") or {}).pop(name, {}),
-               **((data["stages"].get(name) or {}).get("artifacts") or {})}
-        if not data.get("forgotten"):
+        # a forgotten record's hashes still vouch for the files it listed (see forget_stage); used once
+        forgotten = data.get("forgotten") or {}
+        old = {**forgotten.pop(name, {}), **((data["stages"].get(name) or {}).get("artifacts") or {})}
+        if not forgotten:
             data.pop("forgotten", None)
         data["stages"][name] = {
             "fingerprint": fp,

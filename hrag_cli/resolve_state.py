@@ -472,8 +472,8 @@ class Reader:
     def _part(self, s: str, b: int, j: int) -> list[bytes]:
         got = self._fields.get((s, b, j))
         if got is None:
-            k, n = len(self._fields_spans(s, b)), self.index[s][2][b]
-            lo, hi = self._fields_spans(s, b)[j]
+            spans, n = self._fields_spans(s, b), self.index[s][2][b]
+            k, (lo, hi) = len(spans), spans[j]
             got = _decode(self._map[lo:hi])
             if got.__class__ is not list or len(got) != n * (j + 1) // k - n * j // k:   # items: checked when read
                 raise Damaged(f"a {s} block has the wrong shape")
