@@ -181,8 +181,9 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
     whole = reset.dense(300)
     whole[chunks] += floor
     full = passage_walk(walk, reset, floor, 0.5)
+    # the push leaves up to PUSH_EPS x its entry count unspread on a vertex: ~1e-4 of the smallest scores here
     np.testing.assert_allclose(full, np.asarray(g.personalized_pagerank(
-        directed=False, damping=0.5, reset=whole.tolist(), weights="weight")), rtol=1e-4, atol=1e-8)
+        directed=False, damping=0.5, reset=whole.tolist(), weights="weight")), rtol=3e-4, atol=1e-8)
     # the chunks' scores alone (what a query ranks) are the very values, and a second walk in the same
     # scratch arrays gives them again
     assert np.array_equal(passage_walk(walk, reset, floor, 0.5, vertices=chunks), full[chunks])
