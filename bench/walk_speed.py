@@ -63,11 +63,20 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=50, help="chunk ranks compared with the float64 walk (0: skip)")
     ap.add_argument("--passage-top-k", type=int, default=QuerySettings().passage_node_top_k,
                     help="chunks keeping their own passage weight (0: every chunk)")
-    ap.add_argument("--eps", type=float, default=ppr.PUSH_EPS, help="the push's tolerance (ppr.PUSH_EPS)")
+    ap.add_argument("--eps", type=float, nargs="+", default=[ppr.PUSH_EPS],
+                    help="the push's tolerance (ppr.PUSH_EPS); several with --questions")
+    ap.add_argument("--questions", type=Path,
+                    help="real queries instead of made-up resets: these questions (one a line) as `hrag query "
+                         "--mode ppr` ranks them, with each --eps and with a converged walk")
+    ap.add_argument("--ranks", type=int, default=10, help="with --questions: the chunk ranks compared")
     ap.add_argument("--hipporag", action="store_true", help="also rank with HippoRAG 2's reset (every chunk's own weight)")
     args = ap.parse_args()
-    ppr.PUSH_EPS = args.eps
     project = Project(args.project)
+    if args.questions:
+        return question_walks(project, args.questions, args.eps, args.ranks)
+    if len(args.eps) > 1:
+        ap.error("several --eps need --questions")
+    ppr.PUSH_EPS = args.eps[0]
     damping, scale = QuerySettings().damping, project_walk_scale(project, project.settings())
     t0 = time.process_time()
     walk = WalkGraph.load(project)
@@ -113,7 +122,7 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"vertices {walk.vcount():,}  entries {len(walk.weight):,}  load {load_s:.3f} s CPU  "
           f"chunk prior {prior_s:.3f} s CPU (walked here; a query reads the one the synonyms stage saved)  "
-          f"passage_node_top_k {args.passage_top_k}  eps {args.eps:g}  scale {scale}")
+          f"passage_node_top_k {args.passage_top_k}  eps {args.eps[0]:g}  scale {scale}")
     print(f"walk CPU per query: median {np.median(cpu):.3f} s (min {min(cpu):.3f}, max {max(cpu):.3f}); entries "
           f"read by pushes: median {int(np.median(entries)):,}; peak RSS {rss:.0f} MB"
           + (" (with the float64 yardstick)" if args.top else ""))
@@ -124,6 +133,51 @@ def main() -> None:
     if hippo:
         print("against HippoRAG 2's reset (every chunk its own weight): first differing rank, top-5 overlap: "
               + ", ".join(f"{f or '-'}/{o}" for f, o in hippo))
+
+
+def question_walks(project: Project, questions: Path, eps: list[float], ranks: int) -> None:
+    """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
+    with the walk pushed to each tolerance and converged (ppr.PRIOR_EPS): how often the first 5 and the first
+    `ranks` are the converged walk's, and the first tolerance's; the walk's entries and the question's CPU.
+    The converged walks go first, so the timed runs find the batch's prepared arrays made."""
+    from hrag_cli.query.run import QuerySession    # noqa: E402  (only this mode runs whole queries)
+
+    settings = project.settings()
+    settings.query.top_k = max(ranks, 5)
+    session = QuerySession(project, settings)
+    walk, read = session.index.walk, []
+    spread = walk.spread
+
+    def counted(vertices: np.ndarray, amount: np.ndarray, scale=None):
+        read.append(int(walk.degrees()[vertices].sum()))
+        return spread(vertices, amount, scale)
+
+    walk.spread = counted        # type: ignore[method-assign]
+    qs = [line.strip() for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def ranked(tolerance: float) -> tuple[list[list[str]], list[float], list[int]]:
+        ppr.PUSH_EPS = tolerance
+        order, cpu, entries = [], [], []
+        for q in qs:
+            read.clear()
+            t0 = time.process_time()
+            r, _ = session.run(q, mode="ppr")
+            cpu.append(time.process_time() - t0)
+            entries.append(sum(read))
+            order.append([c.chunk_id for c in r.chunks])
+        return order, cpu, entries
+
+    exact = ranked(ppr.PRIOR_EPS)[0]
+    first = None
+    print(f"{len(qs)} questions; chunks ranked as `hrag query --mode ppr` ranks them, against a walk to "
+          f"{ppr.PRIOR_EPS:g} (converged){' and eps ' + format(eps[0], 'g') if len(eps) > 1 else ''}")
+    for tolerance in eps:
+        order, cpu, entries = ranked(tolerance)
+        first = first or order
+        same = [sum(a[:k] == b[:k] for a, b in zip(order, ref)) for ref in (exact, first) for k in (5, ranks)]
+        print(f"eps {tolerance:g}: question CPU median {1e3 * float(np.median(cpu)):.1f} ms, walk entries median "
+              f"{int(np.median(entries)):,}; first 5 / {ranks} chunks as converged: {same[0]} / {same[1]}"
+              + (f", as eps {eps[0]:g}: {same[2]} / {same[3]}" if len(eps) > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ from .vectors import scratch
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
 _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
+# `WalkGraph.spread` prepares the whole table once a process's spreads have read 1 / PREPARE_SHARE of the entries:
+# a walk of one of 100 real questions at 100,000 passages read 549k of 7.16M entries (median; at most 699k), so
+# a cold query never pays the table (~0.3 s, 269 MB) and a batch has it from its second question (at a third, from
+# the fifth: three more questions at the unprepared cost, ~2.5x a prepared walk's).
+PREPARE_SHARE = 8
 
 
 def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
@@ -273,8 +278,8 @@ class WalkGraph:
         over its edges in proportion to their weights (`scale` as in `weights`): the neighbour and the mass of
         every entry of those rows. Reads only those rows, so a local walk's cost follows where its mass is;
         a vertex without a usable edge (all weights 0) sends nothing. Once the spreads of this process have
-        read a third of the entries the graph holds (a batch's second or third walk at 100,000 passages; a
-        single question's walk reads about a sixth), every entry's share of its row and its
+        read an eighth of the entries the graph holds (`PREPARE_SHARE`: a batch's second walk at 100,000
+        passages, where a question's walk reads 5-10 %), every entry's share of its row and its
         native neighbour are made whole, once, side by side (`_entries`, without the entries of share 0): then
         an entry costs one gather and one product where it cost three gathers and a sum over its row, and a
         single query still reads only its rows. Both ways compute the same shares, and an entry of share 0 adds
@@ -283,7 +288,7 @@ class WalkGraph:
         key = ("weights", scale_key(scale))
         if key not in self.memo:
             self._spread += int(self.degrees()[vertices].sum())
-            if self._spread * 3 > len(self.weight):
+            if self._spread * PREPARE_SHARE > len(self.weight):
                 self.memo[key] = self._entries(scale)
         if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
             table, rows = self.memo[key]
