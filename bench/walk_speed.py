@@ -9,7 +9,12 @@ strong matches; the best `--passage-top-k` chunks keep their own weight and the 
 reset, every chunk with its own weight (what the bound changes). Needs only graph/walk.npz (a project built
 through resolve is enough).
 
+`--questions Q.txt` walks real queries instead (a project built through synonyms): each question ranked as
+`hrag query --mode ppr` ranks it, with the walk pushed to each `--eps` and to convergence, the tolerance
+`ppr.PUSH_EPS` is chosen by.
+
     .venv/bin/python bench/walk_speed.py --project P [--walks 5] [--top 50] [--passage-top-k M] [--hipporag]
+    .venv/bin/python bench/walk_speed.py --project P --questions Q.txt --eps 1e-7 2e-7 3e-7 [--ranks 10]
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ def main() -> None:
     args = ap.parse_args()
     project = Project(args.project)
     if args.questions:
+        if args.hipporag:
+            ap.error("--hipporag compares made-up resets: not with --questions")
         return question_walks(project, args.questions, args.eps, args.ranks)
     if len(args.eps) > 1:
         ap.error("several --eps need --questions")
@@ -83,14 +90,7 @@ def main() -> None:
     load_s = time.process_time() - t0
     chunks = np.flatnonzero(walk.vkind == VERTEX_KINDS.index(CHUNK))
     entities = np.flatnonzero(walk.vkind == VERTEX_KINDS.index(ENTITY))
-    read = []
-    spread = walk.spread
-
-    def counted(vertices: np.ndarray, amount: np.ndarray, scale=None):
-        read.append(int(walk.degrees()[vertices].sum()))
-        return spread(vertices, amount, scale)
-
-    walk.spread = counted        # type: ignore[method-assign]
+    read = count_spreads(walk)
     t0 = time.process_time()
     chunk_prior(walk, damping, scale)
     prior_s = time.process_time() - t0
@@ -135,17 +135,10 @@ def main() -> None:
               + ", ".join(f"{f or '-'}/{o}" for f, o in hippo))
 
 
-def question_walks(project: Project, questions: Path, eps: list[float], ranks: int) -> None:
-    """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
-    with the walk pushed to each tolerance and converged (ppr.PRIOR_EPS): how often the first 5 and the first
-    `ranks` are the converged walk's, and the first tolerance's; the walk's entries and the question's CPU.
-    The converged walks go first, so the timed runs find the batch's prepared arrays made."""
-    from hrag_cli.query.run import QuerySession    # noqa: E402  (only this mode runs whole queries)
-
-    settings = project.settings()
-    settings.query.top_k = max(ranks, 5)
-    session = QuerySession(project, settings)
-    walk, read = session.index.walk, []
+def count_spreads(walk: WalkGraph) -> list[int]:
+    """The entries each of the walk's spreads reads, appended to the list returned (a sweep round reads
+    every entry without a spread: not counted)."""
+    read: list[int] = []
     spread = walk.spread
 
     def counted(vertices: np.ndarray, amount: np.ndarray, scale=None):
@@ -153,29 +146,48 @@ def question_walks(project: Project, questions: Path, eps: list[float], ranks: i
         return spread(vertices, amount, scale)
 
     walk.spread = counted        # type: ignore[method-assign]
+    return read
+
+
+def question_walks(project: Project, questions: Path, eps: list[float], ranks: int) -> None:
+    """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
+    with the walk pushed to each tolerance and converged (ppr.PRIOR_EPS): how often the first 5 and the first
+    `ranks` are the converged walk's, and the first tolerance's; the entries its pushes read and the question's
+    CPU (one pass per tolerance in turn, not paired: the entries are the steadier figure). The converged walks
+    go first, so the timed passes find the batch's table made. No LLM: a fact filter would make the passes
+    differ for reasons of its own."""
+    from hrag_cli.query.run import QuerySession    # noqa: E402  (only this mode runs whole queries)
+
+    settings = project.settings()
+    settings.query.top_k = max(ranks, 5)
+    settings.llm.model = ""
+    session = QuerySession(project, settings)
+    walk = session.index.walk
+    read = count_spreads(walk)
     qs = [line.strip() for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
 
-    def ranked(tolerance: float) -> tuple[list[list[str]], list[float], list[int]]:
+    def ranked(tolerance: float) -> tuple[list[list[str]], list[float], list[int], int]:
         ppr.PUSH_EPS = tolerance
-        order, cpu, entries = [], [], []
+        order, cpu, entries, walked = [], [], [], 0
         for q in qs:
             read.clear()
             t0 = time.process_time()
             r, _ = session.run(q, mode="ppr")
             cpu.append(time.process_time() - t0)
             entries.append(sum(read))
+            walked += "ppr_ms" in r.timings           # the others fell back to the passage scores
             order.append([c.chunk_id for c in r.chunks])
-        return order, cpu, entries
+        return order, cpu, entries, walked
 
-    exact = ranked(ppr.PRIOR_EPS)[0]
+    exact, _, _, walked = ranked(ppr.PRIOR_EPS)
     first = None
-    print(f"{len(qs)} questions; chunks ranked as `hrag query --mode ppr` ranks them, against a walk to "
-          f"{ppr.PRIOR_EPS:g} (converged){' and eps ' + format(eps[0], 'g') if len(eps) > 1 else ''}")
+    print(f"{len(qs)} questions, {walked} of them walked; chunks ranked as `hrag query --mode ppr` ranks them, "
+          f"against a walk to {ppr.PRIOR_EPS:g} (converged){' and eps ' + format(eps[0], 'g') if len(eps) > 1 else ''}")
     for tolerance in eps:
-        order, cpu, entries = ranked(tolerance)
+        order, cpu, entries, _ = ranked(tolerance)
         first = first or order
         same = [sum(a[:k] == b[:k] for a, b in zip(order, ref)) for ref in (exact, first) for k in (5, ranks)]
-        print(f"eps {tolerance:g}: question CPU median {1e3 * float(np.median(cpu)):.1f} ms, walk entries median "
+        print(f"eps {tolerance:g}: question CPU median {1e3 * float(np.median(cpu)):.1f} ms, pushed entries median "
               f"{int(np.median(entries)):,}; first 5 / {ranks} chunks as converged: {same[0]} / {same[1]}"
               + (f", as eps {eps[0]:g}: {same[2]} / {same[3]}" if len(eps) > 1 else ""))
 

@@ -37,11 +37,6 @@ from .vectors import scratch
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
 _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: signature ... name and extra lengths
-# `WalkGraph.spread` prepares the whole table once a process's spreads have read 1 / PREPARE_SHARE of the entries:
-# a walk of one of 100 real questions at 100,000 passages read 549k of 7.16M entries (median; at most 699k), so
-# a cold query never pays the table (~0.3 s, 269 MB) and a batch has it from its second question (at a third, from
-# the fifth: three more questions at the unprepared cost, ~2.5x a prepared walk's).
-PREPARE_SHARE = 8
 
 
 def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
@@ -91,7 +86,6 @@ class WalkGraph:
         self._ones: np.ndarray | None = None            # `_ones_of`
         self.memo: dict[Any, Any] = {}                 # results derived from the arrays, made once per process
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
-        self._spread = 0                                # entries read by `spread` so far
         self._found: dict[str, int | None] = {}         # key -> vertex answers of `vertex`
         self._views: tuple[memoryview, ...] | None = None   # keys, koff, order, for `_search`
         self._samples: dict[int, bytes] = {}               # j -> the (j x _SAMPLE)-th sorted key, as `_search` reads them
@@ -277,21 +271,14 @@ class WalkGraph:
         """Where the mass goes when each vertex in `vertices` (distinct, each with a row) spreads `amount` of it
         over its edges in proportion to their weights (`scale` as in `weights`): the neighbour and the mass of
         every entry of those rows. Reads only those rows, so a local walk's cost follows where its mass is;
-        a vertex without a usable edge (all weights 0) sends nothing. Once the spreads of this process have
-        read an eighth of the entries the graph holds (`PREPARE_SHARE`: a batch's second walk at 100,000
-        passages, where a question's walk reads 5-10 %), every entry's share of its row and its
-        native neighbour are made whole, once, side by side (`_entries`, without the entries of share 0): then
-        an entry costs one gather and one product where it cost three gathers and a sum over its row, and a
-        single query still reads only its rows. Both ways compute the same shares, and an entry of share 0 adds
-        0 to a residual, so a walk gives the same bits either way. Prepared, the two arrays returned are views
-        of scratch arrays (`scratch`): valid until the next spread."""
-        key = ("weights", scale_key(scale))
-        if key not in self.memo:
-            self._spread += int(self.degrees()[vertices].sum())
-            if self._spread * PREPARE_SHARE > len(self.weight):
-                self.memo[key] = self._entries(scale)
-        if key in self.memo:                        # prepared: one gather of (share, neighbour) pairs
-            table, rows = self.memo[key]
+        a vertex without a usable edge (all weights 0) sends nothing. Once `prepare` has made the table for
+        this scale, an entry costs one gather and one product where it cost three gathers and a sum over its
+        row. Both ways compute the same shares, and an entry of share 0 adds 0 to a residual, so a walk gives
+        the same bits either way. Prepared, the two arrays returned are views of scratch arrays (`scratch`):
+        valid until the next spread."""
+        prepared = self.memo.get(("weights", scale_key(scale)))
+        if prepared is not None:                    # one gather of (share, neighbour) pairs
+            table, rows = prepared
             picked = rows[vertices]
             starts, lens = picked["start"], picked["len"]
             ends = np.cumsum(lens)
@@ -311,6 +298,15 @@ class WalkGraph:
         if len(w):
             w *= np.repeat(_inverse(np.add.reduceat(w, first)), lens)    # each entry's share of its row
         return self._cols32[idx], w * np.repeat(amount, lens)
+
+    def prepare(self, scale: Scale = None) -> None:
+        """Every entry's share of its row and its native neighbour made whole, once per scale, side by side
+        (`_entries`, without the entries of share 0), for `spread`. It costs ~0.3 s and 269 MB at 100,000
+        passages, and saves ~25 ms of each later question's walk there (549k of 7.16M entries): a batch's
+        walks ask for it (`ppr.passage_walk`), a single query reads only its rows."""
+        key = ("weights", scale_key(scale))
+        if key not in self.memo:
+            self.memo[key] = self._entries(scale)
 
     def _ones_of(self, size: int) -> np.ndarray:
         """An intp array of at least `size` ones, kept across spreads (`_runs` takes its steps from it and
@@ -366,7 +362,8 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
           out: np.ndarray | None = None, ones: np.ndarray | None = None) -> np.ndarray:
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
-    the entries where an arange plus a repeated offset took three (a walk gathers ~1M entries a question).
+    the entries where an arange plus a repeated offset took three (a walk gathers ~0.5M entries a question at
+    100,000 passages).
     `out` and `ones` (given together, or neither): an intp array of `total` items to write them into, and one
     of at least `total` ones to take the steps from (left all ones again): then the sum is the only pass that
     writes every entry."""
