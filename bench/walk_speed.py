@@ -156,7 +156,7 @@ def question_walks(project: Project, questions: Path, eps: list[float], ranks: i
     CPU (one pass per tolerance in turn, not paired: the entries are the steadier figure). The converged walks
     go first, so the timed passes find the batch's table made. No LLM: a fact filter would make the passes
     differ for reasons of its own."""
-    from hrag_cli.query.run import QuerySession    # noqa: E402  (only this mode runs whole queries)
+    from hrag_cli.query.run import QuerySession, read_queries    # noqa: E402  (only this mode runs whole queries)
 
     settings = project.settings()
     settings.query.top_k = max(ranks, 5)
@@ -164,7 +164,7 @@ def question_walks(project: Project, questions: Path, eps: list[float], ranks: i
     session = QuerySession(project, settings)
     walk = session.index.walk
     read = count_spreads(walk)
-    qs = [line.strip() for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+    qs = [q for _, q in read_queries(questions)]       # as `hrag query --file` reads them
 
     def ranked(tolerance: float) -> tuple[list[list[str]], list[float], list[int], int]:
         ppr.PUSH_EPS = tolerance

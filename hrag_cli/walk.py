@@ -85,6 +85,7 @@ class WalkGraph:
         self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's walks (`scratch`)
         self._ones: np.ndarray | None = None            # `_ones_of`
         self.memo: dict[Any, Any] = {}                 # results derived from the arrays, made once per process
+                                                        # (and `ppr.passage_walk`'s count of walks)
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
         self._found: dict[str, int | None] = {}         # key -> vertex answers of `vertex`
         self._views: tuple[memoryview, ...] | None = None   # keys, koff, order, for `_search`
