@@ -83,7 +83,6 @@ class WalkGraph:
         self._degrees: np.ndarray | None = None
         self._starts: np.ndarray | None = None
         self._buffers: dict[str, np.ndarray] = {}      # scratch arrays of a batch's walks (`scratch`)
-        self._ones: np.ndarray | None = None            # `_ones_of`
         self.memo: dict[Any, Any] = {}                 # results derived from the arrays, made once per process
                                                         # (and `ppr.passage_walk`'s count of walks)
         self._steps: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
@@ -284,7 +283,8 @@ class WalkGraph:
             starts, lens = picked["start"], picked["len"]
             ends = np.cumsum(lens)
             total = int(ends[-1]) if len(ends) else 0
-            idx = _runs(starts, lens, ends - lens, total, self.scratch("idx", total, np.intp), self._ones_of(total))
+            idx = _runs(starts, lens, ends - lens, total, self.scratch("idx", total, np.intp),
+                        self.scratch("ones", total, np.intp, fill=1))        # `_runs` leaves it all ones
             pairs = np.take(table, idx, mode="clip", out=self.scratch("pairs", total, table.dtype))
             return pairs["c"], np.multiply(pairs["w"], np.repeat(amount, lens), out=self.scratch("mass", total, np.float64))
         starts, lens = self.starts()[vertices], self.degrees()[vertices]
@@ -309,17 +309,10 @@ class WalkGraph:
         if key not in self.memo:
             self.memo[key] = self._entries(scale)
 
-    def _ones_of(self, size: int) -> np.ndarray:
-        """An intp array of at least `size` ones, kept across spreads (`_runs` takes its steps from it and
-        leaves it as it was): no pass filling a step array a spread."""
-        if self._ones is None or len(self._ones) < size:
-            self._ones = np.ones(max(size, 1 << 16), dtype=np.intp)
-        return self._ones
-
-    def scratch(self, name: str, size: int, dtype: Any) -> np.ndarray:
+    def scratch(self, name: str, size: int, dtype: Any, fill: Any = None) -> np.ndarray:
         """A scratch array kept across a batch's walks (`vectors.scratch`): a walk gathers megabytes a round
         and keeps a few vertex-length arrays, and fresh arrays cost their page faults (a fifth of the spread)."""
-        return scratch(self._buffers, name, size, dtype)
+        return scratch(self._buffers, name, size, dtype, fill)
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:
         """One step of the walk over every entry for edge weights `scale`d as in `weights`: step(p)[v] = the float32 mass that reaches v when every vertex u spreads p[u] over

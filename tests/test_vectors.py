@@ -793,3 +793,16 @@ def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
     assert fixed_width(*even[:2]).tolist() == [b"ab", b"cd", b"ef"]
     assert np.shares_memory(fixed_width(*even[:2]), even[0])      # a view of the blob, not a copy
     assert len(fixed_width(np.zeros(0, np.uint8), np.zeros(1, np.int64))) == 0
+
+
+def test_scratch_arrays_are_kept_and_filled_only_when_made() -> None:
+    from hrag_cli.vectors import scratch
+
+    buffers: dict = {}
+    ones = scratch(buffers, "ones", 10, np.intp, fill=1)
+    assert ones.shape == (10,) and (ones == 1).all()
+    ones[3] = 7                                           # a caller's mark stays: the array is kept, not refilled
+    again = scratch(buffers, "ones", 20, np.intp, fill=1)
+    assert again[3] == 7 and np.shares_memory(again, ones)
+    grown = scratch(buffers, "ones", 1 << 17, np.intp, fill=1)   # past the kept size: a new array, filled
+    assert (grown == 1).all() and not np.shares_memory(grown, ones)
