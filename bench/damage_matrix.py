@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hrag_cli import offline  # noqa: E402
+from hrag_cli.core import offline  # noqa: E402
 
 offline.setup()
 from tests.damage import DAMAGES, build, matrix  # noqa: E402

@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from hrag_cli.records import ExtractionRecord
+from hrag_cli.core.records import ExtractionRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = str(Path(sys.executable).parent / "hrag")

@@ -25,8 +25,8 @@ import random
 import time
 from pathlib import Path
 
-from hrag_cli.embed import ST_TOKENS
-from hrag_cli.embed_builtin import BuiltinEmbedder, IdfTable
+from hrag_cli.embed.embedder import ST_TOKENS
+from hrag_cli.embed.builtin import BuiltinEmbedder, IdfTable
 
 DEFAULT_CORPUS = Path("/work/shared/bench/musique_train_corpus.json")
 
@@ -60,7 +60,7 @@ def st_speed(folder: str, n: int, corpus: Path, wait_policy: str | None, tokens:
 
     if wait_policy:
         os.environ["OMP_WAIT_POLICY"] = wait_policy
-    from hrag_cli.embed import SentenceTransformerBackend
+    from hrag_cli.embed.embedder import SentenceTransformerBackend
 
     passages = load_texts(corpus, n)
     words = [w.strip(".,;:()") for t in passages for w in t.split()]

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hrag_cli import offline  # noqa: E402
+from hrag_cli.core import offline  # noqa: E402
 
 offline.setup()
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
@@ -63,11 +63,11 @@ def copy_corpus(dst: Path, copies: int) -> None:
 
 
 def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
-    from hrag_cli.config import load_settings
+    from hrag_cli.core.config import load_settings
     from hrag_cli.extract.stage import run_extract
-    from hrag_cli.ingest import run_chunk
-    from hrag_cli.progress import Reporter
-    from hrag_cli.project import Project
+    from hrag_cli.chunk.stage import run_chunk
+    from hrag_cli.core.progress import Reporter
+    from hrag_cli.core.project import Project
     from tests.stub_server import StubServer
 
     spent: list[float] = []
@@ -82,7 +82,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
         quiet = Reporter("quiet")
         chunked = run_chunk(proj, settings, quiet, [docs])
         # warm up: import litellm and open its HTTP client once, outside the timed run
-        from hrag_cli.llm import LLMClient
+        from hrag_cli.core.llm import LLMClient
 
         warm = Project(Path(tmp) / "warm")
         warm.init()
@@ -129,7 +129,7 @@ def bench_offline_index() -> None:
 
 
 def bench_rules_speed() -> None:
-    from hrag_cli.chunking import chunk_text
+    from hrag_cli.chunk.chunking import chunk_text
     from hrag_cli.extract.rules import extract_rules
 
     text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "sample_corpus").rglob("*.txt")))

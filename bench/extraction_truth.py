@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hrag_cli import store  # noqa: E402
+from hrag_cli.core import store  # noqa: E402
 from hrag_cli.extract.parser import fold  # noqa: E402
-from hrag_cli.project import Project  # noqa: E402
+from hrag_cli.core.project import Project  # noqa: E402
 
 D = "<|#|>"
 SCHEMA = """

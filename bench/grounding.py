@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 from hrag_cli.extract.grounding import Grounder  # noqa: E402
 from hrag_cli.extract.parser import fold  # noqa: E402
 from hrag_cli.extract.schema import load_schema  # noqa: E402
-from hrag_cli.prune import PruneSpec, prune_record  # noqa: E402
-from hrag_cli.records import ExtractedEntity, ExtractedRelation, ExtractionRecord  # noqa: E402
-from hrag_cli.textnorm import normalize_text, tokenize  # noqa: E402
+from hrag_cli.extract.prune import PruneSpec, prune_record  # noqa: E402
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord  # noqa: E402
+from hrag_cli.core.textnorm import normalize_text, tokenize  # noqa: E402
 
 OPENIE = Path("/work/shared/bench/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json")
 

@@ -34,7 +34,7 @@ def passages_in(docs: Path) -> int:
 def graph_files(project: Path) -> dict[str, bytes]:
     """The graph files' bytes; a record file's are its logical lines (its base with its patch applied, which
     is what a fresh build writes, decompressed)."""
-    from hrag_cli import store
+    from hrag_cli.core import store
 
     graph = (project / "current").resolve() / "graph" if (project / "current").exists() else project / "graph"
     return {name: b"".join(store.line_blocks(graph / name)) if name in RECORDS else (graph / name).read_bytes()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hrag_cli.project import Project  # noqa: E402
+from hrag_cli.core.project import Project  # noqa: E402
 from hrag_cli.query.index import QueryIndex  # noqa: E402
 
 

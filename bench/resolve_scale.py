@@ -34,8 +34,8 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
     """Write docs.jsonl, chunks.jsonl and cache/extractions.jsonl for `mentions` entity rows."""
     import numpy as np
 
-    from hrag_cli import store
-    from hrag_cli.project import Project, text_hash
+    from hrag_cli.core import store
+    from hrag_cli.core.project import Project, text_hash
 
     rng = np.random.default_rng(seed)
     project = Project(root)
@@ -84,10 +84,10 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
 
 def run(root: Path) -> dict:
     """The resolve stage phase by phase (same calls as resolve.run_resolve)."""
-    from hrag_cli.config import Settings
-    from hrag_cli.project import Project
-    from hrag_cli.resolve import finalize, gc_paused, load_inputs, merge_records, write_outputs
-    from hrag_cli.summaries import Summarizer
+    from hrag_cli.core.config import Settings
+    from hrag_cli.core.project import Project
+    from hrag_cli.resolve.stage import finalize, gc_paused, load_inputs, merge_records, write_outputs
+    from hrag_cli.resolve.summaries import Summarizer
 
     project = Project(root)
     settings = Settings()

@@ -15,8 +15,9 @@ import resource
 import time
 from pathlib import Path
 
-from hrag_cli import resolve, resolve_state
-from hrag_cli.project import Project
+from hrag_cli.resolve import stage as resolve
+from hrag_cli.resolve import state as resolve_state
+from hrag_cli.core.project import Project
 
 
 def main() -> None:

@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hrag_cli.config import QuerySettings  # noqa: E402
-from hrag_cli.graph import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
-from hrag_cli.project import Project  # noqa: E402
+from hrag_cli.core.config import QuerySettings  # noqa: E402
+from hrag_cli.graph.model import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
+from hrag_cli.core.project import Project  # noqa: E402
 from hrag_cli.query import ppr  # noqa: E402
 from hrag_cli.query.ppr import SeedWeights, build_reset, chunk_prior, passage_walk, project_walk_scale  # noqa: E402
-from hrag_cli.walk import WalkGraph  # noqa: E402
+from hrag_cli.graph.walk import WalkGraph  # noqa: E402
 
 
 def reference(walk: WalkGraph, reset: np.ndarray, damping: float, scale=None, tol: float = 1e-13) -> np.ndarray:
@@ -156,7 +156,7 @@ def question_walks(project: Project, questions: Path, eps: list[float], ranks: i
     CPU (one pass per tolerance in turn, not paired: the entries are the steadier figure). The converged walks
     go first, so the timed passes find the batch's table made. No LLM: a fact filter would make the passes
     differ for reasons of its own."""
-    from hrag_cli.query.run import QuerySession, read_queries    # noqa: E402  (only this mode runs whole queries)
+    from hrag_cli.query.run import QuerySession, read_queries  # noqa: E402  (only this mode runs whole queries)
 
     settings = project.settings()
     settings.query.top_k = max(ranks, 5)

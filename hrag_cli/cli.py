@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from .errors import EXIT_USAGE, HragError, UsageError
+from hrag_cli.core.errors import EXIT_USAGE, HragError, UsageError
 
 app = typer.Typer(
     name="hrag",
@@ -61,7 +61,7 @@ def _query_sets(items: Optional[list[str]]) -> dict[str, str]:
 
 
 def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -> tuple[Any, Any]:
-    from .project import Project, resolve_root
+    from hrag_cli.core.project import Project, resolve_root
 
     proj = Project(resolve_root(project))
     if not create:
@@ -73,13 +73,13 @@ def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -
 
 
 def _reporter(quiet: bool, json_output: bool = False) -> Any:
-    from .progress import Reporter
+    from hrag_cli.core.progress import Reporter
 
     return Reporter.auto(quiet=quiet, json_output=json_output)
 
 
 def _print_json(obj: Any) -> None:
-    from .store import dumps
+    from hrag_cli.core.store import dumps
 
     sys.stdout.write(dumps(obj).decode("utf-8") + "\n")
     sys.stdout.flush()
@@ -97,7 +97,7 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     # values hold user text (paths, --select, names): print them as written, never as rich markup
-    from .redact import printable
+    from hrag_cli.core.redact import printable
 
     table = Table(title=escape(printable(title)), show_header=False, box=None)
     for key, value in summary.items():
@@ -141,7 +141,7 @@ def index(
     json_output: JsonOpt = False,
 ) -> None:
     """Load, chunk and extract DOCS, then bring resolve and synonyms up to date."""
-    from .pipeline import IndexOptions, run_index
+    from hrag_cli.pipeline import IndexOptions, run_index
 
     overrides = {
         "documents.include": include or None, "documents.exclude": exclude or None,
@@ -158,13 +158,13 @@ def index(
     if stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     proj, settings = _open(project, overrides, create=True)
-    from .extract.stage import check_settings
-    from .prune import check_prune_settings
+    from hrag_cli.extract.stage import check_settings
+    from hrag_cli.extract.prune import check_prune_settings
 
     check_settings(settings)  # a bad --extractor fails before any stage writes
     check_prune_settings(settings)  # and so does a bad schema file, schema.mode or extract.grounding
     if (settings.embed.model or "builtin").strip() != "builtin" and stop_after is None:
-        from .embed import get_embedder
+        from hrag_cli.embed.embedder import get_embedder
 
         get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
@@ -195,7 +195,7 @@ def schema_suggest(
     json_output: JsonOpt = False,
 ) -> None:
     """Draft a schema file (TOML) from a sample of DOCS, with how often each type was seen, for you to edit."""
-    from .schema_suggest import run_suggest
+    from hrag_cli.schema_suggest import run_suggest
 
     proj, settings = _open(project, {"llm.model": llm_model, "llm.api_base": llm_api_base}, create=True)
     draft, summary, code = run_suggest(proj, settings, _reporter(quiet, json_output), list(docs), sample=sample,
@@ -220,7 +220,7 @@ def resolve(
     json_output: JsonOpt = False,
 ) -> None:
     """Merge the current extraction records into entities, relations, facts and the graph."""
-    from .pipeline import rerun_stage
+    from hrag_cli.pipeline import rerun_stage
 
     overrides = {"llm.model": llm_model, "llm.api_base": llm_api_base,
                  "resolve.summary_min_fragments": summary_min_fragments,
@@ -246,7 +246,7 @@ def synonyms(
     json_output: JsonOpt = False,
 ) -> None:
     """Embed entities, relations, facts and chunks, build the vector indices and add SYNONYM edges."""
-    from .pipeline import rerun_stage
+    from hrag_cli.pipeline import rerun_stage
 
     overrides = {"embed.model": embed_model, "embed.api_base": embed_api_base,
                  "synonyms.threshold": threshold, "synonyms.top_k": top_k}
@@ -265,7 +265,7 @@ def synonyms(
 
 def _print_first(console: Any, lines: list[str]) -> None:
     """The first 20 lines, indented and escaped (they hold file names and provider text), then how many more."""
-    from .redact import printable
+    from hrag_cli.core.redact import printable
 
     for line in lines[:20]:
         console.print(printable(f"  {line}"), highlight=False, markup=False)
@@ -277,7 +277,7 @@ def _print_first(console: Any, lines: list[str]) -> None:
 def status(project: ProjectOpt = None, json_output: JsonOpt = False,
            verify: Annotated[bool, typer.Option("--verify", help="Hash every artifact whole (slower) instead of sampling it.")] = False) -> None:
     """Each stage (fresh/stale/missing/damaged), counts, failed chunks, and LLM tokens and cost so far."""
-    from .pipeline import project_status
+    from hrag_cli.pipeline import project_status
 
     proj, settings = _open(project, {}, create=False)
     info = project_status(proj, settings, verify=verify)
@@ -288,7 +288,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
     from rich.markup import escape
     from rich.table import Table
 
-    from .redact import printable
+    from hrag_cli.core.redact import printable
 
     console = Console()
     table = Table(title=escape(printable(f"hrag project {proj.root}")))
@@ -303,7 +303,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
         if key == "stages":
             continue
         if key == "failed_chunks":
-            from .extract.stage import iter_failed
+            from hrag_cli.extract.stage import iter_failed
 
             lines = list(iter_failed(info))
             console.print(f"failed chunks: {len(lines)}" + (" (retry with 'hrag index --retry-failed')" if lines else ""),
@@ -311,14 +311,14 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             _print_first(console, lines)
             continue
         if key == "ungrounded_chunks":
-            from .prune import iter_ungrounded
+            from hrag_cli.extract.prune import iter_ungrounded
 
             n = info["stages"].get("prune", {}).get("counts", {}).get("chunks_with_ungrounded", 0)
             console.print(f"chunks with ungrounded names: {n}" + (", the most first:" if n else ""), highlight=False)
             _print_first(console, iter_ungrounded(info))
             continue
         if key == "dropped_chunks":
-            from .extract.stage import iter_dropped
+            from hrag_cli.extract.stage import iter_dropped
 
             lines = list(iter_dropped(info))
             console.print(f"chunks with dropped rows: {len(lines)}", highlight=False)
@@ -358,7 +358,7 @@ def query(
     json_output: JsonOpt = False,
 ) -> None:
     """Retrieve the chunks that answer a question, from the project as it is (nothing is rebuilt)."""
-    from .query.run import run_query_command
+    from hrag_cli.query.run import run_query_command
 
     if (response_type is not None or user_prompt is not None) and not answer:
         raise UsageError("--response-type and --user-prompt shape the answer: add --answer")
@@ -386,7 +386,7 @@ def eval_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """Recall@k of each retrieval mode against gold passages."""
-    from .evaluate import run_eval_command
+    from hrag_cli.query.evaluate import run_eval_command
 
     overrides = {"embed.model": embed_model, "query.lexical_fusion": False if no_lexical else None,
                  "query.rerank": rerank, "llm.model": llm_model, "llm.api_base": llm_api_base, **_query_sets(set_)}
@@ -408,7 +408,7 @@ def export(
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    from .export import ExportOptions, run_export
+    from hrag_cli.export.run import ExportOptions, run_export
 
     proj, settings = _open(project, {}, create=False)
     opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
@@ -422,17 +422,17 @@ def export(
 
 def _one_line(exc: BaseException | str) -> str:
     """An error as one printable line with anything key-like masked (provider text can echo headers)."""
-    from .redact import printable, scrub
+    from hrag_cli.core.redact import printable, scrub
 
     return printable(scrub(str(exc)), keep_newlines=False)
 
 
 def main() -> None:
     """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
-    from .offline import setup
+    from hrag_cli.core.offline import setup
 
-    from .cli_args import install
-    from .heap import keep_freed_memory
+    from hrag_cli.cli_args import install
+    from hrag_cli.core.heap import keep_freed_memory
 
     setup()
     keep_freed_memory()

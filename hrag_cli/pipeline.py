@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
-from .errors import EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, UsageError
-from .progress import Reporter
-from .project import Project, StageOutcome, fingerprint
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, UsageError
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, StageOutcome, fingerprint
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,11 @@ class Stage:
 
 
 STAGES = {s.name: s for s in (
-    Stage("chunk", "ingest", "run_chunk", ()),
+    Stage("chunk", "chunk.stage", "run_chunk", ()),
     Stage("extract", "extract.stage", "run_extract", ("chunk",)),
-    Stage("prune", "prune", "run_prune", ("extract",)),     # counts only: resolve prunes records as it reads them
-    Stage("resolve", "resolve", "run_resolve", ("prune", "chunk")),   # the graph holds chunk vertices too
-    Stage("synonyms", "synonyms", "run_synonyms", ("resolve", "chunk")),
+    Stage("prune", "extract.prune", "run_prune", ("extract",)),     # counts only: resolve prunes records as it reads them
+    Stage("resolve", "resolve.stage", "run_resolve", ("prune", "chunk")),   # the graph holds chunk vertices too
+    Stage("synonyms", "embed.stage", "run_synonyms", ("resolve", "chunk")),
 )}
 STAGE_ORDER = tuple(STAGES)
 
@@ -149,7 +149,7 @@ EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     """What a project remembers of a run's settings (Project.remember): never an API key."""
-    from .extract.stage import extractor_kind
+    from hrag_cli.extract.stage import extractor_kind
 
     return {"extract.extractor": "auto" if openie else extractor_kind(settings),
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
@@ -221,7 +221,7 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
             raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
         roots = [Path(r) for r in recorded]
     if options.dry_run:   # reads the project, writes nothing, needs no lock
-        from .extract.stage import estimate
+        from hrag_cli.extract.stage import estimate
 
         run_chunk = STAGES["chunk"].load("run_chunk")
         chunked = run_chunk(project, settings, reporter, roots, write=False, reuse=_chunks_reusable(project, settings))
@@ -260,7 +260,7 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
             return IndexResult(summary, EXIT_OK)
 
         if options.rehash:   # trust no sample: every byte of the extraction cache is checked against its index
-            from .extract import cache_index
+            from hrag_cli.extract import cache_index
 
             cache_index.entries(project, full=True)
         import_openie = options.import_openie or _previous_import(project, settings, reporter)
@@ -310,14 +310,14 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
 def project_status(project: Project, settings: Settings, verify: bool = False) -> dict:
     """Stage states (fresh / stale / missing / damaged), counts, failures and LLM spend; read-only. `verify`
     hashes every artifact whole instead of sampling it."""
-    from .aliases import merges_status
-    from .extract.stage import extraction_status
-    from .llm import spend_summary
+    from hrag_cli.resolve.aliases import merges_status
+    from hrag_cli.extract.stage import extraction_status
+    from hrag_cli.core.llm import spend_summary
 
     info: dict[str, Any] = {"stages": {}}
     problems = project.check(full=verify)
     if verify:   # the extraction cache against its index, every byte (status counts from what it finds)
-        from .extract import cache_index
+        from hrag_cli.extract import cache_index
 
         cache_index.entries(project, full=True)
     for stage in STAGE_ORDER:
@@ -345,7 +345,7 @@ def project_status(project: Project, settings: Settings, verify: bool = False) -
     info.update(merges_status(project))
     info["llm"] = spend_summary(project)
     info["query_llm"] = spend_summary(project, project.query_llm_cache_path)
-    from .embed import embed_status
+    from hrag_cli.embed.embedder import embed_status
 
     info["embed"] = embed_status(project, settings)
     return info

@@ -23,12 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import store
-from .config import Settings
-from .errors import EXIT_PARTIAL, RunStopped, UsageError
-from .extract.parser import clean_type, type_forms
-from .progress import Reporter
-from .project import Project
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import EXIT_PARTIAL, RunStopped, UsageError
+from hrag_cli.extract.parser import clean_type, type_forms
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project
 
 DEFAULT_SAMPLE = 20
 
@@ -58,8 +58,8 @@ def sample_chunks(project: Project, settings: Settings, reporter: Reporter, root
                   seed: int) -> tuple[list[str], int]:
     """Up to `n` chunk texts drawn uniformly from every chunk of `roots` (reservoir sampling, `seed`), and
     how many chunks there were."""
-    from .chunking import chunk_text
-    from .documents import scan
+    from hrag_cli.chunk.chunking import chunk_text
+    from hrag_cli.chunk.documents import scan
 
     c = settings.chunk
     rng = random.Random(seed)
@@ -82,7 +82,7 @@ def sample_chunks(project: Project, settings: Settings, reporter: Reporter, root
 def read_types(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]] | None:
     """(entity types as (type, description), relation types as (type, description, source, target)) from
     one answer, or None when it holds no usable object."""
-    from .query.keywords import reply_object
+    from hrag_cli.query.keywords import reply_object
 
     data = reply_object(text)
     if data is None:
@@ -129,8 +129,8 @@ def _add(table: dict[str, TypeSeen], name: str, desc: str, pattern: tuple[str, s
 
 
 async def _ask_all(client, texts: list[str], out: Suggestion, reporter: Reporter) -> None:
-    from .extract.prompts import build_schema_messages
-    from .llm import LLMError, failure_cause
+    from hrag_cli.extract.prompts import build_schema_messages
+    from hrag_cli.core.llm import LLMError, failure_cause
 
     async def one(text: str) -> str | None:
         try:
@@ -183,7 +183,7 @@ def _singular_of(names: set[str]):
 def suggest_schema(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], *,
                    sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Suggestion:
     """Sample, ask, count. RunStopped when a request fails in a way every request would (exit 1)."""
-    from .llm import LLMClient
+    from hrag_cli.core.llm import LLMClient
 
     if not settings.llm.model:
         raise UsageError("schema suggest needs a model: --llm-model, $HRAG_LLM_MODEL or [llm] model in hrag.toml")

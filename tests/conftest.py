@@ -13,7 +13,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # so `from tests.stub_server import ...` works under any pytest import mode
     sys.path.insert(0, str(_ROOT))
 
-from hrag_cli import offline  # noqa: E402
+from hrag_cli.core import offline  # noqa: E402
 
 offline.setup()
 # litellm's OpenAI route wants a key; a dummy one keeps every test offline and keyless.
@@ -40,8 +40,8 @@ def sample_project(tmp_path_factory: pytest.TempPathFactory) -> "Path":
     """sample_corpus/ indexed once per session with the offline defaults (rules extractor, builtin embedder).
     Read-only for tests: copy it (shutil.copytree) before changing anything."""
     from hrag_cli.pipeline import IndexOptions, run_index
-    from hrag_cli.progress import Reporter
-    from hrag_cli.project import Project
+    from hrag_cli.core.progress import Reporter
+    from hrag_cli.core.project import Project
 
     root = tmp_path_factory.mktemp("sample") / "project"
     proj = Project(root)

@@ -381,7 +381,7 @@ if __name__ == "__main__":
 def stub_settings(stub: "StubServer", *, llm_model: str | None = None, embed_model: str | None = None,
                   retries: int = 1, section: str = "", **values: Any):
     """Settings that reach the stub through litellm, with quick retries; `values` set fields of `section`."""
-    from hrag_cli.config import Settings
+    from hrag_cli.core.config import Settings
 
     s = Settings()
     if llm_model:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hrag_cli import store
-from hrag_cli.aliases import plan_merges as _plan
+from hrag_cli.core import store
+from hrag_cli.resolve.aliases import plan_merges as _plan
 from hrag_cli.extract.parser import merge_gleaning, parse_extraction
-from hrag_cli.graph import load_graph
-from hrag_cli.project import Project
-from hrag_cli.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.graph.model import load_graph
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from tests.test_index_e2e import D, is_gleaning, passage_of, run
 from tests.test_resolve import resolve_records
 
@@ -146,7 +146,7 @@ def test_an_endpoint_written_with_an_alias_lands_on_its_own_chunk_entity(tmp_pat
 
 def test_prune_types_an_endpoint_by_its_own_name_before_another_entity_alias() -> None:
     from hrag_cli.extract.schema import load_schema
-    from hrag_cli.prune import PruneSpec, prune_record
+    from hrag_cli.extract.prune import PruneSpec, prune_record
 
     schema = load_schema(ROOT / "sample_corpus" / "schema.toml")
     text = "Kelmarsh is a town. Anna Kelmarsh, whom the crew called Kelmarsh, farmed near the Calder Inn."

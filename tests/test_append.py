@@ -10,10 +10,10 @@ import shutil
 import time
 from pathlib import Path
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.extract.stage import SUMMED
-from hrag_cli.ingest import added_since, chunk_mark
-from hrag_cli.project import Project
+from hrag_cli.chunk.stage import added_since, chunk_mark
+from hrag_cli.core.project import Project
 from tests.damage import answers, cli
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_corpus"
@@ -144,7 +144,7 @@ def test_a_killed_append_run_resumes_as_an_append(tmp_path: Path, monkeypatch) -
 
 
 def test_stage_by_stage_runs_look_only_at_what_was_appended(tmp_path: Path, monkeypatch) -> None:
-    from hrag_cli import ingest
+    from hrag_cli.chunk import stage as ingest
     from hrag_cli.extract import stage
 
     docs = _docs(tmp_path)

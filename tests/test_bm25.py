@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.bm25 import BM25Index
+from hrag_cli.storage.bm25 import BM25Index
 
 TOY = {
     "d1": "apple banana apple",  # 3 tokens

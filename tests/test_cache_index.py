@@ -7,9 +7,9 @@ from pathlib import Path
 
 import orjson
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.extract import cache_index
-from hrag_cli.project import Project, fingerprint
+from hrag_cli.core.project import Project, fingerprint
 
 
 def _rec(chunk: str, status: str = "ok", n: int = 1, extractor: str = "rules-v1") -> dict:

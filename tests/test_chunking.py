@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hrag_cli.chunking import chunk_text, count_tokens, get_encoder
+from hrag_cli.chunk.chunking import chunk_text, count_tokens, get_encoder
 
 SENTENCE = "The survey crew measured the river again after the spring flood had passed."
 
@@ -84,7 +84,7 @@ def test_encoder_loads_offline_and_is_cached() -> None:
 
 
 def test_unknown_encoding_is_a_one_line_usage_error() -> None:
-    from hrag_cli.errors import UsageError
+    from hrag_cli.core.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown chunk encoding 'nope'") as info:
         chunk_text("Some text.", encoding="nope")

@@ -59,7 +59,7 @@ def test_summaries_and_status_print_user_text_as_written(tmp_path: Path, capsys,
     from typer.testing import CliRunner
 
     from hrag_cli.cli import _print_summary, app
-    from hrag_cli.project import Project
+    from hrag_cli.core.project import Project
 
     _print_summary("hrag export [/t]", {"select": "around:[/x]", "output": "/tmp/[citation needed]",
                                         "labels": {"[b]": 1}})

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import DocumentSettings, Settings
-from hrag_cli.documents import glob_match, scan
-from hrag_cli.errors import UsageError
-from hrag_cli.ingest import run_chunk
-from hrag_cli.progress import Reporter
-from hrag_cli.project import Project, text_hash
+from hrag_cli.core import store
+from hrag_cli.core.config import DocumentSettings, Settings
+from hrag_cli.chunk.documents import glob_match, scan
+from hrag_cli.core.errors import UsageError
+from hrag_cli.chunk.stage import run_chunk
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, text_hash
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_corpus"
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.config import Settings
-from hrag_cli.embed import (IDF_FILE, ST_MAX_ROWS, BuiltinBackend, Embedder, EmbeddingCache, _passes, embed_status,
-                            get_embedder, refresh_idf)
-from hrag_cli.errors import HragError, UsageError
-from hrag_cli.project import Project
+from hrag_cli.core.config import Settings
+from hrag_cli.embed.embedder import (
+    IDF_FILE, ST_MAX_ROWS, BuiltinBackend, Embedder, EmbeddingCache, _passes, embed_status, get_embedder,
+    refresh_idf)
+from hrag_cli.core.errors import HragError, UsageError
+from hrag_cli.core.project import Project
 from tests.stub_server import StubReply
 from tests.stub_server import stub_settings as _stub_settings
 
@@ -264,7 +265,7 @@ def test_st_passes_respect_the_token_budget() -> None:
 
 
 def test_embed_precision_is_checked() -> None:
-    from hrag_cli.config import check_ranges
+    from hrag_cli.core.config import check_ranges
 
     s = Settings()
     s.embed.precision = "int8"

@@ -10,13 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.embed_builtin import (
-    DEFAULT_DIM,
-    BuiltinEmbedder,
-    FeatureConfig,
-    IdfTable,
-    needs_refresh,
-)
+from hrag_cli.embed.builtin import DEFAULT_DIM, BuiltinEmbedder, FeatureConfig, IdfTable, needs_refresh
 
 TEXTS = [
     "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.",
@@ -62,7 +56,7 @@ def test_deterministic_in_process() -> None:
 def test_deterministic_across_processes() -> None:
     code = (
         "import hashlib, sys, numpy as np\n"
-        "from hrag_cli.embed_builtin import BuiltinEmbedder, IdfTable\n"
+        "from hrag_cli.embed.builtin import BuiltinEmbedder, IdfTable\n"
         f"texts = {TEXTS!r}\n"
         "t = IdfTable.fit(texts)\n"
         "m = BuiltinEmbedder(t).encode(texts)\n"
@@ -172,7 +166,7 @@ def test_paraphrase_is_nearest() -> None:
 
 
 def test_word_cache_reset_keeps_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hrag_cli.embed_builtin as mod
+    import hrag_cli.embed.builtin as mod
 
     table = IdfTable.fit(TEXTS)
     want = BuiltinEmbedder(table).encode(TEXTS)

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hrag_cli.cli import app
-from hrag_cli.errors import UsageError
-from hrag_cli.evaluate import GoldResolver, evaluate, load_qa, run_eval_command
-from hrag_cli.project import Project
+from hrag_cli.core.errors import UsageError
+from hrag_cli.query.evaluate import GoldResolver, evaluate, load_qa, run_eval_command
+from hrag_cli.core.project import Project
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import retrieve
 

@@ -15,17 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import Settings, VectorSettings
-from hrag_cli.errors import UsageError
-from hrag_cli.export import ExportOptions, load_export_graph, run_export, select_subgraph
-from hrag_cli.export_formats import ARRAY_DELIMITER, cypher_string, read_cypher_statements
-from hrag_cli.graph import ChunkRef, add_synonym_edges, build_graph, load_graph, save_graph
-from hrag_cli.normalize import normalize_name
-from hrag_cli.progress import Reporter
-from hrag_cli.project import Project, fingerprint
-from hrag_cli.records import Chunk, Document, Entity, Fact, Relation, to_dict
-from hrag_cli.vectors import VectorIndex
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings, VectorSettings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.export.run import ExportOptions, load_export_graph, run_export, select_subgraph
+from hrag_cli.export.formats import ARRAY_DELIMITER, cypher_string, read_cypher_statements
+from hrag_cli.graph.model import ChunkRef, add_synonym_edges, build_graph, load_graph, save_graph
+from hrag_cli.core.normalize import normalize_name
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, to_dict
+from hrag_cli.storage.vectors import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = [sys.executable, "-m", "hrag_cli.cli"]
@@ -347,8 +347,8 @@ def test_control_characters_do_not_break_any_format(tmp_path: Path) -> None:
     them raw except NUL, which no FalkorDB string can hold."""
     import networkx as nx
 
-    from hrag_cli.export import Edge, ExportGraph, Node
-    from hrag_cli.export_formats import WRITERS
+    from hrag_cli.export.run import Edge, ExportGraph, Node
+    from hrag_cli.export.formats import WRITERS
 
     text = "bell\x07 vt\x0b ff\x0c nul\x00 del\x7f end"
     graph = ExportGraph([Node("chunk:a", "Chunk", {"text": text}), Node("chunk:b", "Chunk", {"text": "b"})],

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import Settings, VectorSettings
-from hrag_cli.errors import HragError
-from hrag_cli.export import ExportOptions, run_export
-from hrag_cli.export_formats import read_cypher_statements
-from hrag_cli.graph import edge_counts, load_graph
-from hrag_cli.normalize import normalize_name
-from hrag_cli.progress import Reporter
-from hrag_cli.project import Project
-from hrag_cli.vectors import VectorIndex
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings, VectorSettings
+from hrag_cli.core.errors import HragError
+from hrag_cli.export.run import ExportOptions, run_export
+from hrag_cli.export.formats import read_cypher_statements
+from hrag_cli.graph.model import edge_counts, load_graph
+from hrag_cli.core.normalize import normalize_name
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project
+from hrag_cli.storage.vectors import VectorIndex
 from tests.falkordb_server import FalkorServer, free_port, unavailable_reason
 from tests.test_export import HRAG, ROOT, TRICKY, TRICKY_NAME, index_sample, make_tricky_project, snapshot
 
@@ -214,8 +214,8 @@ def test_cli_falkordb_json(tricky: Project, server: FalkorServer, db) -> None:
 
 def test_control_characters_through_cypher_and_params(db) -> None:
     """Raw C0 controls survive both ways into FalkorDB; NUL is dropped (a FalkorDB string cannot hold it)."""
-    from hrag_cli.export import Edge, ExportGraph, Node
-    from hrag_cli.export_formats import cypher_literal, cypher_statements
+    from hrag_cli.export.run import Edge, ExportGraph, Node
+    from hrag_cli.export.formats import cypher_literal, cypher_statements
 
     text = "bell\x07 vt\x0b ff\x0c cr\r nul\x00 del\x7f \u2028 end"
     graph = ExportGraph([Node("chunk:a", "Chunk", {"text": text}), Node("chunk:b", "Chunk", {"text": "b"})],

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.extract.parser import says_nothing_more
-from hrag_cli.project import Project
+from hrag_cli.core.project import Project
 from tests.test_index_e2e import CHAT, D, extraction_lines, index, passage_of, summary
 
 NOTHING_MORE = [

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import graph_pickle
-from hrag_cli.errors import HragError
-from hrag_cli.graph import (EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns,
-                            load_columns, load_graph, save_graph, save_synonym_edges, set_synonym_edges,
-                            walk_arrays)
-from hrag_cli.graph_pickle import Column
-from hrag_cli.project import Project
-from hrag_cli.records import Document, Entity, Relation, Synonym
+from hrag_cli.graph import pickle_format as graph_pickle
+from hrag_cli.core.errors import HragError
+from hrag_cli.graph.model import (
+    EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns, load_columns, load_graph,
+    save_graph, save_synonym_edges, set_synonym_edges, walk_arrays)
+from hrag_cli.graph.pickle_format import Column
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import Document, Entity, Relation, Synonym
 
 
 def _sample():
@@ -137,7 +137,7 @@ def test_a_key_search_through_samples_finds_what_a_scan_finds(sample: int) -> No
     at its vertex, and a key before, between or after them (UTF-8 byte order) at none."""
     import igraph as ig
 
-    from hrag_cli.walk import WalkGraph
+    from hrag_cli.graph.walk import WalkGraph
 
     rng = np.random.default_rng(5)
     keys = sorted({"".join(rng.choice(list("abcé z0"), size=int(rng.integers(1, 6)))) for _ in range(400)})
@@ -156,7 +156,7 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     """save_graph writes graph/walk.npz, the graph as a query walks it: every edge both ways with its weight
     and kind, every key findable; a missing file (a project built before it) comes from graph.pkl, a damaged
     one is an error naming the fix."""
-    from hrag_cli.walk import WalkGraph
+    from hrag_cli.graph.walk import WalkGraph
 
     project = Project(tmp_path / "p")
     project.init()
@@ -250,7 +250,7 @@ def test_recorded_graph_synonyms_replaced_without_loading_it_whole(tmp_path: Pat
     """A graph.pkl the last commit recorded (whole-file hash) has its SYNONYM edges replaced from its members as
     they are, never loading the columns: the bytes and walk arrays a whole load gives, over several rounds (a
     name no vertex has, a chunk's key, an empty list); a file not recorded so is loaded whole, so damage shows."""
-    import hrag_cli.graph as graph
+    import hrag_cli.graph.model as graph
 
     project = Project(tmp_path / "p")
     project.init()
@@ -337,7 +337,7 @@ def _saved_bytes(root: Path, cols) -> bytes:
 def test_key_finder_bisects_sorted_entities_and_falls_back_to_a_dict() -> None:
     """Names to vertices: entities (the last vertices) by bisection when their keys are sorted, any other key
     (a chunk's, or every key when the entities are not sorted) by a dict; -1 for a name no vertex has."""
-    from hrag_cli.graph import _key_finder
+    from hrag_cli.graph.model import _key_finder
 
     kinds = np.array([0, 1, 1, 2, 2, 2], dtype=np.uint8)
     names = ["c", "zz", "k1", "d1", "a", "b", "", "k2"]

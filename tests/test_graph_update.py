@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli import graph, graph_pickle
-from hrag_cli.graph import (ChunkRef, GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph,
-                            save_synonym_edges, set_synonym_edges, walk_arrays)
-from hrag_cli.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
-from hrag_cli.project import Project
-from hrag_cli.records import Document
+from hrag_cli.graph import model as graph
+from hrag_cli.graph import pickle_format as graph_pickle
+from hrag_cli.graph.model import (
+    ChunkRef, GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph, save_synonym_edges,
+    set_synonym_edges, walk_arrays)
+from hrag_cli.resolve.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import Document
 
 
 def _corpus(rng: random.Random, n_docs: int, ents: dict, rels: dict, tag: str):
@@ -113,8 +115,8 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     """updated_graph: the caller builds from every item, after one warning naming the file."""
     import io
 
-    from hrag_cli.graph_update import graph_inputs, updated_graph
-    from hrag_cli.progress import Reporter
+    from hrag_cli.resolve.graph_update import graph_inputs, updated_graph
+    from hrag_cli.core.progress import Reporter
 
     docs = [Document("d1", "a.txt", "h", 1), Document("d2", "b.txt", "h", 1)]
     chunks = [ChunkRef("c1", "d1", 0), ChunkRef("c2", "d2", 0)]
@@ -192,7 +194,7 @@ def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh
                                                                                        monkeypatch) -> None:
     """The saved graph holds the documents and chunks of the last resolve (its `chunk_mark`): the next one reads
     only what was appended since, and splices graph.pkl and walk.npz, which equal a fresh build's."""
-    from hrag_cli import graph_update
+    from hrag_cli.resolve import graph_update
 
     docs = _sample_docs(tmp_path)
     inc = tmp_path / "inc"
@@ -222,8 +224,8 @@ def test_graph_inputs_fall_back_to_every_document_or_a_walk_made_again(tmp_path:
     docs.jsonl written whole (a new epoch) is read whole; the graph is then still a fresh build's."""
     import shutil
 
-    from hrag_cli import graph_update
-    from hrag_cli.graph_update import graph_inputs
+    from hrag_cli.resolve import graph_update
+    from hrag_cli.resolve.graph_update import graph_inputs
 
     docs = _sample_docs(tmp_path)
     inc = tmp_path / "inc"
@@ -262,7 +264,7 @@ def test_relation_ids_spliced_as_json_bytes() -> None:
     escaped id is left to the list (None)."""
     import orjson
 
-    from hrag_cli.graph_update import _spliced_json
+    from hrag_cli.resolve.graph_update import _spliced_json
 
     ids = ["r1", "r3", "ré5", "r7"]
     raw = orjson.dumps([None, *ids])

@@ -11,7 +11,7 @@ import pytest
 _LOOP = """
 import resource, sys
 import numpy as np
-from hrag_cli.heap import keep_freed_memory
+from hrag_cli.core.heap import keep_freed_memory
 kept = keep_freed_memory()
 x = np.ones(50_000_000 // 8); del x      # the first one faults in either way
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -37,7 +37,7 @@ def test_freed_blocks_are_reused_and_a_users_malloc_settings_win() -> None:
 
 
 _TRIM = """
-from hrag_cli.heap import give_back, keep_freed_memory
+from hrag_cli.core.heap import give_back, keep_freed_memory
 def rss():
     return int(open("/proc/self/statm").read().split()[1])
 assert keep_freed_memory()

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
-from hrag_cli.project import Project
-from hrag_cli.records import ExtractionRecord
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import ExtractionRecord
 from tests.stub_server import StubReply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,7 +291,7 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
     assert status.returncode == 0, status.stderr
     assert [f["path"] for f in json.loads(status.stdout)["failed_chunks"]] == ["a.txt"]
     from hrag_cli.extract.stage import extraction_status
-    from hrag_cli.config import Settings
+    from hrag_cli.core.config import Settings
 
     settings = Settings()
     settings.llm.model = "openai/stub-model"

@@ -73,9 +73,9 @@ def test_symlink_loop_is_skipped_not_fatal(tmp_path: Path) -> None:
 
 
 def test_unreadable_folder_is_reported_as_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hrag_cli.config import DocumentSettings
-    from hrag_cli.documents import scan
-    from hrag_cli.progress import Reporter
+    from hrag_cli.core.config import DocumentSettings
+    from hrag_cli.chunk.documents import scan
+    from hrag_cli.core.progress import Reporter
 
     docs = tmp_path / "docs"
     (docs / "locked").mkdir(parents=True)
@@ -95,7 +95,7 @@ def test_unreadable_folder_is_reported_as_skipped(tmp_path: Path, monkeypatch: p
 
 
 def test_control_characters_never_reach_the_terminal(tmp_path: Path) -> None:
-    from hrag_cli.redact import printable
+    from hrag_cli.core.redact import printable
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -134,8 +134,8 @@ def test_provider_error_text_is_scrubbed_before_it_is_stored_or_printed(stub, tm
 
 
 def test_disk_full_is_one_line_naming_the_file(tmp_path: Path) -> None:
-    from hrag_cli import store
-    from hrag_cli.errors import HragError
+    from hrag_cli.core import store
+    from hrag_cli.core.errors import HragError
 
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
@@ -150,7 +150,7 @@ def test_every_numeric_setting_has_a_range() -> None:
     """A new numeric setting must say its range (config.RANGES), or a bad value reaches the stages unchecked."""
     from dataclasses import fields
 
-    from hrag_cli.config import RANGES, Settings
+    from hrag_cli.core.config import RANGES, Settings
 
     s = Settings()
     numeric = {f"{sec.name}.{f.name}" for sec in fields(s) for f in fields(getattr(s, sec.name))
@@ -163,9 +163,10 @@ def test_a_big_text_file_is_streamed_with_the_same_documents_and_chunks(tmp_path
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A file over BIG_FILE_BYTES is hashed and chunked a block at a time, never read whole; the result is the
     one a whole read gives (BOM, CRLF split across blocks, multi-byte characters, segment cuts)."""
-    from hrag_cli import chunking, documents
-    from hrag_cli.config import DocumentSettings
-    from hrag_cli.progress import Reporter
+    from hrag_cli.chunk import chunking
+    from hrag_cli.chunk import documents
+    from hrag_cli.core.config import DocumentSettings
+    from hrag_cli.core.progress import Reporter
 
     para = "Ünïcode Mara Quint\r\nbuilt the lighthouse.\r\n\r\nOldport — harbour " * 40
     docs = tmp_path / "docs"

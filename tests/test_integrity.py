@@ -106,7 +106,7 @@ def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path:
 
 
 def test_a_damaged_manifest_keeps_what_the_project_was_built_with(built, tmp_path: Path) -> None:
-    from hrag_cli.project import Project
+    from hrag_cli.core.project import Project
 
     root = _copy(built[0], tmp_path / "p")
     before = Project(root).remembered()
@@ -128,10 +128,10 @@ def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: 
 def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: Path) -> None:
     """A query opened before a rebuild reads one complete generation (never half of the new one), and a
     rebuild never tells it "not built yet"; the generation it pinned outlives two commits."""
-    from hrag_cli.project import Project
+    from hrag_cli.core.project import Project
     from hrag_cli.query.index import QueryIndex
 
-    from hrag_cli.export import load_export_graph
+    from hrag_cli.export.run import load_export_graph
 
     root = _copy(built[0], tmp_path / "p")
     reader = Project(root)
@@ -170,7 +170,7 @@ def test_a_reader_whose_generation_is_switched_before_it_pins_retries(built, tmp
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The race between a reader's readlink and its flock: a writer switches and deletes the generation just
     read; the reader notices `current` moved and opens the new one, whole."""
-    from hrag_cli import project as project_mod
+    from hrag_cli.core import project as project_mod
 
     root = _copy(built[0], tmp_path / "p")
     old = _gens(root)
@@ -209,8 +209,8 @@ def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: str, name: str) ->
 
 
 @pytest.mark.parametrize("stage, args, module, name", [
-    ("resolve", ("--summary-min-fragments", "1"), "hrag_cli.resolve", "write_outputs"),
-    ("synonyms", ("--threshold", "0.5"), "hrag_cli.store", "write_jsonl"),
+    ("resolve", ("--summary-min-fragments", "1"), "hrag_cli.resolve.stage", "write_outputs"),
+    ("synonyms", ("--threshold", "0.5"), "hrag_cli.core.store", "write_jsonl"),
 ])
 def test_interrupted_settings_change_never_mixes(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  stage: str, args: tuple, module: str, name: str) -> None:
@@ -334,16 +334,16 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
     assert stub.count(CHAT) == paid + 2                     # the chunk extracted before the stop is not asked again
 
 
-@pytest.mark.parametrize("where", ["resolve_patch.patch_outputs", "resolve.write_outputs"])
+@pytest.mark.parametrize("where", ["resolve.patch:patch_outputs", "resolve.stage:write_outputs"])
 def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            where: str) -> None:
     """Killed after the record files were written, before the graph: resolve merging into its saved state
     (patch_outputs), and from scratch (write_outputs: with the state file gone there is nothing to merge into)."""
     root = _copy(built[0], tmp_path / "p")
     current = os.readlink(root / "current")
-    if where == "resolve.write_outputs":
+    if where == "resolve.stage:write_outputs":
         (root / "graph" / "resolve_state.bin").unlink()
-    module, name = where.split(".")
+    module, name = where.split(":")
     _interrupt_after(monkeypatch, f"hrag_cli.{module}", name)
     code, _, err = cli("resolve", "-p", str(root), "-q")
     assert code == 130 and "interrupted" in err and "run the same command to resume" in err

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.cells import cell_count, fit_cells, join, nearest_cells, spans
-from hrag_cli.progress import Reporter
-from hrag_cli.synonyms import KnnLists, best_k, candidate_pairs, pair_records, update_knn
+from hrag_cli.storage.cells import cell_count, fit_cells, join, nearest_cells, spans
+from hrag_cli.core.progress import Reporter
+from hrag_cli.embed.stage import KnnLists, best_k, candidate_pairs, pair_records, update_knn
 
 QUIET = Reporter("quiet")
 K = 5
@@ -158,7 +158,7 @@ def test_nearest_cells_in_worker_processes_match_one_process(monkeypatch) -> Non
 def test_members_lists_each_cells_rows_ascending_with_their_slots() -> None:
     """Per cell, the rows naming it in row then slot order and the slot that names it, the bounds counted: with
     few cells (sorted as a uint16 copy) and with more than a uint16 holds (cells past 65,535 in use)."""
-    from hrag_cli.cells import members
+    from hrag_cli.storage.cells import members
 
     rng = np.random.default_rng(8)
     for n_cells in (7, 70_000):
@@ -208,9 +208,9 @@ def test_a_whole_pass_in_worker_processes_matches_one_process(monkeypatch) -> No
     first, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
     serial, _ = update_knn(first, ids2, hashes2, m2, K, QUIET, *CELLS)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    monkeypatch.setattr("hrag_cli.cells.PARALLEL_MIN", 0)
-    monkeypatch.setattr("hrag_cli.synonyms._BEST_K_PARALLEL", 0)
-    monkeypatch.setattr("hrag_cli.synonyms._BEST_K_BATCH", 100)     # several ranking tasks, so workers run
+    monkeypatch.setattr("hrag_cli.storage.cells.PARALLEL_MIN", 0)
+    monkeypatch.setattr("hrag_cli.embed.stage._BEST_K_PARALLEL", 0)
+    monkeypatch.setattr("hrag_cli.embed.stage._BEST_K_BATCH", 100)     # several ranking tasks, so workers run
     pfirst, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
     pooled, _ = update_knn(pfirst, ids2, hashes2, m2, K, QUIET, *CELLS)
     for a, b in ((first, pfirst), (serial, pooled)):

@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hrag_cli.config import LLMSettings
-from hrag_cli.errors import BudgetExceeded, UsageError
-from hrag_cli.llm import LLMClient, LLMError, is_run_level, retry_after, spend_summary, with_retries
-from hrag_cli.project import Project
+from hrag_cli.core.config import LLMSettings
+from hrag_cli.core.errors import BudgetExceeded, UsageError
+from hrag_cli.core.llm import LLMClient, LLMError, is_run_level, retry_after, spend_summary, with_retries
+from hrag_cli.core.project import Project
 from tests.stub_server import CHAT, StubReply
 
 MSG = [{"role": "user", "content": "Name one river."}]
@@ -310,7 +310,7 @@ def test_with_retries_is_reusable_and_leaves_our_bugs_alone():
 
 
 def test_importing_the_module_does_not_import_litellm():
-    code = "import sys, hrag_cli.llm; print('litellm' in sys.modules)"
+    code = "import sys, hrag_cli.core.llm; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -358,7 +358,7 @@ def test_final_timeout_is_reported_as_timed_out(stub, project):
 
 def test_failure_causes_name_what_to_fix(stub, project, monkeypatch):
     """Each way a real server fails maps to one cause; run-level ones stop a run at once."""
-    from hrag_cli.llm import failure_cause
+    from hrag_cli.core.llm import failure_cause
     from tests.stub_server import context_exceeded, refused_port
 
     def cause_of(s: LLMSettings, reply: StubReply | None = None):

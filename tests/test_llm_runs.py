@@ -10,11 +10,11 @@ import json
 import shutil
 from pathlib import Path
 
-from hrag_cli import store
-from hrag_cli.config import LLMSettings
+from hrag_cli.core import store
+from hrag_cli.core.config import LLMSettings
 from hrag_cli.extract.rules import RULES_FINGERPRINT
-from hrag_cli.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
-from hrag_cli.project import Project
+from hrag_cli.core.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
+from hrag_cli.core.project import Project
 from tests.stub_server import StubReply, StubServer, context_exceeded, free_port
 from tests.test_index_e2e import (CHAT, D, _one_line_error, extraction_lines, fake_extraction, index, is_gleaning,
                                   one_doc, run, summary)
@@ -358,7 +358,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     assert summary(again)["extract"]["extractor"] == RULES_FINGERPRINT
 
     # a model given anew switches back to the LLM, without inheriting another model's API base
-    from hrag_cli.config import load_settings
+    from hrag_cli.core.config import load_settings
 
     s = load_settings(None, {"llm.model": "openai/other"}, environ={}, remembered=Project(proj).remembered())
     assert s.extract.extractor == "auto" and s.llm.api_base == ""
@@ -389,7 +389,7 @@ def test_the_project_remembers_its_embedder_and_a_cron_run_keeps_it(stub, tmp_pa
     after = run(["index", str(docs), "-p", str(proj), "--json"], inprocess=True)
     assert summary(after)["synonyms"] == "fresh" and "from now on" not in after.stderr
     # an embedder given anew does not inherit the remembered API base of another one
-    from hrag_cli.config import load_settings
+    from hrag_cli.core.config import load_settings
 
     Project(proj).remember({**Project(proj).remembered(), "embed.model": "openai/stub-embed",
                             "embed.api_base": stub.url, "embed.precision": "float32"})
@@ -414,7 +414,7 @@ def test_query_llm_calls_go_to_their_own_cache(stub, tmp_path: Path, sample_proj
 
 
 def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) -> None:
-    from hrag_cli.chunking import count_tokens
+    from hrag_cli.chunk.chunking import count_tokens
 
     docs, proj = corpus(tmp_path, n=1)
     text = " ".join(f"Mara Quint{i} built the Selby Lighthouse{i} for the Harbour Trust of Oldport{i}."
@@ -453,7 +453,7 @@ def test_query_with_the_remembered_model_down_falls_back_at_once(tmp_path: Path,
 
 def test_query_time_calls_get_one_attempt_and_none_after_a_run_level_failure(stub, tmp_path: Path,
                                                                               sample_project: Path) -> None:
-    from hrag_cli.llm import QUERY_CONNECT_TIMEOUT, query_client
+    from hrag_cli.core.llm import QUERY_CONNECT_TIMEOUT, query_client
 
     proj = tmp_path / "proj"
     shutil.copytree(sample_project, proj)
@@ -488,8 +488,8 @@ def test_query_time_rerank_and_embedding_give_up_at_the_connect_timeout(monkeypa
 
     import pytest
 
-    from hrag_cli import llm
-    from hrag_cli.errors import HragError
+    from hrag_cli.core import llm
+    from hrag_cli.core.errors import HragError
     from hrag_cli.query.index import QueryIndex
     from tests.stub_server import unanswered_port
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli.errors import UsageError
+from hrag_cli.core.errors import UsageError
 from hrag_cli.extract.openie import import_openie, openie_extractor_id, parse_openie_messages
-from hrag_cli.records import Chunk
+from hrag_cli.core.records import Chunk
 
 
 def _write(tmp_path: Path, docs: list[dict], extra: str = "") -> Path:

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.extract.parser import PARSER_VERSION
 from tests.test_index_e2e import CHAT, D, index, is_gleaning, passage_of, run, small_corpus, summary
 

@@ -11,18 +11,10 @@ import pytest
 from hrag_cli.extract.checks import check_extraction
 from hrag_cli.extract.parser import ParseResult, merge_gleaning, parse_extraction
 from hrag_cli.extract.prompts import (
-    COMPLETION_MARKER,
-    DEFAULT_ENTITY_TYPES,
-    FIELD_DELIMITER,
-    PROMPT_VERSION,
-    build_answer_messages,
-    build_extraction_messages,
-    build_gleaning_message,
-    build_keywords_messages,
-    build_summary_messages,
-    worked_example,
-)
-from hrag_cli.records import ExtractedEntity, ExtractedRelation
+    COMPLETION_MARKER, DEFAULT_ENTITY_TYPES, FIELD_DELIMITER, PROMPT_VERSION, build_answer_messages,
+    build_extraction_messages, build_gleaning_message, build_keywords_messages, build_summary_messages,
+    worked_example)
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation
 
 D = "<|#|>"
 

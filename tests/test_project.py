@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli.config import Settings, default_toml, load_settings
-from hrag_cli.errors import HragError, ProjectLocked, UsageError
-from hrag_cli.project import Project, fingerprint, resolve_root
+from hrag_cli.core.config import Settings, default_toml, load_settings
+from hrag_cli.core.errors import HragError, ProjectLocked, UsageError
+from hrag_cli.core.project import Project, fingerprint, resolve_root
 
 
 def test_init_creates_layout_and_commented_toml(tmp_path: Path) -> None:
@@ -102,8 +102,8 @@ def test_second_writer_fails_fast_even_across_processes(tmp_path: Path) -> None:
             with Project(tmp_path).lock():
                 pass
         code = (
-            "import sys; from hrag_cli.project import Project\n"
-            "from hrag_cli.errors import ProjectLocked\n"
+            "import sys; from hrag_cli.core.project import Project\n"
+            "from hrag_cli.core.errors import ProjectLocked\n"
             f"try:\n    Project({str(tmp_path)!r}).lock().__enter__()\nexcept ProjectLocked:\n    sys.exit(7)\n"
         )
         assert subprocess.run([sys.executable, "-c", code]).returncode == 7

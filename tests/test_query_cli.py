@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hrag_cli.cli import app
-from hrag_cli.errors import UsageError
-from hrag_cli.project import Project
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
 from hrag_cli.query.run import read_queries, run_query_command
 
 Q = "In which village was the founder of the company that built Port Ellery's sea wall born?"
@@ -54,7 +54,7 @@ def test_every_mode_has_the_same_schema(sample_project: Path) -> None:
 
 
 def test_mode_bm25_end_to_end(sample_project: Path) -> None:
-    from hrag_cli.bm25 import BM25Index
+    from hrag_cli.storage.bm25 import BM25Index
 
     query = "salt strike Ruth Calloway"
     obj = json.loads(_hrag("query", query, "-p", str(sample_project), "--json", "-m", "bm25")[0])

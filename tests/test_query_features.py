@@ -15,14 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from hrag_cli.cli import app
-from hrag_cli.errors import UsageError
-from hrag_cli.project import Project
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.ppr import SeedWeights, personalized_pagerank, walk_scale
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
-from hrag_cli.query.retrieval import (chunk_pick_boost, fact_seed_weights, fuse_ranks, pick_by_vector, retrieve,
-                                      rrf_scores, walk_share)
+from hrag_cli.query.retrieval import (
+    chunk_pick_boost, fact_seed_weights, fuse_ranks, pick_by_vector, retrieve, rrf_scores, walk_share)
 from hrag_cli.query.run import QuerySession, read_history
 from tests.stub_server import RERANK
 
@@ -155,9 +155,9 @@ def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
 
 
 def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
-    from hrag_cli.graph import EDGE_KINDS, load_graph
-    from hrag_cli.graph import walk_arrays
-    from hrag_cli.walk import WalkGraph
+    from hrag_cli.graph.model import EDGE_KINDS, load_graph
+    from hrag_cli.graph.model import walk_arrays
+    from hrag_cli.graph.walk import WalkGraph
 
     project = Project(sample_project)
     ix = QueryIndex(project, project.settings())

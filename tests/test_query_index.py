@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hrag_cli import store
-from hrag_cli.config import VectorSettings
+from hrag_cli.core import store
+from hrag_cli.core.config import VectorSettings
 from hrag_cli.query.index import RowRecords
-from hrag_cli.records import Document, Fact, to_dict
-from hrag_cli.vectors import VectorIndex
+from hrag_cli.core.records import Document, Fact, to_dict
+from hrag_cli.storage.vectors import VectorIndex
 
 
 def test_facts_are_read_by_row_and_fall_back_when_the_file_moved(tmp_path) -> None:
@@ -47,7 +47,7 @@ def test_doc_paths_are_read_at_their_lines_else_whole(tmp_path) -> None:
     quotes another document's id is not taken for it, nor is an id sharing the first 8 bytes); an absent id, an
     id shorter than 8 bytes or a file whose lines open otherwise reads the file whole."""
     from hrag_cli.query.index import DocPaths
-    from hrag_cli.project import text_hash
+    from hrag_cli.core.project import text_hash
 
     ids = [text_hash(f"p/{i}.txt") for i in range(10)]
     ids[5] = ids[6][:8] + "x" * 24                  # the same first 8 bytes as another id
@@ -80,7 +80,7 @@ def test_doc_paths_leave_no_file_open(tmp_path, monkeypatch) -> None:
     import os
     import warnings
 
-    from hrag_cli.project import text_hash
+    from hrag_cli.core.project import text_hash
     from hrag_cli.query.index import DocPaths
 
     ids = [text_hash(f"p/{i}.txt") for i in range(3)]

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hrag_cli.config import Settings
-from hrag_cli.evaluate import evaluate, load_qa
-from hrag_cli.project import Project
+from hrag_cli.core.config import Settings
+from hrag_cli.query.evaluate import evaluate, load_qa
+from hrag_cli.core.project import Project
 from hrag_cli.query.context import apply_budgets, chunk_block, entity_line
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import MODES, fuse_lexical, retrieve, round_robin
 from hrag_cli.query.types import RankedChunk, Retrieval
-from hrag_cli.chunking import count_tokens
+from hrag_cli.chunk.chunking import count_tokens
 
 QUESTIONS = Path(__file__).parent / "fixtures" / "sample_questions.jsonl"
 Q_SEAWALL = "In which village was the founder of the company that built Port Ellery's sea wall born?"
@@ -254,7 +254,7 @@ def test_lexical_fusion_reaches_the_ppr_reset(ix: QueryIndex, project: Project) 
 
 
 def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
-    from hrag_cli.errors import UsageError
+    from hrag_cli.core.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown mode"):
         retrieve(ix, "x", project.settings(), mode="dense")
@@ -267,7 +267,7 @@ def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
 def test_bad_ppr_settings_are_usage_errors(ix: QueryIndex, project: Project, setting: dict) -> None:
     """damping 1 used to hang in igraph, > 1 was an igraph internal error, a negative passage weight a
     misleading "reset vector is all zeros"."""
-    from hrag_cli.errors import UsageError
+    from hrag_cli.core.errors import UsageError
 
     name = next(iter(setting))
     with pytest.raises(UsageError, match=f"query.{name}"):

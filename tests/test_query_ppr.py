@@ -7,10 +7,11 @@ import igraph
 import numpy as np
 import pytest
 
-from hrag_cli.query.ppr import (Reset, SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk,
-                                personalized_pagerank, walk_mass)
-from hrag_cli.graph import CHUNK, VERTEX_KINDS, walk_arrays
-from hrag_cli.walk import WalkGraph, _runs, scale_key
+from hrag_cli.query.ppr import (
+    Reset, SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk, personalized_pagerank,
+    walk_mass)
+from hrag_cli.graph.model import CHUNK, VERTEX_KINDS, walk_arrays
+from hrag_cli.graph.walk import WalkGraph, _runs, scale_key
 
 
 def power_iteration(n: int, edges: list[tuple[int, int, float]], reset: np.ndarray, damping: float,
@@ -211,7 +212,7 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
 def test_saved_chunk_prior_is_read_only_for_its_walk_and_settings(sample_project, tmp_path) -> None:
     import shutil
 
-    from hrag_cli.project import Project
+    from hrag_cli.core.project import Project
 
     shutil.copytree(sample_project, tmp_path / "p")
     project = Project(tmp_path / "p")
@@ -297,7 +298,7 @@ def test_walk_in_blocks_is_the_walk_spelled_out(monkeypatch) -> None:
 
 
 def test_sorted_distinct_values_are_numpys() -> None:
-    from hrag_cli.intsets import unique_counts, unique_marked, unique_sorted
+    from hrag_cli.core.intsets import unique_counts, unique_marked, unique_sorted
 
     rng = np.random.default_rng(2)
     for values in (rng.integers(0, 50, 300), rng.integers(-5, 10 ** 12, 1000), np.zeros(0, dtype=np.int64)):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from hrag_cli.records import (Document, Entity, ExtractedEntity, ExtractedRelation, ExtractionRecord, Fact,
-                              Relation, to_dict)
+from hrag_cli.core.records import (
+    Document, Entity, ExtractedEntity, ExtractedRelation, ExtractionRecord, Fact, Relation, to_dict)
 
 
 def test_to_dict_matches_asdict_and_copies_containers() -> None:

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import orjson
 
-from hrag_cli import store
-from hrag_cli.config import Settings
-from hrag_cli.export import ExportOptions, run_export
-from hrag_cli.graph import RELATION, load_graph
-from hrag_cli.progress import Reporter
-from hrag_cli.project import Project
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.export.run import ExportOptions, run_export
+from hrag_cli.graph.model import RELATION, load_graph
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project
 from hrag_cli.query.context import build_context, relation_line
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import retrieve
-from hrag_cli.records import Relation
+from hrag_cli.core.records import Relation
 from tests.test_index_e2e import D, is_gleaning, run
 from tests.test_resolve import E, R, rec, resolve_records
 from tests.test_schema import answer, corpus, graph, index, set_toml  # noqa: F401  (corpus: a fixture)

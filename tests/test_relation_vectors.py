@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hrag_cli import store
+from hrag_cli.core import store
 from hrag_cli.cli import app
-from hrag_cli.config import Settings, load_settings
-from hrag_cli.errors import UsageError
-from hrag_cli.project import Project
+from hrag_cli.core.config import Settings, load_settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import relation_hits, retrieve
-from hrag_cli.synonyms import relation_vectors
+from hrag_cli.embed.stage import relation_vectors
 
 Q = "Who built the sea wall of Port Ellery?"
 

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import Settings
-from hrag_cli.graph import load_graph
-from hrag_cli.normalize import clean_surface, normalize_name
-from hrag_cli.project import Project
-from hrag_cli.records import (Chunk, Document, Entity, ExtractedEntity, ExtractedRelation, ExtractionRecord, Fact,
-                              Relation, from_dict, to_dict)
-from hrag_cli.resolve import UNKNOWN, finalize, merge_records, run_resolve, settings_fingerprint
-from hrag_cli.summaries import Summarizer
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.graph.model import load_graph
+from hrag_cli.core.normalize import clean_surface, normalize_name
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import (
+    Chunk, Document, Entity, ExtractedEntity, ExtractedRelation, ExtractionRecord, Fact, Relation, from_dict,
+    to_dict)
+from hrag_cli.resolve.stage import UNKNOWN, finalize, merge_records, run_resolve, settings_fingerprint
+from hrag_cli.resolve.summaries import Summarizer
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -213,7 +214,7 @@ def test_settings_fingerprint_tracks_what_shapes_output() -> None:
 
 def write_project(root: Path, docs: dict[str, list[tuple[str, ExtractionRecord | None]]]) -> Project:
     """docs: path -> [(chunk text, its extraction record or None)], written through the store helpers."""
-    from hrag_cli.project import text_hash
+    from hrag_cli.core.project import text_hash
 
     project = Project(root)
     project.init()

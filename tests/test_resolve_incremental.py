@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hrag_cli import store
-from hrag_cli.project import Project
+from hrag_cli.core import store
+from hrag_cli.core.project import Project
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -58,7 +58,7 @@ def _add(docs: Path, name: str, text: str) -> None:
 
 def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from hrag_cli import resolve_state
+    from hrag_cli.resolve import state as resolve_state
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
@@ -200,8 +200,8 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     import marshal
     import zlib
 
-    from hrag_cli import resolve_state
-    from hrag_cli.resolve import Merged
+    from hrag_cli.resolve import state as resolve_state
+    from hrag_cli.resolve.stage import Merged
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
@@ -239,7 +239,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     """A few new chunks leave resolve_state.bin as it was and list themselves in resolve_delta.json; the next
     run merges the delta's records again before its own, and once the delta passes RESAVE_SHARE of the state's
     chunks the state is saved whole. Every step equals a fresh build; a delta that does not parse is damage."""
-    from hrag_cli import resolve_state
+    from hrag_cli.resolve import state as resolve_state
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
@@ -287,9 +287,9 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     """A loaded state reads nothing but its header and index; a key is read from its one block, as its saved
     tuple, and a key the state lacks is `absent`. Writing it again after a merge (fold) copies the blocks no
     merged key falls in as their bytes and holds what a save of every accumulator holds."""
-    from hrag_cli import resolve_state
-    from hrag_cli.resolve import Merged
-    from hrag_cli.resolve_records import _EntityAcc, live
+    from hrag_cli.resolve import state as resolve_state
+    from hrag_cli.resolve.stage import Merged
+    from hrag_cli.resolve.merge_records import _EntityAcc, live
 
     monkeypatch.setattr(resolve_state, "BLOCK", dict.fromkeys(resolve_state.SECTIONS, 4))     # many blocks from the sample corpus
     docs = tmp_path / "docs"
@@ -369,7 +369,7 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
     """Version 4 keeps a block's keys as one string (a key a line, NUL between a key's parts) and its
     accumulators in frames of about FIELDS[s]; a version 3 file (the keys as a list, one fields frame a block)
     reads as the same accumulators and ranks, and a run after additions merges into it like a fresh build."""
-    from hrag_cli import resolve_state as rs
+    from hrag_cli.resolve import state as rs
 
     monkeypatch.setattr(rs, "FIELDS", dict.fromkeys(rs.SECTIONS, 5))
     docs = tmp_path / "docs"
@@ -425,7 +425,7 @@ def test_additions_patch_the_record_files_and_a_patch_past_its_share_folds_into_
     """Two additions in a row: the bases stay as the full build wrote them and each file's patch holds every
     line they no longer have (the second patch carries the first one's lines on); past FOLD_SHARE the file is
     written whole, with no patch. Either way the logical files equal a fresh build's."""
-    from hrag_cli import resolve_patch
+    from hrag_cli.resolve import patch as resolve_patch
 
     monkeypatch.setattr(resolve_patch, "FOLD_SHARE", 0.0 if fold else 1.0)
     docs = tmp_path / "docs"

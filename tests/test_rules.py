@@ -108,7 +108,7 @@ def test_life_dates_and_nationality_adjectives_get_types() -> None:
 
 
 def test_forked_map_yields_every_result_in_order(monkeypatch) -> None:
-    from hrag_cli.forkpool import forked_map
+    from hrag_cli.core.forkpool import forked_map
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)       # forked workers even on a one-core machine
 
@@ -120,8 +120,8 @@ def test_rules_extract_in_forked_workers_writes_what_one_process_writes(tmp_path
     """Records come back from the workers in chunk order: the cache is byte for byte the in-process one."""
     from hrag_cli.extract import stage
     from hrag_cli.pipeline import IndexOptions, run_index
-    from hrag_cli.progress import Reporter
-    from hrag_cli.project import Project
+    from hrag_cli.core.progress import Reporter
+    from hrag_cli.core.project import Project
 
     corpus = Path(__file__).resolve().parent.parent / "sample_corpus"
     caches = []

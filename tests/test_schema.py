@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import Settings
-from hrag_cli.errors import UsageError
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import UsageError
 from hrag_cli.extract.grounding import Grounder
 from hrag_cli.extract.schema import load_schema
 from hrag_cli.extract.stage import settings_fingerprint
-from hrag_cli.project import Project
-from hrag_cli.prune import PruneSpec, prune_record
-from hrag_cli.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.core.project import Project
+from hrag_cli.extract.prune import PruneSpec, prune_record
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from tests.test_index_e2e import CHAT, D, is_gleaning, passage_of, run, summary
 
 SCHEMA = """\
@@ -158,7 +158,7 @@ def test_no_schema_keeps_the_extractor_fingerprint() -> None:
     """Without a schema the prompt and the extractor id are what they were before schemas existed (a
     changed id would re-extract every cached chunk)."""
     from hrag_cli.extract.prompts import PROMPT_VERSION
-    from hrag_cli.project import fingerprint
+    from hrag_cli.core.project import fingerprint
 
     s = Settings()
     s.llm.model = "openai/stub-model"
@@ -380,7 +380,7 @@ def test_changed_schema_file_is_said_and_asks_again(stub, corpus) -> None:
 
 
 def test_schema_without_relation_types_keeps_relation_rows_untyped(tmp_path: Path) -> None:
-    from hrag_cli.config import ExtractSettings
+    from hrag_cli.core.config import ExtractSettings
     from hrag_cli.extract.llm_extractor import frame_of
     from hrag_cli.extract.prompts import build_extraction_messages
 
@@ -410,7 +410,7 @@ def test_prune_knows_an_endpoint_by_its_alias(tmp_path: Path) -> None:
 
 
 def test_rules_and_openie_records_keep_untyped_relations_and_skip_grounding(tmp_path: Path) -> None:
-    from hrag_cli.prune import prune_spec
+    from hrag_cli.extract.prune import prune_spec
 
     path = tmp_path / "s.toml"
     path.write_text(SCHEMA)

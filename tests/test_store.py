@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
+from hrag_cli.core import store
 
 
 def test_append_and_read_roundtrip(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_embeddings_are_deterministic_floats_and_base64(stub):
 
 
 def test_embeddings_through_litellm(stub):
-    from hrag_cli.llm import import_litellm
+    from hrag_cli.core.llm import import_litellm
 
     litellm = import_litellm()
     stub.enqueue(EMBED, StubReply(500))

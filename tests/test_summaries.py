@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli import store
-from hrag_cli.chunking import count_tokens
-from hrag_cli.config import Settings
-from hrag_cli.project import Project
-from hrag_cli.resolve import run_resolve
-from hrag_cli.summaries import Summarizer, SummaryJob
+from hrag_cli.core import store
+from hrag_cli.chunk.chunking import count_tokens
+from hrag_cli.core.config import Settings
+from hrag_cli.core.project import Project
+from hrag_cli.resolve.stage import run_resolve
+from hrag_cli.resolve.summaries import Summarizer, SummaryJob
 from tests.test_resolve import E, R, rec, write_project
 from tests.stub_server import stub_settings
 
@@ -98,7 +98,7 @@ def test_map_reduce_when_fragments_exceed_context(tmp_path: Path, stub) -> None:
 
 
 def test_context_too_small_is_a_clear_error(tmp_path: Path, stub) -> None:
-    from hrag_cli.errors import UsageError
+    from hrag_cli.core.errors import UsageError
 
     settings = _settings(stub, summary_min_fragments=2)
     settings.llm.context_tokens = 300

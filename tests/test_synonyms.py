@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hrag_cli import store, synonyms
-from hrag_cli.config import Settings
-from hrag_cli.errors import UsageError
-from hrag_cli.graph import SYNONYM, ChunkRef, build_graph, load_graph, save_graph
-from hrag_cli.progress import Reporter
-from hrag_cli.project import Project
-from hrag_cli.records import Chunk, Document, Entity, to_dict
-from hrag_cli.synonyms import DECISIONS_FILE, KNN_FILE, run_synonyms
-from hrag_cli.vectors import VectorIndex
+from hrag_cli.core import store
+from hrag_cli.embed import stage as synonyms
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.graph.model import SYNONYM, ChunkRef, build_graph, load_graph, save_graph
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import Chunk, Document, Entity, to_dict
+from hrag_cli.embed.stage import DECISIONS_FILE, KNN_FILE, run_synonyms
+from hrag_cli.storage.vectors import VectorIndex
 from tests.stub_server import hash_vector
 from tests.stub_server import stub_settings
 
@@ -279,7 +280,7 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_bm25_and_chunk_index_follow_the_chunks(tmp_path: Path, stub) -> None:
-    from hrag_cli.bm25 import BM25Index
+    from hrag_cli.storage.bm25 import BM25Index
 
     stub.set_embed(embed_fn)
     p = make_project(tmp_path, list(NAMES))
@@ -316,9 +317,9 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
     search."""
     import numpy as np
 
-    from hrag_cli.embed import BuiltinBackend, Embedder
-    from hrag_cli.config import VectorSettings
-    from hrag_cli.synonyms import KnnLists, candidate_pairs, fold, rescore, update_knn
+    from hrag_cli.embed.embedder import BuiltinBackend, Embedder
+    from hrag_cli.core.config import VectorSettings
+    from hrag_cli.embed.stage import KnnLists, candidate_pairs, fold, rescore, update_knn
 
     stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat",
              "Bank of Ellery", "Sankt Orrin", "Kestrel Island", "Ruth Calloway", "Zoë Almqvist"]
@@ -355,9 +356,9 @@ def test_rescoring_only_the_joined_slots_gives_the_lists_of_rescoring_every_chan
 
     import numpy as np
 
-    from hrag_cli.config import VectorSettings
-    from hrag_cli.embed import BuiltinBackend, Embedder
-    from hrag_cli.synonyms import KnnLists, fold, rescore, update_knn
+    from hrag_cli.core.config import VectorSettings
+    from hrag_cli.embed.embedder import BuiltinBackend, Embedder
+    from hrag_cli.embed.stage import KnnLists, fold, rescore, update_knn
 
     stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat"]
     names = [f"{s}{x}" for s in stems for x in ("", "s", " Company", " II", " Museum", " Bridge", " Street")]
@@ -389,8 +390,8 @@ def test_fold_is_the_plain_folded_and_normed_matrix_bit_for_bit() -> None:
     256), casting and dividing by np.linalg.norm, which the lists of earlier runs were computed from."""
     import numpy as np
 
-    from hrag_cli.synonyms import FOLD_DIM, _EMBED_BLOCK, fold
-    from hrag_cli.vectors import sparse_rows
+    from hrag_cli.embed.stage import FOLD_DIM, _EMBED_BLOCK, fold
+    from hrag_cli.storage.vectors import sparse_rows
 
     rng = np.random.default_rng(5)
     n, dim = _EMBED_BLOCK + 300, 2048                        # two blocks, the second a short one
@@ -413,9 +414,9 @@ def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) 
     same vectors, in the same order, as embedding in this process (float16 values)."""
     import numpy as np
 
-    from hrag_cli.embed import BuiltinBackend, Embedder
-    from hrag_cli.synonyms import embed_blocks
-    from hrag_cli.vectors import SparseRows
+    from hrag_cli.embed.embedder import BuiltinBackend, Embedder
+    from hrag_cli.embed.stage import embed_blocks
+    from hrag_cli.storage.vectors import SparseRows
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)          # a one-core CI machine still takes the pool path
     texts = [f"Name{i} Person{i % 13} of Place{i % 7}" for i in range(700)]

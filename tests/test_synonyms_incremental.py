@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from hrag_cli.project import Project
-from hrag_cli.vectors import VectorIndex
+from hrag_cli.core.project import Project
+from hrag_cli.storage.vectors import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -34,7 +34,7 @@ def _vector_file_names(project: Path) -> list[str]:
 
 def _logical(project: Path) -> dict[str, tuple]:
     """Per index, what a reader of it sees: ids, text hashes, unit rows (float16 bytes) in row order, storage."""
-    from hrag_cli.config import VectorSettings
+    from hrag_cli.core.config import VectorSettings
 
     d = Project(project).vectors_dir
     out = {}
@@ -107,10 +107,10 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
     follows that output (chunks: nothing left to add; facts), reads every record for the indices already synced
     further (entities, and so the names), gives BM25 the chunks the chunk index took before the kill, and ends
     with the files of a run that was never killed."""
-    from hrag_cli.bm25 import BM25_FILE, BM25Index
-    from hrag_cli.config import load_settings
-    from hrag_cli.progress import Reporter
-    from hrag_cli.synonyms import run_synonyms
+    from hrag_cli.storage.bm25 import BM25_FILE, BM25Index
+    from hrag_cli.core.config import load_settings
+    from hrag_cli.core.progress import Reporter
+    from hrag_cli.embed.stage import run_synonyms
 
     docs, base = _built_then_added(tmp_path)
     runs = {}
@@ -142,9 +142,10 @@ def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only
     chunk); the files it ends with are the spliced ones the test above compares with a full pass."""
     import time
 
-    from hrag_cli import store, synonyms
-    from hrag_cli.config import load_settings
-    from hrag_cli.progress import Reporter
+    from hrag_cli.core import store
+    from hrag_cli.embed import stage as synonyms
+    from hrag_cli.core.config import load_settings
+    from hrag_cli.core.progress import Reporter
 
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
@@ -179,9 +180,9 @@ def test_a_plan_from_patched_rows_matches_the_plan_from_a_scan_of_the_file(tmp_p
     scan of the whole file gives: held ids made again in place, new ones inserted at their lines."""
     import numpy as np
 
-    from hrag_cli.config import VectorSettings
-    from hrag_cli.synonyms import _file_order_plan, _rows_plan
-    from hrag_cli.vectors import fixed_bytes
+    from hrag_cli.core.config import VectorSettings
+    from hrag_cli.embed.stage import _file_order_plan, _rows_plan
+    from hrag_cli.storage.vectors import fixed_bytes
 
     old = ["f3", "f1", "f7", "f5"]                                    # file order, not id order
     rng = np.random.default_rng(3)

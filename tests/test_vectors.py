@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from hrag_cli import store
-from hrag_cli.config import VectorSettings
-from hrag_cli.errors import HragError
-from hrag_cli.vectors import FORMAT, ReadAt, VectorIndex, exact_topk, sparse_rows, top_order
+from hrag_cli.core import store
+from hrag_cli.core.config import VectorSettings
+from hrag_cli.core.errors import HragError
+from hrag_cli.storage.vectors import FORMAT, ReadAt, VectorIndex, exact_topk, sparse_rows, top_order
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -363,7 +363,7 @@ def test_a_query_load_reads_mapped_ids_and_scores_through_the_postings(tmp_path)
 
 def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
     """A posting's row is two bytes plus its band: rows beyond 65,536 score as the row scan scores them."""
-    from hrag_cli.vectors import build_postings
+    from hrag_cli.storage.vectors import build_postings
 
     rng = np.random.default_rng(2)
     n, dim = 140_000, 16
@@ -384,7 +384,7 @@ def test_a_pruned_posting_search_gives_every_row_scored_bit_for_bit() -> None:
     every row gives (`posting_scores` then `top_order`), to the last bit: near-duplicate and identical rows
     (ties to the lower row), rows past the first band, k from 1 to 40, negative weights; a query that no row
     matches (every score 0: no bound prunes) scores every row."""
-    from hrag_cli.vectors import build_postings
+    from hrag_cli.storage.vectors import build_postings
 
     rng = np.random.default_rng(8)
     dim, n = 120, 66_000
@@ -437,7 +437,7 @@ def _spelled_scores(rows, q: np.ndarray) -> np.ndarray:
 def test_float16_products_match_numpys_widening_bit_for_bit() -> None:
     """`_products` (float16 widened by its bits) gives numpy's float32(value) * weight for every finite
     float16 (subnormals, zeros of both signs, the largest) and weights of either sign, tiny and subnormal."""
-    from hrag_cli.vectors import _products
+    from hrag_cli.storage.vectors import _products
 
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     every = every[np.isfinite(every)]
@@ -452,7 +452,7 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
     columns no row holds, negative values), and a posting search's binary search in the band runs finds a
     row's entry exactly where the spelled rows have it: absent rows, rows sharing their low bytes with
     another band's entry, the first and last entries of a run, and as many rows as the spelled search takes."""
-    from hrag_cli.vectors import _SEARCHED_ROWS, build_postings
+    from hrag_cli.storage.vectors import _SEARCHED_ROWS, build_postings
 
     rng = np.random.default_rng(12)
     n, dim = 150_000, 40
@@ -487,7 +487,7 @@ def test_a_posting_search_whose_candidates_stay_many_still_gives_every_row_score
     """10,000 copies of one row (more than a search counts before listing, and not halving: a tie) stay
     candidates through the last column and are scored through the spelled-out columns; the top k is still
     every row scored's (the lowest rows of the tie)."""
-    from hrag_cli.vectors import _LISTED_CANDIDATES, build_postings
+    from hrag_cli.storage.vectors import _LISTED_CANDIDATES, build_postings
 
     rng = np.random.default_rng(13)
     n, dim = 30_000, 64
@@ -783,7 +783,7 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
 
 
 def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
-    from hrag_cli.vectors import IdKeys, fixed_width
+    from hrag_cli.storage.vectors import IdKeys, fixed_width
 
     ids = ["b", "", "ccc", "\u00e9t\u00e9", "a" * 70, "zz"]
     blob, off, _ = IdKeys.arrays(ids)
@@ -796,7 +796,7 @@ def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
 
 
 def test_scratch_arrays_are_kept_and_filled_only_when_made() -> None:
-    from hrag_cli.vectors import scratch
+    from hrag_cli.storage.vectors import scratch
 
     buffers: dict = {}
     ones = scratch(buffers, "ones", 10, np.intp, fill=1)

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from .. import store
-from ..project import Project, fingerprint
+from hrag_cli.core import store
+from hrag_cli.core.project import Project, fingerprint
 
 INDEX_VERSION = 1
 _BLOCK = 1 << 20

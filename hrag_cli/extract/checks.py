@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from .parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions, type_forms
+from hrag_cli.extract.parser import UNKNOWN_TYPE, ParseResult, add_counts, allowed_types, fold, mentions, type_forms
 
 OTHER_TYPE = "other"
 PROMPT_EXAMPLE = "prompt_example"
@@ -32,7 +32,7 @@ _PREP = {"by", "of", "in", "to", "for", "with", "at", "from", "on", "into", "as"
 
 @lru_cache(maxsize=1)
 def _example_text() -> str:
-    from .prompts import worked_example
+    from hrag_cli.extract.prompts import worked_example
 
     return fold(worked_example()[0])
 

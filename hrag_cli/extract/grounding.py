@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..textnorm import normalize_text, tokenize
-from .parser import fold, mentions
+from hrag_cli.core.textnorm import normalize_text, tokenize
+from hrag_cli.extract.parser import fold, mentions
 
 GROUND_OVERLAP = 0.75   # 1-3 content words: all must be there; 4 or more: one may be missing
 

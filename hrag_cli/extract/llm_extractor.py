@@ -10,13 +10,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ExtractSettings
-from ..records import Chunk, ExtractionRecord
-from .checks import check_extraction
-from .parser import (PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning,
-                     parse_extraction, says_nothing_more)
-from .prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
-from .schema import Schema, schema_of
+from hrag_cli.core.config import ExtractSettings
+from hrag_cli.core.records import Chunk, ExtractionRecord
+from hrag_cli.extract.checks import check_extraction
+from hrag_cli.extract.parser import (
+    PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning, parse_extraction,
+    says_nothing_more)
+from hrag_cli.extract.prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
+from hrag_cli.extract.schema import Schema, schema_of
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
 NONTRIVIAL_WORDS = 8
@@ -150,7 +151,7 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     CONTINUATIONS), else a gleaning round when the last answer was finished and gave rows. A lost round, or
     an answer still cut when the continuations run out, makes the record "partial" (its rows are kept;
     --retry-failed completes it)."""
-    from ..llm import LLMError, failure_cause
+    from hrag_cli.core.llm import LLMError, failure_cause
 
     frame = frame_of(settings)
     messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema)

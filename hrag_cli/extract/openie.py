@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 
-from ..errors import UsageError
-from ..progress import Reporter
-from ..project import Project, fingerprint, text_hash
-from ..records import Chunk, ExtractedEntity, ExtractedRelation, ExtractionRecord
-from .parser import (MAX_NAME_CHARS, NAME_TOO_LONG, NO_NAME, SELF_RELATION, UNKNOWN_TYPE, ParseResult,
-                     clean_name)
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, fingerprint, text_hash
+from hrag_cli.core.records import Chunk, ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.extract.parser import (
+    MAX_NAME_CHARS, NAME_TOO_LONG, NO_NAME, SELF_RELATION, UNKNOWN_TYPE, ParseResult, clean_name)
 
 __all__ = ["import_openie", "openie_extractor_id", "normalise_ws", "openie_rows", "parse_openie_messages"]
 

@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from hrag_cli.normalize import QUOTES, strip_quotes
-from hrag_cli.records import ExtractedEntity, ExtractedRelation
+from hrag_cli.core.normalize import QUOTES, strip_quotes
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation
 
 # Bump when a change makes the same answer parse differently; `hrag index --reparse` applies it.
 PARSER_VERSION = 3
@@ -612,7 +612,7 @@ def union_aliases(name: str, first: list[str], more: list[str]) -> list[str]:
 def allowed_types(entity_types: Iterable[str] | None) -> frozenset[str]:
     """The configured entity types as stored (clean_type); the prompt's defaults when none are given."""
     if entity_types is None:
-        from .prompts import DEFAULT_ENTITY_TYPES
+        from hrag_cli.extract.prompts import DEFAULT_ENTITY_TYPES
 
         entity_types = DEFAULT_ENTITY_TYPES
     return frozenset(clean_type(t) for t in entity_types if t and t.strip())

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..records import ExtractedEntity, ExtractedRelation, ExtractionRecord
-from ..textnorm import STOP_WORDS
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.core.textnorm import STOP_WORDS
 
 RULES_FINGERPRINT = "rules-v3"
 

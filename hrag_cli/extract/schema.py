@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..config import ExtractSettings
-from ..errors import UsageError
-from ..project import fingerprint
-from .parser import clean_type, type_forms
+from hrag_cli.core.config import ExtractSettings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import fingerprint
+from hrag_cli.extract.parser import clean_type, type_forms
 
 _TYPE_KEYS = {"description", "synonyms", "properties"}
 _RELATION_KEYS = _TYPE_KEYS | {"patterns"}

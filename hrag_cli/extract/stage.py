@@ -16,19 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import store
-from ..config import Settings
-from ..errors import BudgetExceeded, RunStopped, UsageError
-from ..forkpool import forked_map, ranges
-from ..progress import Reporter
-from ..project import Project, StageOutcome, StageRecord, fingerprint
-from ..records import Chunk, ExtractionRecord
-from . import cache_index
-from .cache_index import Seen, full_record, seen_of
-from .cache_index import count as _int
-from .parser import PARSER_VERSION, add_counts
-from .rules import RULES_FINGERPRINT, extract_rules
-from ..ingest import added_since, chunk_mark, load_chunks
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import BudgetExceeded, RunStopped, UsageError
+from hrag_cli.core.forkpool import forked_map, ranges
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, StageOutcome, StageRecord, fingerprint
+from hrag_cli.core.records import Chunk, ExtractionRecord
+from hrag_cli.extract import cache_index
+from hrag_cli.extract.cache_index import Seen, full_record, seen_of
+from hrag_cli.extract.cache_index import count as _int
+from hrag_cli.extract.parser import PARSER_VERSION, add_counts
+from hrag_cli.extract.rules import RULES_FINGERPRINT, extract_rules
+from hrag_cli.chunk.stage import added_since, chunk_mark, load_chunks
 
 EXTRACTORS = ("auto", "llm", "rules")
 USABLE = ("ok", "partial")      # record statuses whose rows resolve merges
@@ -65,8 +65,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from .prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
-    from .schema import schema_of
+    from hrag_cli.extract.prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
     schema = schema_of(e)
@@ -255,12 +255,12 @@ def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str
     if kind == "rules":
         _run_rules(project, todo, latest, reporter, counts)
     elif kind == "llm" and (todo or reparse):
-        from ..llm import LLMClient   # reads the whole response cache: only when there is work
+        from hrag_cli.core.llm import LLMClient  # reads the whole response cache: only when there is work
 
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
                 if reparse:
-                    from .llm_extractor import frame_of
+                    from hrag_cli.extract.llm_extractor import frame_of
 
                     created = _reparse(project, client, chunks, latest, extractor, reporter, counts,
                                        frame_of(settings.extract))
@@ -374,7 +374,7 @@ def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
 def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
     """Record the schema's fingerprint; when it differs from the last run's and chunks are about to be asked
     again because of it, say so in one line (a schema is a build setting: never changed without a word)."""
-    from .schema import schema_of
+    from hrag_cli.extract.schema import schema_of
 
     schema = schema_of(settings.extract)
     if schema is None:
@@ -392,7 +392,7 @@ def _retry_args(rec: dict) -> dict:
     request, so not the cached unreadable answer). A partial one repeats its own attempt, whose answers so far
     are in the response cache, so only what is missing goes to the network: the lost round, or, for an answer
     still cut at max_tokens, further continuation rounds (never the identical cut request again)."""
-    from .llm_extractor import CONTINUATIONS
+    from hrag_cli.extract.llm_extractor import CONTINUATIONS
 
     attempt = _int(rec.get("attempt", 1)) or 1
     if rec.get("status") != "partial":
@@ -491,8 +491,8 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
     RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
-    from ..llm import FailureCause, LLMError, failure_cause
-    from .llm_extractor import extract_chunk
+    from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
+    from hrag_cli.extract.llm_extractor import extract_chunk
 
     window = max(1, client.settings.concurrency) * 2
     queue = iter(todo)
@@ -563,7 +563,7 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
     A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
     answers of its latest record by another extractor of the same model, so `--reparse` after a schema change
     asks nothing; returns those chunks' ids."""
-    from .llm_extractor import reparse_chunk
+    from hrag_cli.extract.llm_extractor import reparse_chunk
 
     missing_ids = {ch.chunk_id for ch in chunks if (ch.chunk_id, extractor) not in latest}
     earlier = _earlier_llm_records(project, missing_ids, extractor) if missing_ids else {}
@@ -612,7 +612,7 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
     the extractor after the file's content, so a changed file replaces the records)."""
     if not path.is_file():
         raise UsageError(f"--import-openie: no such file: {path}")
-    from .openie import import_openie, openie_extractor_id
+    from hrag_cli.extract.openie import import_openie, openie_extractor_id
 
     extractor = openie_extractor_id(path)
     records, counts = import_openie(project, chunks, path, reporter)
@@ -632,7 +632,7 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
 
 def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
     """litellm's local price for these tokens; None when the model is not in its cost map."""
-    from .. import offline
+    from hrag_cli.core import offline
 
     offline.setup()
     try:
@@ -665,9 +665,9 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
                            "completion_tokens": 0, "cost": 0.0}
     if kind == "rules" or not todo:
         return out
-    from ..chunking import count_tokens
-    from .llm_extractor import answer_budget, frame_of, glean_rounds_for
-    from .prompts import build_extraction_messages, build_gleaning_message
+    from hrag_cli.chunk.chunking import count_tokens
+    from hrag_cli.extract.llm_extractor import answer_budget, frame_of, glean_rounds_for
+    from hrag_cli.extract.prompts import build_extraction_messages, build_gleaning_message
 
     frame = frame_of(settings.extract)
     base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)

@@ -6,12 +6,12 @@ is pasted into a prompt. Lists are cut in rank order: the first item that would 
 
 from __future__ import annotations
 
-from ..config import QuerySettings
-from .types import RankedChunk, Retrieval
+from hrag_cli.core.config import QuerySettings
+from hrag_cli.query.types import RankedChunk, Retrieval
 
 
 def _tokens(text: str) -> int:
-    from ..chunking import count_tokens
+    from hrag_cli.chunk.chunking import count_tokens
 
     return count_tokens(text)
 

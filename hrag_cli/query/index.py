@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import store
-from ..config import Settings
-from ..errors import UsageError
-from ..project import Project
-from ..records import Chunk, Document, Entity, Fact, Relation, from_dict
-from ..walk import WalkGraph
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
+from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, from_dict
+from hrag_cli.graph.walk import WalkGraph
 
 
 class RowRecords(Mapping):
@@ -284,7 +284,7 @@ class QueryIndex:
     # -- dense -----------------------------------------------------------------------------------------------
     @cached_property
     def embedder(self) -> Any:
-        from ..embed import get_embedder
+        from hrag_cli.embed.embedder import get_embedder
 
         t0 = time.perf_counter()
         emb = get_embedder(self.project, self.settings, fail_fast=True)
@@ -296,7 +296,7 @@ class QueryIndex:
         one configured now would give meaningless scores, so that is an error naming both."""
         cache = self.__dict__.setdefault("_vector_indices", {})
         if name not in cache:
-            from ..vectors import VectorIndex
+            from hrag_cli.storage.vectors import VectorIndex
 
             t0 = time.perf_counter()
             idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors, lazy_ids=True)
@@ -356,7 +356,7 @@ class QueryIndex:
     @cached_property
     def bm25(self) -> Any:
         """The BM25 index the synonyms stage saved, or None (then lexical fusion is skipped with a note)."""
-        from ..bm25 import BM25_FILE, BM25Index
+        from hrag_cli.storage.bm25 import BM25_FILE, BM25Index
 
         t0 = time.perf_counter()
         path = self.project.vectors_dir / BM25_FILE

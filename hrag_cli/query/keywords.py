@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from ..config import Settings
-from ..project import Project
+from hrag_cli.core.config import Settings
+from hrag_cli.core.project import Project
 
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
@@ -59,18 +59,18 @@ def extract_keywords(project: Project, settings: Settings, query: str, *, llm: A
     fallback = {"high": [query], "low": [query]}
     if not settings.llm.model:
         return fallback
-    from ..extract.prompts import build_keywords_messages
-    from ..errors import HragError
+    from hrag_cli.extract.prompts import build_keywords_messages
+    from hrag_cli.core.errors import HragError
 
     try:
         if llm is None:
-            from ..llm import query_client
+            from hrag_cli.core.llm import query_client
 
             llm = query_client(project, settings.llm)
         resp = llm.chat(build_keywords_messages(query), max_tokens=256, purpose="keywords")
     except HragError as exc:
         if notes is not None:
-            from ..llm import failure_note
+            from hrag_cli.core.llm import failure_note
 
             notes.append(f"keywords from the query text, the LLM failed: {failure_note(exc, settings.llm)}")
         return fallback

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import store
-from ..artifacts import quick_sum
-from ..config import Settings
-from ..graph import CHUNK, EDGE_KINDS, VERTEX_KINDS
-from ..intsets import unique_marked, unique_sorted
-from ..project import Project
-from ..vectors import top_order
-from ..walk import Scale, WalkGraph, kind_factors, scale_key
+from hrag_cli.core import store
+from hrag_cli.core.artifacts import quick_sum
+from hrag_cli.core.config import Settings
+from hrag_cli.graph.model import CHUNK, EDGE_KINDS, VERTEX_KINDS
+from hrag_cli.core.intsets import unique_marked, unique_sorted
+from hrag_cli.core.project import Project
+from hrag_cli.storage.vectors import top_order
+from hrag_cli.graph.walk import Scale, WalkGraph, kind_factors, scale_key
 
 __all__ = ["personalized_pagerank", "walk_mass", "passage_walk", "chunk_prior", "minmax", "SeedWeights", "Reset",
            "build_reset"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import HragError, UsageError
-from .keywords import reply_object
+from hrag_cli.core.errors import HragError, UsageError
+from hrag_cli.query.keywords import reply_object
 
 FACT_FILTER_VALUES = ("auto", "on", "off")
 
@@ -53,14 +53,14 @@ def parse_kept(text: str, n: int) -> list[int] | None:
 def recognize(llm: Any, query: str, facts: list[tuple[str, str, str]], notes: list[str]) -> list[int]:
     """Indices of the facts to keep. A failed call or an unreadable reply keeps them all, with a note: the
     filter sharpens retrieval, it must never make a query fail."""
-    from ..extract.prompts import build_fact_filter_messages
+    from hrag_cli.extract.prompts import build_fact_filter_messages
 
     if not facts:
         return []
     try:
         resp = llm.chat(build_fact_filter_messages(query, facts), max_tokens=256, purpose="fact_filter")
     except HragError as exc:
-        from ..llm import failure_note
+        from hrag_cli.core.llm import failure_note
 
         notes.append(f"fact filter kept every fact, the LLM failed: {failure_note(exc, llm.settings)}")
         return list(range(len(facts)))

@@ -16,17 +16,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Settings
-from ..errors import UsageError
-from ..project import Project
-from .types import RankedChunk, Retrieval
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
+from hrag_cli.query.types import RankedChunk, Retrieval
 
 PIECE_OVERLAP = 32   # tokens shared by consecutive pieces, so a sentence cut at a border is whole in one
 
 
 def split_for_rerank(text: str, tokens: int) -> list[str]:
     """The pieces a reranker reads (the chunker's own token windows); a short text is one piece."""
-    from ..chunking import chunk_text
+    from hrag_cli.chunk.chunking import chunk_text
 
     pieces = [c.text for c in chunk_text(text, tokens=max(tokens, 16), overlap=min(PIECE_OVERLAP, tokens // 4))]
     return pieces or [text]
@@ -69,7 +69,7 @@ class ModelReranker:
     """A litellm rerank model through the project's query-time LLM client (cached in cache/query_llm.jsonl)."""
 
     def __init__(self, project: Project, settings: Settings, model: str) -> None:
-        from ..llm import query_client
+        from hrag_cli.core.llm import query_client
 
         llm = replace(settings.llm, model=model, api_base=settings.query.rerank_api_base)
         self.client = query_client(project, llm)

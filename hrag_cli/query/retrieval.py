@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..config import QuerySettings, Settings
-from ..errors import UsageError
-from ..vectors import top_order
-from .context import apply_budgets
-from .index import QueryIndex
-from .recognition import check_fact_filter, filter_enabled, recognize
-from .ppr import SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale
-from .types import RankedChunk, Retrieval
+from hrag_cli.core.config import QuerySettings, Settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.storage.vectors import top_order
+from hrag_cli.query.context import apply_budgets
+from hrag_cli.query.index import QueryIndex
+from hrag_cli.query.recognition import check_fact_filter, filter_enabled, recognize
+from hrag_cli.query.ppr import (
+    SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale)
+from hrag_cli.query.types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
 CHUNK_PICKS = ("vector", "weight")
@@ -197,8 +198,8 @@ def _looks_like_a_name(words: list[str], start: int) -> bool:
 def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 3) -> list[str]:
     """Entities whose normalised name occurs as a run of words in the query that looks like a name, longest
     first; a shorter name inside a longer matched one is skipped ("Port Ellery" does not also seed "Ellery")."""
-    from ..normalize import normalize_name
-    from ..textnorm import STOP_WORDS
+    from hrag_cli.core.normalize import normalize_name
+    from hrag_cli.core.textnorm import STOP_WORDS
 
     words = _query_words(query)
     taken = [False] * len(words)
@@ -219,7 +220,7 @@ def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 
 def _fact_entity(ix: QueryIndex, name: str, relation_id: str, end: str) -> str | None:
     """The entity a fact's subject/object names; the relation's endpoint only when the name does not resolve
     (so relations.jsonl is read only in that rare case)."""
-    from ..normalize import normalize_name
+    from hrag_cli.core.normalize import normalize_name
 
     eid = normalize_name(name)
     if eid in ix.entities:
@@ -593,7 +594,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
         retrieve_bm25(ix, query, s, r, reads)
     else:
         if keywords is None:
-            from .keywords import extract_keywords
+            from hrag_cli.query.keywords import extract_keywords
 
             t0 = time.perf_counter()
             keywords = extract_keywords(ix.project, settings, query, llm=llm, notes=r.notes)
@@ -629,7 +630,7 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
             if mode == "mix":
                 r.chunks = merge(r.chunks, _top_chunks(ix, passage, pool), key=lambda c: c.chunk_id)
     if reranker is not None:
-        from .rerank import rerank
+        from hrag_cli.query.rerank import rerank
 
         t0 = time.perf_counter()
         rerank(reranker, r, max(s.rerank_top_k, limit), s.rerank_chunk_tokens)

@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import store
-from ..config import Settings
-from ..errors import UsageError
-from ..project import Project
-from .context import build_context, relation_arrow
-from .index import QueryIndex
-from .retrieval import retrieve
-from .types import Retrieval
+from hrag_cli.core import store
+from hrag_cli.core.config import Settings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.project import Project
+from hrag_cli.query.context import build_context, relation_arrow
+from hrag_cli.query.index import QueryIndex
+from hrag_cli.query.retrieval import retrieve
+from hrag_cli.query.types import Retrieval
 
 _CITE = re.compile(r"\[(\d+)\]")
 
@@ -103,7 +103,7 @@ class QuerySession:
     @property
     def llm(self) -> Any:
         if self._llm is None and self.settings.llm.model:
-            from ..llm import query_client
+            from hrag_cli.core.llm import query_client
 
             self._llm = query_client(self.project, self.settings.llm)
         return self._llm
@@ -112,7 +112,7 @@ class QuerySession:
     def reranker(self) -> Any:
         """The `query.rerank` model, made on first use (None when no reranker is set)."""
         if self._reranker is None and self.settings.query.rerank.strip():
-            from .rerank import make_reranker
+            from hrag_cli.query.rerank import make_reranker
 
             self._reranker = make_reranker(self.project, self.settings)
         return self._reranker
@@ -132,7 +132,7 @@ class QuerySession:
 
     def answer(self, r: Retrieval, context: str) -> dict:
         """The LLM answers from the context only; the [n] it cites are mapped back to chunks and paths."""
-        from ..extract.prompts import build_answer_messages
+        from hrag_cli.extract.prompts import build_answer_messages
 
         if self.llm is None:
             raise UsageError("--answer needs an LLM: pass --llm-model or set HRAG_LLM_MODEL")
@@ -176,7 +176,7 @@ def print_table(r: Retrieval, extra: dict) -> None:
 
     # document text, paths, names and the query are data: "[/b]" or "[citation needed]" must print as written,
     # and a control character (an escape sequence that retitles or clears the terminal) as a visible escape
-    from ..redact import printable
+    from hrag_cli.core.redact import printable
 
     def escape(text: str, _markup=escape) -> str:
         return _markup(printable(text))
@@ -236,7 +236,7 @@ def run_query_command(project: Project, settings: Settings, *, text: str | None,
         if json_output:
             sys.stdout.write(store.dumps(_as_json(r, extra)).decode("utf-8") + "\n")
         elif want_context and not want_answer:
-            from ..redact import printable
+            from hrag_cli.core.redact import printable
 
             context = extra["context"]
             sys.stdout.write((printable(context) if sys.stdout.isatty() else context) + "\n")

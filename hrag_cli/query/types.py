@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import to_dict
+from hrag_cli.core.records import to_dict
 
 
 @dataclass

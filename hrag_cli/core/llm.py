@@ -1,0 +1,698 @@
+"""The one litellm client: async calls with a bounded number in flight, retries with backoff, a persistent
+response cache, and per-run usage/cost with a spend limit.
+
+Every response lands in cache/llm.jsonl keyed by a hash of the request (model, messages, temperature,
+max_tokens; not api_base, so the same model through another proxy reuses it), which is what makes an
+interrupted or repeated run free: an identical request is never sent twice. litellm is imported lazily,
+after `offline.setup()`, so importing this module costs nothing and needs no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from dataclasses import asdict, dataclass, replace
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+from hrag_cli.core import store
+from hrag_cli.core.config import LLMSettings
+from hrag_cli.core.errors import BudgetExceeded, HragError, UsageError
+from hrag_cli.core.redact import scrub
+from hrag_cli.core.progress import Reporter
+from hrag_cli.core.project import Project, fingerprint
+
+T = TypeVar("T")
+
+_RETRY_STATUSES = {408, 409, 425, 429}  # plus every 5xx
+_litellm: Any = None
+
+
+class LLMError(HragError):
+    """An LLM (or embedding) request failed for good: retries exhausted, or the provider refused it."""
+
+
+def import_litellm() -> Any:
+    """litellm, imported once, offline, quiet (a cron log must not fill with its debug chatter) and with its
+    hidden retries off: every retry is ours (with_retries), so counts, backoff and Retry-After stay in one
+    place. Embedding code gets litellm from here too."""
+    global _litellm
+    if _litellm is None:
+        from hrag_cli.core import offline
+
+        offline.setup()
+        import litellm
+
+        litellm.suppress_debug_info = True
+        # litellm's openai embedding path turns max_retries=0 into this default (`max_retries or DEFAULT`)
+        litellm.DEFAULT_MAX_RETRIES = 0
+        litellm.num_retries = 0
+        litellm.set_verbose = False
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx", "httpcore", "openai"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        _litellm = litellm
+    return _litellm
+
+
+# -- the shared retry policy -------------------------------------------------------------------------------
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    if code is None:
+        code = getattr(getattr(exc, "response", None), "status_code", None)
+    try:
+        return int(code) if code is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_provider_error(exc: BaseException) -> bool:
+    """Errors raised by the HTTP stack (litellm, openai, httpx, aiohttp), as opposed to bugs in our code."""
+    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError)):
+        return True
+    return any(c.__module__.split(".")[0] in ("litellm", "openai", "httpx", "httpcore", "aiohttp")
+               for c in type(exc).__mro__)
+
+
+def _is_timeout_or_connection(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError)):
+        return True
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"Timeout", "APITimeoutError", "APIConnectionError", "TimeoutException",
+                         "TransportError", "ClientConnectionError", "ServerDisconnectedError"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Rate limits, timeouts, connection errors and 5xx are worth another try; other 4xx never succeed."""
+    status = _status(exc)
+    if _is_timeout_or_connection(exc):
+        # litellm gives connection errors status 500 and timeouts 408: both transient
+        return True
+    if status is None:
+        return False
+    if status == 429 and ("insufficient_quota" in str(getattr(exc, "body", "") or "")
+                          or "exceeded your current quota" in str(exc)):
+        return False  # OpenAI's "you have no credit" is a 429 that no amount of waiting fixes
+    if _MISSING_KEY in str(exc):
+        return False  # litellm reports a missing API key as a 500; waiting does not add one
+    return status in _RETRY_STATUSES or status >= 500
+
+
+_MISSING_KEY = "Missing credentials"
+_CONTEXT_RE = re.compile(r"context (?:length|window|size)|maximum context|exceeds? (?:the )?(?:model'?s? )?context"
+                         r"|n_ctx|too many tokens|prompt is too long", re.IGNORECASE)
+
+
+# What to do about each kind of failure (FailureCause.kind); every line ends with AGAIN.
+FIXES = {
+    "provider": "prefix the model with its provider, e.g. --llm-model openai/{model} for an OpenAI-compatible "
+                "server at --llm-api-base",
+    "auth": "set the provider's key variable (e.g. OPENAI_API_KEY)",
+    "quota": "add credit or use another key",
+    "model": "check --llm-model and --llm-api-base",
+    "context": "give the server a larger context (llama.cpp --n_ctx 4096 or more, Ollama num_ctx) or lower "
+               "--chunk-tokens",
+    "timeout": "raise [llm] timeout or lower --concurrency (a server on this machine answers one request at "
+               "a time)",
+    "connection": "start the server, or correct --llm-api-base",
+    "server": "check the LLM server's log",
+}
+AGAIN = "then run the same command again"
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    """Why a request failed, in terms of what the user can do about it.
+
+    `run_level`: every other request of the run would fail the same way (no server, unknown provider, bad or
+    missing key, unknown model, no quota), so one occurrence stops the run. The other kinds (context too
+    small, timeouts, server errors) can be one chunk's own problem; the extract stage stops when several
+    chunks in a row fail for the same one."""
+
+    kind: str          # a key of FIXES
+    run_level: bool
+    what: str          # the cause, as the user reads it
+    model: str = ""
+
+    @property
+    def remedy(self) -> str:
+        """What to do about it, e.g. 'start the server, or correct --llm-api-base'."""
+        return FIXES[self.kind].format(model=self.model or "NAME")
+
+    @property
+    def fix(self) -> str:
+        return f"{self.remedy}, {AGAIN}"
+
+    def explain(self, exc: BaseException) -> str:
+        """The cause with the provider's own words, e.g. 'cannot reach the LLM at URL (connection failed)'."""
+        root = exc.__cause__ if isinstance(exc, LLMError) and exc.__cause__ is not None else exc
+        detail = "LLM Provider NOT provided" if self.kind == "provider" else describe_error(root)
+        return f"{self.what} ({detail})"
+
+
+def failure_cause(exc: BaseException, settings: LLMSettings) -> FailureCause | None:
+    """The cause behind an LLMError (or a raw provider error); None for a request's own problem (a 400 about
+    its content) and for our own bugs."""
+    err = exc.__cause__ if isinstance(exc, LLMError) and exc.__cause__ is not None else exc
+    text = f"{getattr(err, 'message', '')} {err}"
+    status = _status(err)
+    where = settings.api_base or "the provider's default endpoint"
+    if "LLM Provider NOT provided" in text:
+        return FailureCause("provider", True, f"litellm does not know which provider serves '{settings.model}'",
+                            settings.model)
+    if _MISSING_KEY in text:
+        return FailureCause("auth", True, f"no API key for {settings.model} at {where}")
+    if status in (401, 403):
+        return FailureCause("auth", True, f"{where} refused the API key")
+    if status == 429 and not is_retryable(err):
+        return FailureCause("quota", True, "the provider says the account has no quota left")
+    if status == 404:
+        return FailureCause("model", True, f"{where} does not serve the model '{settings.model}'")
+    if _CONTEXT_RE.search(text) or type(err).__name__ == "ContextWindowExceededError":
+        return FailureCause("context", False, "the model's context window is too small for a chunk plus the "
+                            "extraction prompt")
+    if isinstance(err, asyncio.TimeoutError) or type(err).__name__ in ("Timeout", "APITimeoutError"):
+        return FailureCause("timeout", False, f"requests to {where} timed out after {settings.timeout:g} s")
+    if _is_timeout_or_connection(err) or describe_error(err).startswith("connection failed"):
+        return FailureCause("connection", True, f"cannot reach the LLM at {where}")
+    if status is not None and status >= 500:
+        return FailureCause("server", False, f"the LLM at {where} keeps failing")
+    return None
+
+
+def is_run_level(exc: BaseException) -> bool:
+    """A failure every other request of the run would meet too (no server, unknown provider, bad or missing
+    key, unknown model, no quota left), as opposed to one request's own problem: the run should stop."""
+    cause = failure_cause(exc, LLMSettings())
+    return cause is not None and cause.run_level
+
+
+def _headers(exc: BaseException) -> Any:
+    """Where the provider's response headers live on a litellm exception: litellm re-creates `exc.response`
+    without them, but keeps the originals in `exc.litellm_response_headers` (an httpx.Headers)."""
+    for h in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+              getattr(getattr(exc, "response", None), "headers", None)):
+        if h:
+            return h
+    return None
+
+
+def retry_after(exc: BaseException, now: float | None = None) -> float | None:
+    """Seconds the provider asked us to wait (Retry-After as seconds or an HTTP date, or retry-after-ms)."""
+    headers = _headers(exc)
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+    except (TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: status and reason, plus the provider's own message when it says more."""
+    status = _status(exc)
+    name = type(exc).__name__
+    if isinstance(exc, asyncio.TimeoutError) or name in ("Timeout", "APITimeoutError"):
+        return "timed out"
+    raw = scrub(str(getattr(exc, "message", "") or exc)).replace("\n", " ").strip()   # stored and printed
+    detail = raw.rsplit("Exception - ", 1)[-1].strip() if "Exception - " in raw else raw
+    if detail.lower().startswith("connection error"):
+        return "connection failed"  # litellm reports a refused/reset connection as a 500 "Connection error."
+    if name == "APIConnectionError" or (status is None and _is_timeout_or_connection(exc)):
+        return f"connection failed ({detail[:160]})" if detail else "connection failed"
+    if status is None:
+        return f"{name}: {detail[:200]}"
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    head = f"{status} {phrase}".strip()
+    if detail and detail.lower() != phrase.lower():
+        return f"{head} ({detail[:200]})"
+    return head
+
+
+def backoff_delay(attempt: int, settings: LLMSettings, exc: BaseException | None = None) -> float:
+    """Full jitter: uniform(0, min(cap, base * 2**attempt)); a provider's Retry-After wins, capped too."""
+    cap = max(0.0, settings.backoff_max)
+    if exc is not None:
+        asked = retry_after(exc)
+        if asked is not None:
+            return min(asked, cap)
+    return random.uniform(0.0, min(cap, settings.backoff_base * (2 ** attempt)))
+
+
+async def with_retries(call: Callable[[], Awaitable[T]], settings: LLMSettings, reporter: Reporter | None = None,
+                       *, what: str | None = None, on_retry: Callable[[], None] | None = None) -> T:
+    """Run `call` until it succeeds, retrying transient failures up to settings.max_retries times.
+
+    Raises LLMError naming `what` (default: settings.model) and the last status when it finally fails, or at
+    once for a non-retryable provider error (authentication, bad request). Our own bugs propagate unchanged.
+    `on_retry` is called before each retry (the client counts them in its stats).
+    """
+    label = what if what is not None else settings.model
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except (BudgetExceeded, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            if not _is_provider_error(exc):
+                raise
+            if not is_retryable(exc):
+                raise LLMError(f"LLM request rejected: {label}: {describe_error(exc)}") from exc
+            if attempt >= settings.max_retries:
+                raise LLMError(f"LLM request failed after {attempt} retries: {label}: "
+                               f"{describe_error(exc)}") from exc
+            delay = backoff_delay(attempt, settings, exc)
+            attempt += 1
+            if reporter is not None:
+                reporter.info(f"{label}: {describe_error(exc)}; retry {attempt}/{settings.max_retries} "
+                              f"in {delay:.1f}s")
+            if on_retry is not None:
+                on_retry()
+            await asyncio.sleep(delay)
+
+
+# -- settings for the server at hand ---------------------------------------------------------------------------
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "ip6-localhost"}
+REMOTE_TIMEOUT, REMOTE_CONCURRENCY = 120.0, 8
+LOCAL_TIMEOUT, LOCAL_CONCURRENCY = 600.0, 1
+
+
+def is_local(settings: LLMSettings) -> bool:
+    """A server on this machine: a loopback api_base, or Ollama with its default one."""
+    if not settings.api_base:
+        return settings.model.startswith(("ollama/", "ollama_chat/"))
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(settings.api_base if "//" in settings.api_base else "//" + settings.api_base).hostname or "")
+    return host.lower() in _LOOPBACK or host.startswith("127.")
+
+
+def effective_settings(settings: LLMSettings) -> LLMSettings:
+    """`settings` with timeout and concurrency 0 (auto) filled in for this server: a local server computes one
+    answer at a time, so more in flight only queue up and time out while it keeps working for them."""
+    local = is_local(settings)
+    return replace(settings,
+                   timeout=settings.timeout or (LOCAL_TIMEOUT if local else REMOTE_TIMEOUT),
+                   concurrency=settings.concurrency or (LOCAL_CONCURRENCY if local else REMOTE_CONCURRENCY))
+
+
+# -- the client ----------------------------------------------------------------------------------------------
+@dataclass
+class LLMResponse:
+    text: str
+    key: str
+    cached: bool
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+    finish_reason: str = ""     # "stop", "length" (cut at max_tokens), "" when the provider did not say
+
+
+@dataclass
+class LLMStats:
+    """This run's numbers (cache hits cost nothing and are not in tokens/cost)."""
+
+    requests: int = 0           # requests answered by the network
+    cache_hits: int = 0         # answered from cache/llm.jsonl or by an identical request already in flight
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _LoopState:
+    """What must belong to one event loop: the semaphore and the futures of requests in flight."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, concurrency: int) -> None:
+        self.loop = loop
+        self.sem = asyncio.Semaphore(max(1, concurrency))
+        self.inflight: dict[str, asyncio.Future] = {}
+
+
+class LLMClient:
+    """Chat completions through litellm with caching, bounded concurrency, retries and a spend limit.
+
+    `cache_path` is cache/llm.jsonl (indexing) unless given: queries keep theirs in cache/query_llm.jsonl
+    (query_client), so a query never touches what the index was built from."""
+
+    def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
+                 reporter: Reporter | None = None, cache_path: Path | None = None,
+                 connect_timeout: float | None = None) -> None:
+        self.project = project
+        self.settings = effective_settings(settings)
+        self.connect_timeout = connect_timeout     # seconds to open a connection; None: settings.timeout
+        self.down: LLMError | None = None          # set by a fail-fast client after a run-level failure
+        self.max_cost = max_cost
+        self.reporter = reporter
+        self.stats = LLMStats()
+        self.enabled = bool(settings.model)
+        self.cache_path = cache_path or project.llm_cache_path
+        if self.enabled and reporter is not None and is_local(settings) and not (settings.timeout
+                                                                                 and settings.concurrency):
+            reporter.info(f"LLM server on this machine: {self.settings.concurrency} request(s) at a time, "
+                          f"{self.settings.timeout:g} s timeout ([llm] concurrency and timeout change this)")
+        self._cache: dict[str, dict] = {}
+        for rec in store.read_jsonl(self.cache_path):
+            if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("response"), str):
+                self._cache[rec["key"]] = rec
+        self._appender: store.JsonlAppender | None = None
+        self._write_lock = threading.Lock()
+        self._state: _LoopState | None = None
+
+    # -- keys and cache ----------------------------------------------------------------------------------
+    def _max_tokens(self, max_tokens: int | None) -> int:
+        return int(max_tokens) if max_tokens is not None else int(self.settings.max_tokens)
+
+    def request_key(self, messages: list[dict], *, max_tokens: int | None = None) -> str:
+        """Hash of everything that shapes the answer; api_base is left out on purpose (same model, any proxy)."""
+        return fingerprint("chat", self.settings.model, messages, float(self.settings.temperature),
+                           self._max_tokens(max_tokens))
+
+    def cached(self, key: str) -> dict | None:
+        return self._cache.get(key)
+
+    def _store(self, record: dict) -> None:
+        with self._write_lock:
+            if self._appender is None:
+                self._appender = store.JsonlAppender(self.cache_path, exclusive=self.project.holds_lock)
+            self._appender.append(record)
+            self._cache[record["key"]] = record
+
+    def close(self) -> None:
+        with self._write_lock:
+            if self._appender is not None:
+                self._appender.close()
+                self._appender = None
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls ---------------------------------------------------------------------------------------------
+    def request_timeout(self) -> Any:
+        return request_timeout(self.settings.timeout, self.connect_timeout)
+
+    def _loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        if self._state is None or self._state.loop is not loop:
+            self._state = _LoopState(loop, self.settings.concurrency)
+        return self._state
+
+    def _check_budget(self) -> None:
+        if self.max_cost is not None and self.stats.cost >= self.max_cost:
+            raise BudgetExceeded(f"LLM spend this run reached ${self.stats.cost:.4f} (--max-cost "
+                                 f"{self.max_cost:g}); what is done so far is saved, run again to continue")
+
+    async def achat(self, messages: list[dict], *, max_tokens: int | None = None, purpose: str = "") -> LLMResponse:
+        """One chat completion; from the cache when this exact request was answered before."""
+        if not self.enabled:
+            raise UsageError("no LLM model configured: set [llm] model in hrag.toml, $HRAG_LLM_MODEL or --llm-model")
+        key = self.request_key(messages, max_tokens=max_tokens)
+        state = self._loop_state()
+        while True:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                return _from_record(hit, cached=True)
+            pending = state.inflight.get(key)
+            if pending is None:
+                break
+            # the same request is already on the wire: wait for it instead of paying twice
+            await asyncio.wait({pending})
+            if pending.cancelled():
+                continue  # its caller was cancelled, not us: try again (from cache, or send it ourselves)
+            exc = pending.exception()
+            if exc is not None:
+                raise exc
+            self.stats.cache_hits += 1
+            return _from_record(pending.result(), cached=True)
+        fut: asyncio.Future = state.loop.create_future()
+        state.inflight[key] = fut
+        try:
+            rec = await self._fetch(key, messages, self._max_tokens(max_tokens), purpose, state)
+        except BaseException as exc:
+            if not fut.done():
+                if isinstance(exc, Exception):
+                    fut.set_exception(exc)
+                    fut.exception()  # mark retrieved: nobody may be waiting on it
+                else:
+                    fut.cancel()
+            raise
+        finally:
+            state.inflight.pop(key, None)
+        if not fut.done():
+            fut.set_result(rec)
+        return _from_record(rec, cached=False)
+
+    async def _fetch(self, key: str, messages: list[dict], max_tokens: int, purpose: str,
+                     state: _LoopState) -> dict:
+        self._check_budget()
+        litellm = import_litellm()
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "temperature": s.temperature,
+                                  "max_tokens": max_tokens, "timeout": self.request_timeout(), "num_retries": 0,
+                                  "max_retries": 0}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+            if s.model.startswith("openai/") and is_local(s) and not os.environ.get("OPENAI_API_KEY"):
+                kwargs["api_key"] = "no-key"   # a server on this machine needs none; the SDK insists on one
+
+        async def once() -> Any:
+            # a hard stop a little past the request timeout, for providers that do not honour it
+            return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=s.timeout + 5.0)
+
+        resp = await self._send(once, state)
+        text, finish = _response_text(resp)
+        usage = getattr(resp, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = _cost(litellm, resp, s.model, prompt_tokens, completion_tokens)
+        rec = {"key": key, "model": s.model, "messages_hash": fingerprint(messages), "purpose": purpose,
+               "response": text, "finish_reason": finish, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+               "cost": cost, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._store(rec)
+        self.stats.requests += 1
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.completion_tokens += completion_tokens
+        self.stats.cost += cost
+        return rec
+
+    async def _send(self, once: Callable[[], Awaitable[Any]], state: _LoopState) -> Any:
+        """One request with the shared retry policy, counted in stats. The slot is held through backoff sleeps
+        too: under a 429 storm the whole client slows down instead of queued requests rushing in to be
+        refused as well."""
+        def count_retry() -> None:
+            self.stats.retries += 1
+
+        async with state.sem:
+            self._check_budget()  # the spend may have reached the limit while this request waited for a slot
+            if self.down is not None:
+                raise self.down   # a fail-fast client does not knock on a door that was just shut
+            try:
+                return await with_retries(once, self.settings, self.reporter, what=self.settings.model,
+                                          on_retry=count_retry)
+            except LLMError as exc:
+                self.stats.failures += 1
+                if self.connect_timeout is not None and is_run_level(exc):
+                    self.down = exc
+                raise
+
+    def rerank_key(self, query: str, document: str) -> str:
+        return fingerprint("rerank", self.settings.model, query, document)
+
+    async def arerank(self, query: str, documents: list[str], *, purpose: str = "rerank") -> list[float]:
+        """Relevance of each document to the query from a litellm rerank model (cohere-style /rerank), one
+        score per document in order. Cached per (model, query, document), so only documents never scored for
+        this query are sent, in one request."""
+        if not self.enabled:
+            raise UsageError("no rerank model configured: pass --rerank MODEL")
+        keys = [self.rerank_key(query, d) for d in documents]
+        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in self._cache))
+        if missing:
+            await self._fetch_rerank(query, [documents[i] for i in missing], [keys[i] for i in missing], purpose)
+        else:
+            self.stats.cache_hits += 1
+        return [float(self._cache[k]["response"]) for k in keys]
+
+    async def _fetch_rerank(self, query: str, documents: list[str], keys: list[str], purpose: str) -> None:
+        self._check_budget()
+        litellm = import_litellm()
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": s.model, "query": query, "documents": documents,
+                                  "top_n": len(documents), "timeout": self.request_timeout(), "num_retries": 0}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+
+        async def once() -> Any:
+            return await asyncio.wait_for(litellm.arerank(**kwargs), timeout=s.timeout + 5.0)
+
+        resp = await self._send(once, self._loop_state())
+        scores: dict[int, float] = {}
+        for item in getattr(resp, "results", None) or []:
+            get = item.get if isinstance(item, dict) else (lambda name, _i=item: getattr(_i, name, None))
+            idx, score = get("index"), get("relevance_score")
+            if isinstance(idx, int) and 0 <= idx < len(documents) and isinstance(score, (int, float)):
+                scores[idx] = float(score)
+        if len(scores) != len(documents):
+            self.stats.failures += 1
+            raise LLMError(f"rerank model {s.model} scored {len(scores)} of {len(documents)} documents")
+        hidden = getattr(resp, "_hidden_params", None) or {}
+        cost = float(hidden.get("response_cost") or 0.0) if isinstance(hidden, dict) else 0.0
+        ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for i, key in enumerate(keys):
+            self._store({"key": key, "model": s.model, "purpose": purpose, "response": repr(scores[i]),
+                         "usage": {}, "cost": cost / len(keys), "ts": ts})
+        self.stats.requests += 1
+        self.stats.cost += cost
+
+    def rerank(self, query: str, documents: list[str], **kw: Any) -> list[float]:
+        """Synchronous arerank."""
+        return self._run_sync(lambda: self.arerank(query, documents, **kw))
+
+    def chat(self, messages: list[dict], **kw: Any) -> LLMResponse:
+        """Synchronous convenience; runs achat in its own event loop (in a thread if one is already running)."""
+        return self._run_sync(lambda: self.achat(messages, **kw))
+
+    def _run_sync(self, make: Callable[[], Awaitable[T]]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(make())
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["r"] = asyncio.run(make())
+            except BaseException as exc:  # handed back to the caller's thread
+                box["e"] = exc
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join()
+        if "e" in box:
+            raise box["e"]
+        return box["r"]
+
+
+def _from_record(rec: dict, *, cached: bool) -> LLMResponse:
+    usage = rec.get("usage") or {}
+    return LLMResponse(text=rec.get("response", ""), key=rec["key"], cached=cached,
+                       prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
+                       completion_tokens=int(usage.get("completion_tokens", 0) or 0),
+                       cost=0.0 if cached else float(rec.get("cost", 0.0) or 0.0),
+                       finish_reason=str(rec.get("finish_reason") or ""))
+
+
+def _response_text(resp: Any) -> tuple[str, str]:
+    """The answer's text and its finish_reason ("length" means it was cut at max_tokens)."""
+    try:
+        choice = resp.choices[0]
+        content = choice.message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise LLMError("LLM response had no choices") from None
+    finish = getattr(choice, "finish_reason", None)
+    return (content if isinstance(content, str) else ""), (str(finish) if finish else "")
+
+
+_unpriced: set[str] = set()
+
+
+def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    """litellm's price for this response from its local cost map; 0 for a model it does not know (asking again
+    for an unknown model costs milliseconds per call, so the answer is remembered)."""
+    hidden = getattr(resp, "_hidden_params", None) or {}
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, (int, float)) and known >= 0:
+        return float(known)  # litellm already priced it while logging the call
+    if model in _unpriced:
+        return 0.0
+    try:
+        return float(litellm.completion_cost(completion_response=resp, model=model) or 0.0)
+    except Exception:
+        pass
+    try:
+        p, c = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return float(p + c)
+    except Exception:
+        _unpriced.add(model)
+        return 0.0
+
+
+QUERY_CONNECT_TIMEOUT = 3.0     # seconds: a query must not wait on a server that is not there
+
+
+def request_timeout(seconds: float, connect: float | None) -> Any:
+    """litellm's timeout for a request (chat, rerank, embedding): seconds, or an httpx.Timeout with a short
+    connect phase for a fail-fast query-time caller (litellm reduces it to its read part for providers that
+    take only seconds)."""
+    if connect is None:
+        return seconds
+    import httpx   # a dependency of litellm, there once litellm is
+
+    return httpx.Timeout(seconds, connect=min(connect, seconds))
+
+
+def query_client(project: Project, settings: LLMSettings) -> LLMClient:
+    """The client for query-time calls (keywords, answers, filters): its own cache file, so `hrag query`
+    never appends to cache/llm.jsonl. It fails fast: one attempt (no retries, no backoff), a short connect
+    timeout, and after a failure every other request of the run would meet too (no server, bad key), no
+    further attempts; the caller falls back (keywords: the query text) with one line from failure_note."""
+    return LLMClient(project, replace(settings, max_retries=0), cache_path=project.query_llm_cache_path,
+                     connect_timeout=QUERY_CONNECT_TIMEOUT)
+
+
+def failure_note(exc: BaseException, settings: LLMSettings) -> str:
+    """One line for a query-time LLM failure: the cause in the user's terms and, when known, the fix."""
+    cause = failure_cause(exc, settings)
+    if cause is None:
+        return str(exc)
+    return f"{cause.explain(exc)}; to use the LLM, {cause.remedy}"
+
+
+def spend_summary(project: Project, path: Path | None = None) -> dict:
+    """Totals over every response ever stored in cache/llm.jsonl, or `path` (what the project has cost)."""
+    n = prompt = completion = 0
+    cost = 0.0
+    for rec in store.read_jsonl(path or project.llm_cache_path):
+        if not isinstance(rec, dict):
+            continue
+        usage = rec.get("usage") or {}
+        n += 1
+        prompt += int(usage.get("prompt_tokens", 0) or 0)
+        completion += int(usage.get("completion_tokens", 0) or 0)
+        cost += float(rec.get("cost", 0.0) or 0.0)
+    return {"responses": n, "prompt_tokens": prompt, "completion_tokens": completion, "cost": cost}
