@@ -97,6 +97,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _RST_ADORN = re.compile(r"^([=\-~^\"'`#*+:._!$%&,;<>?@\\/|])\1{2,}\s*$")
 _ADOC = re.compile(r"^(={1,6})[ \t]+(\S.*?)\s*$")
 _ORG = re.compile(r"^(\*{1,8})[ \t]+(\S.*?)\s*$")
+_MARKER_HEADINGS = {"adoc": _ADOC, "org": _ORG}
 _TEX = re.compile(r"\\(part|chapter|section|subsection|subsubsection|paragraph)\*?\s*(?:\[[^\]]*\])?\{([^{}]*)\}")
 _TEX_LEVEL = {"part": 0, "chapter": 1, "section": 2, "subsection": 3, "subsubsection": 4, "paragraph": 5}
 
@@ -141,14 +142,8 @@ class Headings:
             return None
         if self.kind == "rst":
             return self._rst(lines, i)
-        if self.kind == "adoc":
-            m = _ADOC.match(line)
-            if m:
-                self._push(len(m.group(1)), m.group(2))
-                return i, 1, m.group(2)
-            return None
-        if self.kind == "org":
-            m = _ORG.match(line)
+        if self.kind in _MARKER_HEADINGS:       # the level is the number of marker characters
+            m = _MARKER_HEADINGS[self.kind].match(line)
             if m:
                 self._push(len(m.group(1)), m.group(2))
                 return i, 1, m.group(2)
