@@ -397,7 +397,7 @@ def eval_cmd(
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="graphml, jsonl, csv, cypher or falkordb.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher) or folder (jsonl, csv).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher; - for standard output) or folder (jsonl, csv).")] = None,
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
@@ -408,12 +408,17 @@ def export(
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    from hrag_cli.export.run import ExportOptions, run_export
+    from hrag_cli.export.run import STDOUT, ExportOptions, run_export
 
+    to_stdout = output is not None and Path(output) == STDOUT
+    if to_stdout and json_output:
+        raise UsageError("--json and --output - both write to standard output: choose one")
     proj, settings = _open(project, {}, create=False)
     opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
                          progress=progress)
-    summary = run_export(proj, settings, _reporter(quiet or not progress, json_output), opts)
+    summary = run_export(proj, settings, _reporter(quiet or not progress or to_stdout, json_output), opts)
+    if to_stdout:
+        return
     if json_output:
         _print_json(summary)
     elif not quiet:

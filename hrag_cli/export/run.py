@@ -6,6 +6,8 @@ per edge, typed properties with chunk text and entity aliases joined in from the
 worked out once here and the writers stay small. Export only reads the project: it never takes the writer lock
 and refuses an output path inside the project folder.
 
+`--output -` writes the single-file formats (GraphML, Cypher) to standard output.
+
 Ids: "doc:<doc_id>", "chunk:<chunk_id>", "entity:<entity id>". Labels: Document, Chunk, Entity. Edge types and
 directions: PART_OF chunk->document, NEXT_CHUNK earlier->later chunk, RELATION src->tgt of the relation record,
 MENTIONED_IN entity->chunk, SYNONYM a->b.
@@ -20,10 +22,11 @@ contain commas):
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
@@ -33,6 +36,7 @@ from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import Project
 
 FORMATS = ("graphml", "jsonl", "csv", "cypher", "falkordb")
+STDOUT = Path("-")        # --output - : the single-file formats write to standard output
 # igraph attributes that the model turns into structure (id, label) rather than properties
 _STRUCTURAL = {"kind"}
 
@@ -215,6 +219,11 @@ def _check_output(project: Project, output: Path | None, fmt: str) -> Path:
         what = "a file" if fmt in ("graphml", "cypher") else "a folder"
         raise UsageError(f"--format {fmt} needs --output/-o ({what})")
     out = Path(output)
+    if out == STDOUT:
+        if fmt not in ("graphml", "cypher"):
+            raise UsageError(f"--output - (standard output) takes one file; --format {fmt} writes a folder of "
+                             "files: give a folder path")
+        return out
     root = project.root.resolve()
     target = out.resolve()
     if target == root or root in target.parents:
@@ -226,8 +235,10 @@ def _check_output(project: Project, output: Path | None, fmt: str) -> Path:
     return out
 
 
-def run_export(project: Project, settings: Settings, reporter: Reporter, options: ExportOptions) -> dict:
-    """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary."""
+def run_export(project: Project, settings: Settings, reporter: Reporter, options: ExportOptions,
+               stdout: BinaryIO | None = None) -> dict:
+    """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary. With
+    --output - the file goes to `stdout` (default: the process's standard output)."""
     fmt = (options.fmt or "").strip().lower()
     if fmt not in FORMATS:
         raise UsageError(f"unknown --format {options.fmt!r} (choose one of {', '.join(FORMATS)})")
@@ -252,7 +263,13 @@ def run_export(project: Project, settings: Settings, reporter: Reporter, options
     from hrag_cli.export import formats as export_formats
 
     assert output is not None
-    files = export_formats.publish(export_formats.WRITERS[fmt](graph, output))
+    if output == STDOUT:
+        stream = stdout if stdout is not None else sys.stdout.buffer
+        stream.write(export_formats.TEXTS[fmt](graph).encode("utf-8"))
+        stream.flush()
+        files = [output]
+    else:
+        files = export_formats.publish(export_formats.WRITERS[fmt](graph, output))
     counts = graph.counts()
     summary.update({"output": str(output), "nodes": counts["nodes"], "edges": counts["edges"],
                     "labels": counts["labels"], "types": counts["types"], "files": len(files)})
