@@ -251,8 +251,10 @@ def synonyms(
     overrides = {"embed.model": embed_model, "embed.api_base": embed_api_base,
                  "synonyms.threshold": threshold, "synonyms.top_k": top_k}
     proj, settings = _open(project, overrides, create=False)
+    from hrag_cli.stages import StageOptions
+
     summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "synonyms",
-                          review_path=review, accept_path=accept)
+                          StageOptions(review_path=review, accept_path=accept))
     if json_output:
         _print_json(summary)
     elif not quiet:
