@@ -403,7 +403,7 @@ def export(
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
-    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'around:NAME', or 'entities,around:NAME'.")] = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'top:N' (the N most connected entities), 'around:NAME', or several: 'top:500,around:NAME'.")] = None,
     hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
     progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
     quiet: QuietOpt = False,
@@ -425,6 +425,29 @@ def export(
         _print_json(summary)
     elif not quiet:
         _print_summary(f"hrag export --format {fmt}", summary)
+
+
+@app.command()
+def view(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("graph.html"),
+    project: ProjectOpt = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph, as for 'hrag export': 'entities', 'top:N', 'around:NAME'.")] = None,
+    hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", help="Draw the whole graph up to this many nodes, else this many of the most connected entities.")] = 2000,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open the page in your web browser.")] = False,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Write the graph as one self-contained HTML page (no network needed): search, details, legend."""
+    from hrag_cli.view.page import ViewOptions, run_view
+
+    proj, _ = _open(project, {}, create=False)
+    summary = run_view(proj, ViewOptions(output=output, select=select, hops=hops, max_nodes=max_nodes,
+                                         open_browser=open_browser))
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag view", summary)
 
 
 def _one_line(exc: BaseException | str) -> str:

@@ -15,6 +15,8 @@ MENTIONED_IN entity->chunk, SYNONYM a->b.
 --select syntax (terms separated by commas, applied left to right; `around:` must come last since a name may
 contain commas):
   entities        entity nodes only, with the edges between them (RELATION, SYNONYM)
+  top:N           the N entities with the most edges (of any kind, in what is selected so far; ties by id),
+                  with the edges between them
   around:NAME     the entity NAME (matched by normalised name, then by alias) and every node within --hops
                   hops of it in what is selected so far, with the edges among them
   e.g. "entities,around:Port Ellery" = the entity neighbourhood without chunks and documents.
@@ -173,6 +175,23 @@ def _induced(graph: ExportGraph, keep: set[str]) -> ExportGraph:
                        [e for e in graph.edges if e.source in keep and e.target in keep])
 
 
+def _count(term: str) -> int:
+    value = term[len("top:"):].strip()
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--select {term!r}: write top:N with N a whole number of entities, e.g. top:500")
+    return int(value)
+
+
+def top_entities(graph: ExportGraph, n: int) -> set[str]:
+    """The ids of the n entity nodes with the most edges in `graph` (ties by id, so the cut is reproducible)."""
+    degree: dict[str, int] = {}
+    for e in graph.edges:
+        degree[e.source] = degree.get(e.source, 0) + 1
+        degree[e.target] = degree.get(e.target, 0) + 1
+    ents = sorted((n_.id for n_ in graph.nodes if n_.label == "Entity"), key=lambda i: (-degree.get(i, 0), i))
+    return set(ents[:n])
+
+
 def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> ExportGraph:
     """Apply a --select expression (module docstring); None or 'all' keeps everything."""
     if select is None or select.strip() in ("", "all"):
@@ -205,11 +224,13 @@ def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> Ex
         term, rest = term.strip(), rest.strip()
         if term == "entities":
             graph = _induced(graph, {n.id for n in graph.nodes if n.label == "Entity"})
+        elif term.startswith("top:"):
+            graph = _induced(graph, top_entities(graph, _count(term)))
         elif term in ("", "all"):
             continue
         else:
-            raise UsageError(f"--select: unknown term {term!r} (use 'entities', 'around:NAME', or both "
-                             "separated by a comma)")
+            raise UsageError(f"--select: unknown term {term!r} (use 'entities', 'top:N', 'around:NAME', or "
+                             "several separated by commas)")
     return graph
 
 
