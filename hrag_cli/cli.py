@@ -151,7 +151,7 @@ def index(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count chunks, estimate tokens and cost; call nothing.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop (resumably) when this run's LLM spend reaches USD.")] = None,
     reparse: Annotated[bool, typer.Option("--reparse", help="Re-parse cached LLM responses without calling the LLM.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks whose output could not be parsed.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks that failed or are partial (listed by 'hrag status').")] = False,
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     quiet: QuietOpt = False,
@@ -236,8 +236,8 @@ def resolve(
     project: ProjectOpt = None,
     llm_model: LlmModelOpt = None,
     llm_api_base: LlmBaseOpt = None,
-    summary_min_fragments: Annotated[Optional[int], typer.Option("--summary-min-fragments")] = None,
-    summary_max_input_tokens: Annotated[Optional[int], typer.Option("--summary-max-input-tokens")] = None,
+    summary_min_fragments: Annotated[Optional[int], typer.Option("--summary-min-fragments", help="Summarise a description of at least this many fragments with the LLM (default 8).")] = None,
+    summary_max_input_tokens: Annotated[Optional[int], typer.Option("--summary-max-input-tokens", help="Summarise a description whose fragments exceed this many tokens (default 1200).")] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -433,27 +433,55 @@ def eval_cmd(
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="graphml, jsonl, csv, cypher or falkordb.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher) or folder (jsonl, csv).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher; - for standard output) or folder (jsonl, csv).")] = None,
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
-    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'around:NAME', or 'entities,around:NAME'.")] = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'top:N' (the N most connected entities), 'around:NAME', or several: 'top:500,around:NAME'.")] = None,
     hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
     progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    from hrag_cli.export.run import ExportOptions, run_export
+    from hrag_cli.export.run import STDOUT, ExportOptions, run_export
 
+    to_stdout = output is not None and Path(output) == STDOUT
+    if to_stdout and json_output:
+        raise UsageError("--json and --output - both write to standard output: choose one")
     proj, settings = _open(project, {}, create=False)
     opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
                          progress=progress)
-    summary = run_export(proj, settings, _reporter(quiet or not progress, json_output), opts)
+    summary = run_export(proj, settings, _reporter(quiet or not progress or to_stdout, json_output), opts)
+    if to_stdout:
+        return
     if json_output:
         _print_json(summary)
     elif not quiet:
         _print_summary(f"hrag export --format {fmt}", summary)
+
+
+@app.command()
+def view(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("graph.html"),
+    project: ProjectOpt = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph, as for 'hrag export': 'entities', 'top:N', 'around:NAME'.")] = None,
+    hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", help="Draw the whole graph up to this many nodes, else this many of the most connected entities.")] = 2000,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open the page in your web browser.")] = False,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Write the graph as one self-contained HTML page (no network needed): search, details, legend."""
+    from hrag_cli.view.page import ViewOptions, run_view
+
+    proj, _ = _open(project, {}, create=False)
+    summary = run_view(proj, ViewOptions(output=output, select=select, hops=hops, max_nodes=max_nodes,
+                                         open_browser=open_browser))
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag view", summary)
 
 
 def _one_line(exc: BaseException | str) -> str:
