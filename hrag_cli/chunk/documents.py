@@ -341,11 +341,17 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
 def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
                result: ScanResult, size: int) -> None:
     kind = readers.kind_of(path.name) or ("records" if path.suffix.lower() in RECORD_SUFFIXES else "")
+    data: bytes | None = None
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-        kind = readers.sniff(head, kind)
-        if kind in readers.TEXT_KINDS and size > BIG_FILE_BYTES:
+        if kind in readers.TEXT_KINDS:   # the content decides what a text name hides (HTML, PDF)
+            if size > BIG_FILE_BYTES:
+                with open(path, "rb") as fh:
+                    head = fh.read(4096)
+            else:
+                data = path.read_bytes()
+                head = data[:4096]
+            kind = readers.sniff(head, kind)
+        if kind in readers.TEXT_KINDS and data is None:
             try:
                 big = _big_text_file(path, rel, kind)
             except _NotText as exc:
@@ -370,7 +376,8 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
                 return
             result.documents.append(_make_parts_doc(rel, path.read_bytes(), parts, kind))
             return
-        data = path.read_bytes()
+        if data is None:
+            data = path.read_bytes()
     except Skip as exc:
         _skip(result, reporter, rel, str(exc))
         return
