@@ -34,7 +34,7 @@ from hrag_cli.core.records import Document
 
 RECORD_SUFFIXES = {".jsonl"}
 SUPPORTED_SUFFIXES = set(readers.SUPPORTED) | RECORD_SUFFIXES
-# HTML, DOCX and JSONL files are read whole: bigger ones are listed as too big (text files of any size stream)
+# HTML and DOCX files are parsed whole: bigger ones are listed as too big (text files of any size stream)
 MAX_WHOLE_BYTES = 256 << 20
 
 
@@ -365,7 +365,7 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
         if kind == "pdf":
             _read_pdf(path, rel, reporter, result)
             return
-        if size > MAX_WHOLE_BYTES:
+        if size > MAX_WHOLE_BYTES and kind in ("html", "docx"):
             _skip(result, reporter, rel, f"too big ({size >> 20} MB; {kind or 'this type'} files are read whole, "
                                          f"up to {MAX_WHOLE_BYTES >> 20} MB)")
             return
