@@ -64,6 +64,18 @@ class Chunk:
     order: int
     n_tokens: int
     text: str
+    section: list[str] = field(default_factory=list)   # heading trail of the section it was cut from
+    page: int = 0        # the PDF page it starts on; 0 for other files
+    page_end: int = 0    # the PDF page it ends on, when that is a later one; else 0
+
+
+@dataclass
+class ChunkRef:
+    """Where a chunk is, without its text: what the graph needs of it."""
+
+    chunk_id: str
+    doc_id: str
+    order: int
 
 
 @dataclass
