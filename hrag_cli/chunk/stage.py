@@ -27,11 +27,10 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import Project, StageOutcome, StageRecord, fingerprint, text_hash
-from hrag_cli.core.records import Chunk, Document, from_dict, to_dict
+from hrag_cli.core.records import Chunk, ChunkRef, Document, from_dict, to_dict
 
 if TYPE_CHECKING:
     from hrag_cli.chunk.documents import LoadedDocument, ScanResult
-    from hrag_cli.graph.model import ChunkRef
 
 CHUNKER_VERSION = "chunk-v1"
 
@@ -43,6 +42,15 @@ class ChunkOutcome(StageOutcome):
     # True: `chunks` and `documents` hold only what this run added after the lines the files had (the rest is
     # as the last run left it); False: they hold every chunk and document
     appended: bool = False
+
+
+@dataclass
+class ChunksHanded:
+    """The chunk stage's payload for the extract stage of the same run, so it need not read chunks.jsonl back."""
+
+    chunks: list[Chunk] | None   # None: read chunks.jsonl
+    # True: only the chunks this run appended, the extract stage's record covering every other one
+    added: bool = False
 
 
 def settings_fingerprint(settings: Settings) -> str:
@@ -63,8 +71,6 @@ def load_documents(project: Project) -> list[Document]:
 
 def load_chunk_refs(project: Project) -> list[ChunkRef]:
     """Every chunk without its text, for a stage that needs only where chunks are (resolve's graph)."""
-    from hrag_cli.graph.model import ChunkRef
-
     return [ChunkRef(r["chunk_id"], r["doc_id"], int(r["order"])) for r in store.read_jsonl(project.chunks_path)]
 
 
