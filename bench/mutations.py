@@ -64,6 +64,8 @@ MUTATIONS: tuple[Mutation, ...] = (
        EXIT, "a --max-cost stop exits 1 like a failure"),
     _m("usage-error-exit-1", "hrag_cli/core/errors.py", "EXIT_USAGE = 2", "EXIT_USAGE = 1",
        EXIT, "bad usage exits 1 like a failure"),
+    _m("project-locked-exit-2", "hrag_cli/core/errors.py", "EXIT_TEMPFAIL = 75", "EXIT_TEMPFAIL = 2",
+       EXIT, "a run that finds another one holding the project exits 2 like a wrong command"),
     _m("ctrl-c-loses-its-message", "hrag_cli/cli.py", "if rc == 130:", "if rc == 131:",
        EXIT, "Ctrl-C exits without saying how to resume"),
     _m("ctrl-c-waits-for-requests", "hrag_cli/extract/stage.py",
