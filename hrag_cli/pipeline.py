@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hrag_cli.core.config import Settings
-from hrag_cli.core.errors import EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, UsageError
+from hrag_cli.core.errors import (EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, RunStopped,
+                                   UsageError)
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import Project, StageOutcome, fingerprint
 
@@ -200,6 +201,21 @@ def _remember(project: Project, settings: Settings, reporter: Reporter, summary:
     project.remember(now)
 
 
+def index_failure(summary: dict, code: int) -> dict | None:
+    """The failure object `hrag index --json` adds to a run that did not do its whole job (exit 1, 3 or 4):
+    what went wrong and what to do; None for a run that did."""
+    if code == EXIT_OK:
+        return None
+    extract = summary.get("extract") if isinstance(summary.get("extract"), dict) else {}
+    if code == EXIT_BUDGET:
+        return {"cause": str(extract.get("stopped", "the run's LLM spend reached --max-cost")),
+                "fix": "raise --max-cost, or run the same command again to continue", "exit_code": code}
+    failed, partial = extract.get("failed", 0), extract.get("partial", 0)
+    return {"cause": f"{failed} chunk(s) failed and {partial} are partial",
+            "fix": "'hrag status' names them and why; fix the cause, then 'hrag index --retry-failed'",
+            "exit_code": code}
+
+
 def _extract_exit_code(counts: dict) -> int:
     """Failed or partial chunks: 4 (partial; --retry-failed), or 1 when not one chunk was extracted."""
     bad = counts.get("failed", 0) + counts.get("partial", 0)
@@ -241,9 +257,11 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
            summary: dict[str, Any]) -> IndexResult:
     run_chunk, run_extract = STAGES["chunk"].load("run_chunk"), STAGES["extract"].load("run_extract")
     taken_ids = STAGES["extract"].load("taken_ids")
+    stopped: RunStopped | None = None
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
+        first = project.stage("extract") is None and project.stage("resolve") is None   # no graph yet
         chunk_fp = expected_fingerprint(project, settings, "chunk")
         reuse = _chunks_reusable(project, settings, reporter)
         current = _extract_current(project, settings)
@@ -275,17 +293,29 @@ def _index(project: Project, settings: Settings, reporter: Reporter, options: In
             reporter.warn(str(exc))     # the message already says that a re-run continues
             project.discard_generation()   # readers keep the last complete version; cache/ keeps what was paid
             return IndexResult(summary, EXIT_BUDGET)
-        del chunks    # every chunk's text: keep none of it alive through resolve
-        summary["extract"] = extracted.counts
-        if extracted.counts.get("pending", 0) == 0:
-            project.record_stage("extract", extract_fp, extracted.output_digest, extracted.counts)
-        else:
+        except RunStopped as exc:
+            summary["extract"] = {**exc.counts, "stopped": exc.cause or str(exc)}
+            exc.counts = summary
+            if not first:
+                raise              # the last complete version stays current
+            # a first run keeps its chunks and what it was asked to use, so `hrag status` says both and that
+            # nothing was extracted; the same command picks up from there
             project.forget_stage("extract")
-        code = _extract_exit_code(extracted.counts)   # resolve still merges what was extracted
-        if options.stop_after == "extract":
-            return IndexResult(summary, code)
-        later = ("prune", "resolve") if options.stop_after == "resolve" else ("prune", "resolve", "synonyms")
-        _bring_up_to_date(project, settings, reporter, later, summary)
+            stopped = exc
+        if stopped is None:
+            del chunks    # every chunk's text: keep none of it alive through resolve
+            summary["extract"] = extracted.counts
+            if extracted.counts.get("pending", 0) == 0:
+                project.record_stage("extract", extract_fp, extracted.output_digest, extracted.counts)
+            else:
+                project.forget_stage("extract")
+            code = _extract_exit_code(extracted.counts)   # resolve still merges what was extracted
+            if options.stop_after == "extract":
+                return IndexResult(summary, code)
+            later = ("prune", "resolve") if options.stop_after == "resolve" else ("prune", "resolve", "synonyms")
+            _bring_up_to_date(project, settings, reporter, later, summary)
+    if stopped is not None:
+        raise stopped
     return IndexResult(summary, code)
 
 
