@@ -67,7 +67,7 @@ class StageRecord:
 
 
 class Project:
-    """Paths of every artifact (DESIGN.md §2) plus manifest and lock handling."""
+    """Paths of every artifact (docs/formats.md) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -436,7 +436,8 @@ class Project:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise ProjectLocked(f"project {self.root} is locked by {holder}; wait for it to finish") from None
+            raise ProjectLocked(f"project {self.root} is locked by {holder} (another hrag run); nothing was "
+                                f"changed, try again when it finishes") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")
