@@ -1,4 +1,4 @@
-"""graph.pkl written straight from numpy columns, and read back as columns (docs/design.md, 'The graph').
+"""graph.pkl written straight from numpy columns, and read back as columns (docs/formats.md, "graph.pkl").
 
 Why: `pickle.dumps` of an igraph graph writes every edge as a tuple and every attribute value as an object (slow,
 and large before compression), and a later stage would have to unpickle it whole to add its edges. This file is

@@ -1,4 +1,4 @@
-"""The graph after an incremental resolve, from the saved one and what changed (docs/design.md, 'The graph').
+"""The graph after an incremental resolve, from the saved one and what changed (docs/design.md, "The graph").
 
 Why: a resolve that only adds documents changes a few percent of the entities and relations, but building the
 graph from every entity and relation record costs a pass over all of them. Here the saved graph's columns are

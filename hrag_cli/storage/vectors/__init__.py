@@ -1,6 +1,6 @@
-"""The four vector indices (docs/design.md, 'Vector indices'): float16 unit rows per index (sparse rows when the
-vectors are mostly zeros, as the builtin embedder's are; else a dense matrix), searched exactly, plus an HNSW graph
-only for a dense index of at least `vectors.exact_below` items.
+"""The four vector indices (docs/design.md, "Embeddings, vector indices, synonyms"): float16 unit rows per index
+(sparse rows when the vectors are mostly zeros, as the builtin embedder's are; else a dense matrix), searched
+exactly, plus an HNSW graph only for a dense index of at least `vectors.exact_below` items.
 
 API (the query stage codes against this):
 
