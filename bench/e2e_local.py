@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hrag_cli.core import store  # noqa: E402
 from hrag_cli.core.records import ExtractionRecord  # noqa: E402
 from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready  # noqa: E402
 
@@ -42,7 +43,7 @@ def hrag(*args: str) -> tuple[subprocess.CompletedProcess, float]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [r for r in store.read_jsonl(path) if isinstance(r, dict)]    # compressed or not
 
 
 def report(proj: Path, stdout: str) -> dict:

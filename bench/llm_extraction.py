@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hrag_cli.core import store  # noqa: E402
 from hrag_cli.core.records import ExtractionRecord  # noqa: E402
 from hrag_cli.extract.rules import extract_rules  # noqa: E402
 from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready  # noqa: E402
@@ -89,7 +90,7 @@ def write_docs(passages: list[dict], folder: Path) -> dict[str, int]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return [r for r in store.read_jsonl(path) if isinstance(r, dict)]    # compressed or not
 
 
 def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, work: Path) -> dict:

@@ -167,7 +167,7 @@ class StubServer:
         self._rerank: Callable[[dict], Any] = default_rerank
         self.in_flight = 0
         self.max_in_flight = 0
-        # response_format types this server takes; another gets the 422 llama-cpp-python's server gives
+        # response_format types this server takes; another gets the error llama-cpp-python's server gives
         self.json_shapes: set[str] = {"json_schema", "json_object"}
         self._httpd = _Server((host, port), _make_handler(self))
         self.host, self.port = self._httpd.server_address[:2]
@@ -338,8 +338,10 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 return
             rf = body.get("response_format") if route == CHAT else None
             if isinstance(rf, dict) and rf.get("type") not in server.json_shapes:
-                self._send(422, json.dumps({"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                                                        "msg": f"Input should be {' or '.join(sorted(server.json_shapes))}"}]}).encode())
+                shapes = " or ".join(sorted(server.json_shapes))
+                self._send(500, json.dumps(_error_body(500, "1 validation error: {'type': 'literal_error', 'loc': "
+                                                            f"('body', 'response_format', 'type'), 'msg': 'Input should be "
+                                                            f"{shapes}'}}")).encode())
                 return
             queued, responder = server._begin(route, body)
             try:

@@ -575,9 +575,10 @@ class LLMClient:
         return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
     def _refused_shape(self, exc: BaseException) -> bool:
-        """A 400/422 about response_format's json_schema shape: try the other shape once."""
+        """An error status about response_format's json_schema shape (llama-cpp-python's server answers 500 to
+        a request it cannot validate): try the other shape once."""
         text = f"{getattr(exc, 'message', '')} {exc}"
-        if self._shape != "json_schema" or _status(exc) not in (400, 422):
+        if self._shape != "json_schema" or _status(exc) not in (400, 422, 500):
             return False
         if "response_format" in text or "json_schema" in text:
             self._shape = "json_object"
