@@ -27,7 +27,7 @@ written with the merged accumulators; so the replay stays a small part of a run.
 
 Format (version 4): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
 blocks, then the index frame, then a 16-byte trailer (the index's offset and a magic). A block is its keys
-frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a third of the cost
+frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a fraction of the cost
 of unmarshalling as many tuples; a block with a key that holds a newline or NUL keeps the list) and its
 accumulators in frames of about FIELDS[s] each (a list of each accumulator's own marshal bytes, so a lookup
 decompresses one frame and unmarshals the one accumulator it wants: even a small addition touches keys in most
