@@ -64,7 +64,7 @@ def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: Project) 
 
 
 def test_ppr_without_facts_falls_back_to_dense(ix: QueryIndex, project: Project) -> None:
-    s = _settings(project, fact_top_k=0, entity_name_seeds=False)
+    s = _settings(project, fact_top_k=0, entity_name_seeds=False, doc_cap=0)
     r = retrieve(ix, Q_SEAWALL, s, mode="ppr")
     assert any("fell back to dense chunk ranking" in n for n in r.notes)
     naive = retrieve(ix, Q_SEAWALL, s, mode="naive")
@@ -290,3 +290,35 @@ def test_name_seeds_prefer_the_longest_name(ix: QueryIndex) -> None:
     seeds = name_seeds(ix, "Who built Port Ellery's sea wall?")
     assert "port ellery" in seeds and "ellery" not in seeds
     assert name_seeds(ix, "the of and") == []
+
+
+def test_capped_order_lets_other_documents_through() -> None:
+    from hrag_cli.query.retrieval import capped_order
+
+    docs = ["big", "big", "big", "a", "big", "b", "a", "a"]
+    order = capped_order(docs, 2)
+    assert [docs[i] for i in order[:5]] == ["big", "big", "a", "b", "a"]
+    assert sorted(order) == list(range(len(docs)))            # nothing lost, extras keep their order behind
+    assert capped_order(docs, 0) == list(range(len(docs)))
+
+
+def test_ppr_caps_chunks_per_document(ix: QueryIndex, project: Project) -> None:
+    for cap in (1, 2):
+        r = retrieve(ix, Q_SEAWALL, _settings(project, doc_cap=cap, top_k=8), mode="ppr")
+        counts: dict[str, int] = {}
+        for c in r.chunks:
+            counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
+        # while other documents have candidates, no document holds more than `cap` of the first ranks
+        head = r.chunks[: cap * len(counts)]
+        per_doc = {d: sum(1 for c in head if c.doc_id == d) for d in counts}
+        assert max(per_doc.values()) <= cap, per_doc
+
+
+def test_ppr_with_weak_seeds_ranks_like_naive_and_says_so(ix: QueryIndex, project: Project) -> None:
+    # a question that names nothing in the graph: on a rules graph its facts are mere word matches
+    q = "which stones were used and how long did the work take?"
+    s = _settings(project, doc_cap=0)
+    r = retrieve(ix, q, s, mode="ppr")
+    assert any(n.startswith("weak seeds: no entity the question names") for n in r.notes), r.notes
+    naive = retrieve(ix, q, s, mode="naive")
+    assert [c.chunk_id for c in r.chunks] == [c.chunk_id for c in naive.chunks]

@@ -169,6 +169,9 @@ class QuerySettings:
     # together (bench/retrieval.py; README, Retrieval quality)
     fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
+    # ppr: at most this many chunks of one document among the first ranks while other documents have candidates
+    # (0 = no cap): one long file whose names the walk keeps reaching cannot fill the answer
+    doc_cap: int = 2
 
 
 @dataclass
@@ -220,7 +223,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
-    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
+    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

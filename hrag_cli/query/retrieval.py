@@ -133,6 +133,29 @@ def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedCh
     return _ranked(ix, (ids[i] for i in order), (scores[i] for i in order), limit)
 
 
+def capped_order(doc_ids: Sequence[str], cap: int) -> list[int]:
+    """Positions of a ranked list with at most `cap` items of one document ahead of every other document's
+    items: a document's extra items keep their order behind the rest (cap 0: the list as it is)."""
+    if cap <= 0:
+        return list(range(len(doc_ids)))
+    seen: dict[str, int] = {}
+    first: list[int] = []
+    later: list[int] = []
+    for i, d in enumerate(doc_ids):
+        seen[d] = seen.get(d, 0) + 1
+        (first if seen[d] <= cap else later).append(i)
+    return first + later
+
+
+def _top_chunks_capped(ix: QueryIndex, scores: np.ndarray, limit: int, cap: int) -> list[RankedChunk]:
+    """`_top_chunks` with `capped_order` over a deeper pool, so a flooding document's chunks give way to the
+    next documents' (their scores stay their own: the list is no longer sorted by score past the cap)."""
+    if cap <= 0:
+        return _top_chunks(ix, scores, limit)
+    pool = _top_chunks(ix, scores, min(len(scores), limit * 4 + 10))
+    return [pool[i] for i in capped_order([c.doc_id for c in pool], cap)][:limit]
+
+
 def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings, r: Retrieval) -> np.ndarray:
     return _passage_and_lexical(ix, query, qvec, s, r)[0]
 
@@ -364,26 +387,33 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     if not seeds.entity or graph.ecount() == 0:
         why = "no facts or entity names matched the query" if not seeds.entity else "the graph has no edges"
         r.notes.append(f"{why}: fell back to dense chunk ranking")
-        r.chunks = _top_chunks(ix, passage, limit)
+        r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
         return
 
+    rules_graph = is_rules_graph(ix.extractor)
+    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
+    full = min(s.rules_walk_weight if rules_graph else s.walk_weight, 1.0)
+    if w <= 0 < full:
+        # nothing the question names is in the graph: a walk from loosely matching facts ranks noise, so the
+        # ranking is the passage scores' (naive's) all the way down
+        r.notes.append("weak seeds: no entity the question names is in the graph, so ranked by passage "
+                       "similarity and BM25 alone (as naive), not by the walk")
+        r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
+        return
     t0 = time.perf_counter()
     cv = ix.chunk_vertices
     ok = cv >= 0
     reset, floor = build_reset(seeds, cv[ok], passage[ok] * s.passage_node_weight,
                                s.passage_node_top_k)
-    rules_graph = is_rules_graph(ix.extractor)
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
     if floor > 0:
         load_chunk_prior(ix.project, graph, s.damping, scale)
     walk = np.full(len(cv), -1.0)
     walk[ok] = passage_walk(graph, reset, floor, s.damping, scale, vertices=cv[ok])
     r.timings["ppr_ms"] = _ms(t0)
-    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
-    full = s.rules_walk_weight if rules_graph else s.walk_weight
-    if w < min(full, 1.0):
-        r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
-    r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
+    if w < full:
+        r.notes.append(f"weak seeds: the walk counts {w:.2f} of its usual {full:.2f} in the first ranks")
+    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s), limit, s.doc_cap)
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
         e = ix.entities.get(graph.key(v))
         if e is not None:
