@@ -23,6 +23,7 @@ MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
 MAX_NAME_TOKENS = 7
 MAX_SENTENCE_FIGURES = 6   # more figures than this, a third of the words: a table row, its quantities skipped
+MAX_CHUNK_FIGURES = 5      # a chunk naming this many distinct bare years (quantities) keeps none of them
 PAIR_WINDOW = 3          # relate an entity to at most this many following entities of its sentence
 
 
@@ -35,7 +36,7 @@ _WORD_TAIL = r"[\w'’\-]*"
 _TOK_REST = rf"{_WORD_TAIL}(?:\.(?:{_UP}\.)*)?"
 _CAP = rf"{_UP}{_TOK_REST}"
 _CONNECTORS = ("of", "de", "del", "della", "der", "den", "van", "von", "la", "le", "du", "da", "di", "the",
-               "y", "al", "el", "for", "&")
+               "y", "al", "el", "for", "&", "v.", "vs.")
 _CONN = "(?:" + "|".join(re.escape(c) for c in sorted(_CONNECTORS, key=len, reverse=True)) + ")"
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
@@ -47,7 +48,7 @@ _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|mete
           "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
           "million|billion|thousand|hundred")
 
-_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|thousand))?"
+_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
 _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 
 # One pass finds every candidate span. Each alternative is (kind, its first character, the rest); the
@@ -92,6 +93,7 @@ _FILE_EXTENSIONS = {"py", "html", "rst", "txt", "json", "toml", "cfg", "ini", "c
                     "yml", "sh", "bat", "xml", "csv", "pdf", "so", "dll", "exe", "sql", "in"}
 _LITERALS = {"true", "false", "none", "null"}
 _WORD_RE = re.compile(r"[\w'’\-]+|[^\w\s]")
+_YEAR_RE = re.compile(r"^\d{4}$")
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
 _SPACE_SPLIT_RE = re.compile(r"\S+")
@@ -155,6 +157,7 @@ _NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", 
                                  "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
 _REGNAL = {"i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi"}
 _AWARD_WORDS = {"award", "awards", "prize", "medal", "trophy", "fame", "honour", "honor", "order"}
+_KIND_WORDS = _ORG_WORDS | _LOC_WORDS | _EVENT_WORDS | _ARTIFACT_WORDS | {"garden", "gardens", "zoo", "museum"}
 _QUOTES_OPEN = "\"“‘'«"
 _QUOTES_CLOSE = "\"”’'»"
 _PERSON_CUE_WORDS = {
@@ -342,13 +345,30 @@ _FUNCTION_WORDS = _COMMON_STARTERS | {
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
+def _joins(toks: list[tuple[int, int, str]], k: int, start: int) -> bool:
+    """Whether "and"/"on" at k is inside one name: "Museum of History and Industry", "Cincinnati Zoo and
+    Botanical Garden", "Night on Bald Mountain", but not "Canada and Mexico"."""
+    before = [t[2] for t in toks[start:k]]
+    last = toks[-1][2].lower().rstrip(".")
+    if toks[k][2] == "on":
+        return k > start and last in _KIND_WORDS | {"mountain"} or k + 1 < len(toks) and toks[k + 1][2] == "the"
+    return (last in _KIND_WORDS and before[-1].lower() not in _KIND_WORDS and before[-1].lower() not in PLACES
+            and len(toks) - k <= 4)
+
+
 def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     """Cut a run of capitalised tokens into names: after a possessive ("Virginia Tech's Kimballton ...") and
     after a dotted word that is neither an initial nor a title abbreviation ("Paris." at a missed sentence end),
-    or before a sentence opener that follows an abbreviation ("the U.S. The war")."""
+    before a sentence opener that follows an abbreviation ("the U.S. The war"), and at an "and" or "on" that
+    joins two names rather than naming one ("Canada and Mexico")."""
     out: list[tuple[int, int]] = []
     start = 0
     for k, (_, _, w) in enumerate(toks[:-1]):
+        if w in ("and", "on") and k > start:
+            if not _joins(toks, k, start):
+                out.append((start, k))
+                start = k + 1
+            continue
         cut = False
         if w.endswith(("'s", "’s")):
             cut = True
@@ -359,7 +379,7 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
             out.append((start, k + 1))
             start = k + 1
     out.append((start, len(toks)))
-    return out
+    return [(a, b) for a, b in out if a < b]
 
 
 class _Context:
@@ -467,7 +487,8 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     name = " ".join(words)
     low0 = words[0].lower()
     if len(words) == 1:
-        if len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS or low0 in _LITERALS:
+        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
+                or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
             return None
         if ctx.common(name):
             return None             # the chunk writes it in lowercase too: a common word, capitalised here
@@ -540,7 +561,13 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
     # capitalises it elsewhere or it is a known surname
-    sentences = [(sent, [sp for sp in spans if not sp.initial or sp.name in confirmed or sp.name in person_surnames])
+    # a chunk that lists many years or quantities (a chronology, a climate table) makes each a hub joining
+    # unrelated chunks: there only full dates and names stay
+    years = {sp.name for _, spans in sentences for sp in spans if sp.type == "date" and _YEAR_RE.match(sp.name)}
+    many_years = len(years) >= MAX_CHUNK_FIGURES
+    many_figures = sum(1 for _, spans in sentences for sp in spans if sp.type == "quantity") >= MAX_CHUNK_FIGURES
+    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames)
+                         and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
     for sentence, spans in sentences:
         desc = sentence if len(sentence) <= MAX_DESCRIPTION_CHARS else sentence[:MAX_DESCRIPTION_CHARS - 1] + "…"
