@@ -251,8 +251,10 @@ def synonyms(
     overrides = {"embed.model": embed_model, "embed.api_base": embed_api_base,
                  "synonyms.threshold": threshold, "synonyms.top_k": top_k}
     proj, settings = _open(project, overrides, create=False)
+    from hrag_cli.stages import StageOptions
+
     summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "synonyms",
-                          review_path=review, accept_path=accept)
+                          StageOptions(review_path=review, accept_path=accept))
     if json_output:
         _print_json(summary)
     elif not quiet:
@@ -397,27 +399,55 @@ def eval_cmd(
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="graphml, jsonl, csv, cypher or falkordb.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher) or folder (jsonl, csv).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher; - for standard output) or folder (jsonl, csv).")] = None,
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
-    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'around:NAME', or 'entities,around:NAME'.")] = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'top:N' (the N most connected entities), 'around:NAME', or several: 'top:500,around:NAME'.")] = None,
     hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
     progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    from hrag_cli.export.run import ExportOptions, run_export
+    from hrag_cli.export.run import STDOUT, ExportOptions, run_export
 
+    to_stdout = output is not None and Path(output) == STDOUT
+    if to_stdout and json_output:
+        raise UsageError("--json and --output - both write to standard output: choose one")
     proj, settings = _open(project, {}, create=False)
     opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
                          progress=progress)
-    summary = run_export(proj, settings, _reporter(quiet or not progress, json_output), opts)
+    summary = run_export(proj, settings, _reporter(quiet or not progress or to_stdout, json_output), opts)
+    if to_stdout:
+        return
     if json_output:
         _print_json(summary)
     elif not quiet:
         _print_summary(f"hrag export --format {fmt}", summary)
+
+
+@app.command()
+def view(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("graph.html"),
+    project: ProjectOpt = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph, as for 'hrag export': 'entities', 'top:N', 'around:NAME'.")] = None,
+    hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", help="Draw the whole graph up to this many nodes, else this many of the most connected entities.")] = 2000,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open the page in your web browser.")] = False,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Write the graph as one self-contained HTML page (no network needed): search, details, legend."""
+    from hrag_cli.view.page import ViewOptions, run_view
+
+    proj, _ = _open(project, {}, create=False)
+    summary = run_view(proj, ViewOptions(output=output, select=select, hops=hops, max_nodes=max_nodes,
+                                         open_browser=open_browser))
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag view", summary)
 
 
 def _one_line(exc: BaseException | str) -> str:

@@ -198,13 +198,13 @@ def test_chunk_stage_replaces_changed_and_drops_deleted(tmp_path: Path) -> None:
     assert len(set(ids)) == 3                       # identical text in two documents: distinct ids
     a_chunk = next(c for c in first.chunks if c.doc_id == text_hash("a.txt"))
     assert a_chunk.chunk_id == text_hash(a_chunk.text)
-    from hrag_cli.pipeline import _chunks_reusable, expected_fingerprint
+    from hrag_cli.stages import chunks_reusable, expected_fingerprint
 
     proj.record_stage("chunk", expected_fingerprint(proj, settings, "chunk"), first.output_digest, first.counts)
 
     write(docs, "b.txt", "Beta was rewritten entirely.")
     (docs / "dup.txt").unlink()
-    assert _chunks_reusable(proj, settings)
+    assert chunks_reusable(proj, settings)
     second = run_chunk(proj, settings, reporter()[0], [docs], reuse=True)
     assert second.counts["new_chunks"] == 1 and second.counts["removed_chunks"] == 2
     assert second.counts["reused_docs"] == 1            # a.txt unchanged: its chunks reused
@@ -237,9 +237,9 @@ def test_repeated_text_inside_one_document_is_kept_once(tmp_path: Path) -> None:
 
 def _chunk_run(proj: Project, settings: Settings, docs: Path, rehash: bool = False):
     """One chunk stage as `hrag index --stop-after chunk` runs it: reuse when vouched for, then recorded."""
-    from hrag_cli.pipeline import _chunks_reusable, expected_fingerprint
+    from hrag_cli.stages import chunks_reusable, expected_fingerprint
 
-    out = run_chunk(proj, settings, reporter()[0], [docs], reuse=_chunks_reusable(proj, settings), rehash=rehash)
+    out = run_chunk(proj, settings, reporter()[0], [docs], reuse=chunks_reusable(proj, settings), rehash=rehash)
     proj.record_stage("chunk", expected_fingerprint(proj, settings, "chunk"), out.output_digest, out.counts)
     return out
 
@@ -302,10 +302,10 @@ def test_a_damaged_stamp_file_is_caught_and_costs_only_a_full_read(tmp_path: Pat
     settings = Settings()
     first = _chunk_run(proj, settings, docs)
     proj.files_path.write_bytes(b"{ not json")
-    from hrag_cli.pipeline import _chunks_reusable
+    from hrag_cli.stages import chunks_reusable
 
     assert [p.path for p in proj.check(stages=("chunk",))] == ["files.json"]
-    assert not _chunks_reusable(proj, settings)
+    assert not chunks_reusable(proj, settings)
     again = _chunk_run(proj, settings, docs)
     assert again.counts["unread_files"] == 0 and again.output_digest == first.output_digest
     written = {p: p.stat().st_mtime_ns for p in (proj.docs_path, proj.chunks_path, proj.files_path)}

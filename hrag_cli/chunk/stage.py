@@ -45,6 +45,15 @@ class ChunkOutcome(StageOutcome):
     appended: bool = False
 
 
+@dataclass
+class ChunksHanded:
+    """The chunk stage's payload for the extract stage of the same run, so it need not read chunks.jsonl back."""
+
+    chunks: list[Chunk] | None   # None: read chunks.jsonl
+    # True: only the chunks this run appended, the extract stage's record covering every other one
+    added: bool = False
+
+
 def settings_fingerprint(settings: Settings) -> str:
     """Everything that changes which chunks a corpus yields (document selection is part of it, so a changed
     --include re-runs the stage; the scan itself always runs)."""

@@ -1,8 +1,8 @@
 """What each stage wrote and whether it is still intact: per file a size, a quick hash of sampled blocks (read
 on every open by readers) and a whole-file hash (`hrag status --verify`), recorded in the manifest at commit.
 
-Generic over a stage's list of files and folders, so a new or renamed file under vectors/ is covered without
-a change here.
+Generic over a stage's list of files and folders (stage_list.py), so a new or renamed file under vectors/ is
+covered without a change here.
 """
 
 from __future__ import annotations
@@ -13,19 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-STAGES = ("chunk", "extract", "prune", "resolve", "synonyms")
-# what each stage writes, relative to a generation (a folder stands for every file in it); a file listed by two
-# stages belongs to the first (graph.pkl, walk.npz: resolve builds them, synonyms adds edges), which rebuilds it
-STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "chunk": ("docs.jsonl", "chunks.jsonl", "files.json"),
-    "extract": (),
-    "prune": (),        # counts only (prune.py): nothing on disk to damage
-    "resolve": ("graph/entities.jsonl", "graph/relations.jsonl", "graph/facts.jsonl", "graph/entities.patch",
-                "graph/relations.patch", "graph/facts.patch", "graph/merges.jsonl",
-                "graph/graph.pkl", "graph/walk.npz", "graph/resolve_state.bin",
-                "graph/resolve_delta.json", "graph/changed_ids.json"),
-    "synonyms": ("graph/synonyms.jsonl", "graph/graph.pkl", "graph/walk.npz", "graph/chunk_prior.npz", "vectors"),
-}
+from hrag_cli.core.stage_list import OUTPUTS, STAGES
+
 NOT_ARTIFACTS = ("synonym_decisions.jsonl",)   # reviewed decisions are user input, never rebuilt
 _SAMPLE = 1 << 16
 
@@ -75,7 +64,7 @@ def full_sum(path: Path, size: int, like: str | None = None) -> str:
 def owner(rel: str) -> str:
     """The stage that rebuilds artifact `rel` (relative to a generation)."""
     for stage in STAGES:
-        for out in STAGE_OUTPUTS[stage]:
+        for out in OUTPUTS[stage]:
             if rel == out or rel.startswith(out + "/"):
                 return stage
     return ""
@@ -95,7 +84,7 @@ class Problem:
 
 def files(gen_dir: Path, stage: str) -> Iterator[str]:
     """The files `stage` wrote, relative to its generation (dot files and user decisions left out)."""
-    for out in STAGE_OUTPUTS.get(stage, ()):
+    for out in OUTPUTS.get(stage, ()):
         path = gen_dir / out
         if path.is_dir():
             for p in sorted(path.rglob("*")):

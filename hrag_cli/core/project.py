@@ -29,9 +29,9 @@ import orjson
 
 from hrag_cli.core import artifacts
 from hrag_cli.core import store
-from hrag_cli.core.artifacts import STAGES
 from hrag_cli.core.config import Settings, default_toml, load_settings
 from hrag_cli.core.errors import HragError, ProjectLocked, UsageError
+from hrag_cli.core.stage_list import STAGES
 
 DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors")
@@ -486,7 +486,11 @@ def _remove_unpinned(gen: Path) -> None:
 @dataclass
 class StageOutcome:
     """What every stage function returns: counts for the manifest and status, and a digest of what it wrote
-    (downstream fingerprints include it, so a changed output makes them stale)."""
+    (downstream fingerprints include it, so a changed output makes them stale). Two counts steer the commit:
+    `pending` > 0 (work left: the record is dropped so the next run continues it) and `review_only` (the stage
+    changed nothing: its record stays as it was). `payload`: what the next stage of the same run may take in
+    memory instead of reading it back from disk (the chunks just cut); dropped once that stage has run."""
 
     counts: dict
     output_digest: str
+    payload: Any = None

@@ -343,7 +343,7 @@ def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) 
 
 
 def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | None:
-    """For the chunk stage's append (ingest.run_chunk): whether any of these ids may be a chunk's in
+    """For the chunk stage's append (chunk.stage.run_chunk): whether any of these ids may be a chunk's in
     chunks.jsonl. Every chunk the extract stage's record covered (the files up to its chunk mark, or all of them
     when `current`: the record was made over the chunks the files hold) had a record in the extraction cache
     before its cache mark (nothing pending, none unmatched), and those appended since are known, so an id that

@@ -33,6 +33,7 @@ from hrag_cli.core.errors import HragError
 from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.core.project import Project
 from hrag_cli.core.records import Document, Entity, Relation, Synonym
+from hrag_cli.core.stage_list import STAGES
 
 DOCUMENT, CHUNK, ENTITY = "document", "chunk", "entity"
 PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM = "PART_OF", "NEXT_CHUNK", "RELATION", "MENTIONED_IN", "SYNONYM"
@@ -388,7 +389,7 @@ def intact(project: Project, rel: str) -> bool:
     except HragError:
         return False
     metas = [((stages.get(name) or {}).get("artifacts") or {}).get(rel)
-             for name in reversed(artifacts.STAGES)]    # the later stage's record wins, as project.check has it
+             for name in reversed(STAGES)]    # the later stage's record wins, as project.check has it
     meta = next((m for m in metas if isinstance(m, dict)), None)
     return meta is not None and artifacts.check_one(project.gen_dir / rel, meta, True) == ""
 
