@@ -36,7 +36,7 @@ _WORD_TAIL = r"[\w'’\-]*"
 _TOK_REST = rf"{_WORD_TAIL}(?:\.(?:{_UP}\.)*)?"
 _CAP = rf"{_UP}{_TOK_REST}"
 _CONNECTORS = ("of", "de", "del", "della", "der", "den", "van", "von", "la", "le", "du", "da", "di", "the",
-               "y", "al", "el", "for", "&", "v.", "vs.")
+               "y", "al", "el", "for", "and the", "&", "v.", "vs.")
 _CONN = "(?:" + "|".join(re.escape(c) for c in sorted(_CONNECTORS, key=len, reverse=True)) + ")"
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
@@ -157,7 +157,6 @@ _NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", 
                                  "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
 _REGNAL = {"i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi"}
 _AWARD_WORDS = {"award", "awards", "prize", "medal", "trophy", "fame", "honour", "honor", "order"}
-_KIND_WORDS = _ORG_WORDS | _LOC_WORDS | _EVENT_WORDS | _ARTIFACT_WORDS | {"garden", "gardens", "zoo", "museum"}
 _QUOTES_OPEN = "\"“‘'«"
 _QUOTES_CLOSE = "\"”’'»"
 _PERSON_CUE_WORDS = {
@@ -335,6 +334,9 @@ _ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms."
 _NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
                  "four", "five", "next", "all", "little", "little"}
 _STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
+# A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
+# function words end titles ("Changed It", "Come Dance With Me").
+_TRAILING_WORDS = {"the", "a", "an"}
 # Words that are never a name alone, in any case ("NEVER", "Also"): function words, modals, quantifiers.
 _FUNCTION_WORDS = _COMMON_STARTERS | {
     "never", "always", "ever", "may", "might", "must", "shall", "can", "cannot", "will", "would", "should",
@@ -345,30 +347,13 @@ _FUNCTION_WORDS = _COMMON_STARTERS | {
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
-def _joins(toks: list[tuple[int, int, str]], k: int, start: int) -> bool:
-    """Whether "and"/"on" at k is inside one name: "Museum of History and Industry", "Cincinnati Zoo and
-    Botanical Garden", "Night on Bald Mountain", but not "Canada and Mexico"."""
-    before = [t[2] for t in toks[start:k]]
-    last = toks[-1][2].lower().rstrip(".")
-    if toks[k][2] == "on":
-        return k > start and last in _KIND_WORDS | {"mountain"} or k + 1 < len(toks) and toks[k + 1][2] == "the"
-    return (last in _KIND_WORDS and before[-1].lower() not in _KIND_WORDS and before[-1].lower() not in PLACES
-            and len(toks) - k <= 4)
-
-
 def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     """Cut a run of capitalised tokens into names: after a possessive ("Virginia Tech's Kimballton ...") and
     after a dotted word that is neither an initial nor a title abbreviation ("Paris." at a missed sentence end),
-    before a sentence opener that follows an abbreviation ("the U.S. The war"), and at an "and" or "on" that
-    joins two names rather than naming one ("Canada and Mexico")."""
+    and before a sentence opener that follows an abbreviation ("the U.S. The war")."""
     out: list[tuple[int, int]] = []
     start = 0
     for k, (_, _, w) in enumerate(toks[:-1]):
-        if w in ("and", "on") and k > start:
-            if not _joins(toks, k, start):
-                out.append((start, k))
-                start = k + 1
-            continue
         cut = False
         if w.endswith(("'s", "’s")):
             cut = True
@@ -468,8 +453,8 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         at_start = False
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
-    while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and (
-            toks[j - 1][2].lower() in _STRIP_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
+    while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
+            toks[j - 1][2].lower() in _TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
         j -= 1
     if i >= j:
         return None

@@ -195,12 +195,16 @@ def retrieve_bm25(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, li
 # --------------------------------------------------------------------------------------------------- ppr
 
 _TOKEN = re.compile(r"\S+")
+_INITIALS = re.compile(r"^(?:\w\.)+$")
 _EDGE_PUNCT = "\"'`“”‘’«»()[]{}<>,.;:!?"
 
 
 def _query_words(query: str) -> list[str]:
     words = []
     for w in _TOKEN.findall(query):
+        if _INITIALS.match(w):          # "M." in "Frances M. Vega": the name keeps its full stop
+            words.append(w)
+            continue
         w = w.strip(_EDGE_PUNCT)
         for suffix in ("'s", "’s"):
             if w.lower().endswith(suffix):
