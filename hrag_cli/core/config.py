@@ -172,6 +172,9 @@ class QuerySettings:
     # ppr: at most this many chunks of one document among the first ranks while other documents have candidates
     # (0 = no cap): one long file whose names the walk keeps reaching cannot fill the answer
     doc_cap: int = 2
+    # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
+    # the question's subject (0 = every named entity counts)
+    common_name_share: float = 0.05
 
 
 @dataclass
@@ -224,6 +227,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
     "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
+    "query.common_name_share": (0, 1),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

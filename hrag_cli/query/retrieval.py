@@ -216,9 +216,10 @@ def _query_words(query: str) -> list[str]:
 
 def _looks_like_a_name(words: list[str], start: int) -> bool:
     """A run of query words that reads as a proper name: some word (not the question's first) starts with a
-    capital or a digit. OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those
+    capital or a digit (the question's first word only when more than its first letter is: "PCRE2", not "Users").
+    OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those
     from every question that uses the word only adds noise (measured on MuSiQue)."""
-    return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or len(words) == 1)
+    return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or (len(words) == 1 and not w[1:].islower()))
                for i, w in enumerate(words))
 
 
@@ -379,12 +380,16 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
             seeds.entity[v] = seeds.entity.get(v, 0.0) + weight / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
     if s.entity_name_seeds and s.entity_seed_weight > 0:
+        # a name most of the corpus mentions ("Flask" in Flask's manual) seeds the walk but says nothing about
+        # which passages the question is about: it does not make the seeds strong (`walk_share`)
+        common = max(s.common_name_share * len(ix.chunk_ids), 1.0) if s.common_name_share > 0 else float("inf")
         for eid in name_seeds(ix, query):
             v = graph.vertex(eid)
             if v is None:
                 continue
-            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
-            seeds.sources.setdefault(v, []).append("name in query")
+            count = ix.entity_chunk_counts.get(eid, 1)
+            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / count
+            seeds.sources.setdefault(v, []).append("name in query" if count <= common else "common name in query")
     seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
     r.timings["seed_ms"] = _ms(t0)
 
