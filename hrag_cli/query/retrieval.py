@@ -195,6 +195,7 @@ def retrieve_bm25(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, li
 # --------------------------------------------------------------------------------------------------- ppr
 
 _TOKEN = re.compile(r"\S+")
+COMMON_NAME_MIN_CHUNKS = 10
 _INITIALS = re.compile(r"^(?:\w\.)+$")
 _EDGE_PUNCT = "\"'`“”‘’«»()[]{}<>,.;:!?"
 
@@ -382,7 +383,9 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     if s.entity_name_seeds and s.entity_seed_weight > 0:
         # a name most of the corpus mentions ("Flask" in Flask's manual) seeds the walk but says nothing about
         # which passages the question is about: it does not make the seeds strong (`walk_share`)
-        common = max(s.common_name_share * len(ix.chunk_ids), 1.0) if s.common_name_share > 0 else float("inf")
+        # (a name in at most COMMON_NAME_MIN_CHUNKS chunks still points at them, however small the corpus)
+        common = (max(s.common_name_share * len(ix.chunk_ids), COMMON_NAME_MIN_CHUNKS) if s.common_name_share > 0
+                  else float("inf"))
         for eid in name_seeds(ix, query):
             v = graph.vertex(eid)
             if v is None:
@@ -403,11 +406,12 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
     full = min(s.rules_walk_weight if rules_graph else s.walk_weight, 1.0)
     if w <= 0 < full:
-        # nothing the question names is in the graph: a walk from loosely matching facts ranks noise, so the
-        # ranking is the passage scores' (naive's) all the way down
-        r.notes.append("weak seeds: no entity the question names is in the graph, so ranked by passage "
-                       "similarity and BM25 alone (as naive), not by the walk")
+        # the question names nothing the graph holds in a few chunks: a walk from loosely matching facts (or
+        # from a name half the corpus mentions) ranks noise, so the ranking is the passage scores' all the way down
+        r.notes.append("weak seeds: the question names nothing the graph holds in a few chunks only, so ranked by "
+                       "passage similarity and BM25 alone (as naive), not by the walk")
         r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
+        _list_seeds(ix, seeds, r)
         return
     t0 = time.perf_counter()
     cv = ix.chunk_vertices
@@ -423,8 +427,13 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     if w < full:
         r.notes.append(f"weak seeds: the walk counts {w:.2f} of its usual {full:.2f} in the first ranks")
     r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s), limit, s.doc_cap)
+    _list_seeds(ix, seeds, r)
+
+
+def _list_seeds(ix: QueryIndex, seeds: SeedWeights, r: Retrieval) -> None:
+    """The seed entities, strongest first, with what seeded each (fact ids, "name in query")."""
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
-        e = ix.entities.get(graph.key(v))
+        e = ix.entities.get(ix.walk.key(v))
         if e is not None:
             r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
                                "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})
