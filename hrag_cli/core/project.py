@@ -436,7 +436,8 @@ class Project:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise ProjectLocked(f"project {self.root} is locked by {holder}; wait for it to finish") from None
+            raise ProjectLocked(f"project {self.root} is locked by {holder} (another hrag run); nothing was "
+                                f"changed, try again when it finishes") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")

@@ -192,6 +192,8 @@ def run_eval_command(project: Project, settings: Settings, qa_path: Path, *, mod
     table.add_column("ms/query", justify="right")
     for mode, rec in result["modes"].items():
         table.add_row(mode, *(f"{100 * rec['recall'][str(k)]:.1f}" for k in k_list), f"{rec['ms_per_query']:.1f}")
-    Console().print(table)
+    from hrag_cli.core.progress import stdout_console
+
+    stdout_console().print(table)
     if result["unresolved_gold"]:
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {result['unresolved_gold']} gold passages matched no chunk")
