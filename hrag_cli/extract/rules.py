@@ -133,6 +133,7 @@ _LOC_WORDS = {
     "gulf", "heights", "park", "gardens", "plain", "plains", "rocks", "head", "headland", "channel", "falls",
     "springs", "creek", "canyon", "desert", "state", "kingdom", "republic", "north", "south", "east", "west",
     "sankt", "san", "santa", "saint", "st", "fort", "glen", "moor", "ridge", "shore", "beach", "pass", "basin",
+    "states", "emirates",
 }
 _EVENT_WORDS = {
     "flood", "war", "strike", "fire", "festival", "treaty", "conference", "election", "revolution", "battle",
