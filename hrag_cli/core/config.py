@@ -108,6 +108,10 @@ class VectorSettings:
 class SynonymSettings:
     top_k: int = 10
     threshold: float = 0.8
+    # Only pairs at least as similar as the nearest neighbour of the best-matched `top_share` of the entities:
+    # a rank on the embedder's own scale, so the floor means the same for every embedder (the builtin one gives
+    # short unrelated names 0.99, a sentence model its own spread); `threshold` stays an absolute lower bound.
+    top_share: float = 0.4
     min_name_chars: int = 3
     # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
     # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
@@ -213,7 +217,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed.batch_size": (1, 1_000_000), "embed.concurrency": (1, 1024), "embed.idf_refresh_growth": (0, 1_000_000),
     "vectors.m": (2, 512), "vectors.ef_construction": (1, 1_000_000), "vectors.ef_search": (1, 1_000_000),
     "vectors.exact_below": (0, _BIG),
-    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.min_name_chars": (0, 10_000),
+    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.top_share": (0, 1),
+    "synonyms.min_name_chars": (0, 10_000),
     "synonyms.cells_per_entity": (1, 100_000), "synonyms.cell_size": (2, _BIG),
     "query.top_k": (1, 100_000), "query.fact_top_k": (0, 100_000), "query.passage_node_weight": (0, 1_000_000),
     "query.passage_node_top_k": (0, _BIG),

@@ -521,6 +521,17 @@ def _role_text(m: re.Match[str]) -> str:
     return "`" + (body.rsplit(".", 1)[-1] if m.group(1) else body) + "`"
 
 
+_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|bce?|ce|ad|st|nd|rd|th|century|s)\b[\W\d_]*)*$",
+                        re.IGNORECASE)
+
+
+def is_name(text: str) -> bool:
+    """Whether a (normalised) entity name names a thing: not a date, quantity or bare number, not a function
+    word. Synonym edges join only names."""
+    low = text.strip().lower()
+    return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
     ctx = _Context(text)
