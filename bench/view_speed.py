@@ -36,7 +36,7 @@ def children_cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--project", type=Path, default=None, help="an indexed project (default: the 2wiki-rules one)")
-    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", "/tmp/hrag-retrieval")))
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", Path(tempfile.gettempdir()) / "hrag-retrieval")))
     ap.add_argument("--max-nodes", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()

@@ -334,18 +334,34 @@ def test_waiter_retries_when_the_request_it_waited_on_was_cancelled(stub, projec
     assert stub.count() == 2
 
 
-def test_connection_refused_is_retried_then_reported(project):
-    import socket
+def test_connection_refused_on_this_machine_is_reported_without_retries(project):
+    from tests.stub_server import refused_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    s = LLMSettings(model="openai/stub-model", api_base=f"http://127.0.0.1:{port}/v1", max_retries=1,
-                    backoff_base=0.01, timeout=5.0)
-    with LLMClient(project, s) as client:
-        with pytest.raises(LLMError, match=r"after 1 retries: openai/stub-model: connection failed") as info:
-            client.chat(MSG)
-    assert client.stats.retries == 1
+    with refused_port() as port:
+        s = LLMSettings(model="openai/stub-model", api_base=f"http://127.0.0.1:{port}/v1", max_retries=6,
+                        backoff_base=1.0, timeout=5.0)
+        with LLMClient(project, s) as client:
+            t0 = time.monotonic()
+            with pytest.raises(LLMError, match=r"after 0 retries: openai/stub-model: connection failed"):
+                client.chat(MSG)
+    assert client.stats.retries == 0 and time.monotonic() - t0 < 2.0
+
+
+def test_an_unreachable_remote_server_gets_a_short_bounded_retry():
+    import httpx
+
+    from hrag_cli.core.llm import CONNECT_RETRIES, with_retries
+
+    calls = []
+
+    async def refused():
+        calls.append(time.monotonic())
+        raise httpx.ConnectError("All connection attempts failed")
+
+    s = LLMSettings(model="openai/m", api_base="http://192.0.2.1/v1", max_retries=6, backoff_base=0.01)
+    with pytest.raises(LLMError, match=r"after 2 retries: openai/m: connection failed"):
+        asyncio.run(with_retries(refused, s))
+    assert len(calls) == 1 + CONNECT_RETRIES == 3
 
 
 def test_final_timeout_is_reported_as_timed_out(stub, project):

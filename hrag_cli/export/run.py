@@ -74,7 +74,7 @@ def _fill(raw: dict[str, Any], record: dict[str, Any], keys: tuple[str, ...]) ->
 
 
 def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
-    """The igraph graph (DESIGN.md §3) plus the text bodies and lists that live in the JSONL artifacts."""
+    """The igraph graph (docs/design.md) plus the text bodies and lists that live in the JSONL artifacts."""
     docs: dict[str, dict] = {}
     chunks: dict[str, dict] = {}
     entities: dict[str, dict] = {}

@@ -209,8 +209,12 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
     latest = cache_index.latest(project, {extractor})
-    counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
-                              reparse=reparse, retry_failed=retry_failed)
+    try:
+        counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
+                                  reparse=reparse, retry_failed=retry_failed)
+    except RunStopped as exc:
+        exc.counts = {**exc.counts, **_summary_counts(chunks, latest, extractor)[0]}
+        raise
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts.update(summary)
     counts.update(cache_mark=_cache_size(project), chunk_mark=chunk_mark(project))
@@ -267,10 +271,13 @@ def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str
                     todo = [ch for ch in todo if ch.chunk_id not in created]
                     counts["cached"] += len(created)
                 if todo:
-                    asyncio.run(_run_llm(project, client, todo, settings, extractor, latest, reporter, counts,
-                                         attempts))
+                    client.run(lambda: _run_llm(project, client, todo, settings, extractor, latest, reporter,
+                                                counts, attempts))
             except BudgetExceeded as exc:
                 budget = exc
+            except RunStopped as exc:
+                exc.counts = counts      # filled in below: the caller reports what the run did
+                raise
             finally:
                 st = client.stats
                 counts.update(llm_requests=st.requests, llm_cache_hits=st.cache_hits, retries=st.retries,
@@ -499,6 +506,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
     stop: str = ""
+    fix: str = ""
     streak = _Streak(min(STREAK, len(todo)))
 
     def save(rec: dict) -> None:
@@ -529,7 +537,8 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                         cause = failure_cause(exc, client.settings)
                         if cause is None:
                             raise
-                        stop = stop or f"{cause.explain(exc)}; {cause.fix}"
+                        if not stop:
+                            stop, fix = cause.explain(exc), cause.fix
                         continue
                     task.advance(1, **_stats(client))
                     if stop:              # stopping: what the streak holds stays pending
@@ -540,8 +549,8 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
                         save(done_rec)
                     if streak.full:
                         first = streak.held[0]
-                        stop = (f"{len(streak.held)} chunks in a row failed ({first.get('error', '')}); "
-                                f"{FailureCause(streak.kind, False, '', client.settings.model).fix}")
+                        stop = f"{len(streak.held)} chunks in a row failed ({first.get('error', '')})"
+                        fix = FailureCause(streak.kind, False, '', client.settings.model).fix
             if not stop:
                 for held in streak.release():
                     save(held)
@@ -554,7 +563,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
         raise budget
     if stop:
         left = len(todo) - counts["extracted_now"]
-        raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}")
+        raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}; {fix}", cause=stop, fix=fix)
 
 
 def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
@@ -644,7 +653,7 @@ def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
         return None
 
 
-# Completion tokens per chunk token. Real answers of local models (issue 13: Qwen2.5 0.5B/1.5B, SmolLM2; one
+# Completion tokens per chunk token. Real answers of local models (Qwen2.5 0.5B/1.5B, SmolLM2; one
 # gleaning round) came to 2.6x the old estimate of 0.6 + 0.3 = 0.9, i.e. about 2.3 per chunk token in all: a
 # description per entity and per relation makes an answer longer than its passage. Split 1.5 / 0.8 between
 # the first answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
