@@ -157,7 +157,7 @@ def test_no_verbs_pronouns_or_function_words_as_names() -> None:
 
 def test_numbers_only_as_dates_and_quantities_with_a_unit() -> None:
     e = ents("The bridge, 1,200 m long, opened on 16 August and cost $4 million in the 17th century BC. "
-             "Issue 1234 and pull request 5678 fixed 42 bugs in 1910–1942.")
+             "Ticket 1234 and pull request 5678 fixed 42 bugs in 1910–1942.")
     assert e["1,200 m"] == "quantity" and e["$4 million"] == "quantity"
     assert e["16 August"] == "date" and e["17th century BC"] == "date" and e["1910–1942"] == "date"
     assert not [n for n in e if n.replace(",", "").isdigit() and e[n] != "date"], e    # no bare counts
