@@ -175,7 +175,7 @@ class QuerySettings:
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
     # ppr: at most this many chunks of one document among the first ranks while other documents have candidates
     # (0 = no cap): one long file whose names the walk keeps reaching cannot fill the answer
-    doc_cap: int = 2
+    doc_cap: int = 1
     # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
     # the question's subject (0 = every named entity counts)
     common_name_share: float = 0.05

@@ -318,6 +318,16 @@ def _fused_head(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | Non
     return cand[np.lexsort((cand, -fused))[:head]]
 
 
+def lexical_fusion(passage: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
+    """The ranking ppr's first ranks give when the walk has no share, for every rank: a reciprocal-rank fusion
+    of the passage scores with BM25 (share `fusion_lexical` where BM25 matched)."""
+    lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
+    if lw <= 0:
+        return passage
+    k = max(s.fusion_k, 1e-6)
+    return _fused([all_ranks(passage), all_ranks(passage), all_ranks(lexical)], lexical > 0, 0.0, lw, k)
+
+
 def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
     """How much the walk's ranking counts in the head fusion: `walk_weight` on a graph from an LLM or
     imported OpenIE, `rules_walk_weight` on one from the rules extractor, whose co-occurrence edges make
@@ -408,10 +418,10 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     full = min(s.rules_walk_weight if rules_graph else s.walk_weight, 1.0)
     if w <= 0 < full:
         # the question names nothing the graph holds in a few chunks: a walk from loosely matching facts (or
-        # from a name half the corpus mentions) ranks noise, so the ranking is the passage scores' all the way down
+        # from a name half the corpus mentions) ranks noise, so every rank is what the first ranks are without it
         r.notes.append("weak seeds: the question names nothing the graph holds in a few chunks only, so ranked by "
-                       "passage similarity and BM25 alone (as naive), not by the walk")
-        r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
+                       "passage similarity fused with BM25, not by the walk")
+        r.chunks = _top_chunks_capped(ix, lexical_fusion(passage, lexical, s), limit, s.doc_cap)
         _list_seeds(ix, seeds, r)
         return
     t0 = time.perf_counter()
