@@ -182,3 +182,9 @@ def test_types_are_what_a_reader_expects() -> None:
     assert e["Joseph"] == "person" and e["Tatars"] == "group" and e["BBC Radio"] == "organization"
     assert e["Hiroshima"] == "location"
     assert "unknown" not in e.values()
+
+
+def test_author_initials_and_document_parts_are_not_names() -> None:
+    e = ents("M. Burrows and A. Smith wrote it, as Figure 3 and Table 2 show. E. Codd agreed.")
+    assert e["M. Burrows"] == "person" and e["A. Smith"] == "person" and e["E. Codd"] == "person"
+    assert not {"M.", "A.", "E.", "Figure", "Table"} & set(e), e

@@ -271,7 +271,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
         return "location"
     if prev_word in _PERSON_TITLES:
         return "person"
-    if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low) and not any(w.isupper() and len(w) > 1
+    if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low) and not any(w.isupper() and len(w.rstrip(".")) > 1
                                                                                for w in words):
         return "person"
     if 0 < of <= 2 and words[0][:1].isupper() and len(words) > of + 1:
@@ -303,7 +303,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
         return "person" if prev_word in ("by", "with", "and") or next_cue == "verb" else "location"
     elif low[0] in GIVEN_NAMES:
         return "person"
-    elif any(w.isupper() and len(w) > 1 for w in words):
+    elif any(w.isupper() and len(w.rstrip(".")) > 1 for w in words):
         # "POSIX API", "BBC Radio": an acronym inside a name makes it a body or, in documentation, a technology
         return ("technology" if all(w.isupper() for w in words) else "product") if technical else "organization"
     elif technical:
@@ -344,7 +344,11 @@ _FUNCTION_WORDS = _COMMON_STARTERS | {
     "could", "yes", "ok", "okay", "please", "etc", "via", "per", "upon", "unless", "whether", "either", "neither",
     "any", "every", "none", "nothing", "something", "anything", "everything", "otherwise", "else", "perhaps",
     "maybe", "thus", "therefore", "hence", "whereas", "whatever", "whenever", "wherever", "us", "them", "him",
-    "me", "mine", "hers", "ours", "theirs", "itself", "yourself", "see", "note", "warning", "tip", "example"}
+    "me", "mine", "hers", "ours", "theirs", "itself", "yourself", "see", "note", "warning", "tip", "example",
+    # the parts of a document and bare units: "Figure 3", "Table", "MB" name no thing of their own
+    "figure", "fig", "table", "section", "chapter", "appendix", "page", "part", "proceedings", "abstract",
+    "introduction", "conclusion", "conclusions", "references", "acknowledgements", "acknowledgments",
+    "kb", "mb", "gb", "tb", "ms", "ns", "hz", "khz", "mhz", "ghz"}
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
@@ -478,6 +482,8 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
             return None
         if ctx.common(name):
             return None             # the chunk writes it in lowercase too: a common word, capitalised here
+        if len(name.rstrip(".")) == 1:
+            return None             # a lone initial ("M." of an author list)
         if s <= lead and low0 in _COMMON_STARTERS:
             return None
     if len(words) > MAX_NAME_TOKENS:
