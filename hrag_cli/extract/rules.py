@@ -480,8 +480,10 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
                 or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
             return None
-        if ctx.common(name):
-            return None             # the chunk writes it in lowercase too: a common word, capitalised here
+        if ctx.common(name) and (ctx.technical or s <= lead):
+            # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
+            # (or anywhere in documentation, whose headings and bullets capitalise verbs: "Update", "Fix")
+            return None
         if len(name.rstrip(".")) == 1:
             return None             # a lone initial ("M." of an author list)
         if s <= lead and low0 in _COMMON_STARTERS:
