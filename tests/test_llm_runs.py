@@ -478,6 +478,10 @@ def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) 
     assert est["chunks"] == 1 and est["llm_requests"] == 2           # one request, one gleaning round
     # about 2.3 completion tokens per chunk token in all (1.5 first answer + 0.8 gleaning), see stage.py
     assert abs(est["completion_tokens"] - 2.3 * n) <= 2
+    # each round by its own documented ratio (README): 1.5 for the first answer, 0.8 for the gleaning round
+    first = summary(index(docs, proj, stub, "--dry-run", "--max-gleanings", "0"))["estimate"]
+    assert first["llm_requests"] == 1 and abs(first["completion_tokens"] - 1.5 * n) <= 1
+    assert abs((est["completion_tokens"] - first["completion_tokens"]) - 0.8 * n) <= 1
     assert stub.count(CHAT) == 0
 
 
