@@ -100,7 +100,7 @@ class VectorSettings:
     exact_below: int = 50_000        # below this many items an index has no HNSW graph: exact float16 matrix search
     # Vectors of the relations themselves (LightRAG's global mode searches them): "on", "off", or "auto" = on
     # only for an LLM extractor, whose relations carry descriptions and keywords of their own. Rules and OpenIE
-    # relations restate their facts, so global mode ranks them through the fact vectors instead (synonyms.py).
+    # relations restate their facts, so global mode ranks them through the fact vectors instead (embed/texts.py).
     relations: str = "auto"
 
 

@@ -143,7 +143,7 @@ class Project:
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
         self.walk_path = self.graph_dir / "walk.npz"            # the graph as a query walks it (walk.py)
-        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve_state.py)
+        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve/state.py)
         self.changed_ids_path = self.graph_dir / "changed_ids.json"      # what a patching resolve changed
         self.vectors_dir = gen / "vectors"
 

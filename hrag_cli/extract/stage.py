@@ -110,7 +110,7 @@ def current_extractor(project: Project) -> str | None:
 class CurrentRecords:
     """Where each current chunk's latest usable record of one extractor is in cache/extractions.jsonl. The
     cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
-    records changed since it last merged (resolve_state.py)."""
+    records changed since it last merged (resolve/state.py)."""
 
     chunks: dict[str, Any]  # chunk id -> its Chunk, or a records.ChunkRef when no text was read
     ids: list[str]          # chunk ids, ascending
