@@ -246,7 +246,7 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "embed.model", "embed.api_base",
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
                   "embed.precision")
 
     def remembered(self) -> dict[str, Any]:
