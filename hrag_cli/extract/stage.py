@@ -55,6 +55,8 @@ def check_settings(settings: Settings) -> None:
     """Fail fast on extractor settings before any stage writes anything (numeric ranges: config.RANGES)."""
     extractor_kind(settings)
     e = settings.extract
+    if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
+        raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
     if e.max_gleanings < 0:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
@@ -65,7 +67,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.llm_extractor import answer_format
+    from hrag_cli.extract.prompts import JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
@@ -73,6 +76,8 @@ def settings_fingerprint(settings: Settings) -> str:
     # with a schema its types replace entity_types; without one the fingerprint is what it always was
     what = ([t.strip().lower() for t in e.entity_types],) if schema is None else \
         ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
+    if answer_format(e, settings.llm) == "json":   # delimited fingerprints stay what they always were
+        what = (*what, JSON_PROMPT_VERSION)
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
@@ -110,7 +115,7 @@ def current_extractor(project: Project) -> str | None:
 class CurrentRecords:
     """Where each current chunk's latest usable record of one extractor is in cache/extractions.jsonl. The
     cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
-    records changed since it last merged (resolve_state.py)."""
+    records changed since it last merged (resolve/state.py)."""
 
     chunks: dict[str, Any]  # chunk id -> its Chunk, or a records.ChunkRef when no text was read
     ids: list[str]          # chunk ids, ascending
@@ -135,7 +140,7 @@ def iter_current_records(project: Project, extractor: str, current: CurrentRecor
                          ) -> Iterator[tuple[Chunk, ExtractionRecord]]:
     """Every current chunk with the latest usable record of `extractor` (or those of `current`), in chunk_id
     order; chunks without one are skipped. Records are read back one by one at their offsets, so memory does
-    not grow with the extraction cache (at 100k chunks, gigabytes as objects)."""
+    not grow with the extraction cache (on a large corpus, gigabytes as objects)."""
     current = current or current_records(project, extractor)
     for cid, rec in zip(current.ids, store.read_jsonl_at(project.extractions_path, current.offsets)):
         yield current.chunks[cid], ExtractionRecord.from_json(rec)
@@ -184,15 +189,15 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
 
 def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None, chunks: list[Chunk] | None = None,
-                added: bool = False) -> StageOutcome:
+                import_openie: Path | None = None, import_lightrag: Path | None = None,
+                chunks: list[Chunk] | None = None, added: bool = False) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
     the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
     the stage's record having covered every other one when the run began. Only the chunks appended since the
     files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
-    if not (reparse or retry_failed or import_openie is not None):
+    if not (reparse or retry_failed or import_openie is not None or import_lightrag is not None):
         prev = project.stage("extract")
         since = _chunks_since(project, prev) if prev is not None else None
         if since is None and added:
@@ -205,6 +210,9 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
         kind = "openie"
+    elif import_lightrag is not None:
+        extractor, imported = _import_lightrag(project, chunks, Path(import_lightrag), reporter)
+        kind = "lightrag"
     else:
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
@@ -224,6 +232,10 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         counts["pending"] = 0
         counts.update({f"openie_{k}": v for k, v in imported.items()})
         counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
+    if kind == "lightrag":   # a chunk with neither an answer nor graph rows has nothing to extract later either
+        counts["without_extraction"] = counts.pop("pending")
+        counts["pending"] = 0
+        counts.update({f"lightrag_{k}": v for k, v in imported.items()})
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -264,10 +276,10 @@ def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
                 if reparse:
-                    from hrag_cli.extract.llm_extractor import frame_of
+                    from hrag_cli.extract.llm_extractor import answer_format, frame_of
 
-                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts,
-                                       frame_of(settings.extract))
+                    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts, frame)
                     todo = [ch for ch in todo if ch.chunk_id not in created]
                     counts["cached"] += len(created)
                 if todo:
@@ -438,7 +450,7 @@ def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
 def _run_rules(project: Project, todo: list[Chunk], latest: Latest, reporter: Reporter,
                counts: dict) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
-    one core would do a 100k-chunk folder alone); records are appended in `todo` order, as one process would."""
+    one core would do a large folder alone); records are appended in `todo` order, as one process would."""
     if not todo:
         return
     spans = ranges(len(todo), RULES_BATCH)
@@ -501,7 +513,11 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
     from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
     from hrag_cli.extract.llm_extractor import extract_chunk
 
-    window = max(1, client.settings.concurrency) * 2
+    from hrag_cli.core.llm import is_local
+
+    # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
+    # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
+    window = max(1, client.settings.concurrency) * (1 if is_local(client.settings) else 2)
     queue = iter(todo)
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
@@ -625,6 +641,25 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
 
     extractor = openie_extractor_id(path)
     records, counts = import_openie(project, chunks, path, reporter)
+    _append_imported(project, extractor, records)
+    return extractor, counts
+
+
+def _import_lightrag(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+    """--import-lightrag: the working directory's cached extraction answers (else its graph's rows) as this
+    project's extractions, for the chunks the chunk stage imported from it."""
+    from hrag_cli.extract.lightrag import check_dir, import_records, read_corpus
+
+    path = check_dir(path)
+    corpus = read_corpus(path)
+    mine = {ch.chunk_id for ch in chunks}
+    extractor, records, counts = import_records(path, corpus, reporter)
+    _append_imported(project, extractor, [r for r in records if r.chunk_id in mine])
+    return extractor, counts
+
+
+def _append_imported(project: Project, extractor: str, records: list[ExtractionRecord]) -> None:
+    """Imported records not already there as they are, appended to the extraction records."""
     existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
         for rec in records:
@@ -633,7 +668,6 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
             seen = existing.get((rec.chunk_id, extractor))
             if seen is None or seen.digest != fingerprint(data):
                 out.append(data)
-    return extractor, counts
 
 
 # ------------------------------------------------------------------------------------------- dry run, status
@@ -653,10 +687,9 @@ def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
         return None
 
 
-# Completion tokens per chunk token. Real answers of local models (Qwen2.5 0.5B/1.5B, SmolLM2; one
-# gleaning round) came to 2.6x the old estimate of 0.6 + 0.3 = 0.9, i.e. about 2.3 per chunk token in all: a
-# description per entity and per relation makes an answer longer than its passage. Split 1.5 / 0.8 between
-# the first answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
+# Completion tokens per chunk token, from real answers of small local models with one gleaning round: a
+# description per entity and per relation makes an answer longer than its passage. Split between the first
+# answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
 COMPLETION_RATIO = 1.5
 GLEAN_COMPLETION_RATIO = 0.8
 MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)
@@ -675,13 +708,13 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     if kind == "rules" or not todo:
         return out
     from hrag_cli.chunk.chunking import count_tokens
-    from hrag_cli.extract.llm_extractor import answer_budget, frame_of, glean_rounds_for
+    from hrag_cli.extract.llm_extractor import answer_budget, answer_format, frame_of, glean_rounds_for
     from hrag_cli.extract.prompts import build_extraction_messages, build_gleaning_message
 
-    frame = frame_of(settings.extract)
-    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)
+    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema, frame.fmt)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
-    glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
+    glean_msg = count_tokens(build_gleaning_message(frame.fmt)["content"]) + MESSAGE_OVERHEAD_TOKENS
     requests = prompt = completion = 0
     for ch in todo:
         cap = answer_budget(ch, settings.extract, settings.llm.max_tokens)
