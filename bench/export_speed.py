@@ -26,14 +26,14 @@ from hrag_cli.core.config import Settings, VectorSettings  # noqa: E402
 from hrag_cli.export.run import ExportOptions, run_export  # noqa: E402
 from hrag_cli.graph.model import ChunkRef, add_synonym_edges, build_graph, save_graph  # noqa: E402
 from hrag_cli.core.progress import Reporter  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
+from hrag_cli.core.project import ProjectDir  # noqa: E402
 from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, to_dict  # noqa: E402
 from hrag_cli.storage.vectors import VectorIndex  # noqa: E402
 
 
-def make_project(root: Path, n_ent: int, dim: int) -> Project:
+def make_project(root: Path, n_ent: int, dim: int) -> ProjectDir:
     rng = np.random.default_rng(0)
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     n_chunk = max(n_ent // 2, 1)
     n_doc = max(n_chunk // 10, 1)

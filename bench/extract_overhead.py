@@ -67,7 +67,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
     from hrag_cli.extract.stage import run_extract
     from hrag_cli.chunk.stage import run_chunk
     from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
     from tests.stub_server import StubServer
 
     spent: list[float] = []
@@ -75,7 +75,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
         stub.set_chat(make_responder(spent))
         docs = Path(tmp) / "docs"
         copy_corpus(docs, copies)
-        proj = Project(Path(tmp) / "proj")
+        proj = ProjectDir(Path(tmp) / "proj")
         proj.init()
         settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": stub.url,
                                         "extract.max_gleanings": gleanings, "llm.concurrency": concurrency})
@@ -84,7 +84,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
         # warm up: import litellm and open its HTTP client once, outside the timed run
         from hrag_cli.core.llm import LLMClient
 
-        warm = Project(Path(tmp) / "warm")
+        warm = ProjectDir(Path(tmp) / "warm")
         warm.init()
         with LLMClient(warm, settings.llm) as client:
             client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])

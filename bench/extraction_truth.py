@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from hrag_cli.core import store  # noqa: E402
 from hrag_cli.extract.parser import fold  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
+from hrag_cli.core.project import ProjectDir  # noqa: E402
 
 D = "<|#|>"
 SCHEMA = """
@@ -214,7 +214,7 @@ def pr(tp: int, fp: int, fn: int) -> dict:
             "recall": round(100 * tp / (tp + fn), 1) if tp + fn else None, "tp": tp, "fp": fp, "fn": fn}
 
 
-def run_pipeline(chunks: list[Chunk], work: Path) -> Project:
+def run_pipeline(chunks: list[Chunk], work: Path) -> ProjectDir:
     from tests.stub_server import StubServer
 
     docs, proj = work / "docs", work / "proj"
@@ -237,10 +237,10 @@ def run_pipeline(chunks: list[Chunk], work: Path) -> Project:
                               capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         sys.exit(f"hrag index failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
-    return Project(proj)
+    return ProjectDir(proj)
 
 
-def measure(chunks: list[Chunk], project: Project) -> dict:
+def measure(chunks: list[Chunk], project: ProjectDir) -> dict:
     chunk_ids = {}
     for c in store.read_jsonl(project.chunks_path):
         chunk_ids[int(c["text"].split(".", 1)[0].split()[-1])] = c["chunk_id"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hrag_cli.core.project import Project  # noqa: E402
+from hrag_cli.core.project import ProjectDir  # noqa: E402
 from hrag_cli.query.index import QueryIndex  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--queries", type=Path, required=True, help="one question per line")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    project = Project(args.project)
+    project = ProjectDir(args.project)
     ix = QueryIndex(project, project.settings())
     k = ix.settings.query.fact_top_k
     facts, chunks = ix.vector_index("facts")._rows, ix.vector_index("chunks")

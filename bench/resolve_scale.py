@@ -35,10 +35,10 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
     import numpy as np
 
     from hrag_cli.core import store
-    from hrag_cli.core.project import Project, text_hash
+    from hrag_cli.core.project import ProjectDir, text_hash
 
     rng = np.random.default_rng(seed)
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     n_chunks = mentions // ENTITIES_PER_CHUNK
     vocab = max(1000, mentions // 5)
@@ -85,11 +85,11 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
 def run(root: Path) -> dict:
     """The resolve stage phase by phase (same calls as resolve.run_resolve)."""
     from hrag_cli.core.config import Settings
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
     from hrag_cli.resolve.stage import finalize, gc_paused, load_inputs, merge_records, write_outputs
     from hrag_cli.resolve.summaries import Summarizer
 
-    project = Project(root)
+    project = ProjectDir(root)
     settings = Settings()
     times: dict[str, float] = {}
     t0 = t = time.perf_counter()

@@ -17,13 +17,13 @@ from pathlib import Path
 
 from hrag_cli.resolve import stage as resolve
 from hrag_cli.resolve import state as resolve_state
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("project", type=Path)
-    path = Project(ap.parse_args().project).resolve_state_path
+    path = ProjectDir(ap.parse_args().project).resolve_state_path
     gc.disable()                # as resolve runs it (resolve.gc_paused)
     extra = ()
     if "accs" in inspect.signature(resolve_state.load).parameters:     # code before the state kept tuples

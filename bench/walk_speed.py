@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hrag_cli.core.config import QuerySettings  # noqa: E402
 from hrag_cli.graph.model import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
+from hrag_cli.core.project import ProjectDir  # noqa: E402
 from hrag_cli.query import ppr  # noqa: E402
 from hrag_cli.query.ppr import SeedWeights, build_reset, chunk_prior, passage_walk, project_walk_scale  # noqa: E402
 from hrag_cli.graph.walk import WalkGraph  # noqa: E402
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=10, help="with --questions: the chunk ranks compared")
     ap.add_argument("--hipporag", action="store_true", help="also rank with HippoRAG 2's reset (every chunk's own weight)")
     args = ap.parse_args()
-    project = Project(args.project)
+    project = ProjectDir(args.project)
     if args.questions:
         if args.hipporag:
             ap.error("--hipporag compares made-up resets: not with --questions")
@@ -149,7 +149,7 @@ def count_spreads(walk: WalkGraph) -> list[int]:
     return read
 
 
-def question_walks(project: Project, questions: Path, eps: list[float], ranks: int) -> None:
+def question_walks(project: ProjectDir, questions: Path, eps: list[float], ranks: int) -> None:
     """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
     with the walk pushed to each tolerance and converged (ppr.PRIOR_EPS): how often the first 5 and the first
     `ranks` are the converged walk's, and the first tolerance's; the entries its pushes read and the question's

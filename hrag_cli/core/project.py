@@ -66,7 +66,7 @@ class StageRecord:
     counts: dict
 
 
-class Project:
+class ProjectDir:
     """Paths of every artifact (DESIGN.md §2) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
@@ -494,3 +494,6 @@ class StageOutcome:
     counts: dict
     output_digest: str
     payload: Any = None
+
+
+Project = ProjectDir   # the name embed/stage.py still imports; goes when that module is split
