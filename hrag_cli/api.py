@@ -174,6 +174,15 @@ class Project:
                                 select=select, hops=hops, progress=progress)
         return run_export(self.dir, settings, self.reporter, options)
 
+    def view(self, output: str | Path = "graph.html", *, select: str | None = None, hops: int = 1,
+             max_nodes: int = 2000, open_browser: bool = False) -> dict:
+        """Write the graph as one self-contained HTML page (`hrag view`)."""
+        from hrag_cli.view.page import ViewOptions, run_view
+
+        self.settings()
+        return run_view(self.dir, ViewOptions(output=Path(output), select=select, hops=hops, max_nodes=max_nodes,
+                                              open_browser=open_browser))
+
     def suggest_schema(self, docs: Iterable[str | Path], *, sample: int = 20, seed: int = 0,
                        out: str | Path | None = None) -> tuple[str, dict, int]:
         """A draft schema (TOML text) from a sample of `docs`, its summary and exit code (`hrag schema

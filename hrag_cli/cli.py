@@ -400,23 +400,50 @@ def eval_cmd(
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="graphml, jsonl, csv, cypher or falkordb.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher) or folder (jsonl, csv).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File (graphml, cypher; - for standard output) or folder (jsonl, csv).")] = None,
     project: ProjectOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="FalkorDB URL, e.g. redis://127.0.0.1:6379.")] = None,
     graph: Annotated[str, typer.Option("--graph", help="FalkorDB graph name.")] = "hrag",
-    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'around:NAME', or 'entities,around:NAME'.")] = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph: 'entities', 'top:N' (the N most connected entities), 'around:NAME', or several: 'top:500,around:NAME'.")] = None,
     hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
     progress: Annotated[bool, typer.Option("--progress", help="Show a progress bar.")] = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    summary = _project(project, {}, quiet or not progress, json_output).export(
+    from hrag_cli.export.run import STDOUT
+
+    to_stdout = output is not None and Path(output) == STDOUT
+    if to_stdout and json_output:
+        raise UsageError("--json and --output - both write to standard output: choose one")
+    summary = _project(project, {}, quiet or not progress or to_stdout, json_output).export(
         fmt, output, url=url, graph=graph, select=select, hops=hops, progress=progress)
+    if to_stdout:
+        return
     if json_output:
         _print_json(summary)
     elif not quiet:
         _print_summary(f"hrag export --format {fmt}", summary)
+
+
+@app.command()
+def view(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("graph.html"),
+    project: ProjectOpt = None,
+    select: Annotated[Optional[str], typer.Option("--select", help="Subgraph, as for 'hrag export': 'entities', 'top:N', 'around:NAME'.")] = None,
+    hops: Annotated[int, typer.Option("--hops", help="Neighbourhood radius for --select around:NAME.")] = 1,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", help="Draw the whole graph up to this many nodes, else this many of the most connected entities.")] = 2000,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open the page in your web browser.")] = False,
+    quiet: QuietOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Write the graph as one self-contained HTML page (no network needed): search, details, legend."""
+    summary = _project(project, {}).view(output, select=select, hops=hops, max_nodes=max_nodes,
+                                         open_browser=open_browser)
+    if json_output:
+        _print_json(summary)
+    elif not quiet:
+        _print_summary("hrag view", summary)
 
 
 def _one_line(exc: BaseException | str) -> str:

@@ -191,6 +191,59 @@ def test_graphml_loads_in_networkx_and_igraph(sample: ProjectDir, tmp_path: Path
     assert weights == sorted(round(w, 6) for w in g.es["weight"])
 
 
+def test_graphml_round_trips_directed_through_networkx(sample: ProjectDir, tricky: ProjectDir, tmp_path: Path) -> None:
+    """Every edge comes back from networkx with its kind, its relation type and the model's direction; the one
+    symmetric kind is named at graph level."""
+    from collections import Counter
+
+    import igraph
+    import networkx as nx
+
+    kinds: set[str] = set()
+    for project in (sample, tricky):
+        out = tmp_path / f"{project.root.parent.name}.graphml"
+        export(project, "graphml", out)
+        G = nx.read_graphml(out)
+        assert G.is_directed() and G.graph["symmetric_kinds"] == "SYNONYM"
+        model = load_export_graph(project)
+        want = Counter((e.source, e.target, e.type, e.props.get("rel_type")) for e in model.edges)
+        got = Counter((u, v, d["kind"], d.get("rel_type")) for u, v, d in G.edges(data=True))
+        assert got == want and sum(got.values()) == graph_of(project).ecount()
+        kinds |= {d["kind"] for _, _, d in G.edges(data=True)}
+        for u, v, d in G.edges(data=True):
+            if d["kind"] == "PART_OF":
+                assert G.nodes[u]["kind"] == "chunk" and G.nodes[v]["kind"] == "document"
+            elif d["kind"] == "MENTIONED_IN":
+                assert G.nodes[u]["kind"] == "entity" and G.nodes[v]["kind"] == "chunk"
+            elif d["kind"] == "NEXT_CHUNK":
+                assert G.nodes[u]["order"] < G.nodes[v]["order"]
+        rels = list(store.read_jsonl(project.relations_path))
+        for r in rels:
+            data = G.get_edge_data("entity:" + r["src"], "entity:" + r["tgt"])
+            edges = list(data.values()) if G.is_multigraph() else [data]
+            assert [d["kind"] for d in edges].count("RELATION") == 1
+        assert igraph.Graph.Read_GraphML(str(out)).is_directed()
+    assert kinds == {"PART_OF", "NEXT_CHUNK", "RELATION", "MENTIONED_IN", "SYNONYM"}
+    typed = [d for _, _, d in G.edges(data=True) if d.get("rel_type")]
+    assert [d["rel_type"] for d in typed] == ["lives_in"]
+
+
+def test_output_dash_writes_stdout(tricky: ProjectDir, tmp_path: Path) -> None:
+    for fmt in ("graphml", "cypher"):
+        export(tricky, fmt, tmp_path / f"g.{fmt}")
+        run = subprocess.run(HRAG + ["export", "-f", fmt, "-o", "-", "-p", str(tricky.root)], capture_output=True,
+                             cwd=tmp_path, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == (tmp_path / f"g.{fmt}").read_bytes() and run.stderr == b""
+    assert not (tmp_path / "-").exists()
+    for args, msg in ((["-f", "jsonl", "-o", "-"], "writes a folder"), (["-f", "csv", "-o", "-"], "writes a folder"),
+                      (["-f", "graphml", "-o", "-", "--json"], "choose one")):
+        bad = subprocess.run(HRAG + ["export", *args, "-p", str(tricky.root)], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+        assert bad.returncode == 2 and msg in bad.stderr and bad.stdout == ""
+    assert not (tmp_path / "-").exists()
+
+
 def test_graphml_tricky_text(tricky: ProjectDir, tmp_path: Path) -> None:
     import igraph
     import networkx as nx

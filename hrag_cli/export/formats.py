@@ -3,7 +3,12 @@
 Each takes the neutral ExportGraph (export.py) and an output path, writes every file atomically through
 store, and returns the paths written. Encoding choices, per format:
 
-- GraphML has no list type: list properties are JSON strings (`["a", "b"]`). XML 1.0 cannot carry most
+- GraphML is directed (`edgedefault="directed"`): RELATION src->tgt, PART_OF chunk->document, NEXT_CHUNK
+  earlier->later, MENTIONED_IN entity->chunk; every edge's `kind` and a relation's `rel_type` are data. SYNONYM is
+  symmetric: written once per pair, from the entity earlier in the graph's vertex order, and the graph-level
+  `symmetric_kinds` ("SYNONYM") tells a reader which kinds to read both ways. (A per-edge `directed="false"`
+  would say it in GraphML itself, but networkx refuses such edges in a directed graph.)
+  GraphML has no list type: list properties are JSON strings (`["a", "b"]`). XML 1.0 cannot carry most
   control characters (U+0000-U+001F except tab/newline/CR), so those become U+FFFD; newlines and CR are
   written as character references so they survive parsing.
 - CSV: neo4j-admin headers (`id:ID`, `:LABEL`, `:START_ID`, `:END_ID`, `:TYPE`, `weight:float`,
@@ -60,7 +65,10 @@ def _graphml_value(value: Any) -> str:
     return str(value)
 
 
-def write_graphml(graph: ExportGraph, path: Path) -> list[Path]:
+SYMMETRIC_KINDS = ("SYNONYM",)
+
+
+def graphml_text(graph: ExportGraph) -> str:
     """Node ids are the stable ids; `kind` holds the label in igraph's lower case, edges carry `kind` too."""
     ntypes = {"kind": "string", **property_types(graph.nodes)}
     etypes = {"kind": "string", **property_types(graph.edges)}
@@ -75,7 +83,9 @@ def write_graphml(graph: ExportGraph, path: Path) -> list[Path]:
         for name, t in types.items():
             out.append(f'  <key id="{keys[name]}" for="{domain}" attr.name="{xml_text(name)}" '
                        f'attr.type="{_GRAPHML_TYPES[t]}"/>\n')
-    out.append('  <graph id="hrag" edgedefault="undirected">\n')
+    out.append('  <key id="g0" for="graph" attr.name="symmetric_kinds" attr.type="string"/>\n')
+    out.append('  <graph id="hrag" edgedefault="directed">\n')
+    out.append(f'    <data key="g0">{",".join(SYMMETRIC_KINDS)}</data>\n')
     for n in graph.nodes:
         out.append(f'    <node id="{xml_text(n.id)}">')
         out.append(f'<data key="{nkey["kind"]}">{n.label.lower()}</data>')
@@ -89,7 +99,11 @@ def write_graphml(graph: ExportGraph, path: Path) -> list[Path]:
             out.append(f'<data key="{ekey[k]}">{xml_text(_graphml_value(v))}</data>')
         out.append("</edge>\n")
     out.append("  </graph>\n</graphml>\n")
-    store.atomic_write_text(path, "".join(out))
+    return "".join(out)
+
+
+def write_graphml(graph: ExportGraph, path: Path) -> list[Path]:
+    store.atomic_write_text(path, graphml_text(graph))
     return [Path(path)]
 
 
@@ -236,13 +250,17 @@ def cypher_statements(graph: ExportGraph, max_rows: int = CYPHER_BATCH_ROWS,
     return stmts
 
 
-def write_cypher(graph: ExportGraph, path: Path) -> list[Path]:
+def cypher_text(graph: ExportGraph) -> str:
     counts = graph.counts()
     head = (f"// hrag graph export: {counts['nodes']} nodes, {counts['edges']} edges.\n"
             "// One statement per line, each ending with ';'. Load into an empty graph (the CREATE INDEX lines\n"
             "// fail harmlessly when the index exists); the MERGE statements are safe to run again.\n")
     body = "".join(s + ";\n" for s in cypher_statements(graph))
-    store.atomic_write_text(path, head + body)
+    return head + body
+
+
+def write_cypher(graph: ExportGraph, path: Path) -> list[Path]:
+    store.atomic_write_text(path, cypher_text(graph))
     return [Path(path)]
 
 
@@ -263,6 +281,8 @@ def publish(paths: list[Path]) -> list[Path]:
 WRITERS: dict[str, Callable[[ExportGraph, Path], list[Path]]] = {
     "graphml": write_graphml, "jsonl": write_jsonl, "csv": write_csv, "cypher": write_cypher,
 }
+# the single-file formats, as text: what `-o -` writes to stdout
+TEXTS: dict[str, Callable[[ExportGraph], str]] = {"graphml": graphml_text, "cypher": cypher_text}
 
-__all__ = ["ARRAY_DELIMITER", "WRITERS", "batch_rows", "cypher_literal", "cypher_statements", "read_cypher_statements",
-           "write_csv", "write_cypher", "write_graphml", "write_jsonl", "xml_text"]
+__all__ = ["ARRAY_DELIMITER", "SYMMETRIC_KINDS", "TEXTS", "WRITERS", "batch_rows", "cypher_literal", "cypher_statements",
+           "cypher_text", "graphml_text", "read_cypher_statements", "write_csv", "write_cypher", "write_graphml", "write_jsonl", "xml_text"]

@@ -6,6 +6,8 @@ per edge, typed properties with chunk text and entity aliases joined in from the
 worked out once here and the writers stay small. Export only reads the project: it never takes the writer lock
 and refuses an output path inside the project folder.
 
+`--output -` writes the single-file formats (GraphML, Cypher) to standard output.
+
 Ids: "doc:<doc_id>", "chunk:<chunk_id>", "entity:<entity id>". Labels: Document, Chunk, Entity. Edge types and
 directions: PART_OF chunk->document, NEXT_CHUNK earlier->later chunk, RELATION src->tgt of the relation record,
 MENTIONED_IN entity->chunk, SYNONYM a->b.
@@ -13,6 +15,8 @@ MENTIONED_IN entity->chunk, SYNONYM a->b.
 --select syntax (terms separated by commas, applied left to right; `around:` must come last since a name may
 contain commas):
   entities        entity nodes only, with the edges between them (RELATION, SYNONYM)
+  top:N           the N entities with the most edges (of any kind, in what is selected so far; ties by id),
+                  with the edges between them
   around:NAME     the entity NAME (matched by normalised name, then by alias) and every node within --hops
                   hops of it in what is selected so far, with the edges among them
   e.g. "entities,around:Port Ellery" = the entity neighbourhood without chunks and documents.
@@ -20,10 +24,11 @@ contain commas):
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
@@ -33,6 +38,7 @@ from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir
 
 FORMATS = ("graphml", "jsonl", "csv", "cypher", "falkordb")
+STDOUT = Path("-")        # --output - : the single-file formats write to standard output
 # igraph attributes that the model turns into structure (id, label) rather than properties
 _STRUCTURAL = {"kind"}
 
@@ -169,6 +175,23 @@ def _induced(graph: ExportGraph, keep: set[str]) -> ExportGraph:
                        [e for e in graph.edges if e.source in keep and e.target in keep])
 
 
+def _count(term: str) -> int:
+    value = term[len("top:"):].strip()
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--select {term!r}: write top:N with N a whole number of entities, e.g. top:500")
+    return int(value)
+
+
+def top_entities(graph: ExportGraph, n: int) -> set[str]:
+    """The ids of the n entity nodes with the most edges in `graph` (ties by id, so the cut is reproducible)."""
+    degree: dict[str, int] = {}
+    for e in graph.edges:
+        degree[e.source] = degree.get(e.source, 0) + 1
+        degree[e.target] = degree.get(e.target, 0) + 1
+    ents = sorted((n_.id for n_ in graph.nodes if n_.label == "Entity"), key=lambda i: (-degree.get(i, 0), i))
+    return set(ents[:n])
+
+
 def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> ExportGraph:
     """Apply a --select expression (module docstring); None or 'all' keeps everything."""
     if select is None or select.strip() in ("", "all"):
@@ -201,11 +224,13 @@ def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> Ex
         term, rest = term.strip(), rest.strip()
         if term == "entities":
             graph = _induced(graph, {n.id for n in graph.nodes if n.label == "Entity"})
+        elif term.startswith("top:"):
+            graph = _induced(graph, top_entities(graph, _count(term)))
         elif term in ("", "all"):
             continue
         else:
-            raise UsageError(f"--select: unknown term {term!r} (use 'entities', 'around:NAME', or both "
-                             "separated by a comma)")
+            raise UsageError(f"--select: unknown term {term!r} (use 'entities', 'top:N', 'around:NAME', or "
+                             "several separated by commas)")
     return graph
 
 
@@ -215,6 +240,11 @@ def _check_output(project: ProjectDir, output: Path | None, fmt: str) -> Path:
         what = "a file" if fmt in ("graphml", "cypher") else "a folder"
         raise UsageError(f"--format {fmt} needs --output/-o ({what})")
     out = Path(output)
+    if out == STDOUT:
+        if fmt not in ("graphml", "cypher"):
+            raise UsageError(f"--output - (standard output) takes one file; --format {fmt} writes a folder of "
+                             "files: give a folder path")
+        return out
     root = project.root.resolve()
     target = out.resolve()
     if target == root or root in target.parents:
@@ -226,8 +256,10 @@ def _check_output(project: ProjectDir, output: Path | None, fmt: str) -> Path:
     return out
 
 
-def run_export(project: ProjectDir, settings: Settings, reporter: Reporter, options: ExportOptions) -> dict:
-    """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary."""
+def run_export(project: ProjectDir, settings: Settings, reporter: Reporter, options: ExportOptions,
+               stdout: BinaryIO | None = None) -> dict:
+    """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary. With
+    --output - the file goes to `stdout` (default: the process's standard output)."""
     fmt = (options.fmt or "").strip().lower()
     if fmt not in FORMATS:
         raise UsageError(f"unknown --format {options.fmt!r} (choose one of {', '.join(FORMATS)})")
@@ -252,7 +284,13 @@ def run_export(project: ProjectDir, settings: Settings, reporter: Reporter, opti
     from hrag_cli.export import formats as export_formats
 
     assert output is not None
-    files = export_formats.publish(export_formats.WRITERS[fmt](graph, output))
+    if output == STDOUT:
+        stream = stdout if stdout is not None else sys.stdout.buffer
+        stream.write(export_formats.TEXTS[fmt](graph).encode("utf-8"))
+        stream.flush()
+        files = [output]
+    else:
+        files = export_formats.publish(export_formats.WRITERS[fmt](graph, output))
     counts = graph.counts()
     summary.update({"output": str(output), "nodes": counts["nodes"], "edges": counts["edges"],
                     "labels": counts["labels"], "types": counts["types"], "files": len(files)})

@@ -1,0 +1,1 @@
+"""`hrag view`: the graph as one self-contained HTML page."""
