@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT))
 from hrag_cli.core import store  # noqa: E402
 from hrag_cli.core.config import Settings, VectorSettings  # noqa: E402
 from hrag_cli.export.run import ExportOptions, run_export  # noqa: E402
-from hrag_cli.graph.model import ChunkRef, add_synonym_edges, build_graph, save_graph  # noqa: E402
+from hrag_cli.graph.model import add_synonym_edges, build_graph, save_graph  # noqa: E402
 from hrag_cli.core.progress import Reporter  # noqa: E402
 from hrag_cli.core.project import ProjectDir  # noqa: E402
-from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, to_dict  # noqa: E402
-from hrag_cli.storage.vectors import VectorIndex  # noqa: E402
+from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, Fact, Relation, to_dict  # noqa: E402
+from hrag_cli.storage.vectors.index import VectorIndex  # noqa: E402
 
 
 def make_project(root: Path, n_ent: int, dim: int) -> ProjectDir:

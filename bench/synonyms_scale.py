@@ -13,7 +13,7 @@ so the pass has synonym pairs to find:
   entity names (bench/minilm_names_spectrum.txt, from the MuSiQue bench project). It has their spread but none
   of their clusters (variants of one name), so unplanted neighbours sit at near-equal distances (~0.45).
 
-Runs the stage's own code (hrag_cli.embed.stage.update_knn and candidate_pairs) with the default
+Runs the stage's own code (hrag_cli.embed.knn.update_knn and synonym_edges.candidate_pairs) with the default
 settings.synonyms, and prints:
   wall time and peak RSS of the pass; against exact brute force on a sample of entities: the recall of the
   neighbours the pass keeps (exact top-k at >= threshold: the target, >= 0.98) and of their pairs, and recall@k
@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hrag_cli.core.config import Settings  # noqa: E402
 from hrag_cli.core.progress import Reporter  # noqa: E402
-from hrag_cli.embed.stage import KnnLists, candidate_pairs, update_knn  # noqa: E402
+from hrag_cli.embed.knn import KnnLists, update_knn  # noqa: E402
+from hrag_cli.embed.synonym_edges import candidate_pairs  # noqa: E402
 
 
 EPSILON = 1e-3

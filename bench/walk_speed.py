@@ -32,7 +32,9 @@ from hrag_cli.core.config import QuerySettings  # noqa: E402
 from hrag_cli.graph.model import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
 from hrag_cli.core.project import ProjectDir  # noqa: E402
 from hrag_cli.query import ppr  # noqa: E402
-from hrag_cli.query.ppr import SeedWeights, build_reset, chunk_prior, passage_walk, project_walk_scale  # noqa: E402
+from hrag_cli.graph import push  # noqa: E402
+from hrag_cli.graph.chunk_prior import chunk_prior, project_walk_scale  # noqa: E402
+from hrag_cli.query.ppr import SeedWeights, build_reset, passage_walk  # noqa: E402
 from hrag_cli.graph.walk import WalkGraph  # noqa: E402
 
 
@@ -151,7 +153,7 @@ def count_spreads(walk: WalkGraph) -> list[int]:
 
 def question_walks(project: ProjectDir, questions: Path, eps: list[float], ranks: int) -> None:
     """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
-    with the walk pushed to each tolerance and converged (ppr.PRIOR_EPS): how often the first 5 and the first
+    with the walk pushed to each tolerance and converged (push.PRIOR_EPS): how often the first 5 and the first
     `ranks` are the converged walk's, and the first tolerance's; the entries its pushes read and the question's
     CPU (one pass per tolerance in turn, not paired: the entries are the steadier figure). The converged walks
     go first, so the timed passes find the batch's table made. No LLM: a fact filter would make the passes
@@ -179,10 +181,10 @@ def question_walks(project: ProjectDir, questions: Path, eps: list[float], ranks
             order.append([c.chunk_id for c in r.chunks])
         return order, cpu, entries, walked
 
-    exact, _, _, walked = ranked(ppr.PRIOR_EPS)
+    exact, _, _, walked = ranked(push.PRIOR_EPS)
     first = None
     print(f"{len(qs)} questions, {walked} of them walked; chunks ranked as `hrag query --mode ppr` ranks them, "
-          f"against a walk to {ppr.PRIOR_EPS:g} (converged){' and eps ' + format(eps[0], 'g') if len(eps) > 1 else ''}")
+          f"against a walk to {push.PRIOR_EPS:g} (converged){' and eps ' + format(eps[0], 'g') if len(eps) > 1 else ''}")
     for tolerance in eps:
         order, cpu, entries, _ = ranked(tolerance)
         first = first or order

@@ -20,12 +20,12 @@ from hrag_cli.core.config import Settings, VectorSettings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.export.run import ExportOptions, load_export_graph, run_export, select_subgraph
 from hrag_cli.export.formats import ARRAY_DELIMITER, cypher_string, read_cypher_statements
-from hrag_cli.graph.model import ChunkRef, add_synonym_edges, build_graph, load_graph, save_graph
+from hrag_cli.graph.model import add_synonym_edges, build_graph, load_graph, save_graph
 from hrag_cli.core.normalize import normalize_name
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, fingerprint
-from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, to_dict
-from hrag_cli.storage.vectors import VectorIndex
+from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, Fact, Relation, to_dict
+from hrag_cli.storage.vectors.index import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = [sys.executable, "-m", "hrag_cli.cli"]

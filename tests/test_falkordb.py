@@ -21,7 +21,7 @@ from hrag_cli.graph.model import edge_counts, load_graph
 from hrag_cli.core.normalize import normalize_name
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.storage.vectors import VectorIndex
+from hrag_cli.storage.vectors.index import VectorIndex
 from tests.falkordb_server import FalkorServer, free_port, unavailable_reason
 from tests.test_export import HRAG, ROOT, TRICKY, TRICKY_NAME, index_sample, make_tricky_project, snapshot
 

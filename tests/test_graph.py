@@ -13,11 +13,11 @@ import pytest
 from hrag_cli.graph import pickle_format as graph_pickle
 from hrag_cli.core.errors import HragError
 from hrag_cli.graph.model import (
-    EDGE_KINDS, ChunkRef, add_synonym_edges, build_graph, edge_counts, graph_columns, load_columns, load_graph,
-    save_graph, save_synonym_edges, set_synonym_edges, walk_arrays)
+    EDGE_KINDS, add_synonym_edges, build_graph, edge_counts, graph_columns, load_columns, load_graph, save_graph,
+    save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph.pickle_format import Column
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.core.records import Document, Entity, Relation, Synonym
+from hrag_cli.core.records import ChunkRef, Document, Entity, Relation, Synonym
 
 
 def _sample():

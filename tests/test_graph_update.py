@@ -12,11 +12,11 @@ import pytest
 from hrag_cli.graph import model as graph
 from hrag_cli.graph import pickle_format as graph_pickle
 from hrag_cli.graph.model import (
-    ChunkRef, GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph, save_synonym_edges,
+    GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph, save_synonym_edges,
     set_synonym_edges, walk_arrays)
 from hrag_cli.resolve.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.core.records import Document
+from hrag_cli.core.records import ChunkRef, Document
 
 
 def _corpus(rng: random.Random, n_docs: int, ents: dict, rels: dict, tag: str):

@@ -1,4 +1,4 @@
-"""The synonym pass's neighbour lists (synonyms.KnnLists / update_knn / candidate_pairs, cells.py) on random
+"""The synonym pass's neighbour lists (embed/knn.py, embed/synonym_edges.py, cells.py) on random
 vectors with planted near-copies: a full pass matches brute force, an incremental pass after deletions, edits
 and additions gives what a full join on the same cells gives, and the saved lists survive a round trip (and
 damage)."""
@@ -14,7 +14,8 @@ import pytest
 
 from hrag_cli.storage.cells import cell_count, fit_cells, join, nearest_cells, spans
 from hrag_cli.core.progress import Reporter
-from hrag_cli.embed.stage import KnnLists, best_k, candidate_pairs, pair_records, update_knn
+from hrag_cli.embed.knn import KnnLists, best_k, update_knn
+from hrag_cli.embed.synonym_edges import candidate_pairs, pair_records
 
 QUIET = Reporter("quiet")
 K = 5
@@ -209,8 +210,8 @@ def test_a_whole_pass_in_worker_processes_matches_one_process(monkeypatch) -> No
     serial, _ = update_knn(first, ids2, hashes2, m2, K, QUIET, *CELLS)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.setattr("hrag_cli.storage.cells.PARALLEL_MIN", 0)
-    monkeypatch.setattr("hrag_cli.embed.stage._BEST_K_PARALLEL", 0)
-    monkeypatch.setattr("hrag_cli.embed.stage._BEST_K_BATCH", 100)     # several ranking tasks, so workers run
+    monkeypatch.setattr("hrag_cli.embed.knn._BEST_K_PARALLEL", 0)
+    monkeypatch.setattr("hrag_cli.embed.knn._BEST_K_BATCH", 100)     # several ranking tasks, so workers run
     pfirst, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
     pooled, _ = update_knn(pfirst, ids2, hashes2, m2, K, QUIET, *CELLS)
     for a, b in ((first, pfirst), (serial, pooled)):

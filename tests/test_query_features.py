@@ -18,7 +18,9 @@ from hrag_cli.cli import app
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.index import QueryIndex
-from hrag_cli.query.ppr import SeedWeights, personalized_pagerank, walk_scale
+from hrag_cli.graph.chunk_prior import walk_scale
+from hrag_cli.graph.push import personalized_pagerank
+from hrag_cli.query.ppr import SeedWeights
 from hrag_cli.query.recognition import parse_kept
 from hrag_cli.query.rerank import split_for_rerank
 from hrag_cli.query.retrieval import (

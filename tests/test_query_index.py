@@ -9,7 +9,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import VectorSettings
 from hrag_cli.query.index import RowRecords
 from hrag_cli.core.records import Document, Fact, to_dict
-from hrag_cli.storage.vectors import VectorIndex
+from hrag_cli.storage.vectors.index import VectorIndex
 
 
 def test_facts_are_read_by_row_and_fall_back_when_the_file_moved(tmp_path) -> None:

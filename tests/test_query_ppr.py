@@ -7,9 +7,9 @@ import igraph
 import numpy as np
 import pytest
 
-from hrag_cli.query.ppr import (
-    Reset, SeedWeights, build_reset, chunk_prior, load_chunk_prior, minmax, passage_walk, personalized_pagerank,
-    walk_mass)
+from hrag_cli.graph.chunk_prior import chunk_prior, load_chunk_prior
+from hrag_cli.graph.push import Reset, personalized_pagerank, walk_mass
+from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk
 from hrag_cli.graph.model import CHUNK, VERTEX_KINDS, walk_arrays
 from hrag_cli.graph.walk import WalkGraph, _runs, scale_key
 
@@ -276,7 +276,7 @@ def _reference_push(n: int, edges: list[tuple[int, int, float]], reset: np.ndarr
 def test_walk_in_blocks_is_the_walk_spelled_out(monkeypatch) -> None:
     """The rounds' vertices spread in blocks of a few entries (a block's targets tested right after it), from
     rows as stored and from prepared ones: the very bits of one block a round, and the reference's values."""
-    import hrag_cli.query.ppr as ppr
+    from hrag_cli.graph import push
 
     rng = np.random.default_rng(11)
     n, m = 3000, 4000                                    # sparse: no round is a sweep over every entry
@@ -288,7 +288,7 @@ def test_walk_in_blocks_is_the_walk_spelled_out(monkeypatch) -> None:
     whole = walk_mass(_graph(n, edges), reset, 0.5, eps=eps)
     for prepared in (False, True):
         for block in (1, 7, 64):
-            monkeypatch.setattr(ppr, "SPREAD_BLOCK", block)
+            monkeypatch.setattr(push, "SPREAD_BLOCK", block)
             walk = _graph(n, edges)
             if prepared:
                 walk.prepare()

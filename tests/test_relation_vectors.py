@@ -16,7 +16,7 @@ from hrag_cli.core.errors import UsageError
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import relation_hits, retrieve
-from hrag_cli.embed.stage import relation_vectors
+from hrag_cli.embed.texts import relation_vectors
 
 Q = "Who built the sea wall of Port Ellery?"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hrag_cli.core import store
+from hrag_cli.core import base_patch, jsonl_lines, line_patch, store
 from hrag_cli.core.project import ProjectDir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
 def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_state_is_saved_again(
         tmp_path: Path) -> None:
     """A few new chunks leave resolve_state.bin as it was and list themselves in resolve_delta.json; the next
-    run merges the delta's records again before its own, and once the delta passes RESAVE_SHARE of the state's
+    run merges the delta's records again before its own, and once the delta passes `base_patch.RESOLVE_STATE` of the state's
     chunks the state is saved whole. Every step equals a fresh build; a delta that does not parse is damage."""
     from hrag_cli.resolve import state as resolve_state
 
@@ -248,7 +248,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     p = ProjectDir(inc)
     state_bytes = p.resolve_state_path.read_bytes()
     chunks = len(resolve_state.read_header(p.resolve_state_path)[0].offsets)
-    fits = int(resolve_state.RESAVE_SHARE * chunks)
+    fits = int(base_patch.RESOLVE_STATE.share * chunks)
     assert fits >= 2, chunks
     texts = ["Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n",
              "Quillon Vesk founded the Amberline Guild in Port Ellery.\n",
@@ -404,7 +404,7 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
     os.replace(v3_path, p.resolve_state_path)
     rec = p.stage("resolve")
     p.record_stage("resolve", rec.fingerprint, rec.output_digest, rec.counts)
-    monkeypatch.setattr(rs, "RESAVE_SHARE", 0.0)
+    monkeypatch.setattr(base_patch, "RESOLVE_STATE", base_patch.FoldShare(0.0))
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc)
     assert _merged(inc) == 1
@@ -423,11 +423,9 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
 def test_additions_patch_the_record_files_and_a_patch_past_its_share_folds_into_a_new_base(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: bool) -> None:
     """Two additions in a row: the bases stay as the full build wrote them and each file's patch holds every
-    line they no longer have (the second patch carries the first one's lines on); past FOLD_SHARE the file is
-    written whole, with no patch. Either way the logical files equal a fresh build's."""
-    from hrag_cli.resolve import patch as resolve_patch
-
-    monkeypatch.setattr(resolve_patch, "FOLD_SHARE", 0.0 if fold else 1.0)
+    line they no longer have (the second patch carries the first one's lines on); past `base_patch.RECORD_FILES`
+    the file is written whole, with no patch. Either way the logical files equal a fresh build's."""
+    monkeypatch.setattr(base_patch, "RECORD_FILES", base_patch.FoldShare(0.0 if fold else 1.0))
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
@@ -441,7 +439,7 @@ def test_additions_patch_the_record_files_and_a_patch_past_its_share_folds_into_
     p = ProjectDir(inc)
     for name in RECORDS:
         path = getattr(p, name)
-        assert store.patch_path(path).exists() is not fold, name
+        assert line_patch.patch_path(path).exists() is not fold, name
         assert (path.read_bytes() == bases[name]) is not fold, name
     assert p.check() == []
     _same_as_fresh(docs, inc, tmp_path)
@@ -458,18 +456,18 @@ def test_a_damaged_or_missing_patch_is_caught_and_the_next_index_restores_the_re
     shutil.copytree(inc, pristine, symlinks=True)
     p = ProjectDir(inc)
     want = list(store.read_jsonl(p.entities_path))
-    data = store.patch_path(p.entities_path).read_bytes()
+    data = line_patch.patch_path(p.entities_path).read_bytes()
     for damage in (data[:len(data) // 2], b"", None):
         shutil.rmtree(inc)
         shutil.copytree(pristine, inc, symlinks=True)
-        patch = store.patch_path(ProjectDir(inc).entities_path)
+        patch = line_patch.patch_path(ProjectDir(inc).entities_path)
         assert patch.read_bytes() == data
         if damage is None:
             patch.unlink()
         else:
             patch.write_bytes(damage)
-            with pytest.raises(store.PatchError):
-                store.JsonlLines(ProjectDir(inc).entities_path)
+            with pytest.raises(line_patch.PatchError):
+                jsonl_lines.JsonlLines(ProjectDir(inc).entities_path)
         assert [x.path for x in ProjectDir(inc).check()] == ["graph/entities.patch"]
         _index(docs, inc)
         assert list(store.read_jsonl(ProjectDir(inc).entities_path)) == want

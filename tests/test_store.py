@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hrag_cli.core import store
+from hrag_cli.core import jsonl_lines, line_patch, store
 
 
 def test_append_and_read_roundtrip(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_compressed_jsonl_lines_are_read_one_member_at_a_time(tmp_path: Path) ->
     recs = [{"id": f"r{i}", "text": f"line {i} " + "word " * (i % 50)} for i in range(20000)]
     path = tmp_path / "recs.jsonl"
     store.write_jsonl(path, recs, compress=True)
-    lines = store.JsonlLines(path)
+    lines = jsonl_lines.JsonlLines(path)
     assert lines._members is not None and len(lines._members[0]) > 10 and len(lines) == len(recs)
     for i in (0, 1, 4999, 12345, 19999):
         assert lines.record(i) == recs[i]
@@ -156,21 +156,21 @@ def test_compressed_jsonl_lines_are_read_one_member_at_a_time(tmp_path: Path) ->
     assert lines.all() == recs
     data = path.read_bytes()
     path.write_bytes(data[:-5])                                              # the index's end is cut off
-    cut = store.JsonlLines(path)
+    cut = jsonl_lines.JsonlLines(path)
     assert cut._members is None and cut.record(12345) == recs[12345]
     path.write_bytes(data)
-    m = store.JsonlLines(path)._members
+    m = jsonl_lines.JsonlLines(path)._members
     at = int(m[0][3]) + 40
     path.write_bytes(data[:at] + bytes(32) + data[at + 32:])                  # member 3 damaged, same size
-    bad = store.JsonlLines(path)
+    bad = jsonl_lines.JsonlLines(path)
     assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
     for size in (1, 2**32 - 1):      # a member's length field (which sizes the output buffer) damaged
         end = int(m[0][4]) - 4
         path.write_bytes(data[:end] + size.to_bytes(4, "little") + data[end + 4:])
-        bad = store.JsonlLines(path)
+        bad = jsonl_lines.JsonlLines(path)
         assert bad.record(int(m[1][3])) is None and bad.record(int(m[1][4])) == recs[int(m[1][4])]
     store.write_jsonl(path, [], compress=True)
-    assert len(store.JsonlLines(path)) == 0 and list(store.read_jsonl(path)) == []
+    assert len(jsonl_lines.JsonlLines(path)) == 0 and list(store.read_jsonl(path)) == []
 
 
 def test_lines_handed_over_in_runs_write_the_same_bytes_and_line_index(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_lines_handed_over_in_runs_write_the_same_bytes_and_line_index(tmp_path:
     one, ran = tmp_path / "one.jsonl", tmp_path / "ran.jsonl"
     assert store.write_jsonl(one, recs, compress=True) == store.write_jsonl(ran, runs, compress=True) == 9000
     assert one.read_bytes() == ran.read_bytes()
-    assert store.JsonlLines(ran).record(8123) == recs[8123]
+    assert jsonl_lines.JsonlLines(ran).record(8123) == recs[8123]
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -224,11 +224,11 @@ def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, 
     keys = sorted(logical)
     at = {r["id"]: i for i, r in enumerate(base)}
     changed = [(row, k) for row, k in enumerate(keys) if k in replaced | inserted]
-    patch = store.Patch([row for row, _ in changed], [at.get(k, -1) for _, k in changed],
-                        [store.dumps(logical[k]) + b"\n" for _, k in changed], len(base), *store.base_mark(path), "b0")
+    patch = line_patch.LinePatch([row for row, _ in changed], [at.get(k, -1) for _, k in changed],
+                        [store.dumps(logical[k]) + b"\n" for _, k in changed], len(base), *line_patch.base_mark(path), "b0")
     store.write_patch(path, patch)
     want = [logical[k] for k in keys]
-    lines = store.JsonlLines(path)
+    lines = jsonl_lines.JsonlLines(path)
     assert len(lines) == len(want) and [lines.record(i) for i in range(len(want))] == want
     assert lines.raw(len(want)) is None and lines.all() == want
     rows, raws = lines.patch_lines()                          # the changed lines alone, at their logical rows
@@ -237,15 +237,15 @@ def test_a_patch_reads_as_the_logical_file_through_every_reader(tmp_path: Path, 
     assert list(store.read_jsonl(path)) == want
     assert b"".join(store.line_blocks(path)) == b"".join(store.dumps(r) + b"\n" for r in want)
     assert store.last_lines(path, 1) is None and store.extend_jsonl(path, [{"id": "z"}]) is None
-    raw = store.patch_path(path).read_bytes()
+    raw = line_patch.patch_path(path).read_bytes()
     for bad in (raw[:-3], raw[:40], raw[:-1] + b"x"):       # cut, cut in its header, a last line torn
-        store.patch_path(path).write_bytes(bad)
-        with pytest.raises(store.PatchError):
+        line_patch.patch_path(path).write_bytes(bad)
+        with pytest.raises(line_patch.PatchError):
             list(store.read_jsonl(path))
-    store.patch_path(path).write_bytes(raw)
+    line_patch.patch_path(path).write_bytes(raw)
     store.write_jsonl(path, base[:-1], compress=compress, base=True)    # a base written whole: its patch goes
-    assert not store.patch_path(path).exists() and list(store.read_jsonl(path)) == base[:-1]
-    assert store.JsonlLines(path).patch_lines() is None
-    store.patch_path(path).write_bytes(raw)                   # a patch of another base
-    with pytest.raises(store.PatchError):
-        store.JsonlLines(path)
+    assert not line_patch.patch_path(path).exists() and list(store.read_jsonl(path)) == base[:-1]
+    assert jsonl_lines.JsonlLines(path).patch_lines() is None
+    line_patch.patch_path(path).write_bytes(raw)                   # a patch of another base
+    with pytest.raises(line_patch.PatchError):
+        jsonl_lines.JsonlLines(path)

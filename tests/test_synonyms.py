@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hrag_cli.core import store
-from hrag_cli.embed import stage as synonyms
+from hrag_cli.core import base_patch, line_patch, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.graph.model import SYNONYM, ChunkRef, build_graph, load_graph, save_graph
+from hrag_cli.graph.model import SYNONYM, build_graph, load_graph, save_graph
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.core.records import Chunk, Document, Entity, to_dict
-from hrag_cli.embed.stage import DECISIONS_FILE, KNN_FILE, run_synonyms
-from hrag_cli.storage.vectors import VectorIndex
+from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, to_dict
+from hrag_cli.embed.review import DECISIONS_FILE
+from hrag_cli.embed.stage import run_synonyms
+from hrag_cli.embed.synonym_edges import KNN_FILE
+from hrag_cli.storage.vectors.index import VectorIndex
 from tests.stub_server import hash_vector
 from tests.stub_server import stub_settings
 
@@ -108,7 +109,7 @@ def test_threshold_short_names_dedup_and_graph(tmp_path: Path, stub) -> None:
     out = run(p, settings_for(stub))
     got = pairs_in_file(p)
     assert set(got) == {AB, AC, BC, DE}                      # NY (2 letters) skipped, each pair once
-    # the name vectors are stored as float16 unit rows (vectors.py): cosines move by < 1e-3
+    # the name vectors are stored as float16 unit rows (storage/vectors): cosines move by < 1e-3
     assert got[AB] == pytest.approx(0.95, abs=1e-3) and got[BC] == pytest.approx(0.8075, abs=1e-3)
     assert pairs_in_graph(p) == pytest.approx(got)           # the graph gains exactly the listed edges
     assert out.counts["synonym_pairs"] == 4 and out.counts["vectors_entities"] == len(NAMES)
@@ -159,14 +160,14 @@ def test_second_run_embeds_nothing_and_new_entities_are_compared_against_the_ind
     for f in p.embeddings_dir.iterdir():
         (p2.embeddings_dir / f.name).write_bytes(f.read_bytes())
     # one entity more changes most lists of so few: kept as a patch all the same, so the next run reads one back
-    monkeypatch.setattr(synonyms, "_KNN_FOLD_SHARE", 1.0)
+    monkeypatch.setattr(base_patch, "NEIGHBOUR_LISTS", base_patch.FoldShare(1.0))
     grown = run(p2, s)
     assert grown.counts["entities_queried"] == 1
     # the new entity embedded: its name and its name+description (chunks/others were cached)
     assert grown.counts["embedded_now"] == 2
     incremental = pairs_in_file(p2)
     assert ("greater london area", "london") in incremental
-    assert store.patch_path(p2.vectors_dir / KNN_FILE).exists()     # the lists as the base and a patch
+    assert line_patch.patch_path(p2.vectors_dir / KNN_FILE).exists()     # the lists as the base and a patch
     loaded = run(p2, s)                                     # a run from the base and the patch read back
     assert loaded.counts["entities_queried"] == 0 and pairs_in_file(p2) == incremental
     (p2.vectors_dir / KNN_FILE).unlink()                    # from scratch gives the same edges
@@ -319,7 +320,8 @@ def test_folded_name_search_keeps_the_exact_pairs() -> None:
 
     from hrag_cli.embed.embedder import BuiltinBackend, Embedder
     from hrag_cli.core.config import VectorSettings
-    from hrag_cli.embed.stage import KnnLists, candidate_pairs, fold, rescore, update_knn
+    from hrag_cli.embed.knn import KnnLists, update_knn
+    from hrag_cli.embed.synonym_edges import candidate_pairs, fold, rescore
 
     stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat",
              "Bank of Ellery", "Sankt Orrin", "Kestrel Island", "Ruth Calloway", "Zoë Almqvist"]
@@ -358,7 +360,8 @@ def test_rescoring_only_the_joined_slots_gives_the_lists_of_rescoring_every_chan
 
     from hrag_cli.core.config import VectorSettings
     from hrag_cli.embed.embedder import BuiltinBackend, Embedder
-    from hrag_cli.embed.stage import KnnLists, fold, rescore, update_knn
+    from hrag_cli.embed.knn import KnnLists, update_knn
+    from hrag_cli.embed.synonym_edges import fold, rescore
 
     stems = ["Port Ellery", "Harrowgate Institute", "Corvane Works", "Tessaly River", "Marisol Venkat"]
     names = [f"{s}{x}" for s in stems for x in ("", "s", " Company", " II", " Museum", " Bridge", " Street")]
@@ -390,11 +393,12 @@ def test_fold_is_the_plain_folded_and_normed_matrix_bit_for_bit() -> None:
     256), casting and dividing by np.linalg.norm, which the lists of earlier runs were computed from."""
     import numpy as np
 
-    from hrag_cli.embed.stage import FOLD_DIM, _EMBED_BLOCK, fold
-    from hrag_cli.storage.vectors import sparse_rows
+    from hrag_cli.embed.indices import EMBED_BLOCK
+    from hrag_cli.embed.synonym_edges import FOLD_DIM, fold
+    from hrag_cli.storage.vectors.sparse import sparse_rows
 
     rng = np.random.default_rng(5)
-    n, dim = _EMBED_BLOCK + 300, 2048                        # two blocks, the second a short one
+    n, dim = EMBED_BLOCK + 300, 2048                        # two blocks, the second a short one
     m = np.zeros((n, dim), dtype=np.float32)
     for i in range(n):
         m[i, rng.choice(dim, size=int(rng.integers(0, 40)), replace=False)] = rng.standard_normal()
@@ -415,8 +419,8 @@ def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) 
     import numpy as np
 
     from hrag_cli.embed.embedder import BuiltinBackend, Embedder
-    from hrag_cli.embed.stage import embed_blocks
-    from hrag_cli.storage.vectors import SparseRows
+    from hrag_cli.embed.indices import embed_blocks
+    from hrag_cli.storage.vectors.sparse import SparseRows
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)          # a one-core CI machine still takes the pool path
     texts = [f"Name{i} Person{i % 13} of Place{i % 7}" for i in range(700)]

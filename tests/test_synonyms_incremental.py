@@ -1,7 +1,7 @@
 """After resolve patched its records (graph/changed_ids.json), the synonyms stage embeds only the records it
 changed and splices them into the saved vector indices (VectorIndex.insert): the indices must read as a full
 pass's, and the synonym pairs must be its bytes; without a usable change list every record is read. A spliced
-index is its base with a patch segment beside it (vectors.Patch), so the indices are compared as what a reader
+index is its base with a patch segment beside it (the vector index's RowPatch), so the indices are compared as what a reader
 sees: ids, text hashes and rows in row order, and the digest."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.storage.vectors import VectorIndex
+from hrag_cli.storage.vectors.index import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -142,8 +142,8 @@ def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only
     chunk); the files it ends with are the spliced ones the test above compares with a full pass."""
     import time
 
-    from hrag_cli.core import store
-    from hrag_cli.embed import stage as synonyms
+    from hrag_cli.core import line_patch
+    from hrag_cli.embed import indices, plans, stage
     from hrag_cli.core.config import load_settings
     from hrag_cli.core.progress import Reporter
 
@@ -154,19 +154,19 @@ def test_a_spliced_run_takes_entities_and_facts_from_the_record_patches_and_only
     _index(docs, base)
     _add(docs)
     p = _resolved_copy(docs, base, tmp_path / "p")
-    assert store.patch_path(p.facts_path).exists()
+    assert line_patch.patch_path(p.facts_path).exists()
     got: dict[str, list] = {"records": [], "chunks": []}
-    for name, fn in (("records", "_patch_plan"), ("chunks", "_appended_chunks")):
-        real = getattr(synonyms, fn)
-        monkeypatch.setattr(synonyms, fn, lambda *a, real=real, name=name: got[name].append(real(*a)) or got[name][-1])
+    for name, module, fn in (("records", plans, "_patch_plan"), ("chunks", indices, "appended_chunks")):
+        real = getattr(module, fn)
+        monkeypatch.setattr(module, fn, lambda *a, real=real, name=name: got[name].append(real(*a)) or got[name][-1])
 
     def whole(*_args):
         raise AssertionError("a record file scanned or every chunk read")
 
-    monkeypatch.setattr(synonyms, "_line_ids", whole)
-    monkeypatch.setattr(synonyms._Chunks, "all", whole)
+    monkeypatch.setattr(plans, "_line_ids", whole)
+    monkeypatch.setattr(plans.Chunks, "all", whole)
     with p.lock():
-        out = synonyms.run_synonyms(p, load_settings(None), Reporter("quiet"))
+        out = stage.run_synonyms(p, load_settings(None), Reporter("quiet"))
     assert out.counts["indices_spliced"] == 4
     assert len(got["records"]) == 2 and None not in got["records"]     # the entities' and the facts' patch
     (entity_plan, entities), (fact_plan, facts) = got["records"]
@@ -181,8 +181,8 @@ def test_a_plan_from_patched_rows_matches_the_plan_from_a_scan_of_the_file(tmp_p
     import numpy as np
 
     from hrag_cli.core.config import VectorSettings
-    from hrag_cli.embed.stage import _file_order_plan, _rows_plan
-    from hrag_cli.storage.vectors import fixed_bytes
+    from hrag_cli.embed.plans import _file_order_plan, _rows_plan
+    from hrag_cli.storage.vectors.ids import fixed_bytes
 
     old = ["f3", "f1", "f7", "f5"]                                    # file order, not id order
     rng = np.random.default_rng(3)

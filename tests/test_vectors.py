@@ -11,7 +11,11 @@ import pytest
 from hrag_cli.core import store
 from hrag_cli.core.config import VectorSettings
 from hrag_cli.core.errors import HragError
-from hrag_cli.storage.vectors import FORMAT, ReadAt, VectorIndex, exact_topk, sparse_rows, top_order
+from hrag_cli.storage.vectors.dense import exact_topk
+from hrag_cli.storage.vectors.files import ReadAt
+from hrag_cli.storage.vectors.index import FORMAT, VectorIndex
+from hrag_cli.storage.vectors.search import top_order
+from hrag_cli.storage.vectors.sparse import sparse_rows
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -363,7 +367,7 @@ def test_a_query_load_reads_mapped_ids_and_scores_through_the_postings(tmp_path)
 
 def test_postings_keep_rows_past_the_first_band_of_65536() -> None:
     """A posting's row is two bytes plus its band: rows beyond 65,536 score as the row scan scores them."""
-    from hrag_cli.storage.vectors import build_postings
+    from hrag_cli.storage.vectors.sparse import build_postings
 
     rng = np.random.default_rng(2)
     n, dim = 140_000, 16
@@ -384,7 +388,7 @@ def test_a_pruned_posting_search_gives_every_row_scored_bit_for_bit() -> None:
     every row gives (`posting_scores` then `top_order`), to the last bit: near-duplicate and identical rows
     (ties to the lower row), rows past the first band, k from 1 to 40, negative weights; a query that no row
     matches (every score 0: no bound prunes) scores every row."""
-    from hrag_cli.storage.vectors import build_postings
+    from hrag_cli.storage.vectors.sparse import build_postings
 
     rng = np.random.default_rng(8)
     dim, n = 120, 66_000
@@ -435,15 +439,15 @@ def _spelled_scores(rows, q: np.ndarray) -> np.ndarray:
 
 
 def test_float16_products_match_numpys_widening_bit_for_bit() -> None:
-    """`_products` (float16 widened by its bits) gives numpy's float32(value) * weight for every finite
+    """`products` (float16 widened by its bits) gives numpy's float32(value) * weight for every finite
     float16 (subnormals, zeros of both signs, the largest) and weights of either sign, tiny and subnormal."""
-    from hrag_cli.storage.vectors import _products
+    from hrag_cli.storage.vectors.postings import products
 
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     every = every[np.isfinite(every)]
     for w in (1.0, -1.0, 0.5, 0.0372, -0.7731, 1e-3, 3e-8, 1e-40, -2.5e-39, 1 / 3, 0.0):
         want = every.astype(np.float32) * np.float32(w)
-        got = _products(every, np.float32(w), np.empty(len(every), np.float32))
+        got = products(every, np.float32(w), np.empty(len(every), np.float32))
         assert got.view(np.int32).tolist() == want.view(np.int32).tolist(), w
 
 
@@ -452,7 +456,8 @@ def test_posting_scores_and_the_candidates_search_match_the_spelled_rows_bit_for
     columns no row holds, negative values), and a posting search's binary search in the band runs finds a
     row's entry exactly where the spelled rows have it: absent rows, rows sharing their low bytes with
     another band's entry, the first and last entries of a run, and as many rows as the spelled search takes."""
-    from hrag_cli.storage.vectors import _SEARCHED_ROWS, build_postings
+    from hrag_cli.storage.vectors.postings import _SEARCHED_ROWS
+    from hrag_cli.storage.vectors.sparse import build_postings
 
     rng = np.random.default_rng(12)
     n, dim = 150_000, 40
@@ -487,7 +492,7 @@ def test_a_posting_search_whose_candidates_stay_many_still_gives_every_row_score
     """10,000 copies of one row (more than a search counts before listing, and not halving: a tie) stay
     candidates through the last column and are scored through the spelled-out columns; the top k is still
     every row scored's (the lowest rows of the tie)."""
-    from hrag_cli.storage.vectors import _LISTED_CANDIDATES, build_postings
+    from hrag_cli.storage.vectors.sparse import _LISTED_CANDIDATES, build_postings
 
     rng = np.random.default_rng(13)
     n, dim = 30_000, 64
@@ -673,7 +678,7 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
     """Two incremental runs' inserts saved where the index is: the base files stay as they were (a patch
     segment beside them), and what a reader sees is a fresh build's: ids, hashes, rows, positions, digest, and
     search results with the same float32 scores (one query through the postings, a batch through the row scan;
-    ties to the lower row); a third insert past PATCH_SHARE folds the patch into a fresh build's very files."""
+    ties to the lower row); a third insert past `base_patch.VECTOR_INDEX` folds the patch into a fresh build's very files."""
     rng = np.random.default_rng(7)
     dim, n = 96, 600
 
@@ -783,7 +788,7 @@ def test_a_patched_index_reads_searches_and_folds_as_a_fresh_build(tmp_path, nam
 
 
 def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
-    from hrag_cli.storage.vectors import IdKeys, fixed_width
+    from hrag_cli.storage.vectors.ids import IdKeys, fixed_width
 
     ids = ["b", "", "ccc", "\u00e9t\u00e9", "a" * 70, "zz"]
     blob, off, _ = IdKeys.arrays(ids)
@@ -796,7 +801,7 @@ def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
 
 
 def test_scratch_arrays_are_kept_and_filled_only_when_made() -> None:
-    from hrag_cli.storage.vectors import scratch
+    from hrag_cli.storage.scratch import scratch
 
     buffers: dict = {}
     ones = scratch(buffers, "ones", 10, np.intp, fill=1)

@@ -27,11 +27,10 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome, StageRecord, fingerprint, text_hash
-from hrag_cli.core.records import Chunk, Document, from_dict, to_dict
+from hrag_cli.core.records import Chunk, ChunkRef, Document, from_dict, to_dict
 
 if TYPE_CHECKING:
     from hrag_cli.chunk.documents import LoadedDocument, ScanResult
-    from hrag_cli.graph.model import ChunkRef
 
 CHUNKER_VERSION = "chunk-v1"
 
@@ -72,8 +71,6 @@ def load_documents(project: ProjectDir) -> list[Document]:
 
 def load_chunk_refs(project: ProjectDir) -> list[ChunkRef]:
     """Every chunk without its text, for a stage that needs only where chunks are (resolve's graph)."""
-    from hrag_cli.graph.model import ChunkRef
-
     return [ChunkRef(r["chunk_id"], r["doc_id"], int(r["order"])) for r in store.read_jsonl(project.chunks_path)]
 
 

@@ -67,6 +67,15 @@ class Chunk:
 
 
 @dataclass
+class ChunkRef:
+    """Where a chunk is, without its text: what the graph needs of it."""
+
+    chunk_id: str
+    doc_id: str
+    order: int
+
+
+@dataclass
 class ExtractedEntity:
     name: str
     type: str

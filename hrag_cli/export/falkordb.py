@@ -68,7 +68,7 @@ def connect(url: str) -> Any:
 
 def _vectors(project: ProjectDir, name: str) -> tuple[dict[str, Any], int]:
     """id -> vector (a float32 row) from vectors/<name>, and the dimension; empty when never built."""
-    from hrag_cli.storage.vectors import VectorIndex
+    from hrag_cli.storage.vectors.index import VectorIndex
 
     idx = VectorIndex.load(project.vectors_dir, name, VectorSettings())
     if idx is None or not len(idx):

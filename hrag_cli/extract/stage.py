@@ -112,7 +112,7 @@ class CurrentRecords:
     cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
     records changed since it last merged (resolve_state.py)."""
 
-    chunks: dict[str, Any]  # chunk id -> its Chunk, or a graph.ChunkRef when no text was read
+    chunks: dict[str, Any]  # chunk id -> its Chunk, or a records.ChunkRef when no text was read
     ids: list[str]          # chunk ids, ascending
     offsets: list[int]      # their records' byte offsets
 

@@ -32,21 +32,12 @@ from hrag_cli.core import store
 from hrag_cli.core.errors import HragError
 from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.core.records import Document, Entity, Relation, Synonym
+from hrag_cli.core.records import ChunkRef, Document, Entity, Relation, Synonym
 from hrag_cli.core.stage_list import STAGES
 
 DOCUMENT, CHUNK, ENTITY = "document", "chunk", "entity"
 PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM = "PART_OF", "NEXT_CHUNK", "RELATION", "MENTIONED_IN", "SYNONYM"
 EDGE_KINDS = (PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM)
-
-
-@dataclass
-class ChunkRef:
-    """What the graph needs of a chunk (no text)."""
-
-    chunk_id: str
-    doc_id: str
-    order: int
 
 
 @dataclass(slots=True)

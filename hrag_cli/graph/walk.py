@@ -32,7 +32,7 @@ import numpy as np
 from hrag_cli.core.errors import HragError
 from hrag_cli.graph.model import EDGE_KINDS, ENTITY, VERTEX_KINDS, load_columns, walk_arrays
 from hrag_cli.graph.model import WALK_ARRAYS as _ARRAYS
-from hrag_cli.storage.vectors import scratch
+from hrag_cli.storage.scratch import scratch
 
 _ENTITY = VERTEX_KINDS.index(ENTITY)
 Scale = dict[str, float] | None                # edge kind -> factor on its weights (None: as stored)
@@ -68,7 +68,7 @@ def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 class WalkGraph:
-    """The walk's view of the graph: adjacency in CSR form and vertex keys (query/ppr.py walks it)."""
+    """The walk's view of the graph: adjacency in CSR form and vertex keys (graph/push.py walks it)."""
 
     _FOUND_KEEP = 1 << 16           # `vertex` answers kept (a batch's names; cleared when full)
     _SAMPLE = 64                    # sorted keys per step of `_search`'s first bisection

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hrag_cli.core import store
+from hrag_cli.core import jsonl_lines, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.project import ProjectDir
@@ -36,7 +36,7 @@ class RowRecords(Mapping):
                  id_key: str = "id") -> None:
         self.path, self.cls, self._position, self._complete, self._id = path, cls, position, complete, id_key
         self._all: dict[str, Any] | None = None
-        self._lines: store.JsonlLines | None = None
+        self._lines: jsonl_lines.JsonlLines | None = None
 
     def _whole(self) -> dict[str, Any]:
         if self._all is None:
@@ -46,7 +46,7 @@ class RowRecords(Mapping):
     def _record(self, row: int) -> Any:
         if self._lines is None:
             try:
-                self._lines = store.JsonlLines(self.path)
+                self._lines = jsonl_lines.JsonlLines(self.path)
             except FileNotFoundError:
                 return None
         return self._lines.record(row)
@@ -296,7 +296,7 @@ class QueryIndex:
         one configured now would give meaningless scores, so that is an error naming both."""
         cache = self.__dict__.setdefault("_vector_indices", {})
         if name not in cache:
-            from hrag_cli.storage.vectors import VectorIndex
+            from hrag_cli.storage.vectors.index import VectorIndex
 
             t0 = time.perf_counter()
             idx = VectorIndex.load(self.project.vectors_dir, name, self.settings.vectors, lazy_ids=True)

@@ -21,12 +21,12 @@ import numpy as np
 
 from hrag_cli.core.config import QuerySettings, Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.storage.vectors import top_order
+from hrag_cli.storage.vectors.search import top_order
 from hrag_cli.query.context import apply_budgets
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.recognition import check_fact_filter, filter_enabled, recognize
-from hrag_cli.query.ppr import (
-    SeedWeights, build_reset, is_rules_graph, load_chunk_prior, minmax, passage_walk, walk_scale)
+from hrag_cli.graph.chunk_prior import is_rules_graph, load_chunk_prior, walk_scale
+from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk
 from hrag_cli.query.types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")

@@ -28,14 +28,14 @@ from hrag_cli.graph import pickle_format as graph_pickle
 from hrag_cli.core import store
 from hrag_cli.core.errors import HragError
 from hrag_cli.graph.model import (
-    CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, ChunkRef, GraphEntity, GraphRelation, _assemble,
-    _codes_in, _padded, _structure, _write_walk, column_keys, edge_counts, intact, kept_entries, load_columns,
-    saved_walk, walk_arrays)
+    CHUNK, DOCUMENT, EDGE_KINDS, ENTITY, SYNONYM, VERTEX_KINDS, GraphEntity, GraphRelation, _assemble, _codes_in,
+    _padded, _structure, _write_walk, column_keys, edge_counts, intact, kept_entries, load_columns, saved_walk,
+    walk_arrays)
 from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.chunk.stage import added_since, load_chunk_refs, load_documents
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.core.records import Document
+from hrag_cli.core.records import ChunkRef, Document
 
 _REL, _MEN, _SYN = EDGE_KINDS.index("RELATION"), EDGE_KINDS.index("MENTIONED_IN"), EDGE_KINDS.index(SYNONYM)
 

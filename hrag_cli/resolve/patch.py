@@ -4,8 +4,8 @@ only for the keys the merge touched.
 entities.jsonl, relations.jsonl and facts.jsonl are sorted by key (entity id, entity pair, fact key), and the
 saved state holds every key, so a changed key's row in the new file is its place among the sorted keys, and
 its row in the old one that less the keys the merge created before it. The lines made again go into each
-file's patch (store.Patch: the base stays as it is, hard-linked from the last generation), merged with the
-patch it had; a patch past FOLD_SHARE of its base's lines is folded into a new base instead (the file written
+file's patch (line_patch.LinePatch: the base stays as it is, hard-linked from the last generation), merged with the
+patch it had; a patch past `base_patch.RECORD_FILES` of its base's lines is folded into a new base instead (the file written
 whole). A fact names its subject and object, so a fact whose entity changed its display name is made again
 too. The graph gets the entities and relations made again (the rest are as the graph on disk has them). The
 logical file is the one a full resolve would write; a file with more or fewer lines than the state has keys,
@@ -22,18 +22,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from hrag_cli.core import store
+from hrag_cli.core import base_patch, jsonl_lines, line_patch, store
 from hrag_cli.graph.model import GraphEntity, GraphRelation
 from hrag_cli.resolve.merge_records import (
     UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, live, relation_id,
     relation_record)
 from hrag_cli.resolve.summaries import Summarizer
 
-# a patch holding more lines than this share of its base's is folded into a new base (the whole file written,
-# as a full resolve does). 0.15: at 100k a +1 % adds ~2 % of the entity lines (the most of the three files) to
-# the patch, so the ~10 s rewrite of the three files comes every ~7 runs (~1.4 s a run amortised), and a
-# patch stays under 15 % of a base's lines (plain lines: ~110 MB at most beside the 0.7 GB of bases at 100k)
-FOLD_SHARE = 0.15
 _CHECKS = 3             # replaced lines per file read back and checked to hold the key expected
 
 
@@ -52,10 +47,10 @@ class _Section:
     def __init__(self, path: Path, accs: Any, changed: list, new: set) -> None:
         self.path, self.keys = path, changed
         try:
-            self.old = store.JsonlLines(path)
+            self.old = jsonl_lines.JsonlLines(path)
         except FileNotFoundError:
             raise OutOfStep("is missing") from None
-        except store.PatchError as exc:
+        except line_patch.PatchError as exc:
             raise OutOfStep(str(exc)) from None
         total = accs.total()
         if len(self.old) != total - len(new):
@@ -87,7 +82,7 @@ class _Section:
 
     def write(self, compress: bool, base_id: str) -> None:
         """The old patch and the lines made, as the file's new patch; the file written whole when that patch
-        passes FOLD_SHARE of the base; nothing when no line was made. `base_id` names the base's content for a
+        passes `base_patch.RECORD_FILES` of the base; nothing when no line was made. `base_id` names the base's content for a
         first patch on it."""
         if not self.made:
             return
@@ -115,19 +110,19 @@ class _Section:
         if was is not None:
             mark = (was.base_lines, was.base_size, was.base_tail, was.base_id)
         else:
-            mark = (len(self.old), *store.base_mark(self.path), base_id)
-        patch = store.Patch(rows[order], base[order], lines, *mark)
+            mark = (len(self.old), *line_patch.base_mark(self.path), base_id)
+        patch = line_patch.LinePatch(rows[order], base[order], lines, *mark)
         try:
             patch.check()
-        except store.PatchError as exc:
+        except line_patch.PatchError as exc:
             raise OutOfStep(str(exc)) from None
-        if len(patch) <= FOLD_SHARE * patch.base_lines:
+        if not base_patch.RECORD_FILES.folds(len(patch), patch.base_lines):
             store.write_patch(self.path, patch)
             return
         try:        # a base found short (a damaged member ends its lines early) while folding: merge from scratch
-            store.write_jsonl(self.path, (orjson.Fragment(b[:-1]) for b in store.patched_blocks(self.path, patch)),
+            store.write_jsonl(self.path, (orjson.Fragment(b[:-1]) for b in line_patch.patched_blocks(self.path, patch)),
                               compress=compress, base=True)
-        except store.PatchError as exc:
+        except line_patch.PatchError as exc:
             raise OutOfStep(str(exc)) from None
 
 

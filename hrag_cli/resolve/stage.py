@@ -37,16 +37,16 @@ from typing import Any
 
 from hrag_cli.resolve import patch as resolve_patch
 from hrag_cli.resolve import state as resolve_state
-from hrag_cli.core import store
+from hrag_cli.core import base_patch, line_patch, store
 from hrag_cli.resolve.aliases import MergeKeys, needs_plan, plan_merges
 from hrag_cli.core.config import Settings
 from hrag_cli.extract.parser import DEFAULT_PREDICATE
-from hrag_cli.graph.model import ChunkRef, edge_counts, graph_columns, save_graph
+from hrag_cli.graph.model import edge_counts, graph_columns, save_graph
 from hrag_cli.resolve.graph_update import every_input, graph_inputs, save_updated, updated_graph
 from hrag_cli.core.normalize import clean_surface, normalize_name
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
-from hrag_cli.core.records import Document, Entity, ExtractionRecord, Fact, Relation, to_dict
+from hrag_cli.core.records import ChunkRef, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from hrag_cli.resolve.merge_records import (
     UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record, fact_record, live, relation_record)
 from hrag_cli.resolve.summaries import SummaryJob, Summarizer, summary_prompt_version
@@ -467,7 +467,7 @@ def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, 
                 merged.touched.facts_naming = lambda m, eids: _facts_naming(
                     m, eids, lambda ids: iter_pruned(project, settings, current.only(ids)))
             added = replay | new
-            small = len(added) <= resolve_state.RESAVE_SHARE * len(state.offsets)
+            small = not base_patch.RESOLVE_STATE.folds(len(added), len(state.offsets))
             delta = resolve_state.Delta(resolve_state.header_id(state), {c: header.offsets[c] for c in added},
                                         header.unknown) if small else None
             return merged, header, full, delta
@@ -535,7 +535,7 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
     alone (the patch holds every line its base does not, and names its base's content by the resolve output
     digest that last hashed it whole, and checks it is that file by its size and the CRC-32 of its last 4 KiB),
     so a +1 % hashes megabytes, not the ~1 GB of bases."""
-    patch = store.patch_path(path)
+    patch = line_patch.patch_path(path)
     if patch.exists():
         h.update(b"patched:")
         _file_digest(h, patch)

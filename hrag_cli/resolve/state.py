@@ -20,7 +20,7 @@ read or decompressed; a key no block has is new.
 A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the
 chunks (and their record offsets) merged since the state file was saved, tied to that file by its header's
 id. The next run merges the delta's records again (one merge: the same result, since records merge in chunk_id
-order), then its own new ones. Once the delta holds more than RESAVE_SHARE of the state's chunks the state is
+order), then its own new ones. Once the delta holds more than `base_patch.RESOLVE_STATE` of the state's chunks the state is
 written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
 written with the merged accumulators; so the replay stays a small part of a run.
 
@@ -63,7 +63,6 @@ from hrag_cli.resolve.merge_records import _EntityAcc, _FactAcc, _RelationAcc
 STATE_VERSION = 4
 _READS = (3, 4)             # versions read as they are (a version 3 file: every keys frame a marshalled list)
 _BASIS_VERSION = 3          # what the accumulators mean, in `basis` (a version 3 state stays usable)
-RESAVE_SHARE = 0.1          # delta chunks past this share of the state's chunks: the state is written again
 # keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
 # per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
 # into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
