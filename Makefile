@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 LOCAL  := $(VENV)/.installed-local
 DEMO   := .hrag-demo
 
-.PHONY: setup setup-local setup-browser demo test bench bench-musique e2e-local clean
+.PHONY: setup setup-local setup-browser demo test docs bench bench-musique e2e-local clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# docs/cli.md from the Typer app itself (tests/test_cli_docs.py fails when it is stale).
+docs: setup
+	$(BIN)/python -m hrag_cli.cli_docs > docs/cli.md
 
 # Figures, not pass/fail: each script prints what it measured.
 bench: setup

@@ -1,4 +1,4 @@
-"""Encode throughput of the built-in embedder (texts/second), the number issue 7 asks for.
+"""Encode throughput of the built-in embedder (texts/second).
 
 Usage: python bench/encode_speed.py [--n 20000] [--dim 2048 1024] [--corpus PATH]
        python bench/encode_speed.py --st FOLDER [--n 500] [--wait-policy ACTIVE] [--tokens 4096 8192]
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ from pathlib import Path
 from hrag_cli.embed.embedder import ST_TOKENS
 from hrag_cli.embed.builtin import BuiltinEmbedder, IdfTable
 
-DEFAULT_CORPUS = Path("/work/shared/bench/musique_train_corpus.json")
+DEFAULT_CORPUS = Path(os.environ.get("HRAG_BENCH_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "bench")) \
+    / "musique_train_corpus.json"
 
 
 def load_texts(corpus: Path | None, n: int) -> list[str]:

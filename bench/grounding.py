@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from collections import defaultdict
 import sys
@@ -33,7 +34,8 @@ from hrag_cli.extract.prune import PruneSpec, prune_record  # noqa: E402
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord  # noqa: E402
 from hrag_cli.core.textnorm import normalize_text, tokenize  # noqa: E402
 
-OPENIE = Path("/work/shared/bench/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json")
+OPENIE = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench")) \
+    / "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 
 
 def absent(name: str, passage_words: set[str]) -> bool:

@@ -1,4 +1,4 @@
-"""The +1 % incremental run, stage by stage, on a project bench/scale.py built (issue 12, target 6).
+"""The +1 % incremental run, stage by stage, on a project bench/scale.py built.
 
 Copies WORK/docs and WORK/project (so the run can be repeated on the same starting point), adds 1 % new
 passages the way scale.py does, then runs `hrag index` with --stop-after chunk, extract, resolve and finally in
@@ -6,8 +6,8 @@ full, each as its own measured process: the per-stage CPU of an incremental run,
 not show. With --fresh, also builds the same documents from scratch and compares the graph files byte for
 byte after resolve (entities, relations, facts: their logical lines, base with patch; merges, graph.pkl).
 
-    nice -n 10 .venv/bin/python bench/scale.py --passages 10000 --work /tmp/s10k --queries 5
-    nice -n 10 .venv/bin/python bench/incremental.py --work /tmp/s10k [--fresh]
+    nice -n 10 .venv/bin/python bench/scale.py --passages 10000 --work WORK --queries 5
+    nice -n 10 .venv/bin/python bench/incremental.py --work WORK [--fresh]
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def hrag(*args: str, check: bool = True) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedder", default="builtin", help="any --embed-model value: builtin, st:FOLDER, ...")
-    ap.add_argument("--work", type=Path, default=None, help="work folder (default /tmp/hrag-musique-<embedder>)")
+    ap.add_argument("--work", type=Path, default=None, help="work folder (default: hrag-musique-<embedder> in the temp folder)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--fresh", action="store_true", help="delete the project first (else reuse it if built)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -81,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
 
     tag = "".join(c if c.isalnum() else "-" for c in args.embedder)[-40:]
-    work = args.work or Path(f"/tmp/hrag-musique-{tag}")
+    work = args.work or Path(tempfile.gettempdir()) / f"hrag-musique-{tag}"
     proj = work / "project"
     if args.fresh and proj.exists():
         shutil.rmtree(proj)

@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--embedders", default=None, help="builtin and/or minilm (default: builtin, and minilm when installed)")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", "/tmp/hrag-retrieval")))
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", Path(tempfile.gettempdir()) / "hrag-retrieval")))
     ap.add_argument("--set", action="append", default=[], metavar="query.NAME=VALUE",
                     help="query setting for every eval (repeatable); never rebuilds")
     ap.add_argument("--ef-construction", type=int, default=None,

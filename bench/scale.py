@@ -5,7 +5,7 @@ their entities: passage i is real passage i mod L (L = 8,009 real passages), plu
 real passage, with every capitalised word (names, mostly) replaced by an invented word that depends on the word
 and on the generation i // L. So every passage is new text with new names, while the number of names, their
 reuse across passages (within a generation) and the sentence structure stay those of real Wikipedia passages.
-`--real` instead takes the first N passages of the 2Wiki corpus as they are (issue target 7).
+`--real` instead takes the first N passages of the 2Wiki corpus as they are.
 
 Each stage runs as its own `hrag` process (rules extractor, builtin embedder, no network), measured with
 wait4: wall, CPU (user + system), peak RSS, then the project's bytes on disk and the manifest's item counts.
@@ -16,7 +16,7 @@ timings: cold `hrag query` (median of 3 fresh processes), batch p50 over `hrag q
 
     .venv/bin/python bench/scale.py --passages 1000 3000            # sizes side by side, CPU/passage ratio
     .venv/bin/python bench/scale.py --real --passages 1000 4000     # the first 2Wiki passages as they are
-    nice -n 10 .venv/bin/python bench/scale.py --passages 100000 --work /tmp/scale100k
+    nice -n 10 .venv/bin/python bench/scale.py --passages 100000 --work WORK
     .venv/bin/python bench/scale.py --passages 3000 --json
 """
 
@@ -31,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--passages", type=int, nargs="+", default=[1000])
     ap.add_argument("--real", action="store_true", help="the first N 2Wiki passages as they are, no renaming")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/hrag-scale"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hrag-scale")
     ap.add_argument("--no-incremental", action="store_true")
     ap.add_argument("--queries", type=int, default=100, help="questions in the batch (at most 100)")
     ap.add_argument("--keep", action="store_true", help="keep each size's project (default: only the last)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -82,6 +83,15 @@ def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in counts.items() if k != "chunk_mark")
 
 
+def _print_lines(lines: list[str]) -> None:
+    """Plain lines on stdout, whole: a cron mail or a log file gets them as they are, never cut to a width."""
+    from hrag_cli.core.redact import printable
+
+    for line in lines:
+        sys.stdout.write(printable(line) + "\n")
+    sys.stdout.flush()
+
+
 def _print_summary(title: str, summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -90,6 +100,11 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
     # values hold user text (paths, --select, names): print them as written, never as rich markup
     from hrag_cli.core.redact import printable
 
+    if not sys.stdout.isatty():   # full lines for cron and pipes: a table would be cut at 80 columns
+        rows = [f"{k}: {_counts_line(v) if isinstance(v, dict) else (f'{v:.4f}' if isinstance(v, float) else v)}"
+                for k, v in summary.items()]
+        _print_lines([title, *rows])
+        return
     table = Table(title=escape(printable(title)), show_header=False, box=None)
     for key, value in summary.items():
         if isinstance(value, dict):
@@ -97,7 +112,9 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
         elif isinstance(value, float):
             value = f"{value:.4f}"
         table.add_row(escape(printable(str(key))), escape(printable(str(value))))
-    Console().print(table)
+    from hrag_cli.core.progress import stdout_console
+
+    stdout_console().print(table)
 
 
 @app.command()
@@ -125,7 +142,7 @@ def index(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count chunks, estimate tokens and cost; call nothing.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop (resumably) when this run's LLM spend reaches USD.")] = None,
     reparse: Annotated[bool, typer.Option("--reparse", help="Re-parse cached LLM responses without calling the LLM.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks whose output could not be parsed.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks that failed or are partial (listed by 'hrag status').")] = False,
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     quiet: QuietOpt = False,
@@ -142,13 +159,19 @@ def index(
         "extract.schema": schema,
         "embed.model": embed_model, "embed.api_base": embed_api_base,
     }
-    result = _project(project, overrides, quiet, json_output).index(
+    t0 = time.monotonic()
+    p = _project(project, overrides, quiet, json_output)
+    result = p.index(
         docs, stop_after=stop_after, dry_run=dry_run, max_cost=max_cost, reparse=reparse,
         retry_failed=retry_failed, rehash=rehash, import_openie=import_openie)
     if json_output:
         _print_json(result.summary)
     elif not quiet:
-        _print_summary("hrag index" + (" (dry run)" if dry_run else ""), result.summary)
+        from hrag_cli.report import index_lines
+
+        rec = p.dir.stage("resolve") if p.root.exists() else None
+        title = "hrag index" + (" (dry run)" if dry_run else "")
+        _print_lines([title, *index_lines(result.summary, rec.counts if rec else None, time.monotonic() - t0)])
     raise typer.Exit(result.exit_code)
 
 
@@ -185,8 +208,8 @@ def resolve(
     project: ProjectOpt = None,
     llm_model: LlmModelOpt = None,
     llm_api_base: LlmBaseOpt = None,
-    summary_min_fragments: Annotated[Optional[int], typer.Option("--summary-min-fragments")] = None,
-    summary_max_input_tokens: Annotated[Optional[int], typer.Option("--summary-max-input-tokens")] = None,
+    summary_min_fragments: Annotated[Optional[int], typer.Option("--summary-min-fragments", help="Summarise a description of at least this many fragments with the LLM (default 8).")] = None,
+    summary_max_input_tokens: Annotated[Optional[int], typer.Option("--summary-max-input-tokens", help="Summarise a description whose fragments exceed this many tokens (default 1200).")] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -252,7 +275,9 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
 
     from hrag_cli.core.redact import printable
 
-    console = Console()
+    from hrag_cli.core.progress import stdout_console
+
+    console = stdout_console()
     table = Table(title=escape(printable(f"hrag project {p.root}")))
     for col in ("stage", "state", "finished", "counts"):
         table.add_column(col)
@@ -278,6 +303,16 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
             n = info["stages"].get("prune", {}).get("counts", {}).get("chunks_with_ungrounded", 0)
             console.print(f"chunks with ungrounded names: {n}" + (", the most first:" if n else ""), highlight=False)
             _print_first(console, iter_ungrounded(info))
+            continue
+        if key == "not_indexed":
+            from hrag_cli.report import by_ext
+
+            files = value.get("files", [])
+            reasons = ", ".join(f"{r} {n}" for r, n in value.get("by_reason", {}).items())
+            console.print(printable(f"files not indexed: {len(files)}" + (f" ({reasons}; by type: "
+                                    f"{by_ext(value.get('by_ext', {}))})" if files else "")),
+                          markup=False, highlight=False)
+            _print_first(console, files)
             continue
         if key == "dropped_chunks":
             from hrag_cli.extract.stage import iter_dropped
@@ -384,6 +419,8 @@ def eval_cmd(
     from rich.markup import escape
     from rich.table import Table
 
+    from hrag_cli.core.progress import stdout_console
+
     k_list = sorted(set(k_list))
     table = Table(title=escape(f"Recall@k over {result['questions']} questions ({qa.name})"), title_justify="left")
     table.add_column("mode")
@@ -392,7 +429,7 @@ def eval_cmd(
     table.add_column("ms/query", justify="right")
     for name, rec in result["modes"].items():
         table.add_row(name, *(f"{100 * rec['recall'][str(n)]:.1f}" for n in k_list), f"{rec['ms_per_query']:.1f}")
-    Console().print(table)
+    stdout_console().print(table)
     if result["unresolved_gold"]:
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {result['unresolved_gold']} gold passages matched no chunk")
 

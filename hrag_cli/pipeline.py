@@ -194,6 +194,9 @@ def project_status(project: ProjectDir, settings: Settings, verify: bool = False
         counts = dict(rec.counts) if rec else {}
         if "ungrounded_chunks" in counts:   # a list: shown below the table, not in it
             info["ungrounded_chunks"] = counts.pop("ungrounded_chunks")
+        if "skipped" in counts:   # the files not indexed, with their reasons: shown below the table too
+            info["not_indexed"] = {"files": counts.pop("skipped"), "by_reason": counts.pop("skipped_by_reason", {}),
+                                   "by_ext": counts.pop("skipped_by_ext", {})}
         info["stages"][stage] = {"state": state, "finished_at": rec.finished_at if rec else "", "counts": counts}
         if mine:
             info["stages"][stage]["damaged"] = mine

@@ -1,4 +1,4 @@
-"""Aliases (ADR-0002 phase 4): the parser reads the optional aliases field, resolution joins names through
+"""Aliases: the parser reads the optional aliases field, resolution joins names through
 them type-aware (aliases.plan_merges), and the aliases reach graph/merges.jsonl, the graph, an export and
 `--select around:ALIAS`, end to end through the stub LLM server."""
 

@@ -1,4 +1,4 @@
-"""A run that only adds files (issue 12 target 6): the chunk stage appends them to docs.jsonl and chunks.jsonl and
+"""A run that only adds files: the chunk stage appends them to docs.jsonl and chunks.jsonl and
 the extract stage carries its totals on with theirs, and the project still equals a fresh build of the same files;
 anything else (a changed file, a new text the files may hold already, a record appended since for another chunk)
 takes the full pass."""

@@ -61,10 +61,10 @@ def test_summaries_and_status_print_user_text_as_written(tmp_path: Path, capsys,
     from hrag_cli.cli import _print_summary, app
     from hrag_cli.core.project import ProjectDir
 
-    _print_summary("hrag export [/t]", {"select": "around:[/x]", "output": "/tmp/[citation needed]",
+    _print_summary("hrag export [/t]", {"select": "around:[/x]", "output": "out/[citation needed]",
                                         "labels": {"[b]": 1}})
     out = capsys.readouterr().out
-    for text in ("hrag export [/t]", "around:[/x]", "/tmp/[citation needed]", "[b]=1"):
+    for text in ("hrag export [/t]", "around:[/x]", "out/[citation needed]", "[b]=1"):
         assert text in out, text
     monkeypatch.chdir(tmp_path)
     ProjectDir(Path("[bold]p")).init()

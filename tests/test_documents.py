@@ -38,14 +38,14 @@ def test_recursive_scan_of_text_markdown_and_records(tmp_path: Path) -> None:
     write(tmp_path, "a.txt", "Alpha text.")
     write(tmp_path, "sub/deeper/b.md", "# Title\n\nBeta text.")
     write(tmp_path, "sub/c.markdown", "Gamma.")
-    write(tmp_path, "notes.pdf", "not read")
+    write(tmp_path, "photo.png", "not read")
     write(tmp_path, ".hidden/secret.txt", "never read")
     write(tmp_path, ".dotfile.txt", "never read")
     rep, _ = reporter()
     result = scan([tmp_path], DocumentSettings(), rep)
     paths = [d.doc.path for d in result.documents]
     assert paths == ["a.txt", "sub/c.markdown", "sub/deeper/b.md"]
-    assert result.ignored == 1 and not result.skipped
+    assert result.skipped == ["photo.png: unsupported type '.png'"] and result.skipped_by_ext == {".png": 1}
     doc = result.documents[0].doc
     assert doc.doc_id == text_hash("a.txt") and doc.bytes == len("Alpha text.")
 
@@ -150,10 +150,10 @@ def test_single_files_and_several_roots(tmp_path: Path) -> None:
     result = scan([tmp_path / "one", tmp_path / "two"], DocumentSettings(), reporter()[0])
     assert [d.doc.path for d in result.documents] == ["one/a.txt", "two/a.txt"]
     rep, buf = reporter()
-    odd = write(tmp_path, "odd.csv", "x,y")
+    odd = write(tmp_path, "odd.png", "x,y")
     with pytest.raises(UsageError):
         scan([odd], DocumentSettings(), rep)
-    assert "unsupported file type" in buf.getvalue()
+    assert "unsupported type" in buf.getvalue()
 
 
 def test_roots_with_the_same_name_keep_every_file_and_a_file_given_twice_is_read_once(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Gleaning as ADR-0002 has it, through the stub LLM server: only for chunks of at least
+"""Gleaning, through the stub LLM server: only for chunks of at least
 `extract.glean_min_tokens`, and stopped as soon as the model says nothing was missed (in any of the
 recognised languages, bare or wrapped in the completion marker) or a round brings nothing new."""
 

@@ -1,4 +1,4 @@
-"""Graph schema (DESIGN.md §3): vertex and edge kinds, attributes, weights, PART_OF / NEXT_CHUNK order,
+"""Graph schema (docs/design.md, "The graph"): vertex and edge kinds, attributes, weights, PART_OF / NEXT_CHUNK order,
 the one loader with its key map, and SYNONYM edge replacement."""
 
 from __future__ import annotations

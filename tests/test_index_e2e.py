@@ -498,7 +498,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
 
     with ProjectDir(proj).lock():
         proc = run(["index", str(latin), "-p", str(proj), "--stop-after", "extract"])
-    _one_line_error(proc, 2, "locked")
+    _one_line_error(proc, 75, "locked by pid")
 
 
 def test_offline_rules_index_of_sample_corpus(tmp_path: Path) -> None:

@@ -334,6 +334,23 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
     assert stub.count(CHAT) == paid + 2                     # the chunk extracted before the stop is not asked again
 
 
+def test_exit_75_another_run_holds_the_project(built, tmp_path: Path) -> None:
+    """A cron wrapper tells "already running" (75, EX_TEMPFAIL) from "my command is wrong" (2)."""
+    import fcntl
+
+    root = _copy(built[0], tmp_path / "p")
+    with open(root / "lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.seek(0)
+        fh.truncate()
+        fh.write("pid 4242")
+        fh.flush()
+        code, _, err = cli("index", "-p", str(root), "-q")
+    assert code == 75 and err.strip().splitlines() == [
+        f"hrag: error: project {root} is locked by pid 4242 (another hrag run); nothing was changed, try again "
+        f"when it finishes"]
+
+
 @pytest.mark.parametrize("where", ["resolve.patch:patch_outputs", "resolve.stage:write_outputs"])
 def test_exit_130_interrupted_leaves_the_project_as_it_was(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            where: str) -> None:

@@ -1,4 +1,4 @@
-"""An LLM run a cron job can trust (issue 13), through the real CLI and litellm against the stub server.
+"""An LLM run a cron job can trust, through the real CLI and litellm against the stub server.
 
 Each failure mode of a real server: its exit code, one line naming cause and fix, nothing lost (the chunks it
 hit stay pending, finished ones stay saved), and the same command finishing the job once the cause is gone.

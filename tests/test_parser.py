@@ -195,8 +195,8 @@ def test_table_is_large_enough() -> None:
     assert len({c[0] for c in CASES}) == len(CASES)
 
 
-# --------------------------------------------------------------------------------------------- issue 15 defects
-# Each defect class from the issue, with its examples and variants of our own; exact records out:
+# ---------------------------------------------------------------------------------------- models' row defects
+# Each defect class seen in real model answers, with its examples and variants of our own; exact records out:
 # (name, type, description) and (src, tgt, predicate, keywords, description, strength), plus drops by reason.
 
 FullE = list[tuple[str, str, str]]

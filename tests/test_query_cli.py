@@ -16,7 +16,7 @@ from hrag_cli.api import Project
 from hrag_cli.query.run import read_queries
 
 Q = "In which village was the founder of the company that built Port Ellery's sea wall born?"
-CHUNK_KEYS = {"rank", "chunk_id", "doc_id", "path", "score", "text"}
+CHUNK_KEYS = {"rank", "chunk_id", "doc_id", "path", "score", "text", "section", "page", "page_end", "where"}
 TOP_KEYS = {"query", "mode", "chunks", "entities", "relations", "facts", "keywords", "notes", "timings"}
 
 

@@ -1,4 +1,4 @@
-"""Issue 17: a schema relation type travels from the extraction to relations.jsonl, the graph's RELATION edges,
+"""A schema relation type travels from the extraction to relations.jsonl, the graph's RELATION edges,
 every export format and the query context; a project without a schema writes what it wrote before.
 
 The LLM runs reuse test_schema's stub answer: after strict pruning one relation is left (Mara Quint and the

@@ -1,4 +1,4 @@
-"""Issue 17 (part a): the schema file, schema-guided extraction, the prune step and grounding verification.
+"""The schema file, schema-guided extraction, the prune step and grounding verification.
 
 The LLM runs go through the stub server with a scripted answer for one known chunk: an entity of a synonym
 type ("company"), one of a type outside the schema ("city"), one name the chunk never mentions, and relations

@@ -277,7 +277,7 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     assert len(pairs_in_graph(p)) == n_pairs                  # resolve rewrote the graph; synonyms re-ran
     res = runner.invoke(app, ["status", "-p", str(proj), "--json"])
     assert res.exit_code == 0, res.output
-    assert '"idf_fitted_docs":20' in res.output and '"idf_refresh_due":false' in res.output
+    assert '"idf_fitted_docs":21' in res.output and '"idf_refresh_due":false' in res.output
 
 
 def test_bm25_and_chunk_index_follow_the_chunks(tmp_path: Path, stub) -> None:

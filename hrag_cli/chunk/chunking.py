@@ -1,16 +1,17 @@
-"""Token-window chunking with overlap (tiktoken).
+"""Token-window chunking with overlap (tiktoken), section by section.
 
 Each window holds at most `tokens` tokens; when the text goes on past the window, the cut moves back to the
-last paragraph break, else the last sentence end, found in the last quarter of the window, so chunks rarely
-stop mid-sentence. The next window starts `overlap` tokens before the cut. The text is encoded once and cut
-on byte offsets of token boundaries, so a megabyte chunks in a fraction of a second and the same text always
-gives the same chunks.
+last paragraph break in the last quarter of the window, else the last sentence end, else the last line break,
+so a chunk ends mid-sentence only when one sentence is longer than a window. The next window starts at the
+first sentence start at most `overlap` tokens before the cut, never mid-sentence. The text is encoded once and
+cut on byte offsets of token boundaries, so a megabyte chunks in a fraction of a second and the same text always
+gives the same chunks. A text that fits one window is one chunk, as it is.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +24,8 @@ BOUNDARY_SEARCH_FRACTION = 0.25
 
 _PARAGRAPH_RE = re.compile(rb"\n[ \t]*\n")
 # A sentence end: . ! ? (or a line break), optionally followed by closing quotes/brackets, then whitespace.
-_SENTENCE_RE = re.compile(rb"(?:[.!?][\"')\]\xe2\x80\x9d\xe2\x80\x99]*[ \t]+|\n)")
+_SENTENCE_RE = re.compile(rb"[.!?][\"')\]\xe2\x80\x9d\xe2\x80\x99]*(?:[ \t]+|\n)")
+_LINE_RE = re.compile(rb"\n")
 
 
 @lru_cache(maxsize=4)
@@ -121,41 +123,144 @@ def chunk_text(text: str, tokens: int = 1200, overlap: int = 100,
     return _chunk_segment(text, tokens, overlap, encoding)
 
 
+@dataclass
+class SectionChunk:
+    text: str
+    n_tokens: int
+    trail: tuple[str, ...]
+    page: int           # the PDF page the chunk starts on; 0 for other files
+    page_end: int = 0   # the PDF page it ends on when that is a later one, else 0
+
+
+def chunk_sections(sections: Iterable[Any], tokens: int = 1200, overlap: int = 100,
+                   encoding: str = DEFAULT_ENCODING) -> Iterator[SectionChunk]:
+    """Chunks of a document's sections (readers.Section) in order. Whole sections that fit together are packed
+    into one chunk (a page of short sections costs one extraction request, not one per heading); a section
+    too big for one chunk is cut on its own, so a cut never falls inside one section and the next. A chunk's
+    trail is what its sections share; its pages, where its text starts and ends."""
+    if tokens < 1:
+        raise ValueError("chunk size must be at least 1 token")
+    packed: list[tuple[Any, str, int, int]] = []    # (section, stripped text, its offset in the section, tokens)
+    used = 0
+    for sec in sections:
+        text = sec.text
+        stripped = text.strip()
+        if not stripped:
+            continue
+        # a text many times longer than a window in characters cannot fit one: not counted, cut below
+        n = count_tokens(stripped, encoding) if len(stripped) <= PACK_CHARS_PER_TOKEN * tokens else tokens + 1
+        if n <= tokens and used + n + 1 <= tokens:
+            packed.append((sec, stripped, len(text) - len(text.lstrip()), n))
+            used += n + 1
+            continue
+        yield from _packed(packed, encoding)
+        packed, used = [], 0
+        if n <= tokens:
+            packed, used = [(sec, stripped, len(text) - len(text.lstrip()), n)], n + 1
+            continue
+        for a, b in (segments(text) if len(text) > SEGMENT_CHARS else [(0, len(text))]):
+            for start, piece in _chunk_spans(text[a:b], tokens, overlap, encoding):
+                first = _page_at(sec.pages, a + start)
+                last = _page_at(sec.pages, a + start + len(piece.text) - 1)
+                yield SectionChunk(piece.text, piece.n_tokens, tuple(sec.trail), first, last if last > first else 0)
+    yield from _packed(packed, encoding)
+
+
+PACK_CHARS_PER_TOKEN = 20
+
+
+def _packed(packed: list[tuple[Any, str, int, int]], encoding: str) -> Iterator[SectionChunk]:
+    """One chunk of whole sections, separated by a blank line."""
+    if not packed:
+        return
+    if len(packed) == 1:
+        text, n = packed[0][1], packed[0][3]
+    else:
+        text = "\n\n".join(p[1] for p in packed)
+        n = count_tokens(text, encoding)
+    trail = tuple(packed[0][0].trail)
+    for sec, *_ in packed[1:]:
+        k = 0
+        while k < min(len(trail), len(sec.trail)) and trail[k] == sec.trail[k]:
+            k += 1
+        trail = trail[:k]
+    first_sec, _, lead, _ = packed[0]
+    last_sec, last_text, last_lead, _ = packed[-1]
+    first = _page_at(first_sec.pages, lead)
+    last = _page_at(last_sec.pages, last_lead + len(last_text) - 1)
+    yield SectionChunk(text, n, trail, first, last if last > first else 0)
+
+
+def _page_at(pages: list[tuple[int, int]], offset: int) -> int:
+    """The page holding character `offset`, from (start offset, page number) marks in order."""
+    if not pages:
+        return 0
+    i = bisect_right(pages, offset, key=lambda p: p[0]) - 1
+    return pages[max(i, 0)][1]
+
+
 def _chunk_segment(text: str, tokens: int, overlap: int, encoding: str) -> list[TextChunk]:
+    return [piece for _, piece in _chunk_spans(text, tokens, overlap, encoding)]
+
+
+def _chunk_spans(text: str, tokens: int, overlap: int, encoding: str) -> list[tuple[int, TextChunk]]:
+    """(character offset where the stripped chunk starts, chunk) of each window. A window ends at the last
+    paragraph break in its last quarter, else at its last sentence end, else at its last line break, and only
+    cuts a sentence that is longer than a whole window. The next window starts at the first sentence start
+    at most `overlap` tokens before the end, so no chunk starts mid-sentence."""
     overlap = max(0, min(overlap, tokens // 2))
     enc = get_encoder(encoding)
     ids = enc.encode(text, disallowed_special=())
     n = len(ids)
     if n == 0:
         return []
-    data = text.encode("utf-8")
     if n <= tokens:
         stripped = text.strip()
-        return [TextChunk(stripped, n)] if stripped else []
+        return [(len(text) - len(text.lstrip()), TextChunk(stripped, n))] if stripped else []
+    data = text.encode("utf-8")
     # offsets[i] = byte offset where token i starts; offsets[n] = len(data)
     offsets = [0, *accumulate(len(b) for b in enc.decode_tokens_bytes(ids))]
-    out: list[TextChunk] = []
+
+    def token_at(byte: int) -> int:
+        """The token boundary nearest a break at `byte`: a token straddling it (" The", ".\n\n") goes to the
+        side that keeps the break's text whole: back when only white space is before the break, else on."""
+        t = bisect_right(offsets, byte) - 1
+        if offsets[t] < byte and data[offsets[t]:byte].strip() and t < n:
+            t += 1
+        return t
+
+    # sentence starts as token indices, where the overlap may begin
+    starts = sorted({token_at(m.end()) for m in _SENTENCE_RE.finditer(data)}
+                    | {token_at(m.end()) for m in _PARAGRAPH_RE.finditer(data)})
+    out: list[tuple[int, TextChunk]] = []
     start = 0
+    at_byte, at_char = 0, 0     # a byte offset and its character offset, moved forward chunk by chunk
     search = max(1, int(tokens * BOUNDARY_SEARCH_FRACTION))
     while start < n:
         end = min(start + tokens, n)
+        whole = end == n        # the window ends at a sentence end or the text's end: overlap by sentences
         if end < n:
-            lo_tok = max(start + 1, end - search)
-            lo, hi = offsets[lo_tok], offsets[end]
-            cut = _last_match_end(_PARAGRAPH_RE, data, lo, hi)
-            if cut < 0:
-                cut = _last_match_end(_SENTENCE_RE, data, lo, hi)
-            if cut > 0:
-                # the token boundary at or before the cut (a token may straddle it, e.g. " The")
-                t = bisect_right(offsets, cut, lo=start + 1, hi=end + 1) - 1
-                if t > start:
-                    end = t
+            lo, hi = offsets[start + 1], offsets[end]
+            for pattern, lo_b in ((_PARAGRAPH_RE, offsets[max(start + 1, end - search)]), (_SENTENCE_RE, lo),
+                                  (_LINE_RE, lo)):
+                cut = _last_match_end(pattern, data, lo_b, hi)
+                t = token_at(cut) if cut > 0 else -1
+                if start < t <= end:
+                    end, whole = t, pattern is not _LINE_RE
+                    break
         b0 = _char_start(data, offsets[start])
         b1 = _char_start(data, offsets[end]) if end < n else len(data)
-        piece = data[b0:b1].decode("utf-8", errors="replace").strip()
+        raw = data[b0:b1].decode("utf-8", errors="replace")
+        piece = raw.strip()
         if piece:
-            out.append(TextChunk(piece, end - start))
+            at_char += len(data[at_byte:b0].decode("utf-8", errors="replace"))
+            at_byte = b0
+            out.append((at_char + len(raw) - len(raw.lstrip()), TextChunk(piece, end - start)))
         if end >= n:
             break
-        start = max(end - overlap, start + 1)
+        if whole:
+            i = bisect_left(starts, end - overlap)
+            start = starts[i] if overlap and i < len(starts) and start < starts[i] < end else end
+        else:                   # cut inside a sentence longer than a window: overlap by tokens
+            start = max(end - overlap, start + 1)
     return out

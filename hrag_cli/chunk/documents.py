@@ -1,10 +1,12 @@
-"""Loading documents: a recursive scan of folders or single files into (Document, text) pairs.
+"""Loading documents: a recursive scan of folders or single files into documents and their sections.
 
 Paths are relative to the DOCS root they were found under, so the same corpus indexed from another working
 directory gets the same doc ids. With several roots, each path is prefixed by its root's name so two roots
-holding `a.txt` stay distinct. A `.jsonl` file yields one document per record, `file.jsonl#<id>`.
-Bad input never stops the scan: binary, non-UTF-8 and unreadable files, and bad JSONL lines, are skipped with a
-warning that names them; only a missing path or a corpus with nothing usable is an error.
+holding `a.txt` stay distinct. A `.jsonl` file yields one document per record, `file.jsonl#<id>`; other
+formats are read by `readers`. Folders reached through symlinks are followed, each real folder once.
+Nothing is dropped in silence: every file found is either a document or listed in `skipped` with its reason
+(unsupported type, no text layer, encrypted, binary, not UTF-8, unreadable, too big, symlink loop); a file
+that failed to read is also warned about. Only a missing path or a corpus with nothing usable is an error.
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ from pathlib import Path
 
 import orjson
 
+from hrag_cli.chunk import readers
 from hrag_cli.chunk.chunking import stream_segments
+from hrag_cli.chunk.readers import Section, Skip
 from hrag_cli.core.config import DocumentSettings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import text_hash
 from hrag_cli.core.records import Document
 
-TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
 RECORD_SUFFIXES = {".jsonl"}
-SUPPORTED_SUFFIXES = TEXT_SUFFIXES | RECORD_SUFFIXES
+SUPPORTED_SUFFIXES = set(readers.SUPPORTED) | RECORD_SUFFIXES
+# HTML, DOCX and JSONL files are read whole: bigger ones are listed as too big (text files of any size stream)
+MAX_WHOLE_BYTES = 256 << 20
 
 
 # Text files bigger than this are never read whole: the scan hashes them a block at a time and the chunk
@@ -44,13 +49,24 @@ class LoadedDocument:
     doc: Document
     text: str
     source: Path | None = None   # a big text file, read again segment by segment; `text` is then empty
+    kind: str = "plain"          # the reader's kind (readers.kind_of): how sections are found in the text
+    parts: list[Section] | None = None   # the sections of a file that is not plain text (HTML, PDF, DOCX)
 
     def segments(self) -> Iterator[str]:
         """The text in pieces that are each chunked on their own (one piece unless the file is big)."""
-        if self.source is None:
+        if self.parts is not None:
+            yield from (p.text for p in self.parts)
+        elif self.source is None:
             yield self.text
         else:
             yield from stream_segments(_text_blocks(self.source))
+
+    def sections(self) -> Iterator[Section]:
+        """The text split at headings, each piece with its heading trail (and PDF pages)."""
+        if self.parts is not None:
+            yield from self.parts
+        else:
+            yield from readers.structured(self.segments(), self.kind)
 
 
 class _NotText(Exception):
@@ -79,7 +95,7 @@ def _text_blocks(path: Path) -> Iterator[str]:
                 return
 
 
-def _big_text_file(path: Path, rel: str) -> LoadedDocument | None:
+def _big_text_file(path: Path, rel: str, kind: str) -> LoadedDocument | None:
     """Hash a big text file a block at a time; None when it holds only white space."""
     h, size, blank = hashlib.sha256(), 0, True
     for text in _text_blocks(path):
@@ -90,14 +106,17 @@ def _big_text_file(path: Path, rel: str) -> LoadedDocument | None:
     if blank:
         return None
     return LoadedDocument(Document(doc_id=text_hash(rel), path=rel, sha256=h.hexdigest(), bytes=size, metadata={}),
-                          "", path)
+                          "", path, kind)
 
 
 @dataclass
 class ScanResult:
     documents: list[LoadedDocument] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)     # "path: reason", each also warned about
-    ignored: int = 0                                     # files of unsupported types, silently passed over
+    skipped: list[str] = field(default_factory=list)     # "path: reason" of each file or record not indexed
+    skipped_by_ext: dict[str, int] = field(default_factory=dict)      # ".png" -> files skipped
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)   # "unsupported type" -> files skipped
+    excluded: int = 0                                    # files --include / --exclude left out
+    read: int = 0                                        # files read (not found unchanged)
     warnings: int = 0                                    # every warning, so a file that caused one is re-read
     # rel path -> (stat stamp, its doc ids) of every file read without a warning or found unchanged
     stamps: dict[str, tuple[list[int], list[str]]] = field(default_factory=dict)
@@ -188,18 +207,40 @@ def _real(path: Path) -> Path | None:
         return None
 
 
-def _walk(root: Path, skip: set[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+def _walk(root: Path, skip: set[Path], visited: set[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
     """Files under root, sorted, skipping hidden files and folders (.git, .hrag, ...) and `skip` folders; and
-    the folders that could not be read, with the reason (reported as skipped, never silently lost)."""
+    the folders that could not be followed, with the reason (reported as skipped, never silently lost).
+    Symlinked folders are followed; a real folder already walked (`visited`) is not walked again: a link
+    back to a folder above it is a symlink loop, any other a second name for a folder read once."""
     found: list[Path] = []
     unreadable: list[tuple[Path, str]] = []
 
     def failed(exc: OSError) -> None:
         unreadable.append((Path(exc.filename or root), exc.strerror or str(exc)))
 
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=failed):
+    real_root = _real(root)
+    if real_root is not None:
+        visited.add(real_root)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=failed):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and _real(here / d) not in skip)
+        here_real = _real(here)
+        keep = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            real = _real(here / d)
+            if real is None:
+                unreadable.append((here / d, "symlink loop or broken link"))
+            elif real in skip:
+                continue
+            elif real in visited:
+                if here_real is not None and here_real.is_relative_to(real):
+                    unreadable.append((here / d, "symlink loop"))
+                # else: another name for a folder read once already
+            else:
+                visited.add(real)
+                keep.append(d)
+        dirnames[:] = keep
         for name in filenames:
             if not name.startswith("."):
                 found.append(here / name)
@@ -265,9 +306,17 @@ def _warn(result: ScanResult, reporter: Reporter, message: str) -> None:
     reporter.warn(message)
 
 
-def _skip(result: ScanResult, reporter: Reporter, where: str, reason: str) -> None:
+def _skip(result: ScanResult, reporter: Reporter | None, where: str, reason: str, file: bool = True) -> None:
+    """List `where` as not indexed; warn when a reporter is given (a file that failed, not one of a type
+    hrag does not read). `file`: a whole file, counted by extension and reason (else a JSONL record)."""
     result.skipped.append(f"{where}: {reason}")
-    _warn(result, reporter, f"skipped {where}: {reason}")
+    if file:
+        ext = Path(where).suffix.lower() or "(none)"
+        result.skipped_by_ext[ext] = result.skipped_by_ext.get(ext, 0) + 1
+        kind = reason.split(" (", 1)[0].split(" '", 1)[0]
+        result.skipped_by_reason[kind] = result.skipped_by_reason.get(kind, 0) + 1
+    if reporter is not None:
+        _warn(result, reporter, f"skipped {where}: {reason}")
 
 
 def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter, result: ScanResult,
@@ -284,16 +333,21 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
         return
     first, warnings = len(result.documents), result.warnings
     _read_file(path, rel, settings, reporter, result, st.st_size)
+    result.read += len(result.documents) > first
     if result.warnings == warnings and max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - RACY_NS:
         result.stamps[rel] = (now, [d.doc.doc_id for d in result.documents[first:]])
 
 
 def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
                result: ScanResult, size: int) -> None:
+    kind = readers.kind_of(path.name) or ("records" if path.suffix.lower() in RECORD_SUFFIXES else "")
     try:
-        if path.suffix.lower() in TEXT_SUFFIXES and size > BIG_FILE_BYTES:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        kind = readers.sniff(head, kind)
+        if kind in readers.TEXT_KINDS and size > BIG_FILE_BYTES:
             try:
-                big = _big_text_file(path, rel)
+                big = _big_text_file(path, rel, kind)
             except _NotText as exc:
                 _skip(result, reporter, rel, str(exc))
                 return
@@ -302,7 +356,24 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
             else:
                 result.documents.append(big)
             return
+        if kind == "pdf":
+            _read_pdf(path, rel, reporter, result)
+            return
+        if size > MAX_WHOLE_BYTES:
+            _skip(result, reporter, rel, f"too big ({size >> 20} MB; {kind or 'this type'} files are read whole, "
+                                         f"up to {MAX_WHOLE_BYTES >> 20} MB)")
+            return
+        if kind == "docx":
+            parts = readers.read_docx(path)
+            if not parts:
+                _skip(result, reporter, rel, "empty")
+                return
+            result.documents.append(_make_parts_doc(rel, path.read_bytes(), parts, kind))
+            return
         data = path.read_bytes()
+    except Skip as exc:
+        _skip(result, reporter, rel, str(exc))
+        return
     except OSError as exc:
         _skip(result, reporter, rel, f"unreadable ({exc.strerror or exc})")
         return
@@ -310,7 +381,7 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
     if text is None:
         _skip(result, reporter, rel, "binary file" if b"\x00" in data else "not UTF-8 text")
         return
-    if path.suffix.lower() in RECORD_SUFFIXES:
+    if kind == "records":
         docs = _records(rel, text, settings, reporter, result)
         if not docs and text.strip():
             _warn(result, reporter, f"{rel}: no usable records")
@@ -319,7 +390,45 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
     if not text.strip():
         _skip(result, reporter, rel, "empty")
         return
-    result.documents.append(_make_doc(rel, text))
+    if kind == "html":
+        try:
+            parts = readers.read_html(text)
+        except Skip as exc:
+            _skip(result, reporter, rel, str(exc))
+            return
+        if not parts:
+            _skip(result, reporter, rel, "no text (an HTML page without body text)")
+            return
+        result.documents.append(_make_parts_doc(rel, data, parts, kind))
+        return
+    loaded = _make_doc(rel, text)
+    loaded.kind = kind
+    result.documents.append(loaded)
+
+
+def _make_parts_doc(rel: str, data: bytes, parts: list[Section], kind: str) -> LoadedDocument:
+    """A document read by a format reader: its sha256 is the file's, so an unchanged file keeps its chunks."""
+    return LoadedDocument(Document(doc_id=text_hash(rel), path=rel, sha256=hashlib.sha256(data).hexdigest(),
+                                   bytes=len(data), metadata={}), "", None, kind, parts)
+
+
+def _read_pdf(path: Path, rel: str, reporter: Reporter, result: ScanResult) -> None:
+    """The text layer, page by page; pages without one (scans) are named in a warning, a PDF with none is
+    skipped."""
+    blank: list[int] = []
+    parts = list(readers.read_pdf(path, blank))     # Skip when no page has text
+    data_hash = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(BLOCK_BYTES), b""):
+            data_hash.update(block)
+    pages = sum(len(p.pages) for p in parts)
+    if blank:
+        shown = ", ".join(map(str, blank[:10])) + (f" … (+{len(blank) - 10})" if len(blank) > 10 else "")
+        _warn(result, reporter, f"{rel}: {len(blank)} of {pages + len(blank)} pages have no text layer and are "
+                                f"not indexed (OCR is not done): p. {shown}")
+    result.documents.append(LoadedDocument(
+        Document(doc_id=text_hash(rel), path=rel, sha256=data_hash.hexdigest(), bytes=path.stat().st_size,
+                 metadata={"pages": pages + len(blank)}), "", None, "pdf", parts))
 
 
 def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
@@ -347,32 +456,31 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
     known, now_ns = known or {}, time.time_ns()
     seen_paths: set[str] = set()
     seen_files: dict[Path, Path] = {}                  # file -> the root it was first read under
+    visited: set[Path] = set()                         # real folders walked, each once
     for root in resolved:
         if root.is_file():
             files, base = [root], root.parent
             explicit = True
         else:
-            (files, unreadable), base = _walk(root, skip), root
+            (files, unreadable), base = _walk(root, skip, visited), root
             explicit = False
             for folder, reason in unreadable:
                 inner = folder.relative_to(base).as_posix() if folder.is_relative_to(base) else str(folder)
                 _skip(result, reporter, f"{prefixes[root]}/{inner}" if prefix_roots else inner,
-                      f"unreadable folder ({reason})")
+                      reason if "symlink" in reason else f"unreadable folder ({reason})")
         for f in files:
             inner = f.relative_to(base).as_posix()
             rel = f"{prefixes[root]}/{inner}" if prefix_roots else inner
-            if f.suffix.lower() not in SUPPORTED_SUFFIXES:
-                if explicit:
-                    _skip(result, reporter, rel, f"unsupported file type '{f.suffix or '(none)'}' "
-                          f"(takes {', '.join(sorted(SUPPORTED_SUFFIXES))})")
-                else:
-                    result.ignored += 1
-                continue
             if not explicit and not selected(inner, settings):
+                result.excluded += 1
                 continue
             real = _real(f)
             if real is None:
                 _skip(result, reporter, rel, "symlink loop or broken link")
+                continue
+            if not readers.kind_of(f.name) and f.suffix.lower() not in RECORD_SUFFIXES:
+                # a type hrag does not read: listed, warned about only when named on the command line
+                _skip(result, reporter if explicit else None, rel, f"unsupported type '{f.suffix or '(none)'}'")
                 continue
             if rel in seen_paths or seen_files.get(real, root) != root:   # a file inside a root also given
                 continue
@@ -382,6 +490,6 @@ def scan(roots: list[Path], settings: DocumentSettings, reporter: Reporter,
     if not result.documents and not result.unchanged:
         where = ", ".join(str(r) for r in roots)
         detail = f" ({len(result.skipped)} skipped)" if result.skipped else ""
-        raise UsageError(f"no usable documents in {where}{detail}: hrag reads "
-                         f"{', '.join(sorted(SUPPORTED_SUFFIXES))} files")
+        raise UsageError(f"no usable documents in {where}{detail}: hrag reads {readers.FORMATS} "
+                         f"('hrag index --json' lists what was skipped and why)")
     return result

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hrag_cli.core import store
-from hrag_cli.chunk.chunking import chunk_text
+from hrag_cli.chunk.chunking import chunk_sections
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
@@ -32,7 +32,7 @@ from hrag_cli.core.records import Chunk, ChunkRef, Document, from_dict, to_dict
 if TYPE_CHECKING:
     from hrag_cli.chunk.documents import LoadedDocument, ScanResult
 
-CHUNKER_VERSION = "chunk-v1"
+CHUNKER_VERSION = "chunk-v2"     # v2: format readers, sections and pages, sentence-aligned overlap
 
 
 @dataclass
@@ -161,14 +161,15 @@ def _cut(loaded: list[LoadedDocument], settings: Settings, reporter: Reporter, u
             doc = item.doc
             old = previous(doc)
             if old:
-                pieces = [(ch.text, ch.n_tokens) for ch in sorted(old, key=lambda x: x.order)]
+                pieces = [(ch.text, ch.n_tokens, ch.section, ch.page, ch.page_end)
+                          for ch in sorted(old, key=lambda x: x.order)]
                 reused += 1
             else:
-                pieces = [(p.text, p.n_tokens) for seg in item.segments()
-                          for p in chunk_text(seg, c.tokens, c.overlap, c.encoding)]
+                pieces = [(p.text, p.n_tokens, list(p.trail), p.page, p.page_end)
+                          for p in chunk_sections(item.sections(), c.tokens, c.overlap, c.encoding)]
             seen_here: set[str] = set()
             order = 0
-            for text, n_tokens in pieces:
+            for text, n_tokens, section, page, page_end in pieces:
                 cid = text_hash(text)
                 if cid in seen_here:
                     continue                      # repeated inside this document: keep one
@@ -176,7 +177,8 @@ def _cut(loaded: list[LoadedDocument], settings: Settings, reporter: Reporter, u
                 if cid in used_ids:               # same text in an earlier document
                     cid = text_hash(f"{doc.doc_id}\n{text}")
                 used_ids.add(cid)
-                chunks.append(Chunk(chunk_id=cid, doc_id=doc.doc_id, order=order, n_tokens=n_tokens, text=text))
+                chunks.append(Chunk(chunk_id=cid, doc_id=doc.doc_id, order=order, n_tokens=n_tokens, text=text,
+                                    section=section, page=page, page_end=page_end))
                 order += 1
             doc.n_chunks = order
             documents.append(doc)
@@ -185,9 +187,13 @@ def _cut(loaded: list[LoadedDocument], settings: Settings, reporter: Reporter, u
 
 
 def _counts(documents: int, chunks: int, tokens: int, scanned: ScanResult, roots: list[Path], **more: Any) -> dict:
+    skipped_files = sum(scanned.skipped_by_ext.values())
     return {"docs": documents, "chunks": chunks, "tokens": tokens, **more,
-            "unread_files": len(scanned.unchanged), "skipped_files": len(scanned.skipped),
-            "ignored_files": scanned.ignored, "roots": [str(Path(r).expanduser().resolve()) for r in roots]}
+            "read_files": scanned.read, "unread_files": len(scanned.unchanged), "skipped_files": skipped_files,
+            "skipped_records": len(scanned.skipped) - skipped_files, "excluded_files": scanned.excluded,
+            "skipped_by_ext": dict(sorted(scanned.skipped_by_ext.items())),
+            "skipped_by_reason": dict(sorted(scanned.skipped_by_reason.items())),
+            "skipped": list(scanned.skipped), "roots": [str(Path(r).expanduser().resolve()) for r in roots]}
 
 
 # ------------------------------------------------------------------------------------------------ the stage

@@ -7,6 +7,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
 EXIT_PARTIAL = 4     # the run finished, but some chunks failed or are partial (--retry-failed)
+EXIT_TEMPFAIL = 75   # EX_TEMPFAIL (sysexits.h): another run holds the project; try again later
 
 
 class HragError(Exception):
@@ -21,8 +22,11 @@ class UsageError(HragError):
     exit_code = EXIT_USAGE
 
 
-class ProjectLocked(UsageError):
-    """Another writer holds the project lock."""
+class ProjectLocked(HragError):
+    """Another writer holds the project lock: not a usage error, so a cron wrapper can tell "already running"
+    (75, try later) from "my command is wrong" (2)."""
+
+    exit_code = EXIT_TEMPFAIL
 
 
 class RunStopped(HragError):

@@ -131,3 +131,13 @@ class Reporter:
                     eta = f" eta={max(task.total - task.done, 0) / rate:.0f}s"
                 print(f"{_stamp()} {task.name}: {task.done}/{task.total if task.total is not None else '?'}"
                       f"{eta} {_fmt_stats(task.stats)}".rstrip(), file=self.stream, flush=True)
+
+
+def stdout_console() -> Any:
+    """A rich console on stdout. Outside a terminal (cron, a pipe, a log file) rich would assume 80 columns and
+    cut table cells and wrap lines there; lines are kept whole instead."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=1 << 14, soft_wrap=True)

@@ -436,7 +436,8 @@ class ProjectDir:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise ProjectLocked(f"project {self.root} is locked by {holder}; wait for it to finish") from None
+            raise ProjectLocked(f"project {self.root} is locked by {holder} (another hrag run); nothing was "
+                                f"changed, try again when it finishes") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")
@@ -495,5 +496,3 @@ class StageOutcome:
     output_digest: str
     payload: Any = None
 
-
-Project = ProjectDir   # the name embed/stage.py still imports; goes when that module is split

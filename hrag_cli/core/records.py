@@ -64,6 +64,9 @@ class Chunk:
     order: int
     n_tokens: int
     text: str
+    section: list[str] = field(default_factory=list)   # heading trail of the section it was cut from
+    page: int = 0        # the PDF page it starts on; 0 for other files
+    page_end: int = 0    # the PDF page it ends on, when that is a later one; else 0
 
 
 @dataclass

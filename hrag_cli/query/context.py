@@ -39,7 +39,7 @@ def fact_line(f: dict) -> str:
 
 
 def chunk_block(n: int, c: RankedChunk) -> str:
-    return f"[{n}] {c.path}\n{c.text.strip()}\n"
+    return f"[{n}] {c.where}\n{c.text.strip()}\n"
 
 
 def _cut(items: list, lines: list[str], budget: int, counted: list[int] | tuple = ()) -> tuple[list, int]:

@@ -106,5 +106,4 @@ def rerank(reranker: Any, r: Retrieval, top_k: int, piece_tokens: int) -> None:
         best.append(max(scores[i:i + len(ps)]))
         i += len(ps)
     order = sorted(range(len(head)), key=lambda j: -best[j])   # stable: ties keep the mode's order
-    r.chunks = [RankedChunk(head[j].chunk_id, head[j].doc_id, head[j].path, best[j], head[j].text)
-                for j in order] + tail
+    r.chunks = [replace(head[j], score=best[j]) for j in order] + tail

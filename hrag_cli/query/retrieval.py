@@ -113,7 +113,8 @@ def _chunk(ix: QueryIndex, chunk_id: str, score: float) -> RankedChunk | None:
     c = ix.chunks.get(chunk_id)
     if c is None:   # an index row whose chunk has since gone: never show stale text
         return None
-    return RankedChunk(chunk_id, c.doc_id, ix.doc_path(c.doc_id), float(score), c.text)
+    return RankedChunk(chunk_id, c.doc_id, ix.doc_path(c.doc_id), float(score), c.text, c.section, c.page,
+                       c.page_end)
 
 
 def _ranked(ix: QueryIndex, ids: Iterable[str], scores: Iterable[float], limit: int) -> list[RankedChunk]:

@@ -6,8 +6,13 @@ query), over the index as it is; nothing is rebuilt.
     {
       "id": "q1",                      # batch only: the JSONL `id`, else the 1-based line number as a string
       "query": "...", "mode": "ppr",
-      "chunks": [{"rank": 1, "chunk_id": "...", "doc_id": "...", "path": "people/x.txt",
-                  "score": 0.0123, "text": "..."}],          # best first, at most --top-k, token-budgeted
+      "chunks": [{"rank": 1, "chunk_id": "...", "doc_id": "...", "path": "guide/deps.md",
+                  "score": 0.0123, "text": "...",
+                  "section": ["Dependencies", "With yield"],  # heading trail ([] when none)
+                  "page": 0,                                  # PDF page the chunk starts on (0: not a PDF)
+                  "page_end": 0,                              # PDF page it ends on, when a later one
+                  "where": "guide/deps.md › Dependencies › With yield"}],   # or "manual.pdf pp. 12-13"
+                                                            # best first, at most --top-k, token-budgeted
       "entities": [{"id", "name", "type", "description", "score", ...}],   # ppr: seed entities (+ seeded_by)
       "relations": [{"id", "src", "tgt", "predicates", "keywords", "description", "weight", "score", ...}],
                                                             # + rel_type when the relation has a schema type
@@ -17,7 +22,8 @@ query), over the index as it is; nothing is rebuilt.
       "timings": {"embed_ms", "bm25_ms", "seed_ms", "fact_filter_ms", "ppr_ms", "keywords_ms", "rerank_ms",
                   "retrieve_ms", "total_ms"},
       "context": "...",                                     # with --context
-      "answer": "...", "citations": [{"n": 1, "chunk_id": "...", "path": "..."}]   # with --answer
+      "answer": "...", "citations": [{"n": 1, "chunk_id": "...", "path": "...", "section": [...], "page": 0,
+                                      "where": "..."}]   # with --answer
     }
 
 Timings present depend on the mode; `total_ms` includes loading whatever this query was the first to need.
@@ -145,8 +151,9 @@ class QuerySession:
             if 1 <= n <= len(r.chunks) and n not in cited:
                 cited.append(n)
         return {"answer": resp.text.strip(),
-                "citations": [{"n": n, "chunk_id": r.chunks[n - 1].chunk_id, "path": r.chunks[n - 1].path}
-                              for n in cited]}
+                "citations": [{"n": n, "chunk_id": r.chunks[n - 1].chunk_id, "path": r.chunks[n - 1].path,
+                               "section": r.chunks[n - 1].section, "page": r.chunks[n - 1].page,
+                               "where": r.chunks[n - 1].where} for n in cited]}
 
     def close(self) -> None:
         if self._llm is not None:
@@ -163,8 +170,10 @@ def as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
     return obj
 
 
-def _first_line(text: str, width: int = 90) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+def _first_line(text: str, width: int = 90, heading: str = "") -> str:
+    """The chunk's first line of body text: not its heading (the document column shows it) nor an underline."""
+    line = next((ln.strip() for ln in text.splitlines()
+                 if ln.strip() and ln.strip().strip("#=*-~^ ") not in ("", heading)), "")
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -180,14 +189,16 @@ def print_table(r: Retrieval, extra: dict) -> None:
     def escape(text: str, _markup=escape) -> str:
         return _markup(printable(text))
 
-    console = Console()
+    from hrag_cli.core.progress import stdout_console
+
+    console = stdout_console()
     table = Table(title=escape(f"{r.mode}: {r.query}"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("document")
     table.add_column("first line", overflow="fold")
     for i, c in enumerate(r.chunks, 1):
-        table.add_row(str(i), f"{c.score:.4g}", escape(c.path), escape(_first_line(c.text)))
+        table.add_row(str(i), f"{c.score:.4g}", escape(c.where), escape(_first_line(c.text, heading=c.section[-1] if c.section else "")))
     console.print(table)
     if r.entities:
         console.print("[bold]entities[/bold]: " + escape(", ".join(f"{e['name']} ({e['score']:.3g})" for e in r.entities[:15])),
@@ -211,4 +222,4 @@ def print_table(r: Retrieval, extra: dict) -> None:
         console.print("\n[bold]answer[/bold]")
         console.print(printable(extra["answer"]), markup=False, highlight=False)
         for c in extra["citations"]:
-            console.print(printable(f"  [{c['n']}] {c['path']}"), markup=False, highlight=False)
+            console.print(printable(f"  [{c['n']}] {c.get('where') or c['path']}"), markup=False, highlight=False)

@@ -16,6 +16,16 @@ class RankedChunk:
     path: str
     score: float
     text: str
+    section: list[str] = field(default_factory=list)   # heading trail in its document
+    page: int = 0                                      # PDF page it starts on, 0 for other files
+    page_end: int = 0                                  # PDF page it ends on when a later one, else 0
+
+    @property
+    def where(self) -> str:
+        """`guide/deps.md › Dependencies › With yield`, `manual.pdf p. 12`: what a person is shown."""
+        from hrag_cli.chunk.readers import where
+
+        return where(self.path, self.section, self.page, self.page_end)
 
 
 @dataclass
@@ -32,5 +42,6 @@ class Retrieval:
 
     def to_json(self) -> dict[str, Any]:
         out = to_dict(self)     # asdict's deep copy of every leaf was ~1 ms of a 100,000-passage ppr question
-        out["chunks"] = [{"rank": i + 1, **c} for i, c in enumerate(out["chunks"])]
+        out["chunks"] = [{"rank": i + 1, **c, "where": ch.where} for i, (c, ch) in enumerate(zip(out["chunks"],
+                                                                                                  self.chunks))]
         return out
