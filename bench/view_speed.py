@@ -36,7 +36,7 @@ def children_cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--project", type=Path, default=None, help="an indexed project (default: the 2wiki-rules one)")
-    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", "/tmp/hrag-retrieval")))
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", Path(tempfile.gettempdir()) / "hrag-retrieval")))
     ap.add_argument("--max-nodes", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
@@ -60,10 +60,13 @@ def main() -> None:
     print(f"file: {size / 1e6:.2f} MB ({size:,} bytes)")
 
     ready, search, click = [], [], []
+    marks: list[dict[str, float]] = []
     with Chromium.start() as browser:
         for _ in range(args.runs):
             page = browser.open(file_url(out))
             ready.append(page.wait_for("window.hragView && window.hragView.ready", timeout=120))
+            marks.append(page.evaluate("Object.fromEntries(performance.getEntriesByType('mark')"
+                                       ".map(m => [m.name.slice(5), m.startTime]))"))
             nodes, edges = page.evaluate("[hragView.nodes, hragView.edges]")
             name = page.evaluate("hragView.graph.getNodeAttribute('0', 'label')")
             t = time.perf_counter()
@@ -82,6 +85,15 @@ def main() -> None:
     print(f"page: {nodes:,} nodes, {edges:,} edges")
     print(f"time to interactive (navigation start -> first frame drawn): median {statistics.median(ready):.0f} ms "
           f"(runs: {', '.join(f'{r:.0f}' for r in ready)})")
+    steps = [("start", "HTML read, scripts compiled"), ("parsed", "data parsed"), ("graph", "graph built"),
+             ("sigma", "renderer set up")]
+    parts, before = [], 0.0
+    for key, what in steps:
+        at = statistics.median(m[key] for m in marks)
+        parts.append(f"{what} {at - before:.0f}")
+        before = at
+    parts.append(f"first frame {statistics.median(ready) - before:.0f}")
+    print("  where it goes (median ms): " + ", ".join(parts))
     print(f"search typed -> results: median {statistics.median(search):.0f} ms; "
           f"click -> details: median {statistics.median(click):.0f} ms (both include the DevTools round trips)")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

@@ -1,4 +1,4 @@
-"""hrag: a folder of documents -> a knowledge-graph retrieval index (see README.md and DESIGN.md)."""
+"""hrag: a folder of documents -> a knowledge-graph retrieval index (see README.md and docs/design.md)."""
 
 import os
 

@@ -85,12 +85,18 @@ def test_big_graph_shows_the_top_entities_and_select_works(sample: ProjectDir, t
     assert set(data["nodes"]["id"]) == {n.id for n in top.nodes}
     assert all(k == data["kinds"].index("Entity") for k in data["nodes"]["kind"])
     assert "most connected" in summary["shown"] and "most connected" in data["note"]
+    # ranked on edges to other entities, then on edges of any kind
+    linked: dict[str, int] = {}
     degree: dict[str, int] = {}
     for e in full.edges:
-        degree[e.source] = degree.get(e.source, 0) + 1
-        degree[e.target] = degree.get(e.target, 0) + 1
-    ranked = sorted((n.id for n in full.nodes if n.label == "Entity"), key=lambda i: (-degree.get(i, 0), i))
+        for end in (e.source, e.target):
+            degree[end] = degree.get(end, 0) + 1
+            if e.type in ("RELATION", "SYNONYM"):
+                linked[end] = linked.get(end, 0) + 1
+    ranked = sorted((n.id for n in full.nodes if n.label == "Entity"),
+                    key=lambda i: (-linked.get(i, 0), -degree.get(i, 0), i))
     assert set(data["nodes"]["id"]) == set(ranked[:50])
+    assert linked.get(ranked[0], 0) > linked.get(ranked[60], 0)
     around = run_view(sample, ViewOptions(output=tmp_path / "a.html", select="entities,around:Port Ellery", hops=1))
     names = page_data(tmp_path / "a.html")["nodes"]["label"]
     assert "Port Ellery" in names and around["nodes"] == len(names) < 50
@@ -163,3 +169,24 @@ def test_page_in_headless_chromium(sample: ProjectDir, sample_page: tuple[Path, 
         assert len(colours) > 20 and drawn > 0.01 * len(graph_pixels)   # nodes, edges and labels drawn
         browser.pump(0.2)
         assert page.errors() == []
+
+
+def test_layout_packs_components_apart() -> None:
+    """Each connected component gets its own box: no two boxes overlap, and the biggest comes first (top)."""
+    from hrag_cli.export.model import Edge, ExportGraph, Node
+    from hrag_cli.view.page import layout
+
+    nodes = [Node(f"entity:{i}", "Entity", {"name": str(i)}) for i in range(40)]
+    ring = [Edge(f"entity:{i}", f"entity:{(i + 1) % 20}", "RELATION", {}) for i in range(20)]
+    pair = [Edge("entity:20", "entity:21", "SYNONYM", {}), Edge("entity:22", "entity:23", "RELATION", {})]
+    pos = layout(ExportGraph(nodes, ring + pair))
+    assert len(pos) == 40 and len(set(pos)) == 40
+    groups = [range(0, 20), [20, 21], [22, 23]] + [[i] for i in range(24, 40)]
+    boxes = [(min(pos[i][0] for i in g), min(pos[i][1] for i in g), max(pos[i][0] for i in g),
+              max(pos[i][1] for i in g)) for g in groups]
+    for a in range(len(boxes)):
+        for b in range(a + 1, len(boxes)):
+            (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = boxes[a], boxes[b]
+            assert ax1 < bx0 or bx1 < ax0 or ay1 < by0 or by1 < ay0, (a, b)
+    assert boxes[0][3] == max(b[3] for b in boxes)          # the ring is on the first row, drawn at the top
+    assert layout(ExportGraph(nodes, ring + pair)) == pos   # the same graph is drawn the same way

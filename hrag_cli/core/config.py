@@ -57,7 +57,7 @@ class ExtractSettings:
     max_gleanings: int = 1
     glean_min_tokens: int = 500     # gleaning rounds only for chunks of at least this many tokens
     # max_tokens of an extraction request: answer_tokens_min + answer_tokens_per_token * chunk tokens, at most
-    # [llm] max_tokens. Real answers run about 1.5 tokens per chunk token (issue 13), so this leaves twice that
+    # [llm] max_tokens. Real answers run about 1.5 tokens per chunk token, so this leaves twice that
     # and stops a model that loops from filling its whole context.
     answer_tokens_min: int = 512
     answer_tokens_per_token: float = 3.0

@@ -67,7 +67,7 @@ class StageRecord:
 
 
 class ProjectDir:
-    """Paths of every artifact (DESIGN.md §2) plus manifest and lock handling."""
+    """Paths of every artifact (docs/formats.md) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

@@ -3,7 +3,7 @@
 Why it exists: hrag must work with no download and no torch. A signed feature-hashing embedder over
 word unigrams and word-boundary character n-grams (UTF-8 bytes), optionally weighted by a frozen
 corpus IDF table, is fast (numpy only), deterministic across processes (blake2b, never ``hash()``)
-and retrieves surprisingly well (see ``bench/encode_speed.py`` and the issue-7 report).
+and retrieves surprisingly well (see ``bench/encode_speed.py`` and docs/benchmarks.md).
 
 Caching contract: the vector for a text depends only on (the text, :attr:`BuiltinEmbedder.model_id`).
 ``model_id`` carries the feature version, the dimension (when not the default) and the fingerprint of

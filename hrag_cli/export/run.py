@@ -15,8 +15,8 @@ MENTIONED_IN entity->chunk, SYNONYM a->b.
 --select syntax (terms separated by commas, applied left to right; `around:` must come last since a name may
 contain commas):
   entities        entity nodes only, with the edges between them (RELATION, SYNONYM)
-  top:N           the N entities with the most edges (of any kind, in what is selected so far; ties by id),
-                  with the edges between them
+  top:N           the N entities with the most edges to other entities, then the most edges of any kind (in
+                  what is selected so far; ties by id), with the edges between them
   around:NAME     the entity NAME (matched by normalised name, then by alias) and every node within --hops
                   hops of it in what is selected so far, with the edges among them
   e.g. "entities,around:Port Ellery" = the entity neighbourhood without chunks and documents.
@@ -74,7 +74,7 @@ def _fill(raw: dict[str, Any], record: dict[str, Any], keys: tuple[str, ...]) ->
 
 
 def build_export_graph(g: Any, project: ProjectDir | None = None) -> ExportGraph:
-    """The igraph graph (DESIGN.md §3) plus the text bodies and lists that live in the JSONL artifacts."""
+    """The igraph graph (docs/design.md) plus the text bodies and lists that live in the JSONL artifacts."""
     docs: dict[str, dict] = {}
     chunks: dict[str, dict] = {}
     entities: dict[str, dict] = {}
@@ -183,13 +183,20 @@ def _count(term: str) -> int:
 
 
 def top_entities(graph: ExportGraph, n: int) -> set[str]:
-    """The ids of the n entity nodes with the most edges in `graph` (ties by id, so the cut is reproducible)."""
+    """The ids of the n entities with the most edges to other entities (RELATION, SYNONYM) in `graph`, then the
+    most edges of any kind (mentions), then by id: ranked on links among entities, the cut keeps a connected
+    picture rather than many often-mentioned entities with nothing between them."""
+    entities = {n_.id for n_ in graph.nodes if n_.label == "Entity"}
+    linked: dict[str, int] = {}
     degree: dict[str, int] = {}
     for e in graph.edges:
         degree[e.source] = degree.get(e.source, 0) + 1
         degree[e.target] = degree.get(e.target, 0) + 1
-    ents = sorted((n_.id for n_ in graph.nodes if n_.label == "Entity"), key=lambda i: (-degree.get(i, 0), i))
-    return set(ents[:n])
+        if e.source in entities and e.target in entities:
+            linked[e.source] = linked.get(e.source, 0) + 1
+            linked[e.target] = linked.get(e.target, 0) + 1
+    ranked = sorted(entities, key=lambda i: (-linked.get(i, 0), -degree.get(i, 0), i))
+    return set(ranked[:n])
 
 
 def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> ExportGraph:

@@ -1,4 +1,4 @@
-"""Grounding verification (ADR-0002 phase 3): is an extracted name really in its chunk?
+"""Grounding verification: is an extracted name really in its chunk?
 
 A name is grounded when, after NFKC normalisation and case folding, it (or one of its aliases) occurs in the
 chunk as whole words; or, in a script written without spaces, as a substring; or when at least GROUND_OVERLAP

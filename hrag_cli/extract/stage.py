@@ -644,7 +644,7 @@ def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
         return None
 
 
-# Completion tokens per chunk token. Real answers of local models (issue 13: Qwen2.5 0.5B/1.5B, SmolLM2; one
+# Completion tokens per chunk token. Real answers of local models (Qwen2.5 0.5B/1.5B, SmolLM2; one
 # gleaning round) came to 2.6x the old estimate of 0.6 + 0.3 = 0.9, i.e. about 2.3 per chunk token in all: a
 # description per entity and per relation makes an answer longer than its passage. Split 1.5 / 0.8 between
 # the first answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).

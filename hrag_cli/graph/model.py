@@ -1,4 +1,4 @@
-"""Building, saving and loading the one igraph graph (DESIGN.md §3).
+"""Building, saving and loading the one igraph graph (docs/design.md, "The graph").
 
 Vertices: kind ∈ {document, chunk, entity}, all with `key` (doc_id / chunk_id / entity id).
   document: path; chunk: doc_id, order; entity: name, type, aliases.

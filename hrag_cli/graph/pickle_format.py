@@ -1,4 +1,4 @@
-"""graph.pkl written straight from numpy columns, and read back as columns (DESIGN.md §3).
+"""graph.pkl written straight from numpy columns, and read back as columns (docs/formats.md, "graph.pkl").
 
 Why: `pickle.dumps` of an igraph graph writes every edge as a tuple and every attribute value as an object (4 s at
 100,000 passages, 185 MB that zlib then took 1.4 s over), and a later stage had to unpickle it whole (4.6 s) to add

@@ -1,4 +1,4 @@
-"""Which extracted names are one entity: the merge keys resolve uses (ADR-0002, phase 4).
+"""Which extracted names are one entity: the merge keys resolve uses.
 
 An entity mention is keyed by its normalised name (normalize.normalize_name) and its type. The rule:
 

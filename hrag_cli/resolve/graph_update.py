@@ -1,4 +1,4 @@
-"""The graph after an incremental resolve, from the saved one and what changed (DESIGN.md §3).
+"""The graph after an incremental resolve, from the saved one and what changed (docs/design.md, "The graph").
 
 Why: a resolve that only adds documents changes a few percent of the entities and relations, but building the
 graph from every entity and relation record took 14 s at 100,000 passages. Here the saved graph's columns are

@@ -6,7 +6,7 @@ order, which makes even float weight sums independent of document order. When do
 new chunks' records are merged into the accumulators the last run saved (resolve_state.py) and the record
 files patched for the keys they touched (resolve_patch.py); anything else merges from scratch.
 
-Merge rules (LightRAG semantics, DESIGN.md §4):
+Merge rules (LightRAG semantics; docs/design.md, "Records and resolve"):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
   the model gave or splits one name used for two types (graph/merges.jsonl says which); display name = most
   frequent surface form (ties: smallest text); aliases = the other surface forms and the declared aliases;

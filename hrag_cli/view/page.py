@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import webbrowser
 from dataclasses import dataclass
 from importlib import resources
@@ -37,10 +38,11 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 OTHER_COLOUR = "#9e9e9e"
 DOCUMENT_COLOUR, CHUNK_COLOUR = "#2f2f2f", "#c7c7c7"
 EDGE_STYLE = {  # kind: (colour, width, directed)
-    "RELATION": ("#8da0b6", 1.5, True), "SYNONYM": ("#e8a33d", 1.5, False), "MENTIONED_IN": ("#d6d6d6", 0.6, True),
-    "PART_OF": ("#9aa3ad", 0.8, True), "NEXT_CHUNK": ("#b9a6d3", 0.8, True),
+    "RELATION": ("#7190c0", 1.5, True), "SYNONYM": ("#e8a33d", 1.5, False), "MENTIONED_IN": ("#d6d6d6", 0.6, True),
+    "PART_OF": ("#505050", 0.8, True), "NEXT_CHUNK": ("#b9a6d3", 0.8, True),
 }
 KINDS = ("Document", "Chunk", "Entity")
+GAP = 30.0                 # layout units: a component of k nodes gets a square of side GAP * sqrt(k)
 
 
 @dataclass
@@ -68,8 +70,10 @@ def choose(full: ExportGraph, select: str | None, hops: int, max_nodes: int) -> 
 
 
 def layout(graph: ExportGraph) -> list[tuple[float, float]]:
-    """Force-directed positions (igraph's Fruchterman-Reingold; its grid variant above 1,000 nodes), scaled to
-    about 0-1000 so two decimals are plenty."""
+    """Positions: each connected component laid out on its own (igraph's Fruchterman-Reingold, its grid
+    variant above 1,000 nodes) at a size that grows with the square root of its node count, then the components
+    packed in rows, largest first. Laid out together, the force that pushes components apart leaves a tight
+    ball ringed by scattered small pieces; packed, every part gets room. Scaled to about 0-1000."""
     import igraph
 
     n = len(graph.nodes)
@@ -78,11 +82,47 @@ def layout(graph: ExportGraph) -> list[tuple[float, float]]:
     index = {node.id: i for i, node in enumerate(graph.nodes)}
     g = igraph.Graph(n=n, edges=[(index[e.source], index[e.target]) for e in graph.edges if e.source != e.target])
     g.simplify()
-    coords = g.layout_fruchterman_reingold(niter=500, seed=_circle(n)).coords if n > 1 else [[0.0, 0.0]]
-    xs, ys = [c[0] for c in coords], [c[1] for c in coords]
-    span = max(max(xs) - min(xs), max(ys) - min(ys)) or 1.0
-    x0, y0 = min(xs), min(ys)
-    return [(round((x - x0) * 1000 / span, 2), round((y - y0) * 1000 / span, 2)) for x, y in zip(xs, ys)]
+    pos = [(0.0, 0.0)] * n
+    # igraph draws its layout noise from Python's `random` unless told otherwise: a private generator makes
+    # the same graph come out the same way every time, without touching anyone's global random state
+    igraph.set_random_number_generator(random.Random(7))
+    try:
+        boxes = _component_boxes(g)
+    finally:
+        igraph.set_random_number_generator(random)
+    # shelf packing: rows as wide as the largest component or the square root of the total area
+    row_width = max(max(b[2] for b in boxes), math.sqrt(sum(b[2] * b[3] for b in boxes)))
+    x = y = row_h = 0.0
+    for members, coords, w, h in boxes:
+        if x > 0 and x + w > row_width:
+            x, y, row_h = 0.0, y + row_h, 0.0
+        for v, (cx, cy) in zip(members, coords):
+            pos[v] = (x + cx, y + cy)
+        x += w
+        row_h = max(row_h, h)
+    span = max(max(p[0] for p in pos), max(p[1] for p in pos)) or 1.0
+    # graph y grows upwards in sigma: flip so the first row is drawn at the top
+    return [(round(px * 1000 / span, 2), round((span - py) * 1000 / span, 2)) for px, py in pos]
+
+
+def _component_boxes(g: Any) -> list[tuple[list[int], list[tuple[float, float]], float, float]]:
+    """Each connected component's members, their positions inside its box, and the box's width and height;
+    largest component first."""
+    boxes = []
+    for members in sorted(g.connected_components(), key=lambda c: (-len(c), c[0])):
+        side = GAP * math.sqrt(len(members))
+        if len(members) == 1:
+            coords = [(0.0, 0.0)]
+        else:
+            sub = g.induced_subgraph(members)
+            raw = sub.layout_fruchterman_reingold(niter=500, seed=_circle(len(members))).coords
+            xs, ys = [c[0] for c in raw], [c[1] for c in raw]
+            span = max(max(xs) - min(xs), max(ys) - min(ys)) or 1.0
+            coords = [((x - min(xs)) * side / span, (y - min(ys)) * side / span) for x, y in raw]
+        w = max(c[0] for c in coords) + GAP
+        h = max(c[1] for c in coords) + GAP
+        boxes.append((members, coords, w, h))
+    return boxes
 
 
 def _circle(n: int) -> list[list[float]]:
@@ -162,7 +202,7 @@ def payload(full: ExportGraph, shown: ExportGraph, note: str) -> dict[str, Any]:
         cols["label"].append(_label(node, docs))
         cols["kind"].append(KINDS.index(kind))
         cols["group"].append(group)
-        cols["size"].append(round(min(base + 1.6 * math.sqrt(degree.get(node.id, 0)), 18.0), 1))
+        cols["size"].append(round(min(base + 1.2 * math.sqrt(degree.get(node.id, 0)), 15.0), 1))
         cols["x"].append(x)
         cols["y"].append(y)
         item: dict[str, Any] = {}

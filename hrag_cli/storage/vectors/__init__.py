@@ -1,4 +1,4 @@
-"""The four vector indices of DESIGN.md §5: float16 unit rows per index (sparse rows when the vectors are mostly
+"""The four vector indices (docs/design.md): float16 unit rows per index (sparse rows when the vectors are mostly
 zeros, as the builtin embedder's are; else a dense matrix), searched exactly, plus an HNSW graph only for a dense
 index of at least `vectors.exact_below` items.
 
