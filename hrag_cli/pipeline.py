@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hrag_cli.core.config import Settings
-from hrag_cli.core.errors import EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, UsageError
+from hrag_cli.core.errors import (EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, RunStopped,
+                                   UsageError)
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome
 from hrag_cli.stages import ORDER, STAGES, Stage, StageContext, StageOptions, expected_fingerprint
@@ -91,6 +92,21 @@ def _bring_up_to_date(ctx: StageContext, stages: tuple[str, ...], force: bool = 
     ctx.handed = None
 
 
+def index_failure(summary: dict, code: int) -> dict | None:
+    """The failure object `hrag index --json` adds to a run that did not do its whole job (exit 1, 3 or 4):
+    what went wrong and what to do; None for a run that did."""
+    if code == EXIT_OK:
+        return None
+    extract = summary.get("extract") if isinstance(summary.get("extract"), dict) else {}
+    if code == EXIT_BUDGET:
+        return {"cause": str(extract.get("stopped", "the run's LLM spend reached --max-cost")),
+                "fix": "raise --max-cost, or run the same command again to continue", "exit_code": code}
+    failed, partial = extract.get("failed", 0), extract.get("partial", 0)
+    return {"cause": f"{failed} chunk(s) failed and {partial} are partial",
+            "fix": "'hrag status' names them and why; fix the cause, then 'hrag index --retry-failed'",
+            "exit_code": code}
+
+
 def _extract_exit_code(counts: dict) -> int:
     """Failed or partial chunks: 4 (partial; --retry-failed), or 1 when not one chunk was extracted."""
     bad = counts.get("failed", 0) + counts.get("partial", 0)
@@ -135,17 +151,30 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
 def _index(ctx: StageContext, stop_after: str | None) -> IndexResult:
     project = ctx.project
     stages = ORDER[:ORDER.index(stop_after) + 1] if stop_after else ORDER
+    stopped: RunStopped | None = None
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             ctx.reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
+        first = project.stage("extract") is None and project.stage("resolve") is None   # no graph yet
         try:
             _bring_up_to_date(ctx, stages)
         except BudgetExceeded as exc:
             ctx.reporter.warn(str(exc))     # the message already says that a re-run continues
             project.discard_generation()    # readers keep the last complete version; cache/ keeps what was paid
             return IndexResult(ctx.summary, EXIT_BUDGET)
+        except RunStopped as exc:
+            ctx.summary["extract"] = {**exc.counts, "stopped": exc.cause or str(exc)}
+            exc.counts = ctx.summary
+            if not first:
+                raise              # the last complete version stays current
+            # a first run keeps its chunks and what it was asked to use, so `hrag status` says both and that
+            # nothing was extracted; the same command picks up from there
+            project.forget_stage("extract")
+            stopped = exc
         # resolve still merged what was extracted
         code = _extract_exit_code(ctx.summary["extract"]) if "extract" in ctx.summary else EXIT_OK
+    if stopped is not None:
+        raise stopped
     return IndexResult(ctx.summary, code)
 
 

@@ -193,7 +193,7 @@ def suggest_schema(project: ProjectDir, settings: Settings, reporter: Reporter, 
     out = Suggestion(sampled=len(texts))
     reporter.info(f"schema suggest: {len(texts)} of {total} chunks sampled (seed {seed})")
     with project.lock(), LLMClient(project, settings.llm, reporter=reporter) as client:
-        asyncio.run(_ask_all(client, texts, out, reporter))
+        client.run(lambda: _ask_all(client, texts, out, reporter))
         out.llm_requests = client.stats.requests
     if out.answered == 0:
         why = out.errors[0] if out.errors else "no answer held a JSON object of types"

@@ -5,9 +5,10 @@ Tests script it: a default responder per route, plus one-shot `StubReply` object
 400, slow replies, malformed bodies) served first, in order. It records every request and the highest number
 of requests it saw in flight at once. `python -m tests.stub_server --port N` runs it standalone for bench/.
 
-The failure modes of real servers have helpers: `StubReply(finish_reason="length")` for an answer cut at
-max_tokens, `context_exceeded(n)` for llama.cpp's (and OpenAI's) 400 when a prompt does not fit, and
-`free_port()` for a server that is not running (connection refused).
+`citing(*numbers)` answers by citing a prompt's numbered passages, repeats included. The failure modes of real
+servers have helpers: `StubReply(finish_reason="length")` for an answer cut at max_tokens, `context_exceeded(n)`
+for llama.cpp's (and OpenAI's) 400 when a prompt does not fit, and `free_port()` for a server that is not running
+(connection refused).
 """
 
 from __future__ import annotations
@@ -112,6 +113,23 @@ def hash_vector(text: str, dim: int = EMBED_DIM) -> list[float]:
 
 def default_chat(body: dict) -> str:
     return "ok"
+
+
+def citing(*numbers: int) -> Callable[[dict], str]:
+    """A chat responder for retrieval-augmented answers: one sentence per number, in the order given (repeats
+    and numbers the prompt does not hold included), each quoting the first words of the prompt's passage
+    marked `[n]` at the start of a line and citing it as `[n]`."""
+    def respond(body: dict) -> str:
+        text = _messages_text(body)
+        sentences = []
+        for n in numbers:
+            marker = f"[{n}]"
+            line = next((ln for ln in text.splitlines() if ln.startswith(marker)), None)
+            words = " ".join(line[len(marker):].split()[:6]) if line else "no such passage"
+            sentences.append(f"{words} {marker}.")
+        return " ".join(sentences)
+
+    return respond
 
 
 def default_rerank(body: dict) -> list[float]:

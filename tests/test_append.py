@@ -6,6 +6,7 @@ takes the full pass."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -207,3 +208,78 @@ def test_a_file_read_again_unchanged_still_lets_the_next_files_append(tmp_path: 
     (docs / "zz_later.txt").write_text("Orla Venn sold the Harrow Library in 1921.\n")   # then edited
     summary = _index(docs, again, "--stop-after", "extract")
     assert summary["chunk"]["removed_chunks"] == 1 and added_since(ProjectDir(again), mark) is None   # whole pass
+
+
+# ------------------------------------------------------------------------ a nightly run over days-old files
+
+GONE = "orgs/lantern_archive.txt"
+
+
+def _days_old(tmp_path: Path) -> Path:
+    """The sample corpus as a nightly job finds it: every file last written two days ago, so the stat stamps of
+    the first run are what every later run goes by. (mtime is set back; ctime, which no call can set back,
+    needs the one wait past documents.RACY_NS.)"""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs, ignore=shutil.ignore_patterns("schema.toml"))
+    back = time.time_ns() - 2 * 86_400 * 10**9
+    for path in docs.rglob("*"):
+        os.utime(path, ns=(back, back))
+    time.sleep(1.05)
+    return docs
+
+
+def _paths(proj: Path) -> list[str]:
+    return sorted(d["path"].split("#")[0] for d in store.read_jsonl(ProjectDir(proj).docs_path))
+
+
+def _graph(proj: Path) -> dict[str, list]:
+    """The graph's records, for comparing with a fresh build (query scores may differ a little: the BM25
+    weights are refit only when the corpus drifts far enough)."""
+    return {name: sorted(store.read_jsonl(ProjectDir(proj).gen_dir / "graph" / name), key=json.dumps)
+            for name in ("entities.jsonl", "facts.jsonl")}
+
+
+def _bm25_paths(proj: Path, query: str) -> list[str]:
+    code, out, err = cli("query", query, "-p", str(proj), "--mode", "bm25", "--json")
+    assert code == 0, err
+    return [c["path"] for c in json.loads(out)["chunks"]]
+
+
+def test_an_old_file_deleted_with_nothing_new_is_gone_from_the_index(tmp_path: Path) -> None:
+    docs = _days_old(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    before = _index(docs, inc)["chunk"]
+    assert _bm25_paths(inc, "parish registers wage books ships' logs")[0] == GONE
+    (docs / GONE).unlink()                          # the only change: no new file forces the full pass
+    after = _index(docs, inc)["chunk"]
+    files = len(json.loads(_gen_file(inc, "files.json"))["files"])
+    assert after["unread_files"] == files > 0       # every other file went by its stamp, unread
+    assert after["docs"] == before["docs"] - 1 and after["removed_chunks"] > 0 and after["new_chunks"] == 0
+    assert GONE not in _paths(inc)
+    assert GONE not in _bm25_paths(inc, "parish registers wage books ships' logs")
+    _index(docs, fresh)
+    assert _paths(inc) == _paths(fresh) and _graph(inc) == _graph(fresh)
+
+
+def test_an_old_file_edited_in_place_with_its_time_set_back_is_read_again(tmp_path: Path) -> None:
+    """Same size, mtime put back (touch -d): only ctime tells the file changed."""
+    docs = _days_old(tmp_path)
+    inc, fresh = tmp_path / "inc", tmp_path / "fresh"
+    before = _index(docs, inc)["chunk"]
+    path = docs / GONE
+    st = path.stat()
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("lamp factory", "wick foundry"), encoding="utf-8")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    time.sleep(1.05)                                # so this run stamps the edited file like the others
+    after = _index(docs, inc)["chunk"]
+    assert after["unread_files"] == len(json.loads(_gen_file(inc, "files.json"))["files"]) - 1
+    assert after["docs"] == before["docs"] and after["new_chunks"] > 0 and after["removed_chunks"] > 0
+    assert _paths(inc).count(GONE) == 1
+    texts = [c["text"] for c in store.read_jsonl(ProjectDir(inc).chunks_path)
+             if c["doc_id"] in {d["doc_id"] for d in store.read_jsonl(ProjectDir(inc).docs_path) if d["path"] == GONE}]
+    assert any("wick foundry" in t for t in texts) and not any("lamp factory" in t for t in texts)
+    assert _bm25_paths(inc, "wick foundry")[0] == GONE
+    _index(docs, fresh)
+    assert _paths(inc) == _paths(fresh) and _graph(inc) == _graph(fresh)

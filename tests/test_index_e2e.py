@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,14 +99,19 @@ def run_inprocess(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["hrag", *args], code, out.getvalue(), err.getvalue())
 
 
+def child_env(env: dict | None = None) -> dict:
+    """The environment of an `hrag` subprocess: a dummy key, and no model or project from the caller's shell."""
+    full_env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy", "HRAG_DEBUG": "", **(env or {})}
+    full_env.pop("HRAG_LLM_MODEL", None)
+    full_env.pop("HRAG_PROJECT", None)
+    return full_env
+
+
 def run(args: list[str], *, env: dict | None = None, timeout: float = 120,
         inprocess: bool = False) -> subprocess.CompletedProcess:
     if inprocess:
         return run_inprocess(args)
-    full_env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy", "HRAG_DEBUG": "", **(env or {})}
-    full_env.pop("HRAG_LLM_MODEL", None)
-    full_env.pop("HRAG_PROJECT", None)
-    return subprocess.run([HRAG, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run([HRAG, *args], capture_output=True, text=True, env=child_env(env), timeout=timeout)
 
 
 def index(docs: Path | None, project: Path, stub, *extra: str, model: str = "openai/stub-model",
@@ -224,9 +230,7 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     args = ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
             "--stop-after", "extract", "--concurrency", "2", "--max-gleanings", "0", "--chunk-tokens", "120",
             "--chunk-overlap", "10", "-q"]
-    env = {**os.environ, "OPENAI_API_KEY": "sk-test-dummy"}
-    env.pop("HRAG_LLM_MODEL", None)
-    proc = subprocess.Popen([HRAG, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([HRAG, *args], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ex_path = proj / "cache" / "extractions.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -256,6 +260,54 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     assert resent == []
     ids = [r["chunk_id"] for r in store.read_jsonl(ex_path)]
     assert set(ids) == set(text_of) and len(ids) == len(set(ids))
+    assert_jsonl_clean(proj)
+
+
+def test_ctrl_c_mid_extraction_exits_130_and_the_same_command_asks_nothing_twice(stub, tmp_path: Path) -> None:
+    """A real SIGINT to a running `hrag index` while the stub holds its third request: exit 130, and the same
+    command then finishes the job without sending any request the stub had answered."""
+    held, release = threading.Event(), threading.Event()
+
+    def slow(body: dict) -> str:
+        if stub.count(CHAT) >= 3 and not release.is_set():
+            held.set()
+            release.wait(30)             # held until the interrupted process is gone
+        return fake_extraction(body)
+
+    stub.set_chat(slow)
+    docs = small_corpus(tmp_path, 6)
+    proj = tmp_path / "proj"
+    args = ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
+            "--stop-after", "extract", "--concurrency", "1", "--max-gleanings", "0", "--chunk-tokens", "150",
+            "--chunk-overlap", "10", "--json"]
+    proc = subprocess.Popen([HRAG, *args], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert held.wait(120), "the run never reached its third request"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)   # Ctrl-C does not wait for the held request
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        release.set()
+    assert proc.returncode == 130, err
+    assert out == "" and "interrupted" in err and "run the same command to resume" in err
+    first = requested_passages(stub)
+    assert len(first) == 3
+    answered = first[:2]                 # the third was still held when the process went
+
+    stub.reset()
+    stub.set_chat(fake_extraction)
+    again = run(args, inprocess=True)
+    assert again.returncode == 0, again.stderr
+    ex = summary(again)["extract"]
+    second = requested_passages(stub)
+    assert [p for p in second if p in answered] == []
+    assert first[2] in second and len(second) == len(set(second)) == ex["chunks"] - 2
+    assert ex["pending"] == 0 and ex["failed"] == 0
+    ids = [r["chunk_id"] for r in extraction_lines(proj)]
+    assert len(ids) == len(set(ids)) == ex["chunks"]
     assert_jsonl_clean(proj)
 
 

@@ -316,14 +316,19 @@ def test_exit_2_usage_changes_nothing(built, tmp_path: Path) -> None:
     assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
 
 
-def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
+def _priced_run(stub, tmp_path: Path) -> list[str]:
+    """`hrag index` arguments for three one-chunk documents, with a model litellm prices (spend grows)."""
     stub.set_chat(lambda body: "entity<|#|>Company<|#|>organization<|#|>A company in the passage.\n<|COMPLETE|>")
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(3):
         (docs / f"{i}.txt").write_text(f"Person {i} founded the Company {i} in the town of Place {i}.")
-    args = ["index", str(docs), "-p", str(tmp_path / "p"), "--llm-model", "openai/gpt-4o-mini", "--llm-api-base",
+    return ["index", str(docs), "-p", str(tmp_path / "p"), "--llm-model", "openai/gpt-4o-mini", "--llm-api-base",
             stub.url, "--concurrency", "1", "--max-gleanings", "0", "-q"]
+
+
+def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
+    args = _priced_run(stub, tmp_path)
     code, _, err = cli(*args, "--max-cost", "1e-9")
     assert code == 3 and "run again to continue" in err
     code, _, err = cli("query", "Company 1", "-p", str(tmp_path / "p"))
@@ -332,6 +337,17 @@ def test_exit_3_budget_stop(stub, tmp_path: Path) -> None:
     code, _, err = cli(*args)                               # the same command, no limit: continues
     assert code == 0, err
     assert stub.count(CHAT) == paid + 2                     # the chunk extracted before the stop is not asked again
+
+
+def test_exit_3_at_max_cost_zero_sends_nothing(stub, tmp_path: Path) -> None:
+    """--max-cost 0 (the CLI accepts it): the spend, 0, has reached the budget before the first request."""
+    args = _priced_run(stub, tmp_path)
+    code, _, err = cli(*args, "--max-cost", "0")
+    assert code == 3 and "--max-cost 0" in err and "run again to continue" in err
+    assert stub.count(CHAT) == 0
+    code, _, err = cli(*args)
+    assert code == 0, err
+    assert stub.count(CHAT) == 3
 
 
 def test_exit_75_another_run_holds_the_project(built, tmp_path: Path) -> None:

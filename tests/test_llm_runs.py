@@ -15,7 +15,7 @@ from hrag_cli.core.config import LLMSettings
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.core.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
 from hrag_cli.core.project import ProjectDir
-from tests.stub_server import StubReply, StubServer, context_exceeded, free_port
+from tests.stub_server import StubReply, StubServer, context_exceeded, free_port, refused_port
 from tests.test_index_e2e import (CHAT, D, _one_line_error, extraction_lines, fake_extraction, index, is_gleaning,
                                   one_doc, run, summary)
 
@@ -58,6 +58,58 @@ def test_no_server_stops_at_once_with_one_line_and_the_same_command_finishes(tmp
                     inprocess=True)
         assert again.returncode == 0, again.stderr
         assert summary(again)["extract"]["extracted_now"] == 4 and stub.count(CHAT) == 4
+
+
+def failure(proc, code: int) -> dict:
+    """The one failure object `--json` prints: cause, fix and exit code, beside the run's counts."""
+    assert proc.returncode == code, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 1, proc.stdout
+    obj = json.loads(proc.stdout)
+    assert obj["failure"]["exit_code"] == code and obj["failure"]["cause"], obj
+    assert "never awaited" not in proc.stderr and "RuntimeWarning" not in proc.stderr
+    return obj
+
+
+def test_refused_connection_on_this_machine_fails_at_once_and_status_says_what_was_asked(tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, n=3, toml="")               # the default retries: none are spent on a refusal
+    with refused_port() as port:
+        for model in ("openai/m", "hosted_vllm/m"):          # our own HTTP path, and litellm's
+            url = f"http://127.0.0.1:{port}/v1"
+            proc = run(["index", str(docs), "-p", str(proj), "--llm-model", model, "--llm-api-base", url,
+                        "--json"], inprocess=True)
+            obj = failure(proc, 1)
+            assert "cannot reach the LLM at " + url in obj["failure"]["cause"]
+            assert obj["failure"]["fix"].startswith("start the server")
+            assert obj["extract"]["pending"] == 3 and obj["extract"]["retries"] == 0
+            status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+            assert status["built_with"] == f"the LLM {model} at {url}"
+            assert status["extraction"]["chunks"] == 3 and status["extraction"]["extracted"] == 0
+            assert status["extraction"]["pending"] == 3
+
+
+def test_every_failure_path_prints_one_failure_object_under_json(stub, tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, n=4)
+    bad = failure(run(["index", str(docs), "-p", str(proj), "--extractor", "bogus", "--json"], inprocess=True), 2)
+    assert "--extractor" in bad["failure"]["cause"]
+    flag = failure(run(["index", str(docs), "--no-such-flag", "--json"], inprocess=True), 2)
+    assert "no-such-flag" in flag["failure"]["cause"]
+
+    stub.set_chat(lambda body: context_exceeded(512))         # a run-wide cause seen in a streak: exit 1
+    streak = failure(index(docs, proj, stub, "--max-gleanings", "0"), 1)
+    assert "3 chunks in a row failed" in streak["failure"]["cause"] and "--n_ctx" in streak["failure"]["fix"]
+    assert streak["extract"]["pending"] == 4
+
+    stub.set_chat(lambda body: context_exceeded() if "Ilse" in json.dumps(body) else fake_extraction(body))
+    part = failure(index(docs, proj, stub, "--max-gleanings", "0"), 4)    # one chunk of its own: exit 4
+    assert part["failure"]["cause"] == "1 chunk(s) failed and 0 are partial"
+    assert "--retry-failed" in part["failure"]["fix"] and part["extract"]["failed"] == 1
+
+    stub.set_chat(fake_extraction)
+    (tmp_path / "b").mkdir()
+    docs2, proj2 = corpus(tmp_path / "b", n=2)
+    budget = failure(index(docs2, proj2, stub, "--max-gleanings", "0", "--max-cost", "0",
+                           model="openai/gpt-4o-mini"), 3)
+    assert "--max-cost" in budget["failure"]["fix"]
 
 
 def test_model_without_provider_prefix_stops_with_the_fix(stub, tmp_path: Path) -> None:
@@ -426,6 +478,10 @@ def test_dry_run_completion_estimate_follows_real_answers(stub, tmp_path: Path) 
     assert est["chunks"] == 1 and est["llm_requests"] == 2           # one request, one gleaning round
     # about 2.3 completion tokens per chunk token in all (1.5 first answer + 0.8 gleaning), see stage.py
     assert abs(est["completion_tokens"] - 2.3 * n) <= 2
+    # each round by its own documented ratio (README): 1.5 for the first answer, 0.8 for the gleaning round
+    first = summary(index(docs, proj, stub, "--dry-run", "--max-gleanings", "0"))["estimate"]
+    assert first["llm_requests"] == 1 and abs(first["completion_tokens"] - 1.5 * n) <= 1
+    assert abs((est["completion_tokens"] - first["completion_tokens"]) - 0.8 * n) <= 1
     assert stub.count(CHAT) == 0
 
 

@@ -146,6 +146,22 @@ def test_answer_and_keywords_through_the_stub(sample_project: Path, stub, tmp_pa
     assert stub.count() == 2 and again["answer"] == obj["answer"]
 
 
+def test_a_passage_cited_twice_is_one_citation(sample_project: Path, stub, tmp_path: Path) -> None:
+    import shutil
+
+    from tests.stub_server import citing
+
+    root = tmp_path / "p"
+    shutil.copytree(sample_project, root)
+    stub.set_chat(citing(2, 1, 2, 1, 3))
+    obj = json.loads(_hrag("query", Q, "-p", str(root), "-m", "naive", "--top-k", "3", "--json", "--answer",
+                           "--llm-model", "openai/stub-model", "--llm-api-base", stub.url)[0])
+    assert len(obj["chunks"]) == 3 and obj["answer"].count("[2]") == 2 and obj["answer"].count("[1]") == 2
+    # one citation per passage (the last one too), in the order of first mention, each naming its own chunk
+    assert [c["n"] for c in obj["citations"]] == [2, 1, 3]
+    assert [c["chunk_id"] for c in obj["citations"]] == [obj["chunks"][i]["chunk_id"] for i in (1, 0, 2)]
+
+
 def test_unparsable_keywords_fall_back_to_the_query(sample_project: Path, stub, tmp_path: Path) -> None:
     import shutil
 

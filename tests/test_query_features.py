@@ -354,9 +354,10 @@ def test_rerank_flag_in_cli(sample_project: Path, tmp_path: Path, stub) -> None:
     assert stub.count(RERANK) >= 2
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
-                    reason="sentence-transformers installed: the missing-extra message cannot be shown")
-def test_st_reranker_without_the_extra(sample_project: Path) -> None:
+def test_st_reranker_without_the_extra(sample_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec       # as a machine without hrag[local] answers
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sentence_transformers" else real(name, *a))
     project = ProjectDir(sample_project)
     with pytest.raises(UsageError, match="install hrag\\[local\\]"):
         QuerySession(project, _settings(project, rerank="st:/nowhere")).run(Q, mode="naive")

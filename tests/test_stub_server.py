@@ -173,3 +173,13 @@ def test_standalone_process_for_benchmarks():
     finally:
         proc.terminate()
         proc.wait(timeout=5)
+
+
+def test_citing_quotes_and_cites_numbered_passages_in_the_order_given(stub):
+    from tests.stub_server import citing
+
+    stub.set_chat(citing(2, 1, 2, 7))
+    prompt = "Context:\n[1] a.txt\nAlpha text here.\n[2] b.txt\nBeta text.\n\nQuestion: which?"
+    _, _, raw = post(stub.url + CHAT, {"model": "m", "messages": [{"role": "user", "content": prompt}]})
+    answer = json.loads(raw)["choices"][0]["message"]["content"]
+    assert answer == "b.txt [2]. a.txt [1]. b.txt [2]. no such passage [7]."

@@ -165,8 +165,11 @@ def _cut(loaded: list[LoadedDocument], settings: Settings, reporter: Reporter, u
                           for ch in sorted(old, key=lambda x: x.order)]
                 reused += 1
             else:
-                pieces = [(p.text, p.n_tokens, list(p.trail), p.page, p.page_end)
-                          for p in chunk_sections(item.sections(), c.tokens, c.overlap, c.encoding)]
+                pieces = []
+                for p in chunk_sections(item.sections(), c.tokens, c.overlap, c.encoding):
+                    pieces.append((p.text, p.n_tokens, list(p.trail), p.page, p.page_end))
+                    if len(pieces) % 256 == 0:   # a big file takes a while: show its chunks growing
+                        task.update(chunks=len(chunks) + len(pieces))
             seen_here: set[str] = set()
             order = 0
             for text, n_tokens, section, page, page_end in pieces:

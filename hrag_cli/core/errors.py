@@ -11,9 +11,16 @@ EXIT_TEMPFAIL = 75   # EX_TEMPFAIL (sysexits.h): another run holds the project; 
 
 
 class HragError(Exception):
-    """A failure the user should read as one line; `exit_code` is what the process returns."""
+    """A failure the user should read as one line; `exit_code` is what the process returns. `cause` and `fix`
+    split that line where the raiser knows them, `counts` is what the run did before it failed (all three go
+    into the failure object `--json` prints)."""
 
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str = "", *, cause: str = "", fix: str = "", counts: dict | None = None) -> None:
+        super().__init__(message)
+        self.cause, self.fix = cause, fix
+        self.counts: dict = counts if counts is not None else {}
 
 
 class UsageError(HragError):

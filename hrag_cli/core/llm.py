@@ -17,6 +17,7 @@ import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from dataclasses import asdict, dataclass, replace
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from hrag_cli.core import store
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.core.errors import BudgetExceeded, HragError, UsageError
+from hrag_cli.core.openai_http import OpenAIHTTP, ServerError, api_key, uses_http
 from hrag_cli.core.redact import scrub
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, fingerprint
@@ -52,6 +54,9 @@ def import_litellm() -> Any:
         import litellm
 
         litellm.suppress_debug_info = True
+        # litellm leaves these coroutines behind when a connection fails; the failure itself is reported
+        warnings.filterwarnings("ignore", category=RuntimeWarning,
+                                message=r"coroutine '(OpenAIChatCompletion|BaseLLMHTTPHandler)\..*' was never awaited")
         # litellm's openai embedding path turns max_retries=0 into this default (`max_retries or DEFAULT`)
         litellm.DEFAULT_MAX_RETRIES = 0
         litellm.num_retries = 0
@@ -75,7 +80,7 @@ def _status(exc: BaseException) -> int | None:
 
 def _is_provider_error(exc: BaseException) -> bool:
     """Errors raised by the HTTP stack (litellm, openai, httpx, aiohttp), as opposed to bugs in our code."""
-    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError)):
+    if isinstance(exc, (asyncio.TimeoutError, ConnectionError, TimeoutError, ServerError)):
         return True
     return any(c.__module__.split(".")[0] in ("litellm", "openai", "httpx", "httpcore", "aiohttp")
                for c in type(exc).__mro__)
@@ -87,6 +92,23 @@ def _is_timeout_or_connection(exc: BaseException) -> bool:
     names = {c.__name__ for c in type(exc).__mro__}
     return bool(names & {"Timeout", "APITimeoutError", "APIConnectionError", "TimeoutException",
                          "TransportError", "ClientConnectionError", "ServerDisconnectedError"})
+
+
+_TIMEOUT_NAMES = {"Timeout", "APITimeoutError", "ReadTimeout", "WriteTimeout", "PoolTimeout"}
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or type(exc).__name__ in _TIMEOUT_NAMES
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """No connection could be made (refused, reset, no route, DNS, connect timeout), as opposed to a request
+    that was sent and then timed out or got an error status."""
+    if _is_timeout(exc) or _status(exc) not in (None, 500):
+        return False
+    if _is_timeout_or_connection(exc):
+        return True
+    return describe_error(exc).startswith("connection failed")
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -106,6 +128,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 _MISSING_KEY = "Missing credentials"
+_REFUSED_MARKS = ("Cannot connect to host", "Connect call failed", "Connection refused")
 _CONTEXT_RE = re.compile(r"context (?:length|window|size)|maximum context|exceeds? (?:the )?(?:model'?s? )?context"
                          r"|n_ctx|too many tokens|prompt is too long", re.IGNORECASE)
 
@@ -178,7 +201,7 @@ def failure_cause(exc: BaseException, settings: LLMSettings) -> FailureCause | N
     if _CONTEXT_RE.search(text) or type(err).__name__ == "ContextWindowExceededError":
         return FailureCause("context", False, "the model's context window is too small for a chunk plus the "
                             "extraction prompt")
-    if isinstance(err, asyncio.TimeoutError) or type(err).__name__ in ("Timeout", "APITimeoutError"):
+    if _is_timeout(err):
         return FailureCause("timeout", False, f"requests to {where} timed out after {settings.timeout:g} s")
     if _is_timeout_or_connection(err) or describe_error(err).startswith("connection failed"):
         return FailureCause("connection", True, f"cannot reach the LLM at {where}")
@@ -236,12 +259,16 @@ def describe_error(exc: BaseException) -> str:
     """One line: status and reason, plus the provider's own message when it says more."""
     status = _status(exc)
     name = type(exc).__name__
-    if isinstance(exc, asyncio.TimeoutError) or name in ("Timeout", "APITimeoutError"):
+    if _is_timeout(exc):
         return "timed out"
     raw = scrub(str(getattr(exc, "message", "") or exc)).replace("\n", " ").strip()   # stored and printed
     detail = raw.rsplit("Exception - ", 1)[-1].strip() if "Exception - " in raw else raw
     if detail.lower().startswith("connection error"):
         return "connection failed"  # litellm reports a refused/reset connection as a 500 "Connection error."
+    if any(m in detail for m in _REFUSED_MARKS):
+        return "connection failed"  # aiohttp's refusal, which litellm passes on as a 500  # litellm reports a refused/reset connection as a 500 "Connection error."
+    if name == "ConnectError":
+        return "connection failed"
     if name == "APIConnectionError" or (status is None and _is_timeout_or_connection(exc)):
         return f"connection failed ({detail[:160]})" if detail else "connection failed"
     if status is None:
@@ -286,10 +313,18 @@ async def with_retries(call: Callable[[], Awaitable[T]], settings: LLMSettings, 
                 raise
             if not is_retryable(exc):
                 raise LLMError(f"LLM request rejected: {label}: {describe_error(exc)}") from exc
-            if attempt >= settings.max_retries:
+            unreachable = is_connection_failure(exc)
+            limit = settings.max_retries
+            if unreachable:
+                # nothing listens on this machine's port: waiting will not start the server. A remote host
+                # may be restarting or behind a flaky network: a few quick tries, not minutes of backoff.
+                limit = 0 if is_local(settings) else min(limit, CONNECT_RETRIES)
+            if attempt >= limit:
                 raise LLMError(f"LLM request failed after {attempt} retries: {label}: "
                                f"{describe_error(exc)}") from exc
             delay = backoff_delay(attempt, settings, exc)
+            if unreachable:
+                delay = min(delay, CONNECT_BACKOFF_MAX)
             attempt += 1
             if reporter is not None:
                 reporter.info(f"{label}: {describe_error(exc)}; retry {attempt}/{settings.max_retries} "
@@ -297,6 +332,10 @@ async def with_retries(call: Callable[[], Awaitable[T]], settings: LLMSettings, 
             if on_retry is not None:
                 on_retry()
             await asyncio.sleep(delay)
+
+
+CONNECT_RETRIES = 2          # retries of a remote server that cannot be reached
+CONNECT_BACKOFF_MAX = 2.0    # seconds between them at most
 
 
 # -- settings for the server at hand ---------------------------------------------------------------------------
@@ -313,6 +352,34 @@ def is_local(settings: LLMSettings) -> bool:
 
     host = (urlsplit(settings.api_base if "//" in settings.api_base else "//" + settings.api_base).hostname or "")
     return host.lower() in _LOOPBACK or host.startswith("127.")
+
+
+_DEFAULT_PORTS = {"ollama": 11434, "ollama_chat": 11434}
+
+
+def probe_local(settings: LLMSettings) -> None:
+    """Raise ConnectionRefusedError when nothing listens at a server on this machine (one TCP connect, no
+    request): the retry policy then stops at once."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if settings.api_base:
+        parts = urlsplit(settings.api_base if "//" in settings.api_base else "//" + settings.api_base)
+        host = parts.hostname or "127.0.0.1"
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return
+    else:
+        host, port = "127.0.0.1", _DEFAULT_PORTS.get(settings.model.split("/", 1)[0], 0)
+        if not port:
+            return
+    try:
+        socket.create_connection((host, port), timeout=2.0).close()
+    except ConnectionRefusedError:
+        raise ConnectionRefusedError(f"Connection refused: nothing listens at {host}:{port}") from None
+    except OSError:
+        return      # anything else (a slow accept): the request itself will say
 
 
 def effective_settings(settings: LLMSettings) -> LLMSettings:
@@ -353,12 +420,14 @@ class LLMStats:
 
 
 class _LoopState:
-    """What must belong to one event loop: the semaphore and the futures of requests in flight."""
+    """What must belong to one event loop: the semaphore, the futures of requests in flight, and the pooled
+    HTTP client of an OpenAI-compatible server (openai_http)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, concurrency: int) -> None:
         self.loop = loop
         self.sem = asyncio.Semaphore(max(1, concurrency))
         self.inflight: dict[str, asyncio.Future] = {}
+        self.http: OpenAIHTTP | None = None
 
 
 class LLMClient:
@@ -390,15 +459,19 @@ class LLMClient:
         self._appender: store.JsonlAppender | None = None
         self._write_lock = threading.Lock()
         self._state: _LoopState | None = None
+        self.direct = uses_http(self.settings.model, self.settings.api_base)
+        self._shape = "json_schema"    # how response_format carries a schema; see _response_format
+        self._probed = False
 
     # -- keys and cache ----------------------------------------------------------------------------------
     def _max_tokens(self, max_tokens: int | None) -> int:
         return int(max_tokens) if max_tokens is not None else int(self.settings.max_tokens)
 
-    def request_key(self, messages: list[dict], *, max_tokens: int | None = None) -> str:
+    def request_key(self, messages: list[dict], *, max_tokens: int | None = None, schema: dict | None = None) -> str:
         """Hash of everything that shapes the answer; api_base is left out on purpose (same model, any proxy)."""
+        extra = () if schema is None else (schema,)
         return fingerprint("chat", self.settings.model, messages, float(self.settings.temperature),
-                           self._max_tokens(max_tokens))
+                           self._max_tokens(max_tokens), *extra)
 
     def cached(self, key: str) -> dict | None:
         return self._cache.get(key)
@@ -437,11 +510,13 @@ class LLMClient:
             raise BudgetExceeded(f"LLM spend this run reached ${self.stats.cost:.4f} (--max-cost "
                                  f"{self.max_cost:g}); what is done so far is saved, run again to continue")
 
-    async def achat(self, messages: list[dict], *, max_tokens: int | None = None, purpose: str = "") -> LLMResponse:
-        """One chat completion; from the cache when this exact request was answered before."""
+    async def achat(self, messages: list[dict], *, max_tokens: int | None = None, purpose: str = "",
+                    schema: dict | None = None) -> LLMResponse:
+        """One chat completion; from the cache when this exact request was answered before. `schema`: a JSON
+        schema the answer must follow (structured output), for a provider that supports one."""
         if not self.enabled:
             raise UsageError("no LLM model configured: set [llm] model in hrag.toml, $HRAG_LLM_MODEL or --llm-model")
-        key = self.request_key(messages, max_tokens=max_tokens)
+        key = self.request_key(messages, max_tokens=max_tokens, schema=schema)
         state = self._loop_state()
         while True:
             hit = self._cache.get(key)
@@ -463,7 +538,7 @@ class LLMClient:
         fut: asyncio.Future = state.loop.create_future()
         state.inflight[key] = fut
         try:
-            rec = await self._fetch(key, messages, self._max_tokens(max_tokens), purpose, state)
+            rec = await self._fetch(key, messages, self._max_tokens(max_tokens), purpose, state, schema)
         except BaseException as exc:
             if not fut.done():
                 if isinstance(exc, Exception):
@@ -478,29 +553,33 @@ class LLMClient:
             fut.set_result(rec)
         return _from_record(rec, cached=False)
 
+    def _response_format(self, schema: dict) -> dict:
+        """OpenAI's structured-output request (vLLM, llama.cpp's llama-server, Ollama's /v1 take it too); after
+        a server refused that shape, llama-cpp-python's: a JSON object constrained by `schema`."""
+        if self._shape == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+    def _refused_shape(self, exc: BaseException) -> bool:
+        """A 400/422 about response_format's json_schema shape: try the other shape once."""
+        text = f"{getattr(exc, 'message', '')} {exc}"
+        if self._shape != "json_schema" or _status(exc) not in (400, 422):
+            return False
+        if "response_format" in text or "json_schema" in text:
+            self._shape = "json_object"
+            return True
+        return False
+
     async def _fetch(self, key: str, messages: list[dict], max_tokens: int, purpose: str,
-                     state: _LoopState) -> dict:
+                     state: _LoopState, schema: dict | None = None) -> dict:
         self._check_budget()
-        litellm = import_litellm()
         s = self.settings
-        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "temperature": s.temperature,
-                                  "max_tokens": max_tokens, "timeout": self.request_timeout(), "num_retries": 0,
-                                  "max_retries": 0}
-        if s.api_base:
-            kwargs["api_base"] = s.api_base
-            if s.model.startswith("openai/") and is_local(s) and not os.environ.get("OPENAI_API_KEY"):
-                kwargs["api_key"] = "no-key"   # a server on this machine needs none; the SDK insists on one
-
-        async def once() -> Any:
-            # a hard stop a little past the request timeout, for providers that do not honour it
-            return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=s.timeout + 5.0)
-
-        resp = await self._send(once, state)
-        text, finish = _response_text(resp)
-        usage = getattr(resp, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = _cost(litellm, resp, s.model, prompt_tokens, completion_tokens)
+        if self.direct:
+            text, finish, prompt_tokens, completion_tokens, cost = await self._fetch_http(
+                messages, max_tokens, state, schema)
+        else:
+            text, finish, prompt_tokens, completion_tokens, cost = await self._fetch_litellm(
+                messages, max_tokens, state, schema)
         rec = {"key": key, "model": s.model, "messages_hash": fingerprint(messages), "purpose": purpose,
                "response": text, "finish_reason": finish, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
                "cost": cost, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -510,6 +589,72 @@ class LLMClient:
         self.stats.completion_tokens += completion_tokens
         self.stats.cost += cost
         return rec
+
+    async def _fetch_http(self, messages: list[dict], max_tokens: int, state: _LoopState,
+                          schema: dict | None) -> tuple[str, str, int, int, float]:
+        """An OpenAI-compatible server, through openai_http (no litellm per call)."""
+        s = self.settings
+        if state.http is None:
+            state.http = OpenAIHTTP(s.api_base, api_key(is_local(s)), s.timeout, self.connect_timeout)
+        http = state.http
+        body: dict[str, Any] = {"model": s.model.split("/", 1)[1], "messages": messages,
+                                "temperature": s.temperature, "max_tokens": max_tokens}
+
+        async def once() -> Any:
+            if not http.headers.get("authorization"):
+                # as litellm says it for a remote OpenAI-compatible API without a key, before sending anything
+                raise ServerError(None, f"{_MISSING_KEY}: set OPENAI_API_KEY for {s.api_base}")
+            if schema is not None:
+                body["response_format"] = self._response_format(schema)
+            try:
+                return await asyncio.wait_for(http.chat(body), timeout=s.timeout + 5.0)
+            except ServerError as exc:
+                if schema is None or not self._refused_shape(exc):
+                    raise
+            body["response_format"] = self._response_format(schema)
+            return await asyncio.wait_for(http.chat(body), timeout=s.timeout + 5.0)
+
+        data = await self._send(once, state)
+        choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
+        content = (choice.get("message") or {}).get("content")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        prompt_tokens = int(usage.get("prompt_tokens", 0) or 0)
+        completion_tokens = int(usage.get("completion_tokens", 0) or 0)
+        # a priced model (openai/gpt-4o-mini behind a proxy) costs what litellm's local price list says
+        cost = 0.0 if s.model in _unpriced else _cost(import_litellm(), None, s.model, prompt_tokens,
+                                                      completion_tokens)
+        return (content if isinstance(content, str) else ""), str(choice.get("finish_reason") or ""), \
+            prompt_tokens, completion_tokens, cost
+
+    async def _fetch_litellm(self, messages: list[dict], max_tokens: int, state: _LoopState,
+                             schema: dict | None) -> tuple[str, str, int, int, float]:
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "temperature": s.temperature,
+                                  "max_tokens": max_tokens, "timeout": self.request_timeout(), "num_retries": 0,
+                                  "max_retries": 0}
+        if schema is not None:
+            # litellm turns this into each provider's own form (Ollama's `format`, Gemini's response schema)
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+            if s.model.startswith("openai/") and is_local(s) and not os.environ.get("OPENAI_API_KEY"):
+                kwargs["api_key"] = "no-key"   # a server on this machine needs none; the SDK insists on one
+
+        async def once() -> Any:
+            if not self._probed and is_local(s):
+                probe_local(s)      # a refused connection is said before litellm's seconds of importing
+                self._probed = True
+            # a hard stop a little past the request timeout, for providers that do not honour it
+            return await asyncio.wait_for(import_litellm().acompletion(**kwargs), timeout=s.timeout + 5.0)
+
+        resp = await self._send(once, state)
+        litellm = import_litellm()
+        text, finish = _response_text(resp)
+        usage = getattr(resp, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        return text, finish, prompt_tokens, completion_tokens, _cost(litellm, resp, s.model, prompt_tokens,
+                                                                     completion_tokens)
 
     async def _send(self, once: Callable[[], Awaitable[Any]], state: _LoopState) -> Any:
         """One request with the shared retry policy, counted in stats. The slot is held through backoff sleeps
@@ -587,16 +732,33 @@ class LLMClient:
         """Synchronous convenience; runs achat in its own event loop (in a thread if one is already running)."""
         return self._run_sync(lambda: self.achat(messages, **kw))
 
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the running event loop (before it ends)."""
+        state = self._state
+        if state is not None and state.http is not None:
+            http, state.http = state.http, None
+            await http.aclose()
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """asyncio.run(make()) that closes this client's HTTP connections before its event loop ends."""
+        async def main() -> T:
+            try:
+                return await make()
+            finally:
+                await self.aclose()
+
+        return asyncio.run(main())
+
     def _run_sync(self, make: Callable[[], Awaitable[T]]) -> T:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(make())
+            return self.run(make)
         box: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                box["r"] = asyncio.run(make())
+                box["r"] = self.run(make)
             except BaseException as exc:  # handed back to the caller's thread
                 box["e"] = exc
 
@@ -640,10 +802,11 @@ def _cost(litellm: Any, resp: Any, model: str, prompt_tokens: int, completion_to
         return float(known)  # litellm already priced it while logging the call
     if model in _unpriced:
         return 0.0
-    try:
-        return float(litellm.completion_cost(completion_response=resp, model=model) or 0.0)
-    except Exception:
-        pass
+    if resp is not None:
+        try:
+            return float(litellm.completion_cost(completion_response=resp, model=model) or 0.0)
+        except Exception:
+            pass
     try:
         p, c = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         return float(p + c)

@@ -209,8 +209,12 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
     latest = cache_index.latest(project, {extractor})
-    counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
-                              reparse=reparse, retry_failed=retry_failed)
+    try:
+        counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
+                                  reparse=reparse, retry_failed=retry_failed)
+    except RunStopped as exc:
+        exc.counts = {**exc.counts, **_summary_counts(chunks, latest, extractor)[0]}
+        raise
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts.update(summary)
     counts.update(cache_mark=_cache_size(project), chunk_mark=chunk_mark(project))
@@ -267,10 +271,13 @@ def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: 
                     todo = [ch for ch in todo if ch.chunk_id not in created]
                     counts["cached"] += len(created)
                 if todo:
-                    asyncio.run(_run_llm(project, client, todo, settings, extractor, latest, reporter, counts,
-                                         attempts))
+                    client.run(lambda: _run_llm(project, client, todo, settings, extractor, latest, reporter,
+                                                counts, attempts))
             except BudgetExceeded as exc:
                 budget = exc
+            except RunStopped as exc:
+                exc.counts = counts      # filled in below: the caller reports what the run did
+                raise
             finally:
                 st = client.stats
                 counts.update(llm_requests=st.requests, llm_cache_hits=st.cache_hits, retries=st.retries,
@@ -499,6 +506,7 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
     stop: str = ""
+    fix: str = ""
     streak = _Streak(min(STREAK, len(todo)))
 
     def save(rec: dict) -> None:
@@ -529,7 +537,8 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
                         cause = failure_cause(exc, client.settings)
                         if cause is None:
                             raise
-                        stop = stop or f"{cause.explain(exc)}; {cause.fix}"
+                        if not stop:
+                            stop, fix = cause.explain(exc), cause.fix
                         continue
                     task.advance(1, **_stats(client))
                     if stop:              # stopping: what the streak holds stays pending
@@ -540,8 +549,8 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
                         save(done_rec)
                     if streak.full:
                         first = streak.held[0]
-                        stop = (f"{len(streak.held)} chunks in a row failed ({first.get('error', '')}); "
-                                f"{FailureCause(streak.kind, False, '', client.settings.model).fix}")
+                        stop = f"{len(streak.held)} chunks in a row failed ({first.get('error', '')})"
+                        fix = FailureCause(streak.kind, False, '', client.settings.model).fix
             if not stop:
                 for held in streak.release():
                     save(held)
@@ -554,7 +563,7 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
         raise budget
     if stop:
         left = len(todo) - counts["extracted_now"]
-        raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}")
+        raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}; {fix}", cause=stop, fix=fix)
 
 
 def _reparse(project: ProjectDir, client: Any, chunks: list[Chunk], latest: Latest,

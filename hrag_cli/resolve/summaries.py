@@ -201,6 +201,7 @@ class Summarizer:
                 await asyncio.gather(*(one(j) for j in jobs))
         finally:
             appender.close()
+            await client.aclose()
             client.close()
         return results
 

@@ -1,0 +1,91 @@
+"""Chat completions sent straight to an OpenAI-compatible server (llama.cpp, vLLM, Ollama's /v1, LM Studio, a
+proxy): one pooled HTTP client per event loop, the body encoded with orjson, the answer read as a dict.
+
+LLMClient uses this for `openai/MODEL` with an api_base, and litellm for every other provider. litellm's own
+per-call work (its logging, cost and response objects) costs several times what the rest of a chunk costs
+hrag (docs/benchmarks.md), and an OpenAI-compatible server needs none of it. Errors keep the shape the retry
+policy reads: `status_code`, `message` and the response headers (Retry-After), or httpx's own transport
+errors for a refused connection or a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+
+
+class ServerError(Exception):
+    """The server answered with an error status (or a body that is no chat completion)."""
+
+    def __init__(self, status_code: int | None, message: str, headers: Any = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.headers = headers
+
+
+def uses_http(model: str, api_base: str) -> bool:
+    """Whether LLMClient talks to this model itself: an OpenAI-compatible server at a known address."""
+    return bool(api_base) and model.startswith("openai/")
+
+
+def api_key(local: bool) -> str:
+    """The bearer key: $OPENAI_API_KEY as litellm would send it, or a placeholder for a server on this machine
+    (it needs none; some servers still expect the header)."""
+    return os.environ.get("OPENAI_API_KEY") or ("no-key" if local else "")
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:300].decode("utf-8", errors="replace").strip()
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data))
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        return str(err)[:500]
+    return str(data)[:500]
+
+
+class OpenAIHTTP:
+    """POST /chat/completions to `api_base`; `timeout`: seconds per request, `connect`: seconds to connect."""
+
+    def __init__(self, api_base: str, key: str, timeout: float, connect: float | None = None) -> None:
+        self.url = api_base.rstrip("/") + "/chat/completions"
+        self.headers = {"content-type": "application/json", "accept": "application/json"}
+        if key:
+            self.headers["authorization"] = f"Bearer {key}"
+        self.timeout, self.connect = timeout, connect
+        self._client: Any = None
+
+    def _http(self) -> Any:
+        if self._client is None:
+            import httpx   # a dependency of litellm, so always there
+
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=min(self.connect or self.timeout, self.timeout)),
+                limits=httpx.Limits(max_keepalive_connections=64, max_connections=None))
+        return self._client
+
+    async def chat(self, body: dict) -> dict:
+        """The server's answer as a dict; ServerError for an error status or an answer without choices."""
+        resp = await self._http().post(self.url, content=orjson.dumps(body), headers=self.headers)
+        if resp.status_code >= 400:
+            raise ServerError(resp.status_code, _error_message(resp.content), resp.headers)
+        try:
+            data = orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
+            raise ServerError(502, f"the server's answer is not JSON: {resp.content[:200]!r}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+            if isinstance(data, dict) and data.get("error"):
+                raise ServerError(500, _error_message(resp.content))
+            raise ServerError(None, "LLM response had no choices")
+        return data
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
