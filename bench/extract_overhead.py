@@ -5,8 +5,8 @@
    --copies times with a distinguishing line, so there are enough distinct chunks) in a fresh project, so
    nothing is cached. Since the stub answers instantly, extract wall time minus the time spent inside the
    stub's responder is hrag's own overhead: building prompts, litellm, HTTP, parsing, appending records.
-2. Runs `.venv/bin/hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage that
-   exists) as a fresh process and prints its wall time.
+2. Runs `hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage) as a fresh
+   process and prints its wall and CPU time.
 
     .venv/bin/python bench/extract_overhead.py [--copies 10] [--gleanings 1]
 """
@@ -17,16 +17,12 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import offline  # noqa: E402
+from harness import ROOT, hrag
+from hrag_cli.core import offline
 
 offline.setup()
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
@@ -105,26 +101,16 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
 
 
 def bench_offline_index() -> None:
-    hrag = ROOT / ".venv" / "bin" / "hrag"
     with tempfile.TemporaryDirectory() as tmp:
         proj = Path(tmp) / "proj"
         env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-        full = (ROOT / "hrag_cli" / "resolve.py").exists() and (ROOT / "hrag_cli" / "synonyms.py").exists()
-        args = [str(hrag), "index", str(ROOT / "sample_corpus"), "-p", str(proj), "--extractor", "rules", "-q"]
-        if not full:
-            args += ["--stop-after", "extract"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(args, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            print(f"offline index failed ({proc.returncode}): {proc.stderr.strip()}")
+        run = hrag("index", ROOT / "sample_corpus", "-p", proj, "--extractor", "rules", "-q", env=env, check=False)
+        if run.returncode != 0:
+            print(f"offline index failed ({run.returncode}): {run.stderr.strip()}")
             return
-        t0 = time.perf_counter()
-        subprocess.run([str(hrag), "--help"], env=env, capture_output=True)
-        startup = time.perf_counter() - t0
-        stages = "all stages" if full else "chunk + extract"
-        print(f"offline `hrag index sample_corpus` ({stages}, rules extractor): {wall:.2f}s wall "
-              f"(process start-up alone, `hrag --help`: {startup:.2f}s)")
+        startup = hrag("--help", env=env)
+        print(f"offline `hrag index sample_corpus` (all stages, rules extractor): {run.wall_s:.2f}s wall, "
+              f"{run.cpu_s:.2f}s CPU (process start-up alone, `hrag --help`: {startup.wall_s:.2f}s)")
         shutil.rmtree(proj, ignore_errors=True)
 
 

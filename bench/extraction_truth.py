@@ -28,19 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import store  # noqa: E402
-from hrag_cli.extract.parser import fold  # noqa: E402
-from hrag_cli.core.project import ProjectDir  # noqa: E402
+from harness import hrag
+from hrag_cli.core import store
+from hrag_cli.extract.parser import fold
+from hrag_cli.core.project import ProjectDir
 
 D = "<|#|>"
 SCHEMA = """
@@ -231,12 +227,8 @@ def run_pipeline(chunks: list[Chunk], work: Path) -> ProjectDir:
     with StubServer(record=False) as stub:
         stub.set_chat(respond)
         env = {**os.environ, "OPENAI_API_KEY": "sk-bench-dummy"}
-        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "hrag"), "index", str(docs), "-p", str(proj),
-                               "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
-                               "--schema", str(work / "schema.toml"), "--stop-after", "resolve", "--json"],
-                              capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        sys.exit(f"hrag index failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+        hrag("index", docs, "-p", proj, "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
+             "--schema", work / "schema.toml", "--stop-after", "resolve", "--json", env=env)
     return ProjectDir(proj)
 
 

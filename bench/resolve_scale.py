@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import peak_rss_mb
 
 ENTITIES_PER_CHUNK = 10
 RELATIONS_PER_CHUNK = 6
@@ -123,9 +121,9 @@ def run(root: Path) -> dict:
     pause.__exit__(None, None, None)
     times["total"] = round(time.perf_counter() - t0, 2)
     times["cpu"] = round(time.process_time() - cpu0, 2)
-    return {"mentions": n_mentions, "chunks": len(chunks), **sizes, "vertices": graph.vcount(),
-            "edges": graph.ecount(), "seconds": times, "cpu_seconds": cpu_laps,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {"mentions": n_mentions, "chunks": len(chunks), **sizes, "vertices": graph.n,
+            "edges": graph.m, "seconds": times, "cpu_seconds": cpu_laps,
+            "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
 def main() -> None:
