@@ -89,7 +89,7 @@ class EmbedSettings:
     batch_size: int = 64
     concurrency: int = 4
     idf_refresh_growth: float = 0.2  # builtin: refit IDF when the corpus grew by this fraction
-    precision: str = "bf16"          # st: models: "bf16" (bfloat16 autocast, ~2x less CPU) or "float32"
+    precision: str = "bf16"          # st: models: "bf16" (bfloat16 autocast, less CPU) or "float32"
 
 
 @dataclass
@@ -111,8 +111,8 @@ class SynonymSettings:
     min_name_chars: int = 3
     # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
     # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
-    # exact. bench/synonyms_scale.py: 1M uniform random unit vectors (dim 384) in 4.4 min, 0.996 of the
-    # neighbours at or above the threshold found. More cells per entity: higher recall, cost grows linearly.
+    # exact; beyond, it finds nearly every neighbour at or above the threshold (bench/synonyms_scale.py). More
+    # cells per entity: higher recall, cost grows linearly.
     cells_per_entity: int = 10
     cell_size: int = 1250
 
@@ -145,16 +145,16 @@ class QuerySettings:
     relation_tokens: int = 8000
     context_tokens: int = 30000
     lexical_fusion: bool = True      # BM25 joins dense scores in naive, mix and ppr
-    lexical_weight: float = 0.15     # MuSiQue: 0.1-0.3 best for ppr and naive, 0.5 hurts naive (bench/musique.py)
+    lexical_weight: float = 0.15     # chosen on a multi-hop dev set; much more hurts naive (bench/musique.py)
     entity_name_seeds: bool = True   # ppr: entity names found in the query seed their entities
-    lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
+    lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on a dev set
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
     entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
     fact_filter: str = "auto"        # ppr: the LLM keeps the facts that bear on the query (auto: when one is set)
     # ppr's final ranking: the first `fusion_head` ranks are the best of a reciprocal-rank fusion (1 / (fusion_k +
     # rank)) of the walk (its share: walk_weight, or rules_walk_weight on a rules-extractor graph) with the passage
-    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on 2Wiki-100 (rules),
-    # checked on MuSiQue-100 (rules, OpenIE): bench/retrieval.py. walk_weight = 1 is the walk alone.
+    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on the dev sets
+    # (bench/retrieval.py). walk_weight = 1 is the walk alone.
     walk_weight: float = 0.9
     rules_walk_weight: float = 0.55
     fusion_head: int = 2
@@ -165,8 +165,8 @@ class QuerySettings:
     # (the seeds are then co-occurrence facts only); 1 = rules_walk_weight as for a named one
     rules_unnamed_walk_weight: float = 0.0
     # ppr: a fact seeds with its score x (score / the best fact's score) ** this: facts far below the best
-    # match count less (0 = the raw score). Chosen on the builtin dev sets and MuSiQue OpenIE with MiniLM
-    # together (bench/retrieval.py; README, Retrieval quality)
+    # match count less (0 = the raw score). Chosen on the dev sets, builtin and MiniLM embedders together
+    # (bench/retrieval.py)
     fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
 
@@ -192,7 +192,7 @@ class Settings:
 
 
 # Allowed range of every numeric setting, both ends inclusive (None: open). Checked after all layers are applied,
-# before any command writes anything: out-of-range values used to crash late (hnswlib m = 0 segfaults), silently
+# before any command writes anything: an out-of-range value would crash late (hnswlib m = 0 segfaults), silently
 # disable a limit (NaN) or exhaust memory after rewriting vectors/ (a top_k of 1e8).
 _BIG = 1 << 31
 RANGES: dict[str, tuple[float | None, float | None]] = {

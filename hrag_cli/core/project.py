@@ -370,7 +370,7 @@ class ProjectDir:
             store.write_json(self.manifest_path, data)
 
     def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[artifacts.Problem]:
-        """Every recorded artifact of `stages` against the disk: size and quick hash (reads ~200 KiB a file),
+        """Every recorded artifact of `stages` against the disk: size and quick hash (a few samples a file),
         or the whole-file hash with `full`. A file two stages wrote is checked against the later record."""
         records = self.manifest()["stages"]
         recorded: dict[str, dict] = {}
@@ -402,8 +402,8 @@ class ProjectDir:
     def forget_stage(self, name: str) -> None:
         """The stage is missing (it must run), but the hashes its record took of its files are kept aside: its
         next record reuses those of files unchanged since (same size, mtime and quick hash), as a stale record's
-        are, instead of reading every file whole again (resolve forgets synonyms, whose 1.3 GB of vector files
-        a +1 % run at 100k mostly leaves alone)."""
+        are, instead of reading every file whole again (resolve forgets synonyms, whose large vector files a
+        small run mostly leaves alone)."""
         data = self.manifest()
         rec = data["stages"].pop(name, None)
         if rec is not None:

@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 def to_dict(obj: Any) -> dict:
     """What dataclasses.asdict gives, without its deepcopy of every leaf value: records hold only strings,
-    numbers, lists, dicts and records, and asdict was a tenth of a MuSiQue build."""
+    numbers, lists, dicts and records, and asdict's copies are a noticeable part of a build."""
     return {f: _plain(getattr(obj, f)) for f in _field_order(type(obj))}
 
 

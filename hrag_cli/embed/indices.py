@@ -36,8 +36,8 @@ def _encode_in_worker(emb: Embedder, texts: list[str]) -> tuple[np.ndarray | Spa
 
 def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, reporter: Reporter,
                  min_parallel: int = _PARALLEL_MIN) -> Iterator[np.ndarray | SparseRows]:
-    """The embedded batches, in order. The builtin embedder (no cache, pure Python and numpy, 60 % of the stage
-    at 10k passages) runs in one forked worker per core (forkpool.py), each handing back sparse rows (a few % of
+    """The embedded batches, in order. The builtin embedder (no cache, pure Python and numpy, most of the
+    stage) runs in one forked worker per core (forkpool.py), each handing back sparse rows (a small share of
     the dense bytes); a cached or remote embedder, a single core, or a job under `min_parallel` texts stays in
     this process. At most two batches per worker are in flight, so memory stays bounded whatever the total."""
     if emb.cache is not None or forkpool.workers() < 2 or total < min_parallel:

@@ -23,7 +23,7 @@ from hrag_cli.storage.vectors.index import VectorIndex
 class Names:
     """Entity id -> name. The full pass fills it as it reads entities.jsonl; an incremental run holds only the
     names of the entities resolve changed and reads the file whole the first time another is asked for (a
-    review, reviewed decisions, relation texts: not a plain +1 % run)."""
+    review, reviewed decisions, relation texts: not a plain small run)."""
 
     def __init__(self, path: Path) -> None:
         self._path, self._d, self._full = path, {}, False
@@ -110,9 +110,9 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 def _line_ids(path: Path) -> tuple[np.ndarray, Callable[[int], bytes]] | None:
     """The id of every line of a plain record file whose lines all start with an id of one width
-    ({"id":"<id>",...: facts.jsonl), found with numpy instead of parsing 1.9M lines, and line i's bytes. A file
-    with a patch (line_patch.LinePatch): the logical file's, the patch lines' ids spliced in at their rows. None when a
-    line does not look so (the caller reads the file instead)."""
+    ({"id":"<id>",...: facts.jsonl), found with numpy instead of parsing every line, and line i's bytes. A file
+    with a patch (line_patch.LinePatch): the logical file's, the patch lines' ids spliced in at their rows. None
+    when a line does not look so (the caller reads the file instead)."""
     try:
         patch = line_patch.read_patch(path)
     except line_patch.PatchError:
@@ -194,7 +194,7 @@ def _file_order_plan(idx: VectorIndex, changed: list[str], file_ids: np.ndarray)
 
 def _old_rows(idx: VectorIndex, keys: np.ndarray) -> np.ndarray:
     """Per key (fixed-width bytes), its row in the index, -1 when it has none (searched through the index's id
-    order: no sorted copy of 1.9M ids made)."""
+    order: no sorted copy of every id made)."""
     return rows_in(idx.id_array(), keys, idx.id_order())
 
 
@@ -213,7 +213,7 @@ def chunk_plan(idx: VectorIndex, chunk_ids: list[str]) -> Plan | None:
 
 class Chunks:
     """Chunk id -> text (the first row of each id, in file order) and the row count, read from chunks.jsonl
-    the first time they are asked for: a +1 % run whose chunk index ends at a known `chunk_mark` never asks."""
+    the first time they are asked for: a small run whose chunk index ends at a known `chunk_mark` never asks."""
 
     def __init__(self, project: ProjectDir) -> None:
         self._path, self._texts, self._rows = project.chunks_path, None, 0

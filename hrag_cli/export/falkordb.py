@@ -197,7 +197,7 @@ def load_falkordb(project: ProjectDir, graph: ExportGraph, url: str, name: str, 
                     res = g.query(f"CYPHER rows=[{', '.join(batch)}] {query}")
                     stats["edges"] += int(res.relationships_created)
                     task.advance(len(batch))
-        # vector indexes after the load: one bulk build is about a third faster than inserting node by node;
+        # vector indexes after the load: one bulk build is faster than inserting node by node;
         # wait until they are operational so the database answers vector queries when this returns
         vs = vector_settings or VectorSettings()
         for label, dim in dims.items():

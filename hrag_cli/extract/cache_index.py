@@ -1,6 +1,6 @@
 """An index of cache/extractions.jsonl (cache/extractions.index.jsonl), so a run does not parse every record
-ever made to learn which chunks have one: at 100k passages the cache is ~460 MB of JSON, parsed whole by the
-extract stage and again by resolve on every run, even one that adds 1 % of documents.
+ever made to learn which chunks have one: on a large corpus the cache is hundreds of MB of JSON, which would be
+parsed whole by the extract stage and again by resolve on every run, even one that adds a few documents.
 
 One line per record of the cache, in cache order: where it is, what the extract stage counts of it, and the
 CRC-32 of the cache from its first byte up to the record's end. The index is derived data: a run reads it,
@@ -111,7 +111,7 @@ def _read_index(path: Path) -> list[list] | None:
     try:
         info = orjson.loads(head)
         lines = body[:body.rfind(b"\n") + 1]
-        found = orjson.loads(b"[" + lines.replace(b"\n", b",")[:-1] + b"]") if lines else []   # one parse, not 100k
+        found = orjson.loads(b"[" + lines.replace(b"\n", b",")[:-1] + b"]") if lines else []   # one parse
     except orjson.JSONDecodeError:
         return None
     if not isinstance(info, dict) or info.get("index_version") != INDEX_VERSION:

@@ -1,7 +1,7 @@
 """Import a HippoRAG `openie_results_ner_*.json` as extraction records, calling no LLM.
 
-Why: existing HippoRAG users keep the (paid-for) extractions they already have, and the MuSiQue benchmark
-can be measured on the HippoRAG authors' own GPT-3.5 output. The file is
+Why: existing HippoRAG users keep the (paid-for) extractions they already have, and a benchmark can run on the
+HippoRAG authors' own extractions of its corpus (bench/musique.py). The file is
 `{"docs": [{"passage" (title + "\n" + text), "title", "text", "extracted_entities": [...],
 "extracted_triples": [[s, p, o], ...]}]}`.
 

@@ -232,7 +232,7 @@ def _keyword_like(s: str) -> bool:
 
 
 def _normalise(text: str) -> tuple[str, bool]:
-    for odd, plain in _LOOKALIKES.items():   # str.replace per character present: translate() is 10x slower
+    for odd, plain in _LOOKALIKES.items():   # str.replace per character present: translate() is much slower
         if odd in text:
             text = text.replace(odd, plain)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -488,7 +488,7 @@ def fold(s: str) -> str:
 
 def mentions(text_folded: str, name: str) -> bool:
     """`name` occurs in the folded text as whole words (no word character, as regex \\w, on either side). A
-    scan with str.find, not a regex per name: compiling one for each of thousands of names cost 1 ms a name."""
+    scan with str.find, not a regex per name: compiling one for each of thousands of names is slow."""
     n = fold(name)
     if not n:
         return False

@@ -135,7 +135,7 @@ def iter_current_records(project: ProjectDir, extractor: str, current: CurrentRe
                          ) -> Iterator[tuple[Chunk, ExtractionRecord]]:
     """Every current chunk with the latest usable record of `extractor` (or those of `current`), in chunk_id
     order; chunks without one are skipped. Records are read back one by one at their offsets, so memory does
-    not grow with the extraction cache (at 100k chunks, gigabytes as objects)."""
+    not grow with the extraction cache (on a large corpus, gigabytes as objects)."""
     current = current or current_records(project, extractor)
     for cid, rec in zip(current.ids, store.read_jsonl_at(project.extractions_path, current.offsets)):
         yield current.chunks[cid], ExtractionRecord.from_json(rec)
@@ -438,7 +438,7 @@ def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
 def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter: Reporter,
                counts: dict) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
-    one core would do a 100k-chunk folder alone); records are appended in `todo` order, as one process would."""
+    one core would do a large folder alone); records are appended in `todo` order, as one process would."""
     if not todo:
         return
     spans = ranges(len(todo), RULES_BATCH)
@@ -653,10 +653,9 @@ def _cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
         return None
 
 
-# Completion tokens per chunk token. Real answers of local models (Qwen2.5 0.5B/1.5B, SmolLM2; one
-# gleaning round) came to 2.6x the old estimate of 0.6 + 0.3 = 0.9, i.e. about 2.3 per chunk token in all: a
-# description per entity and per relation makes an answer longer than its passage. Split 1.5 / 0.8 between
-# the first answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
+# Completion tokens per chunk token, from real answers of small local models with one gleaning round: a
+# description per entity and per relation makes an answer longer than its passage. Split between the first
+# answer and the gleaning round; each is capped by the request's max_tokens (answer_budget).
 COMPLETION_RATIO = 1.5
 GLEAN_COMPLETION_RATIO = 0.8
 MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)

@@ -22,9 +22,9 @@ PRIOR_FILE = "chunk_prior.npz"
 
 def walk_scale(rules_graph: bool, synonym_weight: float) -> dict[str, float] | None:
     """The walk's edge weight factors: on a rules-extractor graph SYNONYM edges x `synonym_weight` (None: the
-    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
-    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
-    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
+    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which in
+    a corpus where many people and works share a name's words lead the walk to the wrong namesake
+    (bench/retrieval.py compares the settings)."""
     return {"SYNONYM": synonym_weight} if rules_graph and synonym_weight != 1.0 else None
 
 
@@ -52,7 +52,7 @@ def prior_key(damping: float, scale: Scale) -> tuple:
 def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.ndarray:
     """`walk_mass` of a reset of 1 on every chunk: what a passage weight shared by every chunk adds to the
     walk. It depends on the graph and settings alone: the synonyms stage saves it (`save_chunk_prior`), and
-    a query whose settings differ walks it once per process (1.1 s CPU at 100,000 passages)."""
+    a query whose settings differ walks it once per process."""
     key = prior_key(damping, scale)
     if key not in graph.memo:
         chunks = (graph.vkind == VERTEX_KINDS.index(CHUNK)).astype(np.float64)
@@ -66,7 +66,7 @@ def _prior_path(project: ProjectDir) -> Path:
 
 
 def _walk_digest(project: ProjectDir) -> str:
-    """Which walk.npz a saved prior was walked on (a sampled hash: reads ~200 KiB)."""
+    """Which walk.npz a saved prior was walked on (a sampled hash: reads a few samples, not the file)."""
     return quick_sum(project.walk_path, project.walk_path.stat().st_size)
 
 

@@ -9,7 +9,7 @@ Edges: kind ∈ {PART_OF, NEXT_CHUNK, RELATION, MENTIONED_IN, SYNONYM}, all with
 The graph is built in bulk (Graph(n, edges) then whole attribute lists), which is what lets a million
 mentions resolve in seconds. The pickle holds structure only: chunk text, descriptions, source ids, predicates
 and keywords stay in the JSONL records beside it (export joins them in by key), since a copy of every
-description in the pickle was a third of a rules project's graph folder and no walk reads them.
+description in the pickle would be a large part of the graph folder and no walk reads them.
 """
 
 from __future__ import annotations
@@ -247,16 +247,16 @@ def _graph_bytes(project: ProjectDir) -> bytes:
 
 def load_graph(project: ProjectDir) -> tuple[Any, dict[str, int]]:
     """THE loader every later stage uses: the graph and its key -> vertex index map. Reads the compressed
-    pickle and the plain one earlier versions wrote (a pickle starts with 0x80, a zlib stream never does)."""
+    pickle and a plain one (a pickle starts with 0x80, a zlib stream never does)."""
     graph = _unpickle(project, _graph_bytes(project))
     return graph, key_index(graph)
 
 
 def load_columns(project: ProjectDir) -> GraphColumns:
-    """The saved graph as columns, without making the igraph graph (a pickle of earlier versions: made, then
-    taken apart)."""
+    """The saved graph as columns, without making the igraph graph (igraph's own pickle: made, then taken
+    apart)."""
     data = _graph_bytes(project)
-    if data[:1] != b"\x80":        # zlib: igraph's own pickle, as earlier versions wrote it
+    if data[:1] != b"\x80":        # zlib: igraph's own pickle
         return GraphColumns.of_igraph(_unpickle(project, data))
     try:
         return graph_pickle.loads(data)
@@ -280,7 +280,7 @@ def edge_counts(graph: Any) -> dict[str, int]:
 def _pair_columns(pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> tuple[list, list, list]:
     """The names a, b and the similarities of `pairs`; records as read from synonyms.jsonl (dicts) by C loops."""
     rows = pairs if isinstance(pairs, list) else list(pairs)
-    if set(map(type, rows)) <= {dict}:      # (a C loop: a generator per record took 0.2 s at 150,000)
+    if set(map(type, rows)) <= {dict}:      # (a C loop: no generator per record)
         return [list(map(itemgetter(k), rows)) for k in ("a", "b", "similarity")]   # type: ignore[return-value]
     rows = [(p.a, p.b, p.similarity) if isinstance(p, Synonym) else (p["a"], p["b"], p["similarity"])
             if isinstance(p, dict) else tuple(p) for p in rows]
@@ -296,7 +296,7 @@ def column_keys(key: Column, n: int) -> list[str]:
 def _key_finder(keys: list[str], kinds: np.ndarray) -> Callable[[list[str]], np.ndarray]:
     """names -> their vertices (-1: no such key), `kinds` the vertices' VERTEX_KINDS codes. The entities (the
     last vertices, in key order when a build made the graph) are found by bisection, which hashes no key (a
-    dict of a 100,000-passage graph's 700,000 keys took 0.3 s); other names by a dict of the other keys."""
+    dict of every key of a large graph is slow to make); other names by a dict of the other keys."""
     others = np.flatnonzero(kinds != VERTEX_KINDS.index(ENTITY))
     ent0 = int(others[-1]) + 1 if len(others) else 0
     ents = keys[ent0:]
@@ -372,7 +372,7 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
 
 def intact(project: ProjectDir, rel: str) -> bool:
     """`rel` (graph/graph.pkl, graph/walk.npz) of the current generation is the file the last commit recorded,
-    by its full hash (CRC-32 of the whole file up to artifacts.FULL_HASH_MAX, 0.03 s for 65 MB; a dense sample
+    by its full hash (CRC-32 of the whole file up to artifacts.FULL_HASH_MAX, cheap beside the stage; a dense sample
     above): a stage that makes the new file from the saved one copies most of it, and damage must not pass into
     the new file (which the commit then vouches for)."""
     try:

@@ -5,9 +5,9 @@ the entities/relations/facts that led to them. Lexical fusion (BM25 joining the 
 naive, mix and ppr when `query.lexical_fusion` is on and the project has a BM25 index.
 
 ppr beyond HippoRAG 2: entities whose name appears in the query as a proper name also seed the walk
-(`entity_name_seeds`, weight `entity_seed_weight` / chunks naming the entity). On MuSiQue-100 with
-all-MiniLM-L6-v2 this took ppr from R@2/R@5 44/67 (HippoRAG 2's own code: 43.8/67.3) to 52/73; BM25 fusion
-changes ppr by less than a point and naive by about one (weight 0.1-0.2; 0.5 costs 3-4 points of naive R@5).
+(`entity_name_seeds`, weight `entity_seed_weight` / chunks naming the entity): a multi-hop question names the
+entities it is about, which a fact search may miss. BM25 fusion helps naive more than ppr, and only at a small
+weight (docs/benchmarks.md has the figures).
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def fuse_lexical(dense: np.ndarray, lexical: np.ndarray | None, s: QuerySettings
     """One score per chunk in [0, 1] from the dense and (optionally) BM25 scores.
 
     minmax: (1 - w) * minmax(dense) + w * minmax(bm25).  rrf: (1 - w) / (rrf_k + dense rank) + w / (rrf_k +
-    BM25 rank), the BM25 term only where BM25 matched at all, rescaled to [0, 1]. The defaults were chosen on
-    MuSiQue (bench/musique.py)."""
+    BM25 rank), the BM25 term only where BM25 matched at all, rescaled to [0, 1]. The defaults were chosen on a
+    multi-hop dev set (bench/musique.py)."""
     d = minmax(dense)
     if lexical is None or lexical.size == 0 or not s.lexical_fusion or s.lexical_weight <= 0:
         return d
@@ -191,7 +191,7 @@ def _query_words(query: str) -> list[str]:
 def _looks_like_a_name(words: list[str], start: int) -> bool:
     """A run of query words that reads as a proper name: some word (not the question's first) starts with a
     capital or a digit. OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those
-    from every question that uses the word only adds noise (measured on MuSiQue)."""
+    from every question that uses the word only adds noise."""
     return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or len(words) == 1)
                for i, w in enumerate(words))
 
@@ -259,12 +259,12 @@ def _fused(ranks: list[np.ndarray], lexical_hit: np.ndarray | None, w: float, lw
 
 def _fused_head(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, lw: float,
                 k: float, head: int, reach: int = 32, window: int = 1024) -> np.ndarray:
-    """The first `head` chunks of the rank fusion (`_fused`; ties to the lower index) without ranking every
-    chunk (three stable sorts of 100,000 scores took 25 ms a query). A chunk outside the best `reach` of every
-    list scores at most the fusion of rank reach + 1 everywhere; a candidate ranked below the best `window` of
-    a list at most as if it were next after them. When the head's last score beats both, the candidates
-    ranked within the windows hold the head, with the very scores ranking every chunk gives; otherwise the
-    candidates' ranks are counted exactly."""
+    """The first `head` chunks of the rank fusion (`_fused`; ties to the lower index) without ranking every chunk
+    (three stable sorts of every chunk's scores would be much of a query). A chunk outside the best `reach` of every
+    list scores at most the fusion of rank reach + 1 everywhere; a candidate ranked below the best `window` of a
+    list at most as if it were next after them. When the head's last score beats both, the candidates ranked within
+    the windows hold the head, with the very scores ranking every chunk gives; otherwise the candidates' ranks are
+    counted exactly."""
     lists = [walk, passage] + ([lexical] if lexical is not None else [])
     reach = max(reach, head)
     orders = [top_order(x, min(window, len(x))) for x in lists]
@@ -312,9 +312,8 @@ def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_sco
 def fact_seed_weights(scores: list[float], sharpness: float) -> list[float]:
     """Each fact's seed weight: its score x (score / the best score) ** `sharpness` (negative scores: 0). The
     best match keeps its weight and weaker ones fall off faster than their cosine says: the top facts' cosines
-    sit close together (builtin: 0.80, 0.67, 0.54 ...), so raw scores seed a loosely matching fact almost as
-    strongly as the fact the question is about. 2 lifted the walk's R@2 on the three builtin dev sets and on
-    MuSiQue OpenIE with MiniLM (bench/retrieval.py; README, Retrieval quality)."""
+    sit close together, so raw scores seed a loosely matching fact almost as strongly as the fact the question
+    is about. The default was chosen on the dev sets with both embedders (bench/retrieval.py)."""
     best = max(scores, default=0.0)
     if sharpness <= 0 or best <= 0:
         return [max(sc, 0.0) for sc in scores]
@@ -473,8 +472,8 @@ def pick_by_vector(ix: QueryIndex, passage: np.ndarray, boost: float = 0.0, by_m
 def chunk_pick_boost(settings: Settings) -> float:
     """The vector pick's graph boost for this project's embedder: `builtin_chunk_pick_boost` for the builtin
     one, `chunk_pick_boost` for a model. The graph's evidence is worth more beside a weak similarity: with the
-    builtin embedder a boost of 1 lifted hybrid over naive on MuSiQue-100, while beside all-MiniLM-L6-v2's
-    better ranking it pushed hybrid under naive at R@2 (bench/retrieval.py)."""
+    builtin embedder a large boost lifts hybrid over naive, while beside a sentence model's better ranking it
+    pushes hybrid under naive (bench/retrieval.py)."""
     builtin = (settings.embed.model or "builtin").strip() == "builtin"
     return settings.query.builtin_chunk_pick_boost if builtin else settings.query.chunk_pick_boost
 
@@ -584,8 +583,8 @@ def retrieve(ix: QueryIndex, query: str, settings: Settings, *, mode: str | None
     # gather more than top_k so the budgets cut in rank order, never below what top_k asked for
     pool = max(limit * 4, 20)
     # the budgets keep the first top_k chunks at most: a mode that ranks chunks itself reads those records alone
-    # (a chunk record is a gzip member read; 20 of them were a tenth of a 100,000-passage ppr query), unless a
-    # reranker reorders the pool
+    # (a chunk record is a gzip member read, a noticeable part of a ppr query each), unless a reranker reorders
+    # the pool
     reads = pool if reranker is not None else limit
     if mode == "ppr":
         retrieve_ppr(ix, query, s, r, reads, fact_filter=fact_filter)

@@ -1,16 +1,16 @@
 """The graph after an incremental resolve, from the saved one and what changed (docs/design.md, "The graph").
 
 Why: a resolve that only adds documents changes a few percent of the entities and relations, but building the
-graph from every entity and relation record took 14 s at 100,000 passages. Here the saved graph's columns are
+graph from every entity and relation record costs a pass over all of them. Here the saved graph's columns are
 kept and only the new or changed items are put in, where a build from scratch would have them, so the result
 is the graph `graph_columns` would build from all the items (the same columns, so graph.pkl has the same bytes).
 
 What it takes (resolve's patch path; additions only, no record goes away): the documents and chunks added since
-the saved graph was made (`ingest.added_since`: the graph holds the old ones, so a +1 % run reads no other line
+the saved graph was made (`chunk.stage.added_since`: the graph holds the old ones, so a small run reads no other line
 of docs.jsonl and chunks.jsonl), or every one, the entities and relations added or made again, in id order, and
 the mentions of the new chunks. Anything that does not fit the saved graph raises OutOfStep, and the caller
 builds the graph from every item instead. walk.npz is spliced the same way from the saved one (`spliced_walk`:
-the same arrays `graph.walk_arrays` makes, at array speed, where sorting every entry again took seconds).
+the same arrays `graph.walk_arrays` makes, at array speed, where sorting every entry again would be slow).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _entity_rows(old: GraphColumns, ent0: int, keys: list, entities: list[GraphE
 def _spliced_json(raw: bytes, count: int, put: list[tuple[int, str]], at: np.ndarray, new: list[str]) -> bytes | None:
     """orjson.dumps([None, *ids]) for the ids of `raw` (that JSON of `count` ids) with id p := s for each (p, s)
     in `put` and new[j] put before id at[j] (`at` non-decreasing), made by cutting and joining `raw`'s bytes:
-    a 100,000-passage graph's 1.9M relation ids were parsed, spliced as a list and dumped again, 0.4 s. None
+    no id is parsed, spliced as a list and dumped again (millions of relation ids in a large graph). None
     unless every id in `raw` is a JSON string without escapes (then each `"` opens or closes one)."""
     if not raw.startswith(b"[null") or b"\\" in raw:
         return None

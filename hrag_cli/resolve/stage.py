@@ -320,7 +320,7 @@ def _name_type(acc: Any) -> tuple[str, str] | None:
 def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:
     """Put new chunks' mentions where a merge in chunk_id order would have them (each chunk's run stays whole
     and in its own order). `new` is in chunk_id order; the list is made again in one pass (inserting run by
-    run moved the whole tail each time: a second per thousand chunks at 1.5M mentions)."""
+    run would move the whole tail each time)."""
     runs: dict[str, list[tuple[str, str, int]]] = {}
     for m in new:
         runs.setdefault(m[0], []).append(m)
@@ -534,7 +534,7 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
     """A record file's part of resolve's output digest: its bytes, or, when it has a patch, the patch's bytes
     alone (the patch holds every line its base does not, and names its base's content by the resolve output
     digest that last hashed it whole, and checks it is that file by its size and the CRC-32 of its last 4 KiB),
-    so a +1 % hashes megabytes, not the ~1 GB of bases."""
+    so a small run hashes its patches, not the bases."""
     patch = line_patch.patch_path(path)
     if patch.exists():
         h.update(b"patched:")
@@ -546,7 +546,7 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
 def write_outputs(project: ProjectDir, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
-    and `resolved` is emptied before the graph is pickled (at 100k chunks each copy is gigabytes).
+    and `resolved` is emptied before the graph is pickled (on a large corpus each copy is gigabytes).
     The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale.
     Which record files are compressed: resolve_patch.COMPRESSED."""
     compressed = resolve_patch.COMPRESSED
@@ -564,7 +564,7 @@ def write_outputs(project: ProjectDir, resolved: Resolved, docs: list[Document],
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Resolve allocates millions of small acyclic objects; the cyclic GC would rescan them again and again
-    (measured: about 2.5x slower loading and merging at 1M mentions). Paused, then restored."""
+    (loading and merging several times slower). Paused, then restored."""
     was = gc.isenabled()
     gc.disable()
     try:

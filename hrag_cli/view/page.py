@@ -115,14 +115,21 @@ def _component_boxes(g: Any) -> list[tuple[list[int], list[tuple[float, float]],
             coords = [(0.0, 0.0)]
         else:
             sub = g.induced_subgraph(members)
-            raw = sub.layout_fruchterman_reingold(niter=500, seed=_circle(len(members))).coords
+            raw = sub.layout_fruchterman_reingold(niter=_iterations(len(members)), seed=_circle(len(members))).coords
             xs, ys = [c[0] for c in raw], [c[1] for c in raw]
-            span = max(max(xs) - min(xs), max(ys) - min(ys)) or 1.0
-            coords = [((x - min(xs)) * side / span, (y - min(ys)) * side / span) for x, y in raw]
+            x0, y0 = min(xs), min(ys)
+            scale = side / (max(max(xs) - x0, max(ys) - y0) or 1.0)
+            coords = [((x - x0) * scale, (y - y0) * scale) for x, y in raw]
         w = max(c[0] for c in coords) + GAP
         h = max(c[1] for c in coords) + GAP
         boxes.append((members, coords, w, h))
     return boxes
+
+
+def _iterations(n: int) -> int:
+    """igraph's 500 up to 2,000 nodes, fewer above (down to 100), so drawing tens of thousands of nodes stays
+    within a minute: the time is nodes x iterations."""
+    return max(100, min(500, 1_000_000 // n))
 
 
 def _circle(n: int) -> list[list[float]]:
