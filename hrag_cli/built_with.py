@@ -16,9 +16,12 @@ EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     """What a project remembers of a run's settings (ProjectDir.remember): never an API key."""
+    from hrag_cli.extract.llm_extractor import answer_format
     from hrag_cli.extract.stage import extractor_kind
 
-    return {"extract.extractor": "auto" if openie else extractor_kind(settings),
+    kind = "auto" if openie else extractor_kind(settings)
+    fmt = {"extract.format": answer_format(settings.extract, settings.llm)} if kind == "llm" else {}
+    return {"extract.extractor": kind, **fmt,
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
             **({"extract.schema": settings.extract.schema} if settings.extract.schema else {}),
             **embedded_with(settings)}
@@ -35,7 +38,8 @@ def describe_built_with(values: dict) -> str:
     if kind != "llm":
         return {"auto": "imported extractions (--import-openie)"}.get(kind, f"the {kind} extractor") + schema
     where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
-    return f"the LLM {values.get('llm.model', '')}{where}{schema}"
+    answers = " (JSON answers)" if values.get("extract.format") == "json" else ""
+    return f"the LLM {values.get('llm.model', '')}{where}{answers}{schema}"
 
 
 def describe_embedder(values: dict) -> str:

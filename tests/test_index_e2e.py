@@ -31,7 +31,7 @@ from hrag_cli.core import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractionRecord
-from tests.stub_server import StubReply
+from tests.stub_server import StubReply, wants_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = str(ROOT / ".venv" / "bin" / "hrag")
@@ -55,15 +55,22 @@ def is_gleaning(body: dict) -> bool:
     return body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2
 
 
-def fake_extraction(body: dict) -> str:
-    """Capitalised words of the passage become entities; each is related to the next one."""
+def fake_extraction(body: dict) -> str | dict:
+    """Capitalised words of the passage become entities; each is related to the next one (a JSON object when
+    the request asks for a schema)."""
     if is_gleaning(body):
-        return "<|COMPLETE|>"
+        return {"entities": [], "relations": []} if wants_schema(body) is not None else "<|COMPLETE|>"
     words = []
     for w in re.findall(r"\b[A-Z][a-z]{3,}\b", passage_of(body)):
         if w not in words:
             words.append(w)
     words = words[:12]
+    if wants_schema(body) is not None:
+        return {"entities": [{"name": w, "type": "concept", "description": f"{w} is mentioned in the passage."}
+                             for w in words],
+                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
+                               "description": f"{a} and {b} appear together.", "strength": 5}
+                              for a, b in zip(words, words[1:])]}
     rows = [f"entity{D}{w}{D}concept{D}{w} is mentioned in the passage." for w in words]
     rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
              for a, b in zip(words, words[1:])]

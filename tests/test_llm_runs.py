@@ -82,7 +82,7 @@ def test_refused_connection_on_this_machine_fails_at_once_and_status_says_what_w
             assert obj["failure"]["fix"].startswith("start the server")
             assert obj["extract"]["pending"] == 3 and obj["extract"]["retries"] == 0
             status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
-            assert status["built_with"] == f"the LLM {model} at {url}"
+            assert status["built_with"].startswith(f"the LLM {model} at {url}")
             assert status["extraction"]["chunks"] == 3 and status["extraction"]["extracted"] == 0
             assert status["extraction"]["pending"] == 3
 
@@ -388,7 +388,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     assert first.returncode == 0, first.stderr
     llm_extractor = summary(first)["extract"]["extractor"]
     manifest = json.loads((proj / "manifest.json").read_text())
-    assert manifest["built_with"] == {"extract.extractor": "llm", "llm.model": "openai/stub-model",
+    assert manifest["built_with"] == {"extract.extractor": "llm", "extract.format": "json", "llm.model": "openai/stub-model",
                                       "llm.api_base": stub.url, "embed.model": "builtin", "embed.api_base": "",
                                       "embed.precision": "bf16"}
     assert "key" not in json.dumps(manifest).lower()
@@ -399,7 +399,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     status = run(["status", "-p", str(proj), "--json"], inprocess=True)
     info = json.loads(status.stdout)
     assert info["stages"]["extract"]["state"] == "fresh"
-    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url}"
+    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url} (JSON answers)"
 
     switched = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
                    inprocess=True)

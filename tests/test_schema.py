@@ -216,6 +216,8 @@ def test_grounding_tolerates_case_inflection_and_word_order() -> None:
 def test_schema_prompt_relation_types_and_strict_counts(stub, corpus) -> None:
     docs, schema, proj = corpus
     stub.set_chat(answer)
+    proj.mkdir()
+    (proj / "hrag.toml").write_text('[extract]\nformat = "delimited"\n')   # the line format's schema prompt
     proc = index(proj, stub, "--schema", str(schema), docs=docs)
     assert proc.returncode == 0, proc.stderr
     (_, body), = stub.requests

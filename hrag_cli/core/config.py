@@ -65,6 +65,10 @@ class ExtractSettings:
     # names of an LLM extraction that cannot be found in their chunk: off, flag (counted) or drop (with the
     # relations that depend on them); the rules extractor and imported OpenIE are never checked
     grounding: str = "drop"
+    # how answers are asked for: json (a JSON object the server must follow, for providers that take a JSON
+    # schema: OpenAI-compatible servers, Ollama, hosted APIs that litellm knows to), delimited (our line format,
+    # for any model), or auto (json where the provider takes a schema); remembered with the project
+    format: str = "auto"
 
 
 @dataclass
@@ -100,7 +104,7 @@ class VectorSettings:
     exact_below: int = 50_000        # below this many items an index has no HNSW graph: exact float16 matrix search
     # Vectors of the relations themselves (LightRAG's global mode searches them): "on", "off", or "auto" = on
     # only for an LLM extractor, whose relations carry descriptions and keywords of their own. Rules and OpenIE
-    # relations restate their facts, so global mode ranks them through the fact vectors instead (synonyms.py).
+    # relations restate their facts, so global mode ranks them through the fact vectors instead (embed/texts.py).
     relations: str = "auto"
 
 
@@ -339,6 +343,8 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
             settings.llm.api_base = LLMSettings.api_base
         if "extract.extractor" not in explicit:
             settings.extract.extractor = ExtractSettings.extractor   # auto: a model given means "use it"
+        if "extract.format" not in explicit:
+            settings.extract.format = ExtractSettings.format          # another model: what it supports
     if remembered and "embed.model" in explicit and settings.embed.model != remembered.get("embed.model"):
         for key in ("api_base", "precision"):      # another embedder starts from its own defaults
             if f"embed.{key}" not in explicit:

@@ -357,6 +357,20 @@ def is_local(settings: LLMSettings) -> bool:
 _DEFAULT_PORTS = {"ollama": 11434, "ollama_chat": 11434}
 
 
+def supports_schema(settings: LLMSettings) -> bool:
+    """Whether this provider can be made to answer within a JSON schema: an OpenAI-compatible server
+    (llama.cpp, vLLM, Ollama's /v1, LM Studio take response_format; LLMClient falls back to llama-cpp-python's
+    form), Ollama (its `format`), or a hosted model litellm's model list says supports a response schema."""
+    if uses_http(settings.model, settings.api_base):
+        return True
+    if settings.model.split("/", 1)[0] in ("ollama", "ollama_chat"):
+        return True
+    try:
+        return bool(import_litellm().supports_response_schema(model=settings.model))
+    except Exception:
+        return False
+
+
 def probe_local(settings: LLMSettings) -> None:
     """Raise ConnectionRefusedError when nothing listens at a server on this machine (one TCP connect, no
     request): the retry policy then stops at once."""
@@ -561,9 +575,10 @@ class LLMClient:
         return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
     def _refused_shape(self, exc: BaseException) -> bool:
-        """A 400/422 about response_format's json_schema shape: try the other shape once."""
+        """An error status about response_format's json_schema shape (llama-cpp-python's server answers 500 to
+        a request it cannot validate): try the other shape once."""
         text = f"{getattr(exc, 'message', '')} {exc}"
-        if self._shape != "json_schema" or _status(exc) not in (400, 422):
+        if self._shape != "json_schema" or _status(exc) not in (400, 422, 500):
             return False
         if "response_format" in text or "json_schema" in text:
             self._shape = "json_object"

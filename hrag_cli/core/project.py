@@ -143,7 +143,7 @@ class ProjectDir:
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
         self.walk_path = self.graph_dir / "walk.npz"            # the graph as a query walks it (walk.py)
-        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve_state.py)
+        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve/state.py)
         self.changed_ids_path = self.graph_dir / "changed_ids.json"      # what a patching resolve changed
         self.vectors_dir = gen / "vectors"
 
@@ -246,7 +246,7 @@ class ProjectDir:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "embed.model", "embed.api_base",
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
                   "embed.precision")
 
     def remembered(self) -> dict[str, Any]:

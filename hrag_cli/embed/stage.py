@@ -2,36 +2,37 @@
 
     run_synonyms(project, settings, reporter, review_path=None, accept_path=None) -> StageOutcome
 
-1. Embeds (through the cache) chunks, entities, relations and facts and syncs vectors/<name>.hnsw (vectors.py);
+1. Embeds (through the cache) chunks, entities, relations and facts and syncs the vector indices (embed/indices.py
+   over storage/vectors, incremental plans in embed/plans.py);
    for the builtin embedder it first refreshes the frozen IDF table when the corpus moved (embed.refresh_idf).
    After a resolve that patched its records, graph/changed_ids.json lists the records it added or made again;
    when it starts from the resolve output the indices were last synced with (their id map's "synced"), only
    those records are read (at their lines), embedded and spliced in (VectorIndex.insert), and the chunk index
-   takes the chunks it lacks: when its "synced" names the `ingest.chunk_mark` it holds and chunks were only
+   takes the chunks it lacks: when its "synced" names the `chunk.stage.chunk_mark` it holds and chunks were only
    appended since, just those are read (from the file's end); otherwise every record is read and its text hashed.
-2. Updates the BM25 index over chunks (hrag_cli.storage.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
-   ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
+2. Updates the BM25 index over chunks (embed/bm25_sync.py: storage/bm25.BM25Index saved at vectors/bm25): new
+   chunk ids added, gone ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an
+   addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
-   vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same
-   sentence look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both
-   have >= `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours
-   come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
-   entities), with exact cosines. The name vectors are kept as a vector index of their own
-   (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
-   entities. The builtin embedder, the cells, the join and the ranking of its candidates run in one forked
-   worker process per core (forkpool.py) when the work is large. Neighbour lists, the
-   cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
-   hash), and a run that kept the cells writes only the lists and keys that differ from it as
-   vectors/entity_names.knn.patch (`KnnLists.save`): a later run joins only new or changed entities (and
-   entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
-   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
-   and, replacing previous SYNONYM edges, into graph/graph.pkl.
-4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
-   changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
-   the pair, `merge` marks the two entities as the same thing. Decisions persist in
+   vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same sentence
+   look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both have >=
+   `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours come from a
+   self-join over overlapping k-means cells (storage/cells.py; exact up to cells_per_entity * cell_size entities),
+   with exact cosines. The name vectors are kept as a vector index of their own (vectors/entity_names.*, never
+   searched at query time), so a later run embeds only new or renamed entities. The builtin embedder, the cells, the
+   join and the ranking of its candidates run in one forked worker process per core (forkpool.py) when the work is
+   large. Neighbour lists, the cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by
+   (entity id, text hash), and a run that kept the cells writes only the lists and keys that differ from it as
+   vectors/entity_names.knn.patch (embed/knn.py, `KnnLists.save`): a later run joins only new or changed entities
+   (and entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
+   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl and, replacing previous
+   SYNONYM edges, into graph/graph.pkl. Pairs and edges: embed/synonym_edges.py.
+4. Review (embed/review.py): `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity,
+   action) and changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip`
+   drops the pair, `merge` marks the two entities as the same thing. Decisions persist in
    graph/synonym_decisions.jsonl and are re-applied on every later run (after new documents too). A merge is
-   realised as a SYNONYM edge of weight 1.0 (PPR then moves freely between the two); resolve may read the
-   `merge` rows of graph/synonym_decisions.jsonl to fold the entities together.
+   realised as a SYNONYM edge of weight 1.0 (PPR then moves freely between the two); resolve may read the `merge`
+   rows of graph/synonym_decisions.jsonl to fold the entities together.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 
 # What follows a name: "(born 1921" / "( died ..." makes it a person; a lone word followed by a lowercase word
 # ("an American film", "a German politician") is an adjective of nationality when it has a demonym's ending
-# or follows "a"/"an". Without these cues the rules typed about a quarter of their names unknown.
+# or follows "a"/"an". Without these cues the rules would type many of their names unknown.
 _LIFE_RE = re.compile(r"\s*\(\s*(?:born|died|née|nee|b\.|d\.)[\s,]")
 _NEXT_WORD_RE = re.compile(r"\s+([a-z][a-z\-]+)\b")
 _DEMONYM_ENDINGS = ("an", "ish", "ese", "ic", "ch", "i")   # "an" covers "-ian"

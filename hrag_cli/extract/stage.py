@@ -55,6 +55,8 @@ def check_settings(settings: Settings) -> None:
     """Fail fast on extractor settings before any stage writes anything (numeric ranges: config.RANGES)."""
     extractor_kind(settings)
     e = settings.extract
+    if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
+        raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
     if e.max_gleanings < 0:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
@@ -65,7 +67,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.llm_extractor import answer_format
+    from hrag_cli.extract.prompts import JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
@@ -73,6 +76,8 @@ def settings_fingerprint(settings: Settings) -> str:
     # with a schema its types replace entity_types; without one the fingerprint is what it always was
     what = ([t.strip().lower() for t in e.entity_types],) if schema is None else \
         ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
+    if answer_format(e, settings.llm) == "json":   # delimited fingerprints stay what they always were
+        what = (*what, JSON_PROMPT_VERSION)
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
@@ -110,7 +115,7 @@ def current_extractor(project: ProjectDir) -> str | None:
 class CurrentRecords:
     """Where each current chunk's latest usable record of one extractor is in cache/extractions.jsonl. The
     cache is append-only, so an offset names one record for good: resolve compares them to tell which chunks'
-    records changed since it last merged (resolve_state.py)."""
+    records changed since it last merged (resolve/state.py)."""
 
     chunks: dict[str, Any]  # chunk id -> its Chunk, or a records.ChunkRef when no text was read
     ids: list[str]          # chunk ids, ascending
@@ -264,10 +269,10 @@ def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: 
         with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
             try:
                 if reparse:
-                    from hrag_cli.extract.llm_extractor import frame_of
+                    from hrag_cli.extract.llm_extractor import answer_format, frame_of
 
-                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts,
-                                       frame_of(settings.extract))
+                    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts, frame)
                     todo = [ch for ch in todo if ch.chunk_id not in created]
                     counts["cached"] += len(created)
                 if todo:
@@ -501,7 +506,11 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
     from hrag_cli.extract.llm_extractor import extract_chunk
 
-    window = max(1, client.settings.concurrency) * 2
+    from hrag_cli.core.llm import is_local
+
+    # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
+    # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
+    window = max(1, client.settings.concurrency) * (1 if is_local(client.settings) else 2)
     queue = iter(todo)
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
@@ -674,13 +683,13 @@ def estimate(project: ProjectDir, settings: Settings, chunk_outcome: Any) -> dic
     if kind == "rules" or not todo:
         return out
     from hrag_cli.chunk.chunking import count_tokens
-    from hrag_cli.extract.llm_extractor import answer_budget, frame_of, glean_rounds_for
+    from hrag_cli.extract.llm_extractor import answer_budget, answer_format, frame_of, glean_rounds_for
     from hrag_cli.extract.prompts import build_extraction_messages, build_gleaning_message
 
-    frame = frame_of(settings.extract)
-    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)
+    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema, frame.fmt)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
-    glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
+    glean_msg = count_tokens(build_gleaning_message(frame.fmt)["content"]) + MESSAGE_OVERHEAD_TOKENS
     requests = prompt = completion = 0
     for ch in todo:
         cap = answer_budget(ch, settings.extract, settings.llm.max_tokens)

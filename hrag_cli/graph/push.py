@@ -112,7 +112,7 @@ def push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Sca
         kept[active] += (1.0 - damping) * amount
         amount *= damping
         # the next round's vertices are among those that receive mass now: when those are few, only they are
-        # tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex. A
+        # tested (a scan of every vertex each round would be a large part of a walk), else every vertex. A
         # residual only grows within a round, so a target tested right after its block holds its final verdict
         # unless a later block reaches it again (and tests it again).
         sparse = int(ends[-1]) * SPARSE_ROUND < n

@@ -310,7 +310,7 @@ class WalkGraph:
 
     def scratch(self, name: str, size: int, dtype: Any, fill: Any = None) -> np.ndarray:
         """A scratch array kept across a batch's walks (`vectors.scratch`): a walk gathers megabytes a round
-        and keeps a few vertex-length arrays, and fresh arrays cost their page faults (a fifth of the spread)."""
+        and keeps a few vertex-length arrays, and fresh arrays cost their page faults every time."""
         return scratch(self._buffers, name, size, dtype, fill)
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:

@@ -527,7 +527,7 @@ class GraphInputs:
 
 def graph_inputs(project: ProjectDir, mark: dict | None) -> GraphInputs:
     """The saved graph (when `mark` is not None: a run that may update it; {} for a last run that left no mark)
-    and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it), when docs.jsonl and
+    and what was added since `mark` (the `chunk.stage.chunk_mark` of the resolve that made it), when docs.jsonl and
     chunks.jsonl were only appended to since and the graph holds as many documents and chunks as the mark says;
     else every document and chunk, read from their files."""
     old = None

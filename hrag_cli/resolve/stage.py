@@ -3,8 +3,8 @@
 The outputs are a pure function of (current chunks, their extraction records, the summary cache, settings):
 after any add/change/delete they equal a from-scratch build, byte for byte. Chunks are visited in chunk_id
 order, which makes even float weight sums independent of document order. When documents were only added, the
-new chunks' records are merged into the accumulators the last run saved (resolve_state.py) and the record
-files patched for the keys they touched (resolve_patch.py); anything else merges from scratch.
+new chunks' records are merged into the accumulators the last run saved (resolve/state.py) and the record
+files patched for the keys they touched (resolve/patch.py); anything else merges from scratch.
 
 Merge rules (LightRAG semantics; docs/design.md, "Records and resolve"):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
@@ -193,7 +193,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 old[eid] = _name_type(acc)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
-            elif acc.__class__ is tuple:    # a saved key, touched for the first time (resolve_records.live)
+            elif acc.__class__ is tuple:    # a saved key, touched for the first time (merge_records.live)
                 acc = ents[eid] = ent_saved(acc)
             acc.names[sf] = acc.names.get(sf, 0) + 1
             src = acc.sources

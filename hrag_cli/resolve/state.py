@@ -18,16 +18,16 @@ only), and the merge looks each key
 its records name up in one block (resolve_state.Lazy), so the accumulators no new record touches are never
 read or decompressed; a key no block has is new.
 
-A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the
-chunks (and their record offsets) merged since the state file was saved, tied to that file by its header's
-id. The next run merges the delta's records again (one merge: the same result, since records merge in chunk_id
-order), then its own new ones. Once the delta holds more than `base_patch.RESOLVE_STATE` of the state's chunks the state is
-written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
-written with the merged accumulators; so the replay stays a small part of a run.
+A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the chunks
+(and their record offsets) merged since the state file was saved, tied to that file by its header's id. The next run
+merges the delta's records again (one merge: the same result, since records merge in chunk_id order), then its own
+new ones. Once the delta holds more than `base_patch.RESOLVE_STATE` of the state's chunks the state is written again
+(`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and written with the
+merged accumulators; so the replay stays a small part of a run.
 
 Format (version 4): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
 blocks, then the index frame, then a 16-byte trailer (the index's offset and a magic). A block is its keys
-frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a third of the cost
+frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a fraction of the cost
 of unmarshalling as many tuples; a block with a key that holds a newline or NUL keeps the list) and its
 accumulators in frames of about FIELDS[s] each (a list of each accumulator's own marshal bytes, so a lookup
 decompresses one frame and unmarshals the one accumulator it wants: even a small addition touches keys in most
