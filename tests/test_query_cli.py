@@ -27,7 +27,8 @@ def _hrag(*args: str) -> list[str]:
 
 
 def test_json_schema(sample_project: Path) -> None:
-    lines = _hrag("query", Q, "-p", str(sample_project), "--json", "--top-k", "3")
+    # common_name_share off: Port Ellery, in 11 of the 20 chunks, still counts as naming the subject, so it walks
+    lines = _hrag("query", Q, "-p", str(sample_project), "--json", "--top-k", "3", "--set", "query.common_name_share=0")
     assert len(lines) == 1
     obj = json.loads(lines[0])
     assert set(obj) == TOP_KEYS

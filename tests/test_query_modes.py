@@ -53,7 +53,8 @@ def test_every_mode_finds_the_gold_passages(project: ProjectDir) -> None:
 
 
 def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: ProjectDir) -> None:
-    r = retrieve(ix, Q_SEAWALL, _settings(project), mode="ppr")
+    # Port Ellery is in 11 of the corpus's 20 chunks: counted as naming the subject only with the share off
+    r = retrieve(ix, Q_SEAWALL, _settings(project, common_name_share=0.0), mode="ppr")
     assert r.facts and len(r.facts) <= project.settings().query.fact_top_k
     assert not any("fell back" in n for n in r.notes)
     named = [e for e in r.entities if "name in query" in e["seeded_by"]]
@@ -64,7 +65,7 @@ def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: ProjectDi
 
 
 def test_ppr_without_facts_falls_back_to_dense(ix: QueryIndex, project: ProjectDir) -> None:
-    s = _settings(project, fact_top_k=0, entity_name_seeds=False)
+    s = _settings(project, fact_top_k=0, entity_name_seeds=False, doc_cap=0)
     r = retrieve(ix, Q_SEAWALL, s, mode="ppr")
     assert any("fell back to dense chunk ranking" in n for n in r.notes)
     naive = retrieve(ix, Q_SEAWALL, s, mode="naive")
@@ -290,3 +291,43 @@ def test_name_seeds_prefer_the_longest_name(ix: QueryIndex) -> None:
     seeds = name_seeds(ix, "Who built Port Ellery's sea wall?")
     assert "port ellery" in seeds and "ellery" not in seeds
     assert name_seeds(ix, "the of and") == []
+
+
+def test_capped_order_lets_other_documents_through() -> None:
+    from hrag_cli.query.retrieval import capped_order
+
+    docs = ["big", "big", "big", "a", "big", "b", "a", "a"]
+    order = capped_order(docs, 2)
+    assert [docs[i] for i in order[:5]] == ["big", "big", "a", "b", "a"]
+    assert sorted(order) == list(range(len(docs)))            # nothing lost, extras keep their order behind
+    assert capped_order(docs, 0) == list(range(len(docs)))
+
+
+def test_ppr_caps_chunks_per_document(ix: QueryIndex, project: ProjectDir) -> None:
+    for cap in (1, 2):
+        r = retrieve(ix, Q_SEAWALL, _settings(project, doc_cap=cap, top_k=8), mode="ppr")
+        counts: dict[str, int] = {}
+        for c in r.chunks:
+            counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
+        # while other documents have candidates, no document holds more than `cap` of the first ranks
+        head = r.chunks[: cap * len(counts)]
+        per_doc = {d: sum(1 for c in head if c.doc_id == d) for d in counts}
+        assert max(per_doc.values()) <= cap, per_doc
+
+
+def test_ppr_with_weak_seeds_ranks_without_the_walk_and_says_so(ix: QueryIndex, project: ProjectDir) -> None:
+    # a question that names nothing in the graph (on a rules graph its facts are mere word matches), and one
+    # that names only what most of the corpus mentions (Port Ellery: 11 of 20 chunks)
+    from hrag_cli.query.retrieval import lexical_fusion
+
+    s = _settings(project, doc_cap=0)
+    for q in ("which stones were used and how long did the work take?", Q_SEAWALL):
+        r = retrieve(ix, q, s, mode="ppr")
+        assert any(n.startswith("weak seeds: the question names nothing") for n in r.notes), r.notes
+        # every rank is the passage scores' fused with BM25, as the first ranks are when the walk has no share
+        lexical = ix.bm25_chunk_scores(q)
+        passage = fuse_lexical(ix.dense_chunk_scores(ix.embed_query(q)), lexical, s.query)
+        fused = lexical_fusion(passage, lexical, s.query)
+        best = [ix.chunk_ids[i] for i in np.argsort(-fused, kind="stable")[:len(r.chunks)]]
+        assert [c.chunk_id for c in r.chunks] == best
+    assert {"common name in query"} in [set(e["seeded_by"]) & {"common name in query"} for e in r.entities]

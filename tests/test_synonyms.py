@@ -436,3 +436,34 @@ def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) 
     pooled = np.concatenate([b.dense(np.arange(len(b))) for b in blocks])
     assert pooled.shape == serial.shape and np.abs(pooled - serial).max() < 2e-3
     assert emb.stats["embedded"] == one.stats["embedded"] == len(texts)
+
+
+def test_similarity_floor_is_a_rank_on_the_embedders_own_scale() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hrag_cli.embed.synonym_edges import FLOOR_MIN_ENTITIES, names_only, similarity_floor
+
+    n = 4 * FLOOR_MIN_ENTITIES
+    rng = np.random.default_rng(7)
+    for scale in (0.5, 0.9):          # two embedders: one spreads its cosines, one crowds them near 1
+        best = 1.0 - (1.0 - scale) * rng.random(n)
+        knn = SimpleNamespace(nbr=np.array([[(i + 1) % n, -1] for i in range(n)]),
+                              sim=np.stack([best, np.zeros(n)], axis=1).astype(np.float32))
+        linkable = np.ones(n, dtype=bool)
+        floor = similarity_floor(knn, linkable, -1.0, 0.2)
+        # the same share of entities has a neighbour at or above the floor, whatever the scale
+        share = float((best >= floor).mean())
+        assert 0.19 <= share <= 0.21, (scale, floor, share)
+        assert similarity_floor(knn, linkable, 0.999, 0.2) == 0.999           # the threshold stays a bound
+        assert similarity_floor(knn, linkable, -1.0, 0.0) == -1.0             # 0: the threshold alone
+    small = SimpleNamespace(nbr=knn.nbr[:10] % 10, sim=knn.sim[:10])
+    assert similarity_floor(small, np.ones(10, dtype=bool), 0.3, 0.2) == 0.3  # too few to rank
+
+    keys = np.array([k.encode() for k in ("port ellery", "12 october 2025", "with", "10 million", "flask",
+                                           "1987", "pcre2_compile", "but")])
+    knn = SimpleNamespace(nbr=np.array([[(i + 1) % 8] for i in range(8)]), sim=np.full((8, 1), 0.99, np.float32),
+                          keys=keys)
+    ok = names_only(knn, np.ones(8, dtype=bool), 0.9)
+    assert [k.decode() for k, y in zip(keys, ok) if y] == ["port ellery", "flask", "pcre2_compile"]
