@@ -76,8 +76,8 @@ class Project:
     # -- building ---------------------------------------------------------------------------------------
     def index(self, docs: Iterable[str | Path] | None = None, *, stop_after: str | None = None,
               dry_run: bool = False, max_cost: float | None = None, reparse: bool = False,
-              retry_failed: bool = False, rehash: bool = False,
-              import_openie: str | Path | None = None) -> IndexResult:
+              retry_failed: bool = False, rehash: bool = False, import_openie: str | Path | None = None,
+              import_lightrag: str | Path | None = None) -> IndexResult:
         """Load, chunk and extract `docs` (default: those indexed last time), then bring resolve and synonyms
         up to date (`hrag index`)."""
         if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
@@ -98,6 +98,7 @@ class Project:
         options = IndexOptions(docs=[Path(d) for d in docs or []], stop_after=stop_after, dry_run=dry_run,
                                max_cost=max_cost, reparse=reparse, retry_failed=retry_failed,
                                import_openie=Path(import_openie) if import_openie is not None else None,
+                               import_lightrag=Path(import_lightrag) if import_lightrag is not None else None,
                                rehash=rehash)
         return run_index(self.dir, settings, self.reporter, options)
 

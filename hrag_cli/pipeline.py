@@ -31,6 +31,7 @@ class IndexOptions:
     reparse: bool = False
     retry_failed: bool = False
     import_openie: Path | None = None
+    import_lightrag: Path | None = None   # a LightRAG working directory instead of DOCS
     rehash: bool = False     # read every document file, even those whose stat stamp is unchanged
 
 
@@ -123,6 +124,14 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
     roots = list(options.docs)
+    lightrag = options.import_lightrag
+    if lightrag is not None and roots:
+        raise UsageError("give DOCS or --import-lightrag DIR, not both (the imported directory is the corpus)")
+    if lightrag is None and not roots:   # a project imported from LightRAG imports it again
+        recorded_dir = project.recorded("chunk", "lightrag_dir")
+        lightrag = Path(recorded_dir) if recorded_dir else None
+    if lightrag is not None:
+        roots = [lightrag]
     if not roots:   # the roots of the last run (a damaged manifest: from project.json)
         recorded = project.recorded("chunk", "roots") or []
         if not recorded:
@@ -131,14 +140,15 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
     if options.dry_run:   # reads the project, writes nothing, needs no lock
         from hrag_cli.extract.stage import estimate
 
-        ctx = StageContext(project, settings, reporter, StageOptions(roots=roots, write=False), summary)
+        ctx = StageContext(project, settings, reporter,
+                           StageOptions(roots=roots, write=False, import_lightrag=lightrag), summary)
         chunked = STAGES["chunk"].run(ctx)
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked.payload)
         return IndexResult(summary, EXIT_OK)
     opts = StageOptions(roots=roots, rehash=options.rehash, reparse=options.reparse,
                         retry_failed=options.retry_failed, max_cost=options.max_cost,
-                        import_openie=options.import_openie)
+                        import_openie=options.import_openie, import_lightrag=lightrag)
     created = not project.root.exists()
     try:
         return _index(StageContext(project, settings, reporter, opts, summary), options.stop_after)

@@ -328,3 +328,25 @@ def _rechunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots:
     # runs again
     return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
                         chunks=chunks, documents=documents)
+
+
+def write_imported(project: Project, documents: list[Document], chunks: list[Chunk], source: Path,
+                   more: dict[str, Any]) -> ChunkOutcome:
+    """The chunk stage for documents and chunks another tool cut (--import-lightrag): written whole when they
+    differ from what the files hold; an unchanged import keeps its digest, so nothing downstream runs again."""
+    prev = project.stage("chunk")
+    old_docs, old_chunks = load_documents(project), load_chunks(project)
+    digest = _content_digest(documents, chunks)
+    unchanged = prev is not None and digest == _content_digest(old_docs, old_chunks)
+    epoch = _epoch(prev) if prev is not None else ""
+    if not unchanged:
+        store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks), compress=True)
+        store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
+        _save_stamps(project, {})
+        epoch = fingerprint("epoch", digest, epoch)
+    counts = {"docs": len(documents), "chunks": len(chunks), "tokens": sum(ch.n_tokens for ch in chunks),
+              "new_chunks": len({ch.chunk_id for ch in chunks} - {ch.chunk_id for ch in old_chunks}),
+              "removed_chunks": len({ch.chunk_id for ch in old_chunks} - {ch.chunk_id for ch in chunks}),
+              **more, "roots": [str(source)], "lightrag_dir": str(source), "epoch": epoch}
+    return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
+                        chunks=chunks, documents=documents)

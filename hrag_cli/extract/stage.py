@@ -189,15 +189,15 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
 
 def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None, chunks: list[Chunk] | None = None,
-                added: bool = False) -> StageOutcome:
+                import_openie: Path | None = None, import_lightrag: Path | None = None,
+                chunks: list[Chunk] | None = None, added: bool = False) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
     the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
     the stage's record having covered every other one when the run began. Only the chunks appended since the
     files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
-    if not (reparse or retry_failed or import_openie is not None):
+    if not (reparse or retry_failed or import_openie is not None or import_lightrag is not None):
         prev = project.stage("extract")
         since = _chunks_since(project, prev) if prev is not None else None
         if since is None and added:
@@ -210,6 +210,9 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
         kind = "openie"
+    elif import_lightrag is not None:
+        extractor, imported = _import_lightrag(project, chunks, Path(import_lightrag), reporter)
+        kind = "lightrag"
     else:
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
@@ -229,6 +232,10 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
         counts["pending"] = 0
         counts.update({f"openie_{k}": v for k, v in imported.items()})
         counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
+    if kind == "lightrag":   # a chunk with neither an answer nor graph rows has nothing to extract later either
+        counts["without_extraction"] = counts.pop("pending")
+        counts["pending"] = 0
+        counts.update({f"lightrag_{k}": v for k, v in imported.items()})
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -634,6 +641,25 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
 
     extractor = openie_extractor_id(path)
     records, counts = import_openie(project, chunks, path, reporter)
+    _append_imported(project, extractor, records)
+    return extractor, counts
+
+
+def _import_lightrag(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+    """--import-lightrag: the working directory's cached extraction answers (else its graph's rows) as this
+    project's extractions, for the chunks the chunk stage imported from it."""
+    from hrag_cli.extract.lightrag import check_dir, import_records, read_corpus
+
+    path = check_dir(path)
+    corpus = read_corpus(path)
+    mine = {ch.chunk_id for ch in chunks}
+    extractor, records, counts = import_records(path, corpus, reporter)
+    _append_imported(project, extractor, [r for r in records if r.chunk_id in mine])
+    return extractor, counts
+
+
+def _append_imported(project: Project, extractor: str, records: list[ExtractionRecord]) -> None:
+    """Imported records not already there as they are, appended to the extraction records."""
     existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
         for rec in records:
@@ -642,7 +668,6 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
             seen = existing.get((rec.chunk_id, extractor))
             if seen is None or seen.digest != fingerprint(data):
                 out.append(data)
-    return extractor, counts
 
 
 # ------------------------------------------------------------------------------------------- dry run, status
