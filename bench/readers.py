@@ -11,7 +11,7 @@ ends). PDF: pypdfium2 against pypdf; HTML: the stdlib html.parser reader against
 `hrag index --stop-after chunk` on each: CPU seconds, peak RSS, and the longest stretch without a progress
 line (the progress interval is 10 s off a terminal).
 
-    .venv/bin/python bench/readers.py --docs DOCS_FOLDER [--big-mb 50] [--pdf-pages 500]
+    .venv/bin/python bench/readers.py --docs DOCS_FOLDER [--big-mb 50] [--pdf-pages 500] [--full]
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,10 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-HRAG = str(Path(sys.executable).with_name("hrag"))
+from harness import hrag, peak_rss_mb
 
 
 # ------------------------------------------------------------------------------------------------ readers
@@ -97,7 +93,7 @@ def child(name: str, files: list[str], out: str) -> None:
         texts[f] = text
     cpu = time.process_time() - t0
     Path(out).write_text(json.dumps({"cpu": cpu, "units": units, "texts": texts}))
-    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"rss_mb": peak_rss_mb()}))
 
 
 def run_child(name: str, files: list[Path], work: Path) -> dict:
@@ -170,26 +166,23 @@ PARA = ("The harbour commission of Oldport met on a grey morning to weigh the co
         "Mara Quint, who had built the Selby Lighthouse, argued for stone over timber. ")
 
 
-def index_chunk(docs: Path, proj: Path) -> tuple[float, float, float, dict]:
-    """(CPU seconds, peak RSS MB, longest gap between progress lines in s, chunk counts) of one child run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.Popen([HRAG, "index", str(docs), "-p", str(proj), "--stop-after", "chunk", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    last, gap = t0, 0.0
-    assert proc.stderr is not None and proc.stdout is not None
-    for _ in proc.stderr:
+def index_chunk(docs: Path, proj: Path, full: bool = False) -> tuple[float, float, float, dict]:
+    """(CPU seconds, peak RSS MB, longest gap between progress lines in s, chunk counts) of one child run:
+    the chunk stage, or with `full` the whole offline index (rules extractor, builtin embedder)."""
+    how = ["--extractor", "rules", "--embed-model", "builtin"] if full else ["--stop-after", "chunk"]
+    last, gap = time.monotonic(), 0.0
+
+    def line(_: str) -> None:
+        nonlocal last, gap
         now = time.monotonic()
         gap, last = max(gap, now - last), now
-    out = proc.stdout.read()
-    proc.wait()
+
+    run = hrag("index", docs, "-p", proj, *how, "--json", check=False, on_stderr_line=line)
     gap = max(gap, time.monotonic() - last)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, after.ru_maxrss / 1024, gap, json.loads(out)["chunk"] if proc.returncode == 0 else {}
+    return run.cpu_s, run.peak_rss_mb, gap, json.loads(run.stdout)["chunk"] if run.returncode == 0 else {}
 
 
-def big_inputs(work: Path, big_mb: int, pdf_pages: int) -> None:
+def big_inputs(work: Path, big_mb: int, pdf_pages: int, full: bool) -> None:
     from tests.docmakers import make_pdf
 
     if big_mb:
@@ -205,11 +198,14 @@ def big_inputs(work: Path, big_mb: int, pdf_pages: int) -> None:
         cpu, rss, gap, counts = index_chunk(folder, work / "p_big")
         print(f"one {big_mb} MB Markdown file: {cpu:.1f} CPU s, peak RSS {rss:.0f} MB, longest silence {gap:.1f} s, "
               f"{counts.get('chunks')} chunks")
+        if full:
+            cpu, rss, gap, _ = index_chunk(folder, work / "p_big_full", full=True)
+            print(f"  whole offline index of it: {cpu:.1f} CPU s, peak RSS {rss:.0f} MB, longest silence {gap:.1f} s")
     if pdf_pages:
         folder = work / "pdf"
         folder.mkdir()
-        lines = [f"Line {k}: " + PARA[:70] for k in range(45)]
-        make_pdf(folder / "long.pdf", [lines] * pdf_pages)
+        make_pdf(folder / "long.pdf", [[f"Page {p} line {k}: " + PARA[:70] for k in range(45)]
+                                       for p in range(pdf_pages)])
         size = (folder / "long.pdf").stat().st_size >> 20
         cpu, rss, gap, counts = index_chunk(folder, work / "p_pdf")
         print(f"one {pdf_pages}-page PDF ({size} MB): {cpu:.1f} CPU s ({pdf_pages / max(cpu, 1e-9):.0f} pages per "
@@ -222,6 +218,7 @@ def main() -> None:
     ap.add_argument("--docs", type=Path, help="a folder of PDF and HTML files to read with both readers")
     ap.add_argument("--big-mb", type=int, default=50)
     ap.add_argument("--pdf-pages", type=int, default=500)
+    ap.add_argument("--full", action="store_true", help="also the whole offline index of the big text file")
     ap.add_argument("--child")
     ap.add_argument("--out")
     ap.add_argument("files", nargs="*")
@@ -232,7 +229,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hrag-readers-") as tmp:
         work = Path(tmp)
         compare(args.docs, work)
-        big_inputs(work, args.big_mb, args.pdf_pages)
+        big_inputs(work, args.big_mb, args.pdf_pages, args.full)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Option values converted without pydantic, so a command starts fast.
 
 typer converts every option's string through a pydantic TypeAdapter built when the command runs; importing
-pydantic for that was the largest single piece of a cold `hrag query` (about 0.25 s of 1.2 s CPU on the 2-core
-machine, more than numpy's import). hrag's options are str, int, float, bool and Path, or lists of them, which
+pydantic for that would be the largest single piece of a cold `hrag query` (more than numpy's import). hrag's
+options are str, int, float, bool and Path, or lists of them, which
 need nothing of pydantic: `install` makes typer build a plain converter of its own kind
 (`typer._coercion.RuntimeParam`) for those, and leaves any other annotation, and a typer without that
 contract, to typer's own conversion.

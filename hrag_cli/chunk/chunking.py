@@ -71,8 +71,9 @@ def _last_match_end(pattern: re.Pattern[bytes], data: bytes, lo: int, hi: int) -
 
 
 # Texts longer than this are chunked a segment at a time, each segment ending at a paragraph break (else a line
-# break, else a space) in its second half: the token ids, their byte strings and offsets of a whole 200 MB file
-# took about 6 GB; per segment they stay near 200 MB. Shorter texts are one segment, so their chunks are unchanged.
+# break, else a space) in its second half: the token ids, their byte strings and offsets of a whole large file
+# take many times its size; per segment they stay small. Shorter texts are one segment, so their chunks are
+# unchanged.
 SEGMENT_CHARS = 1 << 22
 
 

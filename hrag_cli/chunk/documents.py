@@ -34,7 +34,7 @@ from hrag_cli.core.records import Document
 
 RECORD_SUFFIXES = {".jsonl"}
 SUPPORTED_SUFFIXES = set(readers.SUPPORTED) | RECORD_SUFFIXES
-# HTML, DOCX and JSONL files are read whole: bigger ones are listed as too big (text files of any size stream)
+# HTML and DOCX files are parsed whole: bigger ones are listed as too big (text files of any size stream)
 MAX_WHOLE_BYTES = 256 << 20
 
 
@@ -341,11 +341,17 @@ def _load_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
 def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Reporter,
                result: ScanResult, size: int) -> None:
     kind = readers.kind_of(path.name) or ("records" if path.suffix.lower() in RECORD_SUFFIXES else "")
+    data: bytes | None = None
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-        kind = readers.sniff(head, kind)
-        if kind in readers.TEXT_KINDS and size > BIG_FILE_BYTES:
+        if kind in readers.TEXT_KINDS:   # the content decides what a text name hides (HTML, PDF)
+            if size > BIG_FILE_BYTES:
+                with open(path, "rb") as fh:
+                    head = fh.read(4096)
+            else:
+                data = path.read_bytes()
+                head = data[:4096]
+            kind = readers.sniff(head, kind)
+        if kind in readers.TEXT_KINDS and data is None:
             try:
                 big = _big_text_file(path, rel, kind)
             except _NotText as exc:
@@ -359,7 +365,7 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
         if kind == "pdf":
             _read_pdf(path, rel, reporter, result)
             return
-        if size > MAX_WHOLE_BYTES:
+        if size > MAX_WHOLE_BYTES and kind in ("html", "docx"):
             _skip(result, reporter, rel, f"too big ({size >> 20} MB; {kind or 'this type'} files are read whole, "
                                          f"up to {MAX_WHOLE_BYTES >> 20} MB)")
             return
@@ -370,7 +376,8 @@ def _read_file(path: Path, rel: str, settings: DocumentSettings, reporter: Repor
                 return
             result.documents.append(_make_parts_doc(rel, path.read_bytes(), parts, kind))
             return
-        data = path.read_bytes()
+        if data is None:
+            data = path.read_bytes()
     except Skip as exc:
         _skip(result, reporter, rel, str(exc))
         return

@@ -20,8 +20,8 @@ _SAMPLE = 1 << 16
 
 
 def quick_sum(path: Path, size: int) -> str:
-    """Hash of the size, the first and last 64 KiB and eight blocks between: reads ~200 KiB whatever the
-    size, and catches a cut, emptied, zeroed or swapped file (a reader runs it on every open)."""
+    """Hash of the size, the first and last 64 KiB and eight blocks between: reads a few hundred KiB whatever
+    the size, and catches a cut, emptied, zeroed or swapped file (a reader runs it on every open)."""
     h = hashlib.blake2b(str(size).encode(), digest_size=16)
     with open(path, "rb") as fh:
         if size <= 4 * _SAMPLE:
@@ -34,10 +34,10 @@ def quick_sum(path: Path, size: int) -> str:
 
 
 FULL_HASH_MAX = 256 << 20   # bigger files: `--verify` hashes 4 KiB of every MiB (a run must not pay seconds
-                            # re-reading gigabytes of vectors it just wrote; measured 1.7 s per 300 MB here)
-_CRC = "crc32:"             # the whole-file hash a commit records: CRC-32, 2.4 GB/s here against blake2b's 0.74
-                            # (a +1 % run at 100k hashes ~2 GB of rewritten files); it catches every burst of up
-                            # to 32 bits and all but 2^-32 of other damage, which is what it is for
+                            # re-reading gigabytes of vectors it just wrote)
+_CRC = "crc32:"             # the whole-file hash a commit records: CRC-32, several times faster than blake2b
+                            # (a run hashes every file it rewrote); it catches every burst of up to 32 bits and
+                            # all but 2^-32 of other damage, which is what it is for
 
 
 def full_sum(path: Path, size: int, like: str | None = None) -> str:

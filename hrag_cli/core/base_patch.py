@@ -5,7 +5,8 @@ generation) plus a patch of what the run changed: resolve's record files, resolv
 the sparse vector indices and the synonym neighbour lists. A run writes its patch alone while the patch is a
 small share of the whole; past that share the artifact is written whole as a new base and the patch goes. So a
 reader never applies more than that share on top of a base, and a small run never rewrites a base. The shares
-differ only where the cost of carrying a patch differs (see docs/design.md, 'Records' and 'Vector indices').
+differ only where the cost of carrying a patch differs (docs/design.md, "Records and resolve" and
+"Embeddings, vector indices, synonyms").
 """
 
 from __future__ import annotations

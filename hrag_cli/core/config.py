@@ -65,6 +65,10 @@ class ExtractSettings:
     # names of an LLM extraction that cannot be found in their chunk: off, flag (counted) or drop (with the
     # relations that depend on them); the rules extractor and imported OpenIE are never checked
     grounding: str = "drop"
+    # how answers are asked for: json (a JSON object the server must follow, for providers that take a JSON
+    # schema: OpenAI-compatible servers, Ollama, hosted APIs that litellm knows to), delimited (our line format,
+    # for any model), or auto (json where the provider takes a schema); remembered with the project
+    format: str = "auto"
 
 
 @dataclass
@@ -89,7 +93,7 @@ class EmbedSettings:
     batch_size: int = 64
     concurrency: int = 4
     idf_refresh_growth: float = 0.2  # builtin: refit IDF when the corpus grew by this fraction
-    precision: str = "bf16"          # st: models: "bf16" (bfloat16 autocast, ~2x less CPU) or "float32"
+    precision: str = "bf16"          # st: models: "bf16" (bfloat16 autocast, less CPU) or "float32"
 
 
 @dataclass
@@ -100,7 +104,7 @@ class VectorSettings:
     exact_below: int = 50_000        # below this many items an index has no HNSW graph: exact float16 matrix search
     # Vectors of the relations themselves (LightRAG's global mode searches them): "on", "off", or "auto" = on
     # only for an LLM extractor, whose relations carry descriptions and keywords of their own. Rules and OpenIE
-    # relations restate their facts, so global mode ranks them through the fact vectors instead (synonyms.py).
+    # relations restate their facts, so global mode ranks them through the fact vectors instead (embed/texts.py).
     relations: str = "auto"
 
 
@@ -108,11 +112,15 @@ class VectorSettings:
 class SynonymSettings:
     top_k: int = 10
     threshold: float = 0.8
+    # Only pairs at least as similar as the nearest neighbour of the best-matched `top_share` of the entities:
+    # a rank on the embedder's own scale, so the floor means the same for every embedder (the builtin one gives
+    # short unrelated names 0.99, a sentence model its own spread); `threshold` stays an absolute lower bound.
+    top_share: float = 0.4
     min_name_chars: int = 3
     # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
     # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
-    # exact. bench/synonyms_scale.py: 1M uniform random unit vectors (dim 384) in 4.4 min, 0.996 of the
-    # neighbours at or above the threshold found. More cells per entity: higher recall, cost grows linearly.
+    # exact; beyond, it finds nearly every neighbour at or above the threshold (bench/synonyms_scale.py). More
+    # cells per entity: higher recall, cost grows linearly.
     cells_per_entity: int = 10
     cell_size: int = 1250
 
@@ -145,16 +153,16 @@ class QuerySettings:
     relation_tokens: int = 8000
     context_tokens: int = 30000
     lexical_fusion: bool = True      # BM25 joins dense scores in naive, mix and ppr
-    lexical_weight: float = 0.15     # MuSiQue: 0.1-0.3 best for ppr and naive, 0.5 hurts naive (bench/musique.py)
+    lexical_weight: float = 0.15     # chosen on a multi-hop dev set; much more hurts naive (bench/musique.py)
     entity_name_seeds: bool = True   # ppr: entity names found in the query seed their entities
-    lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on MuSiQue
+    lexical_method: str = "minmax"   # minmax (score mix) or rrf (reciprocal rank), chosen on a dev set
     rrf_k: int = 60                  # rrf: 1 / (rrf_k + rank)
     entity_seed_weight: float = 3.0  # ppr: seed weight of an entity named in the query (before / its chunks)
     fact_filter: str = "auto"        # ppr: the LLM keeps the facts that bear on the query (auto: when one is set)
     # ppr's final ranking: the first `fusion_head` ranks are the best of a reciprocal-rank fusion (1 / (fusion_k +
     # rank)) of the walk (its share: walk_weight, or rules_walk_weight on a rules-extractor graph) with the passage
-    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on 2Wiki-100 (rules),
-    # checked on MuSiQue-100 (rules, OpenIE): bench/retrieval.py. walk_weight = 1 is the walk alone.
+    # scores and BM25 (fusion_lexical of the non-walk part); the rest follow the walk. Chosen on the dev sets
+    # (bench/retrieval.py). walk_weight = 1 is the walk alone.
     walk_weight: float = 0.9
     rules_walk_weight: float = 0.55
     fusion_head: int = 2
@@ -165,10 +173,16 @@ class QuerySettings:
     # (the seeds are then co-occurrence facts only); 1 = rules_walk_weight as for a named one
     rules_unnamed_walk_weight: float = 0.0
     # ppr: a fact seeds with its score x (score / the best fact's score) ** this: facts far below the best
-    # match count less (0 = the raw score). Chosen on the builtin dev sets and MuSiQue OpenIE with MiniLM
-    # together (bench/retrieval.py; README, Retrieval quality)
+    # match count less (0 = the raw score). Chosen on the dev sets, builtin and MiniLM embedders together
+    # (bench/retrieval.py)
     fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
+    # ppr: at most this many chunks of one document among the first ranks while other documents have candidates
+    # (0 = no cap): one long file whose names the walk keeps reaching cannot fill the answer
+    doc_cap: int = 1
+    # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
+    # the question's subject (0 = every named entity counts)
+    common_name_share: float = 0.05
 
 
 @dataclass
@@ -192,7 +206,7 @@ class Settings:
 
 
 # Allowed range of every numeric setting, both ends inclusive (None: open). Checked after all layers are applied,
-# before any command writes anything: out-of-range values used to crash late (hnswlib m = 0 segfaults), silently
+# before any command writes anything: an out-of-range value would crash late (hnswlib m = 0 segfaults), silently
 # disable a limit (NaN) or exhaust memory after rewriting vectors/ (a top_k of 1e8).
 _BIG = 1 << 31
 RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -207,7 +221,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed.batch_size": (1, 1_000_000), "embed.concurrency": (1, 1024), "embed.idf_refresh_growth": (0, 1_000_000),
     "vectors.m": (2, 512), "vectors.ef_construction": (1, 1_000_000), "vectors.ef_search": (1, 1_000_000),
     "vectors.exact_below": (0, _BIG),
-    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.min_name_chars": (0, 10_000),
+    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.top_share": (0, 1),
+    "synonyms.min_name_chars": (0, 10_000),
     "synonyms.cells_per_entity": (1, 100_000), "synonyms.cell_size": (2, _BIG),
     "query.top_k": (1, 100_000), "query.fact_top_k": (0, 100_000), "query.passage_node_weight": (0, 1_000_000),
     "query.passage_node_top_k": (0, _BIG),
@@ -220,7 +235,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
-    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
+    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
+    "query.common_name_share": (0, 1),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
@@ -308,7 +324,7 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     """defaults < remembered < hrag.toml < environment < flags (`overrides`, None values ignored).
 
     `remembered` holds what a project was last built with (extractor, LLM model and API base, embedder; see
-    Project.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
+    ProjectDir.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
     does not inherit the remembered API base (nor, for an embedder, the precision) of another model."""
     settings = Settings()
     for key, value in (remembered or {}).items():
@@ -339,6 +355,8 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
             settings.llm.api_base = LLMSettings.api_base
         if "extract.extractor" not in explicit:
             settings.extract.extractor = ExtractSettings.extractor   # auto: a model given means "use it"
+        if "extract.format" not in explicit:
+            settings.extract.format = ExtractSettings.format          # another model: what it supports
     if remembered and "embed.model" in explicit and settings.embed.model != remembered.get("embed.model"):
         for key in ("api_base", "precision"):      # another embedder starts from its own defaults
             if f"embed.{key}" not in explicit:

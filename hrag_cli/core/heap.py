@@ -3,12 +3,11 @@
 By default glibc serves every allocation of 128 KiB or more (the bar rises to at most 32 MiB as such blocks are
 freed) with its own mmap and unmaps it on free, and returns the top of its heap past a small margin. Our stages
 allocate and free hundreds of megabytes of numpy temporaries and bytes buffers one after another, so each new
-one gets fresh pages that the kernel must fault in and zero: `clear_page` was the kernel's largest item in a
-+1 % run at 100k, and a third of its 3.7 s of system time went this way in the synonyms process. With mmap off
-and the top kept, a freed block serves the next allocation with pages already there.
+one gets fresh pages that the kernel must fault in and zero (`clear_page`, a large share of a run's system
+time). With mmap off and the top kept, a freed block serves the next allocation with pages already there.
 
 The cost: a freed block in the middle of the heap serves only allocations that fit in it, so the peak can rise
-by what such holes hold (measured in bench/scale.py's peak RSS). Set GLIBC_TUNABLES or a MALLOC_*_ variable to
+by what such holes hold (bench/scale.py reports the peak RSS). Set GLIBC_TUNABLES or a MALLOC_*_ variable to
 choose your own malloc settings: then this does nothing.
 """
 

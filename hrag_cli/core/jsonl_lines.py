@@ -17,7 +17,7 @@ class JsonlLines:
     """Random access to the whole lines of a plain or compressed JSONL file, for a reader that wants a few
     records of a large file by line number (a query: the facts its search found, the entities it seeds) and
     must not parse the rest. A plain file's newlines are found once, with numpy, reading it block by block
-    (its pages stay in the page cache, not in this process: 377 MB of facts at 100,000 passages), and a line
+    (its pages stay in the page cache, not in this process), and a line
     is read at its offset; a compressed one with a line index (`write_jsonl`) decompresses only the members
     holding the lines asked for (a few recent ones are kept), one without an index is decompressed whole. A
     torn last line is not a line. A file with a patch reads as its logical file: line i is a patch line (one
@@ -90,7 +90,7 @@ class JsonlLines:
             self._fh.seek(int(offsets[m]))                          # type: ignore[union-attr]
             raw = self._fh.read(int(offsets[m + 1] - offsets[m]))   # type: ignore[union-attr]
             # the output sized by the trailer's length field (capped: the field is not checked before the
-            # CRC is): no regrowing of the buffer, 7 % of the inflation
+            # CRC is): no regrowing of the buffer during the inflation
             size = min(max(int.from_bytes(raw[-4:], "little"), 1), MEMBER_BUFFER) if len(raw) >= 4 else 1
             try:
                 data = zlib.decompress(raw, wbits=31, bufsize=size)

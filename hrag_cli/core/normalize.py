@@ -1,8 +1,8 @@
 """Entity-name normalisation: the one function that decides when two surface forms are the same entity.
 
-The normalised name IS the entity id (docs/design.md), so it must be stable across runs and Unicode-safe:
-NFKC folds full-width and compatibility forms, casefold handles ß/ς and friends, and only *surrounding*
-quotes and punctuation are removed, so "東京", "Zürich", "Łódź", "C++" and "Foo (band)" survive intact.
+The normalised name IS the entity id (docs/design.md, "The project directory"), so it must be stable across runs and
+Unicode-safe: NFKC folds full-width and compatibility forms, casefold handles ß/ς and friends, and only
+*surrounding* quotes and punctuation are removed, so "東京", "Zürich", "Łódź", "C++" and "Foo (band)" survive intact.
 A name made only of punctuation ("(*)", "!!!": real album and band names) is kept whole rather than
 stripped to nothing. `strip_quotes` is the one place that decides which edge quotes are wrapping and which
 belong to the name (Talkin', 6'11"); the extraction parser and the OpenIE importer use it too.

@@ -37,7 +37,7 @@ DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors")
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
-DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
+DURABLE = {"chunk": ("roots", "lightrag_dir"), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -66,7 +66,7 @@ class StageRecord:
     counts: dict
 
 
-class Project:
+class ProjectDir:
     """Paths of every artifact (docs/formats.md) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
@@ -143,7 +143,7 @@ class Project:
         self.synonyms_path = self.graph_dir / "synonyms.jsonl"
         self.graph_path = self.graph_dir / "graph.pkl"
         self.walk_path = self.graph_dir / "walk.npz"            # the graph as a query walks it (walk.py)
-        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve_state.py)
+        self.resolve_state_path = self.graph_dir / "resolve_state.bin"   # resolve's accumulators (resolve/state.py)
         self.changed_ids_path = self.graph_dir / "changed_ids.json"      # what a patching resolve changed
         self.vectors_dir = gen / "vectors"
 
@@ -246,7 +246,7 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "embed.model", "embed.api_base",
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
                   "embed.precision")
 
     def remembered(self) -> dict[str, Any]:
@@ -370,7 +370,7 @@ class Project:
             store.write_json(self.manifest_path, data)
 
     def check(self, full: bool = False, stages: tuple[str, ...] = STAGES) -> list[artifacts.Problem]:
-        """Every recorded artifact of `stages` against the disk: size and quick hash (reads ~200 KiB a file),
+        """Every recorded artifact of `stages` against the disk: size and quick hash (a few samples a file),
         or the whole-file hash with `full`. A file two stages wrote is checked against the later record."""
         records = self.manifest()["stages"]
         recorded: dict[str, dict] = {}
@@ -402,8 +402,8 @@ class Project:
     def forget_stage(self, name: str) -> None:
         """The stage is missing (it must run), but the hashes its record took of its files are kept aside: its
         next record reuses those of files unchanged since (same size, mtime and quick hash), as a stale record's
-        are, instead of reading every file whole again (resolve forgets synonyms, whose 1.3 GB of vector files
-        a +1 % run at 100k mostly leaves alone)."""
+        are, instead of reading every file whole again (resolve forgets synonyms, whose large vector files a
+        small run mostly leaves alone)."""
         data = self.manifest()
         rec = data["stages"].pop(name, None)
         if rec is not None:
@@ -495,3 +495,4 @@ class StageOutcome:
     counts: dict
     output_digest: str
     payload: Any = None
+

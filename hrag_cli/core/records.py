@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 def to_dict(obj: Any) -> dict:
     """What dataclasses.asdict gives, without its deepcopy of every leaf value: records hold only strings,
-    numbers, lists, dicts and records, and asdict was a tenth of a MuSiQue build."""
+    numbers, lists, dicts and records, and asdict's copies are a noticeable part of a build."""
     return {f: _plain(getattr(obj, f)) for f in _field_order(type(obj))}
 
 
@@ -127,7 +127,7 @@ class ExtractionRecord:
         lines that hold the descriptions inline)."""
         texts: dict[str, int] = {}
         ents = []
-        for e in self.entities:     # built field by field: the generic to_dict was a fifth of the rules extract
+        for e in self.entities:     # built field by field: the generic to_dict is slow on the rules extract's hot path
             row: dict[str, Any] = {"name": e.name, "type": e.type,
                                    "description": texts.setdefault(e.description, len(texts))}
             if e.aliases:

@@ -123,14 +123,13 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False, base: bool = False) -> int:
     """Atomically replace `path` with one JSON object per line; returns the number of lines written. `compress`
-    writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and
-    mostly read whole, whose records repeat one another (a rules project's relations share their sentence): a
-    quarter to a third of the bytes, for about as much CPU again as writing them plain (measured on 17.7k
-    relations: 59 -> 112 ms to write, 152 -> 253 ms to read). The lines go in independent gzip members of
-    ~64 KiB of lines each, and a last, empty member's comment lists where each starts and its first line
-    number: `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query
-    wants a few dozen of a 100k project's 500k entities). `read_jsonl` reads both forms. `base`: a record file
-    written whole, a base with no patch (the one beside it goes)."""
+    writes the lines gzip-compressed (level 1, `zcat` reads it): for artifacts that are replaced whole and mostly
+    read whole, whose records repeat one another (a rules project's relations share their sentence): a quarter to a
+    third of the bytes, for about as much CPU again as writing them plain. The lines go in independent gzip members
+    of ~64 KiB of lines each, and a last, empty member's comment lists where each starts and its first line number:
+    `JsonlLines` then reads line i by decompressing one member instead of the whole file (a query wants a few dozen
+    of a large project's entities). `read_jsonl` reads both forms. `base`: a record file written whole, a base with
+    no patch (the one beside it goes)."""
     with atomic_writer(path) as fh:
         n = _write_lines(fh, records, compress)
     if base:

@@ -21,10 +21,10 @@ __all__ = [
 
 # Unicode-aware word tokens: runs of \w (letters, digits, underscore in any script). Apostrophes split,
 # so "obama's" -> "obama", "s" and "don't" -> "don", "t"; the orphan "s"/"t" are stop words. Plain \w+
-# is ~1.7x faster in CPython's re than any apostrophe-aware pattern, and the embedder's speed budget is
+# is faster in CPython's re than any apostrophe-aware pattern, and the embedder's speed budget is
 # dominated by this regex.
 TOKEN_RE = re.compile(r"\w+")
-# Same tokens for pure-ASCII text, ~1.7x faster again: map every ASCII non-word char to a space, split.
+# Same tokens for pure-ASCII text, faster again: map every ASCII non-word char to a space, split.
 _ASCII_SPLIT = str.maketrans(
     {chr(i): " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
 )

@@ -36,10 +36,10 @@ __all__ = [
 ]
 
 FEATURE_VERSION = "v1"
-DEFAULT_DIM = 2048  # R@5 on MuSiQue-100: 1024 -> ~55.0, 2048 -> 56.4 (hash-collision noise); 8 KB/vector
+DEFAULT_DIM = 2048  # fewer buckets lose recall to hash collisions; 8 KB a dense vector
 IDF_BITS = 20  # df is counted in 2**20 hash buckets, far finer than the output dim, so IDF stays sharp
 _IDF_MASK = (1 << IDF_BITS) - 1
-_BATCH = 1024  # texts per internal block: bounds the (block x dim) float64 accumulator to ~8 MB
+_BATCH = 1024  # texts per internal block: bounds the (block x dim) float64 accumulator
 _MAX_VOCAB = 1_000_000  # word-feature cache is dropped and rebuilt past this many words
 _Q = float(1 << 24)  # accumulation quantum (see _Featurizer.dense)
 
@@ -76,7 +76,7 @@ def _ngram_hashes(words: Sequence[str], nmin: int, nmax: int) -> tuple[np.ndarra
     """Hashes of the byte n-grams (nmin..nmax) of ``"<" + word + ">"`` for many words at once.
 
     Vectorised polynomial hash over the UTF-8 bytes, finalised with fmix64: per new word this is
-    ~20x cheaper than a blake2b call per n-gram. The whole padded word is skipped (it is the unigram).
+    far cheaper than a blake2b call per n-gram. The whole padded word is skipped (it is the unigram).
     Returns (hashes, index of the word each hash belongs to).
     """
     enc = [("<" + w + ">").encode("utf-8") for w in words]
@@ -110,7 +110,7 @@ class FeatureConfig:
     ngram_max: int = 5
     char_weight: float = 2.0  # total (L2) weight of one word's char n-grams; the word itself weighs 1
     stop_words: bool = True
-    stemming: bool = False  # applies to the word feature only; measured slightly worse on MuSiQue
+    stemming: bool = False  # applies to the word feature only; slightly worse recall on the dev sets
     idf_power: float = 1.5  # >1 concentrates a vector on rare features: fewer harmful collisions
     idf_kind: str = "plain"  # "plain": log((N+1)/(df+1)); "smooth": plain+1; "bm25": log(1+(N-df+.5)/(df+.5))
     tf_kind: str = "log"  # per distinct word: "log": 1+log(tf); "raw": tf; "binary": 1; "sat": 2.2tf/(tf+1.2)
@@ -195,8 +195,8 @@ class _Featurizer:
     def doc_words(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(doc index, word id, count) per distinct word of each text.
 
-        Tokens are mapped to ids one by one and counted by sorting (doc, id) keys: measured ~30%
-        faster than a collections.Counter per text.
+        Tokens are mapped to ids one by one and counted by sorting (doc, id) keys: faster than a
+        collections.Counter per text.
         """
         toks = [raw_tokens(t) for t in texts]
         lens = np.fromiter(map(len, toks), dtype=np.int64, count=len(toks))
@@ -399,7 +399,7 @@ class BuiltinEmbedder:
         self.idf = idf
         self.config = config
         # the IDF of the buckets a new word's features hit, computed when the word is first seen: a query
-        # embeds a few words, and the whole 2**20 table took a fifth of a cold query
+        # embeds a few words, and the whole 2**20 table would be much of a cold query
         idf_w = (lambda b: idf.idf(config.idf_power, config.idf_kind, b)) if idf is not None else None
         self._fz = _Featurizer(config, dim=dim, idf_w=idf_w)
         # Fixed unit vector for texts without features, so hnswlib cosine never sees a zero vector.

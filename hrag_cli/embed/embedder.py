@@ -24,7 +24,7 @@ slug plus a hash of the model_id: `<m>.json` {model_id, dim} (atomic), `<m>.keys
 fixed width) and `<m>.f32` (raw float32 rows, fixed width), both append-only. A block is appended vectors-first
 (flushed and fsynced) then keys, so after a crash the row count is min(keys rows, vector rows) and both files are
 cut back to it on the next writable open: a torn tail can never pair a key with the wrong vector. Fixed widths
-make a 100k-vector cache open in milliseconds (one read of the keys, a memmap of the vectors). Only a process
+make a large cache open in milliseconds (one read of the keys, a memmap of the vectors). Only a process
 holding the project writer lock appends; read-only commands (query) just read.
 """
 
@@ -46,7 +46,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import HragError, UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 IDF_FILE = "idf.npz"
 _KEY_BYTES = 16
@@ -195,8 +195,8 @@ class SentenceTransformerBackend(_Backend):
         if importlib.util.find_spec("sentence_transformers") is None:
             raise UsageError(f"embedding model 'st:{spec}' needs sentence-transformers: install hrag[local]")
         # never download; no progress bars in a cron log; OpenMP threads that sleep instead of spinning while
-        # they wait: with the default spin, two torch threads beside any other busy process encoded short
-        # texts about 8x slower than with it (bench/encode_speed.py --st; OpenMP reads it when torch is imported)
+        # they wait: with the default spin, two torch threads beside any other busy process encode short
+        # texts several times slower (bench/encode_speed.py --st; OpenMP reads it when torch is imported)
         for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
                            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
                            ("OMP_WAIT_POLICY", "PASSIVE")):
@@ -254,7 +254,7 @@ class SentenceTransformerBackend(_Backend):
     def encode_raw(self, texts: list[str], reporter: Reporter | None = None) -> np.ndarray:
         """Texts sorted by token count and cut into passes of about `tokens_per_pass` tokens (padding only to
         the longest of similar lengths; short names go hundreds to a pass), each run under inference_mode and,
-        for bf16, bfloat16 autocast (about 2x less CPU where the CPU has bf16 instructions). The model's own
+        for bf16, bfloat16 autocast (less CPU where the CPU has bf16 instructions). The model's own
         tokenizer, truncation to its max_seq_length, and forward pass: the vectors are the model's."""
         import torch
 
@@ -461,11 +461,11 @@ class Embedder:
         return _normalise(self.backend.encode_raw([text]))[0]
 
 
-def _holds_lock(project: Project) -> bool:
+def _holds_lock(project: ProjectDir) -> bool:
     return getattr(project, "_lock_fh", None) is not None
 
 
-def _load_idf(project: Project | None) -> Any:
+def _load_idf(project: ProjectDir | None) -> Any:
     if project is None:
         return None
     from hrag_cli.embed.builtin import IdfTable
@@ -479,7 +479,7 @@ def _load_idf(project: Project | None) -> Any:
         return None   # unreadable or older format: the next synonyms run refits it
 
 
-def get_embedder(project: Project | None, settings: Settings, *, cache_writes: bool | None = None,
+def get_embedder(project: ProjectDir | None, settings: Settings, *, cache_writes: bool | None = None,
                  fail_fast: bool = False) -> Embedder:
     """The configured embedder. Cache writes default to 'only while this process holds the writer lock';
     `fail_fast` for query time (a litellm model gets one attempt and a short connect timeout)."""
@@ -504,7 +504,7 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
 
 
 # -- the builtin IDF table -----------------------------------------------------------------------------------
-def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str], n_docs: int,
+def refresh_idf(project: ProjectDir, settings: Settings, chunk_texts: Iterable[str], n_docs: int,
                 reporter: Reporter | None = None) -> dict:
     """Fit the builtin embedder's IDF on the chunk texts when missing or when the corpus moved by more than
     embed.idf_refresh_growth; freeze it in vectors/idf.npz. A refit changes the model_id (vectors re-embed
@@ -513,7 +513,7 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
         return {}
     from hrag_cli.embed.builtin import IdfTable, needs_refresh
 
-    for path in project.embeddings_dir.glob("builtin-*"):   # caches earlier versions kept for builtin: never read
+    for path in project.embeddings_dir.glob("builtin-*"):   # builtin caches of an older layout: never read
         path.unlink(missing_ok=True)
     table = _load_idf(project)
     refit = needs_refresh(table, n_docs, settings.embed.idf_refresh_growth)
@@ -528,7 +528,7 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
             "idf_fingerprint": table.fingerprint() if table else "", "idf_refit": bool(refit and n_docs > 0)}
 
 
-def embed_status(project: Project, settings: Settings) -> dict:
+def embed_status(project: ProjectDir, settings: Settings) -> dict:
     """For `hrag status`: the embedder, and for builtin the frozen IDF table against the current corpus."""
     name = (settings.embed.model or "builtin").strip()
     info: dict[str, Any] = {"model": name}

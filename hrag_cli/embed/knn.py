@@ -73,7 +73,7 @@ _UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZ
 class KnnLists:
     """Per entity (row): its top-k neighbours as rows of the same table, their cosines, the text hash the list
     was computed for, and the cells (cells.py) the entity was joined in. Arrays rather than per-entity lists:
-    a 1M-entity pass holds 10M neighbours."""
+    a pass over millions of entities holds tens of millions of neighbours."""
 
     def __init__(self, k: int, model_id: str, ids: Sequence[str] | np.ndarray | None = None,
                  hashes: Sequence[str] | np.ndarray | None = None,
@@ -82,7 +82,7 @@ class KnnLists:
                  chars: np.ndarray | None = None) -> None:
         self.k = k
         self.model_id = model_id
-        # ids and text hashes as fixed-width bytes (`fixed_bytes`): a +1 % run matches 521k entities of the
+        # ids and text hashes as fixed-width bytes (`fixed_bytes`): a small run matches the entities of the
         # previous pass by numpy search, not a dict and a decoded string per row
         self.keys = _as_keys(ids)
         self.hash_keys = _as_keys(hashes)
@@ -107,8 +107,8 @@ class KnnLists:
         return decoded(self.keys)
 
     def save(self, path: Path) -> None:
-        """A .npz deflated at level 1 (the base): stored plain it is 94 MB against 50 MB at 100k passages, room
-        the full build does not have under its 3 GB, and level 1 costs ~1.4 s there. A run that kept the cells
+        """A .npz deflated at level 1 (the base): stored plain it would be about twice the size, and level 1
+        costs little. A run that kept the cells
         of the lists it loaded writes only what differs from the base file as a patch beside it
         (`line_patch.patch_path`, `_patch`), until the lists that differ pass `base_patch.NEIGHBOUR_LISTS` of them: then the lists
         are written whole as the new base and the patch goes. The patch names its base by `line_patch.base_mark`.

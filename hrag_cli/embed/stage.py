@@ -2,36 +2,39 @@
 
     run_synonyms(project, settings, reporter, review_path=None, accept_path=None) -> StageOutcome
 
-1. Embeds (through the cache) chunks, entities, relations and facts and syncs vectors/<name>.hnsw (vectors.py);
+1. Embeds (through the cache) chunks, entities, relations and facts and syncs the vector indices (embed/indices.py
+   over storage/vectors, incremental plans in embed/plans.py);
    for the builtin embedder it first refreshes the frozen IDF table when the corpus moved (embed.refresh_idf).
    After a resolve that patched its records, graph/changed_ids.json lists the records it added or made again;
    when it starts from the resolve output the indices were last synced with (their id map's "synced"), only
    those records are read (at their lines), embedded and spliced in (VectorIndex.insert), and the chunk index
-   takes the chunks it lacks: when its "synced" names the `ingest.chunk_mark` it holds and chunks were only
+   takes the chunks it lacks: when its "synced" names the `chunk.stage.chunk_mark` it holds and chunks were only
    appended since, just those are read (from the file's end); otherwise every record is read and its text hashed.
-2. Updates the BM25 index over chunks (hrag_cli.storage.bm25.BM25Index saved at vectors/bm25): new chunk ids added, gone
-   ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an addition).
+2. Updates the BM25 index over chunks (embed/bm25_sync.py: storage/bm25.BM25Index saved at vectors/bm25): new
+   chunk ids added, gone ones removed (a chunk id is a hash of its text, so a changed chunk is a removal plus an
+   addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
-   vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same
-   sentence look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both
-   have >= `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours
-   come from a self-join over overlapping k-means cells (cells.py; exact up to cells_per_entity * cell_size
-   entities), with exact cosines. The name vectors are kept as a vector index of their own
-   (vectors/entity_names.*, never searched at query time), so a later run embeds only new or renamed
-   entities. The builtin embedder, the cells, the join and the ranking of its candidates run in one forked
-   worker process per core (forkpool.py) when the work is large. Neighbour lists, the
-   cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by (entity id, text
-   hash), and a run that kept the cells writes only the lists and keys that differ from it as
-   vectors/entity_names.knn.patch (`KnnLists.save`): a later run joins only new or changed entities (and
-   entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
-   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl
-   and, replacing previous SYNONYM edges, into graph/graph.pkl.
-4. Review: `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity, action) and
-   changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip` drops
-   the pair, `merge` marks the two entities as the same thing. Decisions persist in
+   vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same sentence
+   look alike whatever their names); a pair with similarity >= the floor (`synonyms.threshold`, raised to the
+   nearest-neighbour similarity of the best-matched `synonyms.top_share` of the entities) whose names both have
+   >= `min_name_chars` letters/digits and are names (no date, quantity, number or function word) becomes one
+   undirected edge (weight = similarity). The neighbours come from a
+   self-join over overlapping k-means cells (storage/cells.py; exact up to cells_per_entity * cell_size entities),
+   with exact cosines. The name vectors are kept as a vector index of their own (vectors/entity_names.*, never
+   searched at query time), so a later run embeds only new or renamed entities. The builtin embedder, the cells, the
+   join and the ranking of its candidates run in one forked worker process per core (forkpool.py) when the work is
+   large. Neighbour lists, the cells and their centroids are kept as arrays in vectors/entity_names.knn.npz keyed by
+   (entity id, text hash), and a run that kept the cells writes only the lists and keys that differ from it as
+   vectors/entity_names.knn.patch (embed/knn.py, `KnnLists.save`): a later run joins only new or changed entities
+   (and entities whose neighbours changed or vanished) with the members of their cells and offers each to the kept
+   entities there, instead of comparing everything again. Written to graph/synonyms.jsonl and, replacing previous
+   SYNONYM edges, into graph/graph.pkl. Pairs and edges: embed/synonym_edges.py.
+4. Review (embed/review.py): `review_path` writes the candidate pairs as TSV (a, b, a_name, b_name, similarity,
+   action) and changes nothing in graph/; `accept_path` reads such a TSV back: action `link` forces an edge, `skip`
+   drops the pair, `merge` marks the two entities as the same thing. Decisions persist in
    graph/synonym_decisions.jsonl and are re-applied on every later run (after new documents too). A merge is
-   realised as a SYNONYM edge of weight 1.0 (PPR then moves freely between the two); resolve may read the
-   `merge` rows of graph/synonym_decisions.jsonl to fold the entities together.
+   realised as a SYNONYM edge of weight 1.0 (PPR then moves freely between the two); resolve may read the `merge`
+   rows of graph/synonym_decisions.jsonl to fold the entities together.
 """
 
 from __future__ import annotations
@@ -46,14 +49,15 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.embed.bm25_sync import sync_bm25
 from hrag_cli.embed.embedder import get_embedder, refresh_idf
 from hrag_cli.embed.indices import NAMES, drop_name_graph, sync_indices, sync_name_index
 from hrag_cli.embed.plans import Chunks, Names, resolve_change
 from hrag_cli.embed.review import (
     accept, apply_decisions, load_decisions, read_review, review_rows, save_decisions, write_review)
-from hrag_cli.embed.synonym_edges import candidate_pairs, find_neighbours, pair_records, save_edges
+from hrag_cli.embed.synonym_edges import (candidate_pairs, find_neighbours, names_only, pair_records, save_edges,
+                                          similarity_floor)
 from hrag_cli.embed.texts import relation_vectors
 from hrag_cli.storage.vectors.index import FORMAT as VECTOR_FORMAT
 
@@ -76,7 +80,7 @@ def check_settings(settings: Settings) -> None:
             raise UsageError(f"setting synonyms.{key}: {getattr(s, key)!r} must be {rule}")
 
 
-def run_synonyms(project: Project, settings: Settings, reporter: Reporter, review_path: Path | None = None,
+def run_synonyms(project: ProjectDir, settings: Settings, reporter: Reporter, review_path: Path | None = None,
                  accept_path: Path | None = None) -> StageOutcome:
     check_settings(settings)
     if review_path is not None and accept_path is not None:
@@ -119,11 +123,14 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
                                    reporter)
     counts["entities_queried"] = queried
     linkable = knn.chars >= s.min_name_chars
+    floor = similarity_floor(knn, linkable, s.threshold, s.top_share)
+    linkable = names_only(knn, linkable, floor)
+    counts["synonym_floor"] = round(floor, 4)
     decisions = load_decisions(project)
     # a plain run (nothing reviewed) writes the pairs as they come, in order; reviewed decisions need them by key
-    records = pair_records(knn, linkable, s.threshold) \
+    records = pair_records(knn, linkable, floor) \
         if accepted is None and review_path is None and not decisions else None
-    auto = candidate_pairs(knn, linkable, s.threshold) if records is None else {}
+    auto = candidate_pairs(knn, linkable, floor) if records is None else {}
     n_auto = len(auto) if records is None else len(records)
     if accepted is not None:
         row_of = {i: p for p, i in enumerate(knn.ids)}

@@ -11,7 +11,7 @@ import numpy as np
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.embed.indices import EMBED_BLOCK, NAMES
 from hrag_cli.embed.knn import KnnLists, decoded, update_knn
 from hrag_cli.storage.vectors.dense import DenseRows
@@ -28,16 +28,16 @@ def name_chars(name: str) -> int:
 FOLD_DIM = 256     # columns the neighbour search of sparse (builtin) name vectors runs in
 assert BAND % FOLD_DIM == 0, "fold reads a column mod FOLD_DIM off its byte within its band"
 # How far below the threshold the neighbour search keeps candidates: only neighbours at or above the threshold
-# become pairs, so weaker ones are never listed. Folded cosines stray from the exact ones: on a 10k-passage
-# bench/scale.py corpus the 73k listed pairs at >= 0.8 had folded cosines >= 0.657, so 0.3 leaves room.
+# become pairs, so weaker ones are never listed. Folded cosines stray from the exact ones, by well under this
+# margin on the scale benchmark's corpus (bench/scale.py), so it leaves room.
 FOLD_MARGIN = 0.3
 EXACT_MARGIN = 1e-3    # unfolded vectors are searched at their own cosines: float rounding only
 
 
 def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
     """The matrix the neighbour search runs on for sparse name vectors (None: search the vectors themselves).
-    The builtin embedder's names fill 10-60 of 2048 hashed buckets; folded to FOLD_DIM columns (bucket b adds
-    into b mod FOLD_DIM, i.e. the same features hashed into fewer buckets) the self-join, which costs in
+    The builtin embedder's names fill a few dozen of 2048 hashed buckets; folded to FOLD_DIM columns (bucket b
+    adds into b mod FOLD_DIM, i.e. the same features hashed into fewer buckets) the self-join, which costs in
     proportion to the width, runs 8x narrower, and `rescore` puts the exact full-width cosines back, so
     thresholds and edge weights are unchanged."""
     if not isinstance(rows, SparseRows) or rows.dim <= FOLD_DIM or rows.dim % FOLD_DIM:
@@ -47,7 +47,7 @@ def fold(rows: DenseRows | SparseRows) -> np.ndarray | None:
     # a value's column mod FOLD_DIM is its byte within its band (`SparseRows.low`, bands of BAND columns: see the
     # assert below FOLD_DIM), and a block's values lie in one run of the row arrays: no `take` of each block's columns
     # (the sums in float64, each row then cast, normed and divided in place in its slice of `out`: the same
-    # floats as a float32 copy normed by np.linalg.norm, with a third of the whole-matrix passes)
+    # floats as a float32 copy normed by np.linalg.norm, with fewer whole-matrix passes)
     low, data, ptr = rows.low, rows.data, rows.indptr
     for s in range(0, n, EMBED_BLOCK):
         e = min(n, s + EMBED_BLOCK)
@@ -66,11 +66,10 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
             slots: np.ndarray | None = None) -> None:
     """Replace the cosines of the lists of `rows` (default: all, or those with a slot in `slots`) by exact ones
     from the full (sparse) vectors and re-order each list by them. Each neighbour's stored values are multiplied
-    into the row's dense vector: a name fills a few dozen of the 2048 columns, so this touches 1-3 % of what
-    densifying both sides did (57 of the stage's 1,270 s wall at 100k passages, before). `slots` ((n, k) bool):
-    only those slots' cosines are computed, the others are exact already (a +1 % run: 52k kept lists were
-    offered a row or two; their other slots are the cosines an earlier rescore gave, which it would give
-    again)."""
+    into the row's dense vector: a name fills a few dozen of the 2048 columns, so this touches a small share of
+    what densifying both sides would. `slots` ((n, k) bool): only those slots' cosines are computed, the others
+    are exact already (a small run offers many kept lists a row or two; their other slots are the cosines an
+    earlier rescore gave, which it would give again)."""
     n, k = knn.nbr.shape
     if rows is None:
         rows = np.arange(n) if slots is None else np.flatnonzero(slots.any(axis=1))
@@ -81,8 +80,8 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
     heavy_at = np.full(len(full), -1, dtype=np.int64)
     heavy_at[heavy] = np.arange(len(heavy))
     heavy_rows = full.dense(heavy)
-    # the rows' dense vectors in one buffer whose written entries are zeroed again after each block (the
-    # lists a +1 % run extends are a tenth of them: a fresh (block, dim) array each block was most of the work)
+    # the rows' dense vectors in one buffer whose written entries are zeroed again after each block (a small
+    # run extends few of the lists: a fresh (block, dim) array each block would be most of the work)
     a = np.zeros((min(block, len(rows)), full.dim), dtype=np.float32)
     for s in range(0, len(rows), block):
         at = rows[s:s + block]
@@ -109,6 +108,39 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
         a[filled] = 0
 
 
+FLOOR_MIN_ENTITIES = 100     # fewer linkable entities with a neighbour: too few to rank, the threshold alone
+
+
+def similarity_floor(knn: KnnLists, linkable: np.ndarray, threshold: float, top_share: float) -> float:
+    """The cosine a pair needs: the threshold, or the cosine to its nearest linkable neighbour that only the
+    best-matched `top_share` of the linkable entities reach, when that is higher (an entity with no listed
+    neighbour ranks below every one). 0 or 1, or under FLOOR_MIN_ENTITIES ranked: the threshold alone."""
+    if not 0 < top_share < 1 or not len(knn.nbr):
+        return threshold
+    nbr = knn.nbr
+    listed = (nbr >= 0) & (nbr != np.arange(len(nbr))[:, None]) & linkable[np.maximum(nbr, 0)]
+    best = np.where(listed, knn.sim, -np.inf).max(axis=1)[linkable]
+    if int(np.isfinite(best).sum()) < FLOOR_MIN_ENTITIES:
+        return threshold
+    at = np.sort(best)[min(len(best) - 1, int(np.ceil((1.0 - top_share) * len(best))))]
+    return max(threshold, float(at)) if np.isfinite(at) else threshold
+
+
+def names_only(knn: KnnLists, linkable: np.ndarray, floor: float) -> np.ndarray:
+    """`linkable` less the entities in a pair at or above `floor` that are not names: dates, quantities and bare
+    numbers ("12 october 2025" ~ "14 october 2025"), function words. Judged on the ids (normalised names), so
+    an incremental run reads no names."""
+    from hrag_cli.extract.rules import is_name
+
+    rows = np.flatnonzero(linkable & ((knn.nbr >= 0) & (knn.sim >= floor)).any(axis=1))
+    if not len(rows):
+        return linkable
+    out = linkable.copy()
+    keys = knn.keys[rows]
+    out[rows] = np.fromiter((is_name(k.decode("utf-8")) for k in keys.tolist()), dtype=bool, count=len(rows))
+    return out
+
+
 def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
                     ) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
@@ -123,7 +155,7 @@ def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, thres
 
 def pair_records(knn: KnnLists, ok: np.ndarray, threshold: float) -> list[dict] | None:
     """The records of `candidate_pairs` in (a, b) order ({a, b, similarity} rounded to 6 places), made from
-    the row pairs without a dict of 150k pairs and its sort; None when the lists' rows are not in id order
+    the row pairs without a dict of every pair and its sort; None when the lists' rows are not in id order
     (then their order is not the ids')."""
     keys = knn.keys
     if len(keys) > 1 and not bool((keys[1:] > keys[:-1]).all()):
@@ -164,7 +196,7 @@ def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold:
     return at[lo], at[hi], s, decoded(keys[used])
 
 
-def find_neighbours(project: Project, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
+def find_neighbours(project: ProjectDir, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
                     full: DenseRows | SparseRows, names: Any, reporter: Reporter) -> tuple[KnnLists, int]:
     """Every entity's nearest entities by name vector (`full`: the name index's rows, `keys` and `hashes` its
     ids and text hashes), from the saved lists brought up to date, then saved; and how many were queried."""
@@ -188,7 +220,7 @@ def find_neighbours(project: Project, settings: Settings, model_id: str, keys: n
     return knn, queried
 
 
-def save_edges(project: Project, settings: Settings, records: list[dict]) -> None:
+def save_edges(project: ProjectDir, settings: Settings, records: list[dict]) -> None:
     """The pairs as graph/synonyms.jsonl and, replacing the previous SYNONYM edges, into the graph, whose
     chunk prior they change."""
     store.write_jsonl(project.synonyms_path, records)

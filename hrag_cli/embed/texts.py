@@ -25,7 +25,7 @@ def fact_row_text(f: dict) -> str:
 def relation_vectors(settings: Settings, extractor: str) -> bool:
     """Whether relations get vectors of their own (`vectors.relations`). `auto`: only for an LLM extractor,
     whose relations carry a description and keywords of their own. A rules or OpenIE relation restates its
-    facts (the same names and predicate, or the sentence they came from), so its vectors cost a third of the
-    texts embedded and of a rules project's bytes for a ranking global mode gets from the fact vectors."""
+    facts (the same names and predicate, or the sentence they came from), so its vectors cost a large share of
+    the texts embedded and of a rules project's bytes for a ranking global mode gets from the fact vectors."""
     mode = settings.vectors.relations.strip().lower()
     return extractor.startswith("llm:") if mode == "auto" else mode == "on"

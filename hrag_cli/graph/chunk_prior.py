@@ -12,7 +12,7 @@ import numpy as np
 from hrag_cli.core import store
 from hrag_cli.core.artifacts import quick_sum
 from hrag_cli.core.config import Settings
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.graph.model import CHUNK, EDGE_KINDS, VERTEX_KINDS
 from hrag_cli.graph.push import PRIOR_EPS, walk_mass
 from hrag_cli.graph.walk import Scale, WalkGraph, kind_factors, scale_key
@@ -22,9 +22,9 @@ PRIOR_FILE = "chunk_prior.npz"
 
 def walk_scale(rules_graph: bool, synonym_weight: float) -> dict[str, float] | None:
     """The walk's edge weight factors: on a rules-extractor graph SYNONYM edges x `synonym_weight` (None: the
-    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which on
-    2Wiki-100 (many people and films share a name's words) likely lead the walk to the wrong namesake: without
-    them ppr went from 59.0 to 60.2 at R@2, MuSiQue-100 rules unchanged (bench/retrieval.py)."""
+    stored weights). Those edges join names whose builtin vectors are close, i.e. names sharing words, which in
+    a corpus where many people and works share a name's words lead the walk to the wrong namesake
+    (bench/retrieval.py compares the settings)."""
     return {"SYNONYM": synonym_weight} if rules_graph and synonym_weight != 1.0 else None
 
 
@@ -33,7 +33,7 @@ def is_rules_graph(extractor: str) -> bool:
     return extractor.startswith("rules")
 
 
-def project_walk_scale(project: Project, settings: Settings) -> Scale:
+def project_walk_scale(project: ProjectDir, settings: Settings) -> Scale:
     """`walk_scale` for a built project: its extract stage says whether the graph is a rules graph."""
     stage = project.stage("extract")
     extractor = str(stage.counts.get("extractor", "")) if stage is not None else ""
@@ -52,7 +52,7 @@ def prior_key(damping: float, scale: Scale) -> tuple:
 def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.ndarray:
     """`walk_mass` of a reset of 1 on every chunk: what a passage weight shared by every chunk adds to the
     walk. It depends on the graph and settings alone: the synonyms stage saves it (`save_chunk_prior`), and
-    a query whose settings differ walks it once per process (1.1 s CPU at 100,000 passages)."""
+    a query whose settings differ walks it once per process."""
     key = prior_key(damping, scale)
     if key not in graph.memo:
         chunks = (graph.vkind == VERTEX_KINDS.index(CHUNK)).astype(np.float64)
@@ -61,16 +61,16 @@ def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.nda
     return graph.memo[key]
 
 
-def _prior_path(project: Project) -> Path:
+def _prior_path(project: ProjectDir) -> Path:
     return project.graph_dir / PRIOR_FILE
 
 
-def _walk_digest(project: Project) -> str:
-    """Which walk.npz a saved prior was walked on (a sampled hash: reads ~200 KiB)."""
+def _walk_digest(project: ProjectDir) -> str:
+    """Which walk.npz a saved prior was walked on (a sampled hash: reads a few samples, not the file)."""
     return quick_sum(project.walk_path, project.walk_path.stat().st_size)
 
 
-def save_chunk_prior(project: Project, settings: Settings) -> None:
+def save_chunk_prior(project: ProjectDir, settings: Settings) -> None:
     """Write graph/chunk_prior.npz (atomically): the chunk prior of graph/walk.npz for the project's query
     settings, with those settings and the walk's digest, so a query reads it instead of walking every chunk."""
     q = settings.query
@@ -81,7 +81,7 @@ def save_chunk_prior(project: Project, settings: Settings) -> None:
                  walk=np.frombuffer(_walk_digest(project).encode(), dtype=np.uint8))
 
 
-def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: Scale) -> None:
+def load_chunk_prior(project: ProjectDir, graph: WalkGraph, damping: float, scale: Scale) -> None:
     """Put the saved chunk prior into `graph.memo` when it was walked on this walk.npz with these settings
     (otherwise `chunk_prior` walks it)."""
     key = prior_key(damping, scale)

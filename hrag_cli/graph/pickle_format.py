@@ -1,9 +1,9 @@
 """graph.pkl written straight from numpy columns, and read back as columns (docs/formats.md, "graph.pkl").
 
-Why: `pickle.dumps` of an igraph graph writes every edge as a tuple and every attribute value as an object (4 s at
-100,000 passages, 185 MB that zlib then took 1.4 s over), and a later stage had to unpickle it whole (4.6 s) to add
-its edges. This file is still a pickle that `pickle.load` turns into the same `igraph.Graph` with nothing but the
-standard library and igraph: its arguments are built on load by standard calls, `Graph(n, edges, False, {},
+Why: `pickle.dumps` of an igraph graph writes every edge as a tuple and every attribute value as an object (slow,
+and large before compression), and a later stage would have to unpickle it whole to add its edges. This file is
+still a pickle that `pickle.load` turns into the same `igraph.Graph` with nothing but the standard library and
+igraph: its arguments are built on load by standard calls, `Graph(n, edges, False, {},
 vertex_attrs, edge_attrs)` with
   edges    memoryview(array('q', ...)).cast('B').cast('q', (m, 2))    (igraph reads the buffer directly)
   weight   array('d', ...)                                          (igraph makes the list of floats)
@@ -68,7 +68,7 @@ class Column:
     def of(cls, values: list, vocab: tuple = ()) -> "Column":
         """`vocab` first (a fixed vocabulary keeps equal values coded alike whichever rows a graph has), then
         every other value in the order it first appears."""
-        uniq = list(dict.fromkeys([*vocab, *values]))      # C loops only: a loop per value took 1 s per 300,000
+        uniq = list(dict.fromkeys([*vocab, *values]))      # C loops only: no Python loop per value
         index = dict(zip(uniq, range(len(uniq))))
         return cls(uniq, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)))
 
@@ -178,8 +178,7 @@ class _Packed(dict):
 
 
 # Columns whose values are ids (hex digests): deflate's string matching finds next to nothing in them, and
-# Huffman coding alone makes them smaller at half the CPU (a 100,000-passage graph's relation ids: 26.3 MB in
-# 0.33 s, where level 1 took 0.67 s for 28.4 MB). Any zlib reads either.
+# Huffman coding alone makes them smaller than deflate's level 1, at less CPU. Any zlib reads either.
 ID_COLUMNS = frozenset({"key", "doc_id"})
 
 
@@ -320,7 +319,7 @@ class _Unpacker:
         if not isinstance(node, _Node):
             raise NotColumns("unexpected column")
         if node.name == "loads":
-            return orjson.loads(self.raw(node))      # (what json.loads gives, 3x faster)
+            return orjson.loads(self.raw(node))      # (what json.loads gives, faster)
         mapped = node.args[0] if node.args else None
         getter = mapped.args[0] if isinstance(mapped, _Node) and mapped.args else None
         if not (isinstance(getter, _Node) and getter.name == "getattr" and len(mapped.args) == 2):
@@ -400,8 +399,8 @@ def _two_parts(node: Any) -> list[_Node]:
 class SynonymTail:
     """A graph.pkl `dumps` wrote, opened to replace its SYNONYM edges (the second part of every edge array) and
     written back with every other member as it was, still compressed. Why: a synonyms run changes only those
-    edges, and inflating every member of a 100,000-passage graph (200 MB) to compress most of them back took
-    over a second of its CPU. Only what is asked for is inflated (`head_edges`, `head_codes`, `vertex`): a
+    edges, and inflating every member of a large graph to compress most of them back would cost more than the
+    rest of the run. Only what is asked for is inflated (`head_edges`, `head_codes`, `vertex`): a
     member never inflated is never checked here, so the caller checks the whole file's hash first
     (`graph.intact`, on a file within artifacts.FULL_HASH_MAX). NotColumns when the file is not of that shape."""
 

@@ -12,25 +12,20 @@ from hrag_cli.graph.walk import Scale, WalkGraph
 
 
 # A round of the walk spreads the residual of some vertices. Gathering their rows costs about SWEEP_COST times
-# as much per entry as one sweep over every entry (the power iteration's step, whose shares are precomputed):
-# bench/walk_speed.py measures both. So a round whose vertices hold more than 1 / SWEEP_COST of all entries is
+# as much per entry as one sweep over every entry (the power iteration's step, whose shares are precomputed;
+# bench/walk_speed.py times both). So a round whose vertices hold more than 1 / SWEEP_COST of all entries is
 # done as a sweep.
 SWEEP_COST = 8
 # A vertex's residual is spread once it exceeds PUSH_EPS x its entry count x the reset's total: what is left
-# unspread is then at most that much per vertex. On 100 real questions at 100,000 passages (`bench/walk_speed.py
-# --questions`), the chunks a query ranks (the walk fused with the passage scores) are those of a walk to 1e-12
-# as often at 2e-7 as at 1e-7 (the first 5 on 99 questions, the first 10 on 93), and the first 5 those of 1e-7 on
-# all 100, while the walk reads half the entries (549k against 1.1M; at 1e-8 a walk took 2.7x the CPU of 1e-7).
-# 3e-7 already lost ranks 6 to 10 on 6 more questions. On the dev sets' graphs (1,890 to 6,119 passages, their
-# 100 questions each) the first 5 stay the converged walk's on 99-100 questions and the first 10 on 90-98 (96-100
-# at 1e-7), and bench/retrieval.py's recall is the same in every cell, builtin and MiniLM.
+# unspread is then at most that much per vertex. The loosest tolerance at which the chunks a query ranks (the
+# walk fused with the passage scores) stay those of a converged walk on real questions, with recall unchanged;
+# a tighter one reads many more entries for the same ranks (`bench/walk_speed.py --questions` compares them).
 PUSH_EPS = 2e-7
 # A round that sent mass along fewer than 1 / SPARSE_ROUND as many entries as there are vertices tests only the
 # vertices it reached for the next round; a larger one scans every vertex (cheaper than sorting its targets).
 SPARSE_ROUND = 32
 # A round spreads its vertices in blocks of about this many entries, each block's rows gathered, multiplied and
-# added before the next: the block's temporaries (~1 MB) stay in the core's cache, where a round's whole
-# (up to 500,000 entries at 100,000 passages) did not: 2-3 ms less a question.
+# added before the next: the block's temporaries stay in the core's cache, where a whole round's would not.
 SPREAD_BLOCK = 1 << 15
 PRIOR_EPS = 1e-12     # converged: the chunk prior (walked once) and personalized_pagerank's default
 
@@ -45,9 +40,9 @@ def walk_mass(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale
     How: forward push (Andersen, Chung and Lang's local PageRank) in synchronous rounds. The mass starts at 0
     and a residual at the reset; a round takes every vertex whose residual exceeds `eps` x its entry count x
     the reset's total, keeps 1 - damping of it and spreads the rest over its edges; what is left unspread at
-    the end is counted as kept. The work follows where the reset's mass goes, not the graph's size: at
-    100,000 passages, with passage weights on a bounded set of chunks (`query.passage_node_top_k`), a walk
-    reads about half a million of 7.2M entries, where the power iteration read all of them 24 times. A
+    the end is counted as kept. The work follows where the reset's mass goes, not the graph's size: with
+    passage weights on a bounded set of chunks (`query.passage_node_top_k`), a walk reads a small part of the
+    entries, where the power iteration reads all of them in every iteration. A
     round whose vertices hold over 1 / SWEEP_COST of the entries is one sweep over all of them (spreading
     every residual, however small): on a small graph, or from a reset on every chunk, that is the power
     iteration."""
@@ -78,9 +73,9 @@ class _Walked:
 def push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Scale, eps: float,
           max_rounds: int = 10_000) -> _Walked:
     """`walk_mass` of the reset scaled to total 1, into the graph's scratch arrays: a batch's walks reuse the
-    vertex-length residual and kept arrays (721,648 vertices at 100,000 passages, a full pass each) instead of
-    allocating them every question, and share the limits (`WalkGraph.push_limit`). Scaling changes the
-    arithmetic by rounding alone (~1e-16 relative). A `Reset` is placed by its vertices alone: no pass over
+    vertex-length residual and kept arrays (a full pass each) instead of allocating them every question, and
+    share the limits (`WalkGraph.push_limit`). Scaling changes the arithmetic by rounding alone (a relative
+    1e-16 or so). A `Reset` is placed by its vertices alone: no pass over
     a vertex-length reset, and the first round's vertices are the reset's over the limit, not a scan's."""
     n = graph.vcount()
     vertices, weights, total = _reset_parts(reset, n)
@@ -117,7 +112,7 @@ def push(graph: WalkGraph, reset: np.ndarray | Reset, damping: float, scale: Sca
         kept[active] += (1.0 - damping) * amount
         amount *= damping
         # the next round's vertices are among those that receive mass now: when those are few, only they are
-        # tested (a scan of every vertex each round was a sixth of a walk's time), else every vertex. A
+        # tested (a scan of every vertex each round would be a large part of a walk), else every vertex. A
         # residual only grows within a round, so a target tested right after its block holds its final verdict
         # unless a later block reaches it again (and tests it again).
         sparse = int(ends[-1]) * SPARSE_ROUND < n
@@ -174,8 +169,8 @@ def personalized_pagerank(graph: WalkGraph, reset: np.ndarray, damping: float, s
 
 @dataclass
 class Reset:
-    """A walk's reset by its nonzero vertices: a query's has ~1,000 (the seeds and the best chunks) of 721,648
-    at 100,000 passages, so it is built, placed and tested without a vertex-length pass."""
+    """A walk's reset by its nonzero vertices: a query's holds the seeds and the best chunks, a small part of
+    the vertices, so it is built, placed and tested without a vertex-length pass."""
 
     vertices: np.ndarray        # distinct, ascending
     weights: np.ndarray         # float64, one a vertex

@@ -40,8 +40,8 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")     # a zip member's local header: sig
 
 
 def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an uncompressed .npz memory-mapped in place (np.load reads every member whole: 120 MB
-    at 100,000 passages, most of which a query never touches). A compressed member is read whole."""
+    """The arrays of an uncompressed .npz memory-mapped in place (np.load reads every member whole, most of
+    which a query never touches). A compressed member is read whole."""
     out: dict[str, np.ndarray] = {}
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
         for info in zf.infolist():
@@ -61,7 +61,7 @@ def _mapped_npz(path: Path) -> dict[str, np.ndarray]:
             if dtype.hasobject:
                 raise ValueError("object arrays are not walk arrays")
             count = int(np.prod(shape))
-            # a plain array over the mapping: np.memmap's indexing wrapper costs ~4 us a call (vertex lookups)
+            # a plain array over the mapping: np.memmap's indexing wrapper costs a Python call per vertex lookup
             out[name] = (np.asarray(np.memmap(fh, dtype=dtype, mode="r", offset=fh.tell(), shape=shape,
                                               order="F" if fortran else "C")) if count else np.zeros(shape, dtype))
     return out
@@ -92,8 +92,8 @@ class WalkGraph:
 
     @classmethod
     def load(cls, project: Any) -> "WalkGraph":
-        """graph/walk.npz, memory-mapped (a query reads the pages it touches); a project built before it
-        existed gets the same arrays from graph.pkl (slower)."""
+        """graph/walk.npz, memory-mapped (a query reads the pages it touches); a project without one gets the
+        same arrays from graph.pkl (slower)."""
         path = project.walk_path
         try:
             arrays = _mapped_npz(path)
@@ -109,8 +109,8 @@ class WalkGraph:
 
     @property
     def cols(self) -> np.ndarray:
-        """The neighbour of each entry as native integers (int32 on disk; a gather by int32 indices is ~9x
-        slower), made on first use: a query that only looks up keys never reads them."""
+        """The neighbour of each entry as native integers (int32 on disk; a gather by int32 indices is several
+        times slower), made on first use: a query that only looks up keys never reads them."""
         if self._cols is None:
             self._cols = self._cols32.astype(np.intp)
         return self._cols
@@ -144,11 +144,11 @@ class WalkGraph:
         return v
 
     def _search(self, key: str) -> int | None:
-        # memoryviews: a Python int or bytes per item, no numpy scalar per step (20 -> 8 us a search); the
-        # search first bisects every _SAMPLE-th sorted key, each read once and kept (the first steps of every
-        # search read the same few), then the keys between two of them (8 -> 5 us: a ppr question looks up
-        # ~40 runs of its words, most of them no name). Kept as read, not listed up front: a list of every
-        # 64th key touched pages of the whole mapped key arrays (7 MB more of a cold query's memory).
+        # memoryviews: a Python int or bytes per item, no numpy scalar per step; the search first bisects
+        # every _SAMPLE-th sorted key, each read once and kept (the first steps of every search read the same
+        # few), then the keys between two of them (a ppr question looks up many runs of its words, most of
+        # them no name). Kept as read, not listed up front: listing every 64th key would touch pages of the
+        # whole mapped key arrays in a cold query.
         if self._views is None:
             self._views = (memoryview(np.ascontiguousarray(self._keys)),
                            *(memoryview(np.ascontiguousarray(a, dtype=np.int64)).cast("B").cast("q")
@@ -218,7 +218,7 @@ class WalkGraph:
 
     def starts(self) -> np.ndarray:
         """Where each vertex's row begins, in memory (made once): a walk gathers it for every vertex it spreads,
-        and the mapped indptr cost ~3x as much per gather (1.5 ms a question at 100,000 passages)."""
+        and the mapped indptr costs several times as much per gather."""
         if self._starts is None:
             self._starts = np.array(self.indptr[:-1])
         return self._starts
@@ -239,10 +239,9 @@ class WalkGraph:
     def _entries(self, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
         """Every entry's share of its row's mass (`_inverse`) and native neighbour side by side (16 bytes an
         entry): a spread gathers both with one take, half the time of two, and needs no sum over its rows.
-        Entries of share 0 (weight 0, e.g. SYNONYM edges scaled to 0: 4 % of the entries at 100,000 passages)
-        are left out, as they move no mass: also each row's start and length in this table, side by side (one
-        gather a vertex). Scaled in place and copied in slices: making it grows a process by 269 MB at 100,000
-        passages (260 MB when every entry was kept; 314 MB with whole-array selections)."""
+        Entries of share 0 (weight 0, e.g. SYNONYM edges scaled to 0) are left out, as they move no mass: also
+        each row's start and length in this table, side by side (one gather a vertex). Scaled in place and
+        copied in slices, so making it costs little memory beyond the table itself."""
         share = self.weights(scale)
         if share is self.weight:                    # the mapped stored weights: a copy to scale in place
             share = np.array(share, dtype=np.float64)
@@ -255,7 +254,7 @@ class WalkGraph:
             row_lens[filled] = np.add.reduceat(share != 0, at, dtype=np.intp)
         pairs = np.empty(int(row_lens.sum()), dtype=[("w", np.float64), ("c", np.intp)])
         done = 0
-        for lo in range(0, len(share), 1 << 20):    # in slices: a whole-array selection is 55 MB more at peak
+        for lo in range(0, len(share), 1 << 20):    # in slices: a whole-array selection is a large temporary
             part = slice(lo, lo + (1 << 20))
             live = share[part] != 0
             count = int(np.count_nonzero(live))
@@ -302,16 +301,16 @@ class WalkGraph:
 
     def prepare(self, scale: Scale = None) -> None:
         """Every entry's share of its row and its native neighbour made whole, once per scale, side by side
-        (`_entries`, without the entries of share 0), for `spread`. It costs ~0.3 s and 269 MB at 100,000
-        passages, and saves ~25 ms of each later question's walk there (549k of 7.16M entries): a batch's
-        walks ask for it (`ppr.passage_walk`), a single query reads only its rows."""
+        (`_entries`, without the entries of share 0), for `spread`. It costs a pass over every entry and the
+        table's memory, and saves each later question's walk the second gather of its rows: a batch's walks
+        ask for it (`ppr.passage_walk`), a single query reads only its rows."""
         key = ("weights", scale_key(scale))
         if key not in self.memo:
             self.memo[key] = self._entries(scale)
 
     def scratch(self, name: str, size: int, dtype: Any, fill: Any = None) -> np.ndarray:
         """A scratch array kept across a batch's walks (`vectors.scratch`): a walk gathers megabytes a round
-        and keeps a few vertex-length arrays, and fresh arrays cost their page faults (a fifth of the spread)."""
+        and keeps a few vertex-length arrays, and fresh arrays cost their page faults every time."""
         return scratch(self._buffers, name, size, dtype, fill)
 
     def transition(self, scale: Scale = None) -> Callable[[np.ndarray], np.ndarray]:
@@ -356,8 +355,7 @@ def _runs(starts: np.ndarray, lens: np.ndarray, first: np.ndarray, total: int,
           out: np.ndarray | None = None, ones: np.ndarray | None = None) -> np.ndarray:
     """The entries starts[i] .. starts[i] + lens[i] - 1 of every run, one run after another (`first`: where
     each run begins in the output): steps of 1 summed, with a jump at each run's first entry. Two passes over
-    the entries where an arange plus a repeated offset took three (a walk gathers ~0.5M entries a question at
-    100,000 passages).
+    the entries where an arange plus a repeated offset takes three.
     `out` and `ones` (given together, or neither): an intp array of `total` items to write them into, and one
     of at least `total` ones to take the steps from (left all ones again): then the sum is the only pass that
     writes every entry."""

@@ -20,7 +20,7 @@ import numpy as np
 from hrag_cli.core import jsonl_lines, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, from_dict
 from hrag_cli.graph.walk import WalkGraph
 
@@ -99,13 +99,12 @@ class LazyRecords(Mapping):
 
 
 class DocPaths:
-    """doc id -> path for the few documents a query shows, read from their own lines of docs.jsonl. The lines
-    are found once (a numpy pass over the file, read a block at a time) and keyed by the first 8 bytes of the
-    id each opens with, so a lookup compares 8-byte integers and reads and parses the line it finds: a search
-    of the mapped bytes per id took 1.5 ms at 100,000 documents (5 a question), and a batch parsed the whole
-    file after 64 of them (0.3 s). A file whose lines do not all open with `{"doc_id":"` (compressed, another
-    field order), an id shorter than 8 bytes or one no line holds is read whole once instead (`whole`: doc id
-    -> path)."""
+    """doc id -> path for the few documents a query shows, read from their own lines of docs.jsonl. The lines are
+    found once (a numpy pass over the file, read a block at a time) and keyed by the first 8 bytes of the id each
+    opens with, so a lookup compares 8-byte integers and reads and parses the line it finds, instead of a search of
+    the mapped bytes per id, or parsing the whole file for a batch. A file whose lines do not all open with
+    `{"doc_id":"` (compressed, another field order), an id shorter than 8 bytes or one no line holds is read whole
+    once instead (`whole`: doc id -> path)."""
 
     OPEN = b'{"doc_id":"'
     _BLOCK = 1 << 20
@@ -119,7 +118,7 @@ class DocPaths:
     def _index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(each line's start and end; the first 8 id bytes of each line as an integer, sorted; the line of
         each), or None when some line does not open with an id of at least 8 bytes. Sorted, so a lookup is a
-        binary search (comparing all 100,000 keys took 44 us of a lookup's 47)."""
+        binary search (comparing every key would be nearly all of a lookup)."""
         if self._indexed:
             return self._lines
         self._indexed = True
@@ -196,7 +195,7 @@ class ChunkCounts:
 
 @dataclass
 class QueryIndex:
-    project: Project
+    project: ProjectDir
     settings: Settings
     load_ms: dict[str, float] = field(default_factory=dict)
 
@@ -245,8 +244,8 @@ class QueryIndex:
 
     @cached_property
     def _paths_by_doc(self) -> dict[str, str]:
-        """doc id -> path of every document, the two fields alone (every record kept as a parsed dict held
-        ~100 MB of a batch's memory at 100,000 documents)."""
+        """doc id -> path of every document, the two fields alone (every record kept as a parsed dict would
+        hold much of a batch's memory)."""
         return {r["doc_id"]: str(r.get("path", "")) for r in store.read_jsonl(self.project.docs_path)
                 if isinstance(r, dict) and "doc_id" in r}
 

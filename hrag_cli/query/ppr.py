@@ -37,11 +37,11 @@ def passage_walk(graph: WalkGraph, reset: np.ndarray | Reset, floor: float, damp
                  scale: Scale = None, vertices: np.ndarray | None = None) -> np.ndarray:
     """The walk's score of every vertex (summing to 1) from `reset` plus `floor` on every chunk: by linearity
     the walk of `reset` alone, which stays local, plus `floor` x the chunk prior. `vertices`: the scores of
-    those alone (a query ranks the chunks: a sixth of the vertices at 100,000 passages), the same values,
+    those alone (a query ranks the chunks, a part of the vertices), the same values,
     read without a vertex-length pass beyond the walk's sums."""
     prior, prior_sum = _prior_and_sum(graph, damping, scale) if floor > 0 else (None, 0.0)   # before: it walks
     # a process's second question on: a batch, which makes the walk's table once (`WalkGraph.prepare`); a
-    # single query, and the chunk prior's walk (~600k pushed entries at 100,000 passages), never pay for it
+    # single query, and the chunk prior's walk, never pay for it
     graph.memo["passage walks"] = walks = graph.memo.get("passage walks", 0) + 1
     if walks > 1:
         graph.prepare(scale)

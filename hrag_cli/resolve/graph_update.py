@@ -1,16 +1,16 @@
 """The graph after an incremental resolve, from the saved one and what changed (docs/design.md, "The graph").
 
 Why: a resolve that only adds documents changes a few percent of the entities and relations, but building the
-graph from every entity and relation record took 14 s at 100,000 passages. Here the saved graph's columns are
+graph from every entity and relation record costs a pass over all of them. Here the saved graph's columns are
 kept and only the new or changed items are put in, where a build from scratch would have them, so the result
 is the graph `graph_columns` would build from all the items (the same columns, so graph.pkl has the same bytes).
 
 What it takes (resolve's patch path; additions only, no record goes away): the documents and chunks added since
-the saved graph was made (`ingest.added_since`: the graph holds the old ones, so a +1 % run reads no other line
+the saved graph was made (`chunk.stage.added_since`: the graph holds the old ones, so a small run reads no other line
 of docs.jsonl and chunks.jsonl), or every one, the entities and relations added or made again, in id order, and
 the mentions of the new chunks. Anything that does not fit the saved graph raises OutOfStep, and the caller
 builds the graph from every item instead. walk.npz is spliced the same way from the saved one (`spliced_walk`:
-the same arrays `graph.walk_arrays` makes, at array speed, where sorting every entry again took seconds).
+the same arrays `graph.walk_arrays` makes, at array speed, where sorting every entry again would be slow).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hrag_cli.graph.model import (
 from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.chunk.stage import added_since, load_chunk_refs, load_documents
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document
 
 _REL, _MEN, _SYN = EDGE_KINDS.index("RELATION"), EDGE_KINDS.index("MENTIONED_IN"), EDGE_KINDS.index(SYNONYM)
@@ -152,7 +152,7 @@ def _entity_rows(old: GraphColumns, ent0: int, keys: list, entities: list[GraphE
 def _spliced_json(raw: bytes, count: int, put: list[tuple[int, str]], at: np.ndarray, new: list[str]) -> bytes | None:
     """orjson.dumps([None, *ids]) for the ids of `raw` (that JSON of `count` ids) with id p := s for each (p, s)
     in `put` and new[j] put before id at[j] (`at` non-decreasing), made by cutting and joining `raw`'s bytes:
-    a 100,000-passage graph's 1.9M relation ids were parsed, spliced as a list and dumped again, 0.4 s. None
+    no id is parsed, spliced as a list and dumped again (millions of relation ids in a large graph). None
     unless every id in `raw` is a JSON string without escapes (then each `"` opens or closes one)."""
     if not raw.startswith(b"[null") or b"\\" in raw:
         return None
@@ -525,9 +525,9 @@ class GraphInputs:
     walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.intact`): it may be spliced
 
 
-def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
+def graph_inputs(project: ProjectDir, mark: dict | None) -> GraphInputs:
     """The saved graph (when `mark` is not None: a run that may update it; {} for a last run that left no mark)
-    and what was added since `mark` (the `ingest.chunk_mark` of the resolve that made it), when docs.jsonl and
+    and what was added since `mark` (the `chunk.stage.chunk_mark` of the resolve that made it), when docs.jsonl and
     chunks.jsonl were only appended to since and the graph holds as many documents and chunks as the mark says;
     else every document and chunk, read from their files."""
     old = None
@@ -555,7 +555,7 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
     return GraphInputs(load_documents(project), chunks, chunks, old)
 
 
-def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
+def every_input(project: ProjectDir, inputs: GraphInputs) -> GraphInputs:
     """`inputs` without the saved graph, for a build from every item: every document and chunk."""
     if inputs.old is None:
         return inputs
@@ -563,7 +563,7 @@ def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
     return GraphInputs(docs, inputs.chunks, inputs.chunks)
 
 
-def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
+def updated_graph(project: ProjectDir, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
                   mentions: list[tuple[str, str, int]], totals: tuple[int, int, int], reporter: Reporter
                   ) -> tuple[GraphColumns, Splice | None] | None:
     """`spliced_columns` on the saved graph (`update_columns` given every document and chunk; `mentions`: the
@@ -590,14 +590,14 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
         return None
 
 
-def save_updated(project: Project, cols: GraphColumns, sp: Splice | None) -> None:
+def save_updated(project: ProjectDir, cols: GraphColumns, sp: Splice | None) -> None:
     """graph.pkl of `cols`, and walk.npz spliced from the saved one (made from `cols` without a splice: the saved
     one damaged or not the saved graph's)."""
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
     _write_walk(project, _spliced_saved(project, cols, sp) if sp is not None else walk_arrays(cols))
 
 
-def _spliced_saved(project: Project, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
+def _spliced_saved(project: ProjectDir, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
     old_walk = saved_walk(project)
     try:
         arrays = spliced_walk(old_walk, sp.old, cols, sp) if old_walk is not None else None

@@ -1,8 +1,8 @@
 """What resolve keeps per merged key, and the record each key becomes.
 
-The accumulators are filled by resolve's merge (and saved between runs by resolve_state.py); the record makers
+The accumulators are filled by resolve's merge (and saved between runs by resolve/state.py); the record makers
 turn one accumulator into its entity, relation or fact. Both a full resolve and the patch after additions
-(resolve_patch.py) make records here, so the two paths cannot drift apart.
+(resolve/patch.py) make records here, so the two paths cannot drift apart.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _PLACEHOLDER_TYPES = {"", "unknown"}
 
 
 class _Saved:
-    """A saved state holds each accumulator as the tuple (key, *slots) (resolve_state.py), and a loaded state
+    """A saved state holds each accumulator as the tuple (key, *slots) (resolve/state.py), and a loaded state
     keeps the keys no new record touches as those tuples: making millions of objects cost more than the rest
     of the load. `saved` makes the object when a key is touched; `item` is the tuple again."""
 

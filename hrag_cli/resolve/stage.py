@@ -3,8 +3,8 @@
 The outputs are a pure function of (current chunks, their extraction records, the summary cache, settings):
 after any add/change/delete they equal a from-scratch build, byte for byte. Chunks are visited in chunk_id
 order, which makes even float weight sums independent of document order. When documents were only added, the
-new chunks' records are merged into the accumulators the last run saved (resolve_state.py) and the record
-files patched for the keys they touched (resolve_patch.py); anything else merges from scratch.
+new chunks' records are merged into the accumulators the last run saved (resolve/state.py) and the record
+files patched for the keys they touched (resolve/patch.py); anything else merges from scratch.
 
 Merge rules (LightRAG semantics; docs/design.md, "Records and resolve"):
 - entity id = normalize_name(surface form), except where aliases.plan_merges joins names through the aliases
@@ -45,7 +45,7 @@ from hrag_cli.graph.model import edge_counts, graph_columns, save_graph
 from hrag_cli.resolve.graph_update import every_input, graph_inputs, save_updated, updated_graph
 from hrag_cli.core.normalize import clean_surface, normalize_name
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.records import ChunkRef, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from hrag_cli.resolve.merge_records import (
     UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record, fact_record, live, relation_record)
@@ -193,7 +193,7 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                 old[eid] = _name_type(acc)
             if acc is None:
                 acc = ents[eid] = _EntityAcc()
-            elif acc.__class__ is tuple:    # a saved key, touched for the first time (resolve_records.live)
+            elif acc.__class__ is tuple:    # a saved key, touched for the first time (merge_records.live)
                 acc = ents[eid] = ent_saved(acc)
             acc.names[sf] = acc.names.get(sf, 0) + 1
             src = acc.sources
@@ -320,7 +320,7 @@ def _name_type(acc: Any) -> tuple[str, str] | None:
 def _insert_mentions(mentions: list[tuple[str, str, int]], new: list[tuple[str, str, int]]) -> None:
     """Put new chunks' mentions where a merge in chunk_id order would have them (each chunk's run stays whole
     and in its own order). `new` is in chunk_id order; the list is made again in one pass (inserting run by
-    run moved the whole tail each time: a second per thousand chunks at 1.5M mentions)."""
+    run would move the whole tail each time)."""
     runs: dict[str, list[tuple[str, str, int]]] = {}
     for m in new:
         runs.setdefault(m[0], []).append(m)
@@ -403,7 +403,7 @@ def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, st
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def load_records(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
+def load_records(project: ProjectDir, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
     """The records resolve merges, one at a time in chunk_id order: the extract stage owns which record is
     current, and prune.py prunes it under `settings` when given."""
     if settings is None:
@@ -415,7 +415,7 @@ def load_records(project: Project, settings: Settings | None = None) -> Iterator
     return iter_pruned(project, settings)
 
 
-def load_inputs(project: Project, settings: Settings | None = None
+def load_inputs(project: ProjectDir, settings: Settings | None = None
                 ) -> tuple[list[Document], list[ChunkRef], Callable[[], Iterator[ExtractionRecord]]]:
     """Documents, chunks, and what merge_records reads the records through (they are never all held)."""
     docs = load_documents(project)
@@ -425,7 +425,7 @@ def load_inputs(project: Project, settings: Settings | None = None
 # ----------------------------------------------------------------------------------------------- stage
 
 
-def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
+def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
                    ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
     """The current records merged: into the saved state when `use_state` and adding is all that happened
     (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
@@ -488,7 +488,7 @@ def _facts_naming(merged: Merged, eids: set[str], records_of: Callable[[set[str]
     return {f for f in again.facts if f[0] in eids or f[2] in eids}
 
 
-def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]
+def _since_state(project: ProjectDir, reporter: Reporter, base: str, now: dict[str, int]
                  ) -> tuple[resolve_state.Head, set[str], set[str], int | None] | None:
     """When adding is all that happened since the saved state: its header (read_header's answer, for the
     load), the chunks its delta merged after it was saved, the chunks neither has (`now`: chunk id -> offset
@@ -516,7 +516,7 @@ def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str,
             delta.unknown if delta else None)
 
 
-def _load_state(project: Project, reporter: Reporter, head: resolve_state.Head) -> tuple[Merged, int] | None:
+def _load_state(project: ProjectDir, reporter: Reporter, head: resolve_state.Head) -> tuple[Merged, int] | None:
     try:
         return resolve_state.load(project.resolve_state_path, Merged, head)
     except resolve_state.Damaged as exc:
@@ -534,7 +534,7 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
     """A record file's part of resolve's output digest: its bytes, or, when it has a patch, the patch's bytes
     alone (the patch holds every line its base does not, and names its base's content by the resolve output
     digest that last hashed it whole, and checks it is that file by its size and the CRC-32 of its last 4 KiB),
-    so a +1 % hashes megabytes, not the ~1 GB of bases."""
+    so a small run hashes its patches, not the bases."""
     patch = line_patch.patch_path(path)
     if patch.exists():
         h.update(b"patched:")
@@ -543,10 +543,10 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
         _file_digest(h, path)
 
 
-def write_outputs(project: Project, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
+def write_outputs(project: ProjectDir, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
-    and `resolved` is emptied before the graph is pickled (at 100k chunks each copy is gigabytes).
+    and `resolved` is emptied before the graph is pickled (on a large corpus each copy is gigabytes).
     The set is not atomic, but the manifest is written only after all of them, so a crash leaves resolve stale.
     Which record files are compressed: resolve_patch.COMPRESSED."""
     compressed = resolve_patch.COMPRESSED
@@ -564,7 +564,7 @@ def write_outputs(project: Project, resolved: Resolved, docs: list[Document], ch
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Resolve allocates millions of small acyclic objects; the cyclic GC would rescan them again and again
-    (measured: about 2.5x slower loading and merging at 1M mentions). Paused, then restored."""
+    (loading and merging several times slower). Paused, then restored."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -574,14 +574,14 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def run_resolve(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
+def run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
     """Rebuild graph/entities.jsonl, relations.jsonl, facts.jsonl, merges.jsonl and graph.pkl from the current
     records."""
     with gc_paused():
         return _run_resolve(project, settings, reporter)
 
 
-def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
+def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
@@ -686,7 +686,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     return StageOutcome(counts=counts, output_digest=digest)
 
 
-def _write_changed(project: Project, changed: dict[str, list[str]] | None, before: str, after: str) -> None:
+def _write_changed(project: ProjectDir, changed: dict[str, list[str]] | None, before: str, after: str) -> None:
     """graph/changed_ids.json after a patch: the ids of the records added or made again between the outputs
     whose digest was `before` and these (`after`), so a later stage can sync only them (additions never
     remove a record). A merge from scratch removes the file: what changed is then unknown."""

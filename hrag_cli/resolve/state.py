@@ -12,25 +12,26 @@ before, different settings or an LLM that may summarise make resolve merge from 
 equal a fresh build's, byte for byte.
 
 Keyed: each section's keys are sorted and stored in blocks of BLOCK keys (one zlib frame of the keys, as one
-string, and their accumulators, each marshalled on its own, over frames of FIELDS), and an index at the end of the file holds each block's first key and place. A run after
-additions opens the file (header and index: a few milliseconds at 100k passages), and the merge looks each key
+string, and their accumulators, each marshalled on its own, over frames of FIELDS), and an index at the end of
+the file holds each block's first key and place. A run after additions opens the file (header and index
+only), and the merge looks each key
 its records name up in one block (resolve_state.Lazy), so the accumulators no new record touches are never
 read or decompressed; a key no block has is new.
 
-A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the
-chunks (and their record offsets) merged since the state file was saved, tied to that file by its header's
-id. The next run merges the delta's records again (one merge: the same result, since records merge in chunk_id
-order), then its own new ones. Once the delta holds more than `base_patch.RESOLVE_STATE` of the state's chunks the state is
-written again (`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and
-written with the merged accumulators; so the replay stays a small part of a run.
+A run that adds a few records does not rewrite the state: it writes graph/resolve_delta.json instead, the chunks
+(and their record offsets) merged since the state file was saved, tied to that file by its header's id. The next run
+merges the delta's records again (one merge: the same result, since records merge in chunk_id order), then its own
+new ones. Once the delta holds more than `base_patch.RESOLVE_STATE` of the state's chunks the state is written again
+(`fold`): blocks no merged key falls in are copied as the bytes they are, the others decoded and written with the
+merged accumulators; so the replay stays a small part of a run.
 
 Format (version 4): frames of (8-byte length, zlib(marshal(value))): the header first, then per section its
 blocks, then the index frame, then a 16-byte trailer (the index's offset and a magic). A block is its keys
-frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a third of the cost
+frame (one string, a key a line and NUL between a pair's or triple's parts: splitting it is a fraction of the cost
 of unmarshalling as many tuples; a block with a key that holds a newline or NUL keeps the list) and its
 accumulators in frames of about FIELDS[s] each (a list of each accumulator's own marshal bytes, so a lookup
-decompresses one frame and unmarshals the one accumulator it wants: at 100k passages a 1 % addition touches
-keys in most blocks). A version 3 file (keys as a list, one accumulators frame a block) is read as it is, and
+decompresses one frame and unmarshals the one accumulator it wants: even a small addition touches keys in most
+blocks). A version 3 file (keys as a list, one accumulators frame a block) is read as it is, and
 a fold writes its new blocks in this format beside the copied ones (a block's frames say which it is). marshal
 is fast for plain dicts, lists and tuples and its format belongs to the Python version, which the header's
 basis records. A frame that does not read back whole (zlib's checksum, marshal, the shapes) is damage: one
@@ -38,7 +39,7 @@ warning, and a merge from scratch; a version 1 file (one stream of batches) is m
 an info line, and saved in this format (so is a version 2 file, whose accumulator frames were one marshalled
 list and held chunk ids). An accumulator's sources are saved as numbers into the header's chunk list
 (`chunks`: numbers are kept by a fold, so copied blocks stay right; new chunks are appended): a chunk id is 32
-hex characters, and they were a fifth of the file (348 MB at 100k passages, 283 MB without them).
+hex characters, and spelled out in every accumulator they would be a large part of the file.
 """
 
 from __future__ import annotations
@@ -63,18 +64,13 @@ from hrag_cli.resolve.merge_records import _EntityAcc, _FactAcc, _RelationAcc
 STATE_VERSION = 4
 _READS = (3, 4)             # versions read as they are (a version 3 file: every keys frame a marshalled list)
 _BASIS_VERSION = 3          # what the accumulators mean, in `basis` (a version 3 state stays usable)
-# keys per block: a lookup decompresses one block; smaller blocks read less in a +1 % but compress worse (zlib
-# per block). At 100k passages a 1 % addition touches keys in most blocks of relations and facts: merging it
-# into states of 512/1024, 256/256 and 128/128 relation/fact keys a block took 4.2, 3.4 and 3.2 s CPU for
-# files of 283, 289 and 297 MB (version 3); at 16/128/128 (version 2) the state took 14.5 MB on the first
-# 4,000 2Wiki passages (8.7 MB as one stream), past the 30 KB-per-passage budget. Version 4 (keys as strings, a
-# block's accumulators over frames of FIELDS): the lookups of a 1 % addition at 100k took 1.41 + 0.32 s CPU at
-# 256/256 and 1.33 + 0.29 s at 128/128 (293.2 and 293.9 MB); 64/64 1.11 + 0.25 s but 307 MB
+# keys per block: a lookup decompresses one block; smaller blocks read less in a small addition but compress
+# worse (zlib per block), so the file grows as they shrink. A small addition touches keys in most blocks of
+# relations and facts; these sizes balance its lookups against the file's size (bench/resolve_scale.py)
 BLOCK = {"entities": 64, "relations": 128, "facts": 128}
 # accumulators per fields frame (a block's accumulators in frames of about this many): a lookup decompresses
-# one. A 1 % addition at 100k passages finds ~18k saved keys in ~6.6k blocks; whole-block frames of version 3
-# made it decompress ~235 MB for them (its lookups: 1.81 + 0.42 s CPU), 16/128/128 ~125 MB, for 13 MB more
-# on disk (zlib over fewer accumulators; the keys as strings took 8 MB less: 288.0 -> 293.2 MB at 256/256)
+# one, so a small addition decompresses far less than whole-block frames would, for a little more on disk
+# (zlib over fewer accumulators)
 FIELDS = {"entities": 16, "relations": 128, "facts": 128}      # at BLOCK or more: one fields frame a block
 SECTIONS = ("entities", "relations", "facts")
 # accumulator fields saved per key
@@ -207,8 +203,8 @@ def _parts(key: Any) -> int:
 
 
 def _keys_value(keys: list) -> str | list:
-    """A block's keys as its frame holds them: one string, a key a line (splitting it costs a third of
-    unmarshalling as many tuples: keys frames were half of the state a +1 % reads), or the list itself when a
+    """A block's keys as its frame holds them: one string, a key a line (splitting it costs far less than
+    unmarshalling as many tuples, and keys frames are much of what a small run reads), or the list itself when a
     key holds a newline or NUL (a damaged or hand-made name: then the joined keys would not sort as the keys)."""
     text = "\n".join(map(_joined, keys))
     if text.count("\n") != len(keys) - 1 or text.count("\x00") != len(keys) * (_parts(keys[0]) - 1):

@@ -19,7 +19,7 @@ from hrag_cli.chunk.chunking import count_tokens, get_encoder
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 # Tokens kept free for the chat template and rounding, on top of the measured prompt overhead.
 _MARGIN_TOKENS = 64
@@ -50,7 +50,7 @@ def dedupe(fragments: dict[str, int]) -> list[str]:
 
 def by_frequency(fragments: dict[str, int], limit: int | None = None) -> list[str]:
     """Most frequent first, ties in text order: what survives when the description must be cut. With
-    `limit`, only that many (a partial selection: a popular entity can have 100k fragments)."""
+    `limit`, only that many (a partial selection: a popular entity can have a huge number of fragments)."""
     items = ((-c, f) for f, c in fragments.items() if f)
     if limit is not None and limit < len(fragments):
         return [f for _, f in heapq.nsmallest(limit, items)]
@@ -75,7 +75,7 @@ class SummaryJob:
 class Summarizer:
     """Decides per item between joining and summarising, and runs the LLM jobs with the summary cache."""
 
-    def __init__(self, project: Project, settings: Settings, reporter: Reporter | None = None) -> None:
+    def __init__(self, project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> None:
         self.project = project
         self.settings = settings
         self.rs = settings.resolve
@@ -94,7 +94,7 @@ class Summarizer:
     # -- deciding ---------------------------------------------------------------------------------------
     def needs_summary(self, fragments: list[str]) -> bool:
         """Count threshold, else token threshold. UTF-8 length bounds the token count from above, so the
-        tokenizer only runs for the rare long descriptions (this keeps 1M mentions fast)."""
+        tokenizer only runs for the rare long descriptions (this keeps millions of mentions fast)."""
         if len(fragments) >= self.rs.summary_min_fragments:
             return True
         sep = self.rs.description_separator
@@ -109,7 +109,7 @@ class Summarizer:
     def fallback(self, counts: dict[str, int]) -> str:
         """No LLM: whole fragments, most frequent first, while they fit summary_target_tokens (so a
         description is never longer than a summary would be); a first fragment that alone is too long is cut.
-        Candidates are selected 64 at a time first: a popular entity can have 100k fragments, and a full
+        Candidates are selected 64 at a time first: a popular entity can have a huge number of fragments, and a full
         selection of budget + 1 (each costs at least one token) is needed only when 64 did not fill it. A
         fragment's token count is kept (`_fragment_tokens`): the rules extractor makes a sentence the description
         of every name and pair in it, so the same fragments come back for entity after entity."""

@@ -1,17 +1,15 @@
 """Approximate k-nearest-neighbour self-join of unit vectors over overlapping k-means cells.
 
 The synonym pass needs the neighbours of every entity: a self-join, not a stream of queries. Through HNSW that is
-a graph build plus one search per entity, which took 6 minutes for 1M low-rank vectors on this 2-core machine and
-22 for 1M with the spread of real name vectors (recall@10 0.99 and 0.63). Here every vector joins the `per_vector`
+a graph build plus one search per entity, slow at a million names and of poor recall on the spread of real name
+vectors. Here every vector joins the `per_vector`
 cells whose centroids are nearest to it, and two vectors are compared when they share a cell: one matrix product
 per cell, at BLAS speed, with exact cosines. Two vectors at cosine c share a cell with a probability that climbs
-steeply with c, which suits a pass that keeps only neighbours above a high threshold. On uniform random unit
-vectors (dim 384: the worst case, no clusters for the centroids to follow), with 10 of 8000 cells each, pairs
-share a cell 84 % of the time at cosine 0.7, 96 % at 0.8 and 99.9 % at 0.9; the weak neighbours of an entity
-(cosine far below the threshold) are found far less reliably. bench/synonyms_scale.py measures both. Up to
+steeply with c, which suits a pass that keeps only neighbours above a high threshold; the weak neighbours of an
+entity (cosine far below the threshold) are found far less reliably (bench/synonyms_scale.py measures the
+recall on uniform random vectors, the worst case: no clusters for the centroids to follow). Up to
 `per_vector * cell_size` vectors form one cell: an exact join. A large join or cell assignment runs in forked
-workers, one per core (forkpool.py): at 100k passages (521,586 names, 4,173 cells) it is most of the synonyms
-stage.
+workers, one per core (forkpool.py): on a large corpus it is most of the synonyms stage.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import numpy as np
 from hrag_cli.core import forkpool
 
 BLOCK_CELLS = 1 << 22        # cosines per matrix product (16 MB of float32)
-PARALLEL_MIN = 1 << 26       # cosines (~1 s) a join or a cell assignment computes below which it stays in-process
+PARALLEL_MIN = 1 << 26       # cosines a join or a cell assignment computes below which it stays in-process
 TASKS_PER_WORKER = 8         # cell ranges per worker process: a slow range (a big cell) does not idle the others
 
 
@@ -51,9 +49,8 @@ def cell_count(n: int, per_vector: int, cell_size: int) -> int:
 
 def _centred(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Rows less the mean, re-normalised. Sentence embeddings share a common direction; on raw vectors the
-    centroids near it are among the nearest of nearly every row and their cells swell (measured on vectors with
-    the spread of MiniLM names: the largest cell 20x the mean, the join 5.5x the work of even cells; centred:
-    9x and 2x). Centring moves no vector relative to another, so near pairs stay near."""
+    centroids near it are among the nearest of nearly every row and their cells swell, and the join's work with
+    them. Centring moves no vector relative to another, so near pairs stay near."""
     y = x - mean
     norms = np.linalg.norm(y, axis=1, keepdims=True)
     return y / np.where(norms > 0, norms, 1)
@@ -134,7 +131,7 @@ def members(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray, np
     """(rows, slots, bounds): rows[bounds[c]:bounds[c + 1]] are the rows in cell c, ascending, and c is
     cells[row, slot] (which of the row's cells it is)."""
     flat = cells.ravel()
-    # stable either way; as uint16 numpy sorts by radix (5.2M slots at 100k passages: 0.05 s against 0.4)
+    # stable either way; as uint16 numpy sorts by radix, far faster than a comparison sort of the slots
     order = np.argsort(flat.astype(np.uint16) if n_cells <= 1 << 16 else flat, kind="stable")
     rows = (order // cells.shape[1]).astype(np.int64)
     bounds = np.zeros(n_cells + 1, dtype=np.intp)            # rows of cells before c: counted, not searched
@@ -218,8 +215,8 @@ def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.nda
                 r, x = np.nonzero((ks > floor) & (ks >= j.min_sim))     # the offers that beat the member's k-th
                 got.append((x, part[r], ks[r, x]))
         if got:
-            # each member takes its k best offers of this cell: the cosines beating its floor are few (a +1 %
-            # run puts ~12 queried rows in a cell of 1,250), so they are ranked after the comparison instead of
+            # each member takes its k best offers of this cell: the cosines beating its floor are few (a small
+            # run puts a few queried rows in a cell of many), so they are ranked after the comparison instead of
             # partitioning every member's column of cosines first
             x, src, cos = (np.concatenate(arrays) for arrays in zip(*got))
             pick, _ = _best_per(x, cos, k)
@@ -244,8 +241,8 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
     member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
     so far: a later run adds a few entities to cells of thousands, and most members need none of them).
     Neighbours below `min_sim` are never kept: a caller that only wants neighbours above a threshold lets the
-    join pick candidates with one comparison per cosine instead of a partition of every row (at 66k entities
-    the partition was a third of the join). A join of at least `parallel_min` cosines (default PARALLEL_MIN) runs its cells in
+    join pick candidates with one comparison per cosine instead of a partition of every row (a large part of
+    the join). A join of at least `parallel_min` cosines (default PARALLEL_MIN) runs its cells in
     forked workers, one per core (forkpool.py), each writing the slots of its own (row, cell) pairs.
     `on_cell(done_rows)` reports progress."""
     n = len(matrix)

@@ -23,7 +23,7 @@ import orjson
 
 from hrag_cli.core import store
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.export.model import EDGE_TYPES, ExportGraph, Node
 from hrag_cli.export.run import load_export_graph, select_subgraph
 
@@ -115,14 +115,21 @@ def _component_boxes(g: Any) -> list[tuple[list[int], list[tuple[float, float]],
             coords = [(0.0, 0.0)]
         else:
             sub = g.induced_subgraph(members)
-            raw = sub.layout_fruchterman_reingold(niter=500, seed=_circle(len(members))).coords
+            raw = sub.layout_fruchterman_reingold(niter=_iterations(len(members)), seed=_circle(len(members))).coords
             xs, ys = [c[0] for c in raw], [c[1] for c in raw]
-            span = max(max(xs) - min(xs), max(ys) - min(ys)) or 1.0
-            coords = [((x - min(xs)) * side / span, (y - min(ys)) * side / span) for x, y in raw]
+            x0, y0 = min(xs), min(ys)
+            scale = side / (max(max(xs) - x0, max(ys) - y0) or 1.0)
+            coords = [((x - x0) * scale, (y - y0) * scale) for x, y in raw]
         w = max(c[0] for c in coords) + GAP
         h = max(c[1] for c in coords) + GAP
         boxes.append((members, coords, w, h))
     return boxes
+
+
+def _iterations(n: int) -> int:
+    """igraph's 500 up to 2,000 nodes, fewer above (down to 100), so drawing tens of thousands of nodes stays
+    within a minute: the time is nodes x iterations."""
+    return max(100, min(500, 1_000_000 // n))
 
 
 def _circle(n: int) -> list[list[float]]:
@@ -258,7 +265,7 @@ def render_html(data: dict[str, Any], title: str) -> str:
     return head + blob + tail
 
 
-def _check_output(project: Project, output: Path) -> Path:
+def _check_output(project: ProjectDir, output: Path) -> Path:
     out = Path(output)
     root, target = project.root.resolve(), out.resolve()
     if target == root or root in target.parents:
@@ -268,7 +275,7 @@ def _check_output(project: Project, output: Path) -> Path:
     return out
 
 
-def run_view(project: Project, options: ViewOptions) -> dict[str, Any]:
+def run_view(project: ProjectDir, options: ViewOptions) -> dict[str, Any]:
     """Write the page; open it in the user's browser when asked. Returns a summary."""
     output = _check_output(project, options.output)
     project.require()

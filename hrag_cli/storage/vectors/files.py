@@ -23,7 +23,7 @@ def read_run(arr: Any, start: int, stop: int, out: np.ndarray | None = None) -> 
 
 def maps_whole(arr, path: Path) -> bool:
     """Whether `arr` is the whole of the saved .npy at `path`, memory-mapped (`mapped_array` or np.load's memmap):
-    saving it there again writes the bytes the file holds, so a save of an index that did not change (a +1 %
+    saving it there again writes the bytes the file holds, so a save of an index that did not change (a small
     run that inserts nothing) spares rewriting every array of its base."""
     import mmap
 
@@ -41,15 +41,15 @@ def maps_whole(arr, path: Path) -> bool:
 
 
 def mapped_array(path: Path) -> np.ndarray:
-    """A saved .npy memory-mapped, as a plain array: indexing an np.memmap costs ~4 us a call in its Python
-    wrapper, and a query's id and vertex lookups make thousands of them."""
+    """A saved .npy memory-mapped, as a plain array: indexing an np.memmap costs a call of its Python wrapper,
+    and a query's id and vertex lookups make thousands of them."""
     return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False))
 
 
 class ReadAt:
     """A saved 1-D .npy read slice by slice (`os.pread`), for a query's posting reads: mapped, every column a
-    batch of questions read stayed resident in the process (430 MB of postings for 20 questions at 100,000
-    passages); read, a column's bytes last as long as its scoring."""
+    batch of questions read would stay resident in the process; read, a column's bytes last as long as its
+    scoring."""
 
     def __init__(self, path: Path) -> None:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)     # the header: shape, dtype, data offset

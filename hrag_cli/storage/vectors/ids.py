@@ -41,8 +41,8 @@ class Listing(Sequence):
 
 class IdKeys(Listing):
     """The ids of an index's rows as one UTF-8 blob, its offsets and the rows in id order, memory-mapped: a
-    query maps the rows a search found to ids and a fact's id to its row (binary search, ~20 ids read)
-    without parsing the id map (1.9M facts at 100k passages). Listing it decodes every id once."""
+    query maps the rows a search found to ids and a fact's id to its row (binary search, a few dozen ids read)
+    without parsing the id map (millions of facts in a large corpus). Listing it decodes every id once."""
 
     def __init__(self, blob: np.ndarray, off: np.ndarray, order: np.ndarray) -> None:
         self._blob, self._off, self._order = blob, off, order

@@ -22,10 +22,8 @@ from hrag_cli.storage.vectors.sparse import SparseRows, build_postings, join_spa
 from hrag_cli.storage.vectors.splice import merge_rows, splice_keys, spliced_fixed
 
 INDEX_NAMES = ("chunks", "entities", "relations", "facts")
-FORMAT = 7                    # 7: + a patch segment beside the base (<name>.patch.npz; 6, its base alone, reads
-                              # as a base without one); 6: text hashes and graph labels as arrays, the id map is
-                              # its header alone; 5: a posted index keeps its values once, by column; 4: + column
-                              # postings and memory-mapped ids; 3: byte columns; 2: two-byte columns
+FORMAT = 7                    # the files' layout (docs/formats.md); a format 6 index, the same without a patch
+                              # segment, reads as a base without one
 _READ_FORMATS = (6, 7)
 _REBUILD_DELETED_FRACTION = 0.25
 POSTED = ("chunks", "facts", "relations")   # the sparse indices saved with column postings (see `_posted`)
@@ -470,7 +468,7 @@ class VectorIndex:
         return rows, (1.0 - dists).astype(np.float32)
 
     def _label_rows(self) -> np.ndarray:
-        """label -> row in self.ids (-1 for tombstones), as an array so 1M results map in one gather."""
+        """label -> row in self.ids (-1 for tombstones), as an array so a million results map in one gather."""
         if self._lut is None:
             top = max(self._next_label, int(self.labels.max(initial=-1)) + 1)
             lut = np.full(top, -1, dtype=np.int64)
@@ -481,8 +479,8 @@ class VectorIndex:
     # -- persistence ------------------------------------------------------------------------------------
     def _posted(self) -> bool:
         """Whether the index is saved by column (postings, its values once): sparse rows that ppr and naive
-        search (facts, chunks; relations when embedded). Not the entities (local/hybrid/mix only, 85M values at
-        100,000 passages) nor the synonym stage's name vectors, which the synonyms stage reads row by row: a
+        search (facts, chunks; relations when embedded). Not the entities (local/hybrid/mix only, and the most
+        values of all) nor the synonym stage's name vectors, which the synonyms stage reads row by row: a
         posted index's rows are derived from its columns on each such load."""
         return self._rows.kind == "sparse" and len(self.ids) > 0 and self.name in POSTED
 
@@ -698,7 +696,7 @@ class VectorIndex:
                   and pbands.shape == (dim, max(1, -(-count // ROW_BAND))) and pbands.dtype == np.uint32
                   and pdata.dtype == DTYPE and int(ptr[-1]) == values
                   # each column's band counts fill its run: a search adds band offsets run by run, so counts
-                  # that do not add up would put rows in the wrong band without an error (0.2 MB at 100k)
+                  # that do not add up would put rows in the wrong band without an error (the counts are small)
                   and np.array_equal(np.asarray(pbands).sum(axis=1, dtype=np.int64), np.diff(np.asarray(ptr))))
         if not ok:
             raise HragError(f"the id keys or postings of index {name} in {vectors_dir} do not match its id map; "

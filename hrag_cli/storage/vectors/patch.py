@@ -17,11 +17,11 @@ from hrag_cli.storage.vectors.splice import merge_rows, splice_blob, splice_orde
 
 class RowPatch:
     """The rows an incremental run inserted or made again, kept beside the untouched base arrays of a sparse
-    index (<name>.patch.npz): a +1 % run writes them alone (the base files stay hard links of the previous
-    generation) instead of rewriting every array of a 1.9M-row index. The logical index is the base's rows in
+    index (<name>.patch.npz): a small run writes them alone (the base files stay hard links of the previous
+    generation) instead of rewriting every array of a large index. The logical index is the base's rows in
     order with the patch's rows at their logical rows `pos` (ascending): a row with base[j] >= 0 stands for base
-    row base[j] (made again, same id), one with -1 is inserted. Past `base_patch.VECTOR_INDEX` of the base's rows the patch is
-    folded into a new base (`folded`)."""
+    row base[j] (made again, same id), one with -1 is inserted. Past `base_patch.VECTOR_INDEX` of the base's
+    rows the patch is folded into a new base (`folded`)."""
 
     def __init__(self, base_dir: Path, meta: dict, keys: tuple[np.ndarray, ...], hashes: np.ndarray,
                  rows: SparseRows, pos: np.ndarray, base: np.ndarray, ids: list[bytes], new_hashes: list[bytes],

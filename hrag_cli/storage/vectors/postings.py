@@ -22,7 +22,7 @@ class Postings:
                  values: np.ndarray) -> None:
         self.cols, self.at, self.low, self.counts, self.values = cols, at, low, counts, values
         # where each column's run of each band begins (absolute, in `low`), one more per column for its end;
-        # int32 while they fit (a search steps through these a third faster than through int64 ones)
+        # int32 while they fit (a search steps through these faster than through int64 ones)
         band_at = np.concatenate([np.zeros((len(cols), 1), np.int64), np.cumsum(counts, axis=1)], axis=1) \
             + np.asarray(at[:-1], dtype=np.int64)[:, None]
         self.band_at = band_at.astype(np.int32) if at[-1] <= np.iinfo(np.int32).max // 2 else band_at   # a probe reaches 2x
@@ -57,7 +57,7 @@ class Postings:
             probe = pos + pos.dtype.type(step - 1)
             take = probe < end
             take &= self.low.take(probe, mode="clip") < key
-            pos += take * pos.dtype.type(step)     # (an add with where= took 4x as long)
+            pos += take * pos.dtype.type(step)     # (an add with where= is several times slower)
             step >>= 1
         return pos, end
 
@@ -74,7 +74,7 @@ class Postings:
 def band_rows(low: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The rows of a column's entries into `out` (intp): their low two bytes plus 65,536 times their band,
     band by band from the column's count of entries in each (a run of additions: np.repeat of the band
-    offsets took twice as long)."""
+    offsets is slower)."""
     np.copyto(out, low)
     at = 0
     for band, count in enumerate(np.asarray(counts).tolist()):
@@ -90,8 +90,8 @@ _F16_SCALE = np.float32(2.0 ** 112)  # float32's exponent bias less float16's, a
 
 def products(values: np.ndarray, weight: np.float32, out: np.ndarray) -> np.ndarray:
     """float32(values) * weight (a float32) into `out` (float32, of values' length), the same bits as
-    `values.astype(np.float32) * weight`, in a third of the time: numpy widens float16 one value at a time
-    (1.7 ns a value here, half the cost of the sums). A float16 widened as an int16 (sign extended) and
+    `values.astype(np.float32) * weight`, in a fraction of the time: numpy widens float16 one value at a time
+    (as costly as the sums themselves). A float16 widened as an int16 (sign extended) and
     shifted 13 places left holds its exponent and mantissa where float32 keeps them and its sign in bits 28
     to 31; with bits 28 to 30 cleared it is a float32 equal to the value times 2^-112, exactly (float16
     subnormals included: they land on float32 subnormals). Times weight * 2^112 (exact: a power of two)

@@ -25,7 +25,7 @@ class SparseRows:
     """Unit rows in compressed sparse rows, float16 values in column order. A value's column is stored as one
     byte (its place within its band of 256 columns) plus, per row, how many values fall in each band (uint16,
     8 per row at 2048 dims). The builtin embedder hashes a text's few words and n-grams into 2048 buckets: a
-    fact or a name fills 20-100 of them, a relation with its sentence ~150, so this is 10-40x smaller than
+    fact, a name or a relation fills a few dozen to a few hundred of them, so this is many times smaller than
     dense rows, the byte columns a quarter less than two-byte ones, and a scan costs in proportion to the
     values stored."""
     kind = "sparse"
@@ -124,7 +124,7 @@ class SparseRows:
 
     def posting_scores(self, q: np.ndarray) -> np.ndarray:
         """Cosines (nq, rows) from the column postings: each query reads only the postings of its nonzero
-        columns (a fact query fills ~50 of 2048, so ~2 % of a 1.9M-row index's values instead of all of them).
+        columns (a fact query fills a few dozen of 2048, so it reads a small share of the index's values).
         A row's products are summed in column order, as the row scan's are, but one by one: sums may differ
         from the scan's in the last bit of float32. Each column is read, turned into rows and products and
         added in scratch arrays of its own length (`_posted_column`), so the work stays in cache."""
@@ -136,7 +136,7 @@ class SparseRows:
         return out
 
     def _posted_column(self, c: int) -> tuple[np.ndarray, np.ndarray]:
-        """Column c's rows (intp: np.add.at scatters by them 1.2x faster than by int32 ones, the widening
+        """Column c's rows (intp: np.add.at scatters by them faster than by int32 ones, the widening
         included) and float16 values, in scratch arrays (valid until the next call)."""
         ptr, plow, pbands, pdata = self.postings          # type: ignore[misc]
         s, e = int(ptr[c]), int(ptr[c + 1])
@@ -147,7 +147,7 @@ class SparseRows:
     def posting_top(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows for one query (rows, float32 cosines; best first, ties to the lower row) with the
         very scores `posting_scores` gives, summing only as many postings as it takes to prove them (a fact
-        search read 1.1M-5M values a question at 100,000 passages and sums about a quarter of them now).
+        search sums a fraction of the values its columns hold).
 
         Why it holds: columns are summed in order of the query's weight, heaviest first. What the columns not
         yet summed can add to a unit row is at most the norm of the query's rest (Cauchy-Schwarz), so once
@@ -183,9 +183,9 @@ class SparseRows:
                     theta, tried = max(theta, float(np.sort(post.exact(seen, q))[-k])), bound
                 if bound >= theta:
                     continue
-                # the rows that can still reach theta: counted over every row while many and halving (listing
-                # 125,000 of 1.9M took 1 ms, counting them 0.07), listed once few or no longer halving (near
-                # ties) or at the last column, then narrowed by a gather of their sums
+                # the rows that can still reach theta: counted over every row while many and halving (counting
+                # is far cheaper than listing), listed once few or no longer halving (near ties) or at the last
+                # column, then narrowed by a gather of their sums
                 above = np.greater_equal(partial, theta - bound, out=self._buffer("above", n, np.bool_))
                 count, counted = np.count_nonzero(above), count
                 if _LISTED_CANDIDATES < count < counted / 2 and i + 1 < len(cols):
@@ -253,9 +253,9 @@ def mostly_zero(b: np.ndarray) -> bool:
     """Whether a block of vectors is stored as sparse rows: under half of its values are nonzero. A sparse
     value takes 3 bytes (a column byte and float16) against 2 per dense cell, so sparse rows are smaller up to
     two thirds full; a dense embedder fills every cell. Not a quarter: the builtin embedder's entity texts
-    (name and description) fill 8 % of the cells on average, but at 100k passages the first block in id order
-    (numbers and sums of money, with descriptions of thousands of characters) filled 25.5 %, which made the
-    whole 521k-row index dense (2.1 GB) and gave it an HNSW graph (4.35 GB)."""
+    (name and description) fill few cells on average, but the first block in id order (numbers and sums of
+    money, with long descriptions) can fill a quarter, which would make a whole large index dense and give it
+    an HNSW graph."""
     return np.count_nonzero(b) < 0.5 * b.size
 
 

@@ -40,7 +40,7 @@ def _put_rows(dst: np.ndarray, dst_ptr: np.ndarray, at: np.ndarray, values: np.n
 def _merge_sparse_runs(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows,
                        runs: tuple[np.ndarray, np.ndarray]) -> SparseRows:
     """`_merge_sparse` when the kept rows come in a few long runs of old rows (rows inserted between them): one
-    slice copy per run instead of an index per value (85M values of the entity index at 100k passages)."""
+    slice copy per run instead of an index per value (the entity index holds the most values)."""
     n = len(is_new)
     at = np.flatnonzero(is_new)
     lens = np.empty(n, dtype=np.int64)
@@ -104,7 +104,7 @@ def splice_order(order: np.ndarray, moved: np.ndarray, pos: np.ndarray, ins: np.
 
 def _merge_sparse(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new: SparseRows) -> SparseRows:
     """Rows in position order: position p is the next row of `new` where is_new[p], else row old_of[p] of `old`.
-    Written block by block into arrays of the final size: an incremental run of a 2M-row index touches each
+    Written block by block into arrays of the final size: an incremental run of a large index touches each
     value once, with no whole-index temporaries."""
     n = len(is_new)
     new_of = np.cumsum(is_new) - 1
@@ -138,7 +138,7 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     """`_merge_sparse` for an index loaded by column only whose kept rows keep their order (an incremental run
     inserts rows between them): the old postings are renumbered and the new rows' entries inserted into each
     column, so the row arrays are never derived and the postings never rebuilt from them (two passes over every
-    value of a 2M-row index, a third of a +1 % run's synonyms stage). Column by column: each one's entries fit
+    value, a large part of a small run's synonyms stage). Column by column: each one's entries fit
     in the CPU's cache. The result is by column only and its postings are `build_postings` of the merged rows,
     byte for byte."""
     n, dim = len(is_new), old.dim
@@ -167,7 +167,7 @@ def _merge_postings(is_new: np.ndarray, old: SparseRows, old_of: np.ndarray, new
     bounds = np.asarray(ptr, dtype=np.int64).tolist()
     at = 0
     if not gone and (not len(new_at) or int(new_at[0]) == len(kept)):      # kept rows 0.. in order
-        # rows only appended (the chunk index of a +1 %): old rows keep their numbers, so each column's old
+        # rows only appended (the chunk index of a small run): old rows keep their numbers, so each column's old
         # entries are copied as they are and the new ones follow them
         out_bands[:, :nb_old] = pbands
         np.add.at(out_bands, (ncol, nrow // ROW_BAND), 1)
