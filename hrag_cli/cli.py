@@ -73,6 +73,17 @@ def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -
     return proj, settings
 
 
+def _import_source(lightrag: Optional[Path], graphrag: Optional[Path]) -> Any:
+    """The folder --import-lightrag / --import-graphrag names (one at most), as an ImportSource."""
+    if lightrag is None and graphrag is None:
+        return None
+    if lightrag is not None and graphrag is not None:
+        raise UsageError("give --import-lightrag or --import-graphrag, not both")
+    from hrag_cli.extract.imported import ImportSource
+
+    return ImportSource("lightrag", lightrag) if lightrag is not None else ImportSource("graphrag", graphrag)
+
+
 def _reporter(quiet: bool, json_output: bool = False) -> Any:
     from hrag_cli.core.progress import Reporter
 
@@ -155,6 +166,7 @@ def index(
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     import_lightrag: Annotated[Optional[Path], typer.Option("--import-lightrag", help="Build the project from a LightRAG working directory (its documents, chunks and cached extractions; no LLM call) instead of DOCS.")] = None,
+    import_graphrag: Annotated[Optional[Path], typer.Option("--import-graphrag", help="Build the project from a GraphRAG output folder (documents, text units, entities, relationships tables; needs hrag[graphrag]) instead of DOCS.")] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -187,7 +199,7 @@ def index(
         get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
     options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
                            reparse=reparse, retry_failed=retry_failed, import_openie=import_openie,
-                           import_lightrag=import_lightrag, rehash=rehash)
+                           imported=_import_source(import_lightrag, import_graphrag), rehash=rehash)
     t0 = time.monotonic()
     result = run_index(proj, settings, _reporter(quiet, json_output), options)
     if json_output:
