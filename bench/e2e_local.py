@@ -16,30 +16,26 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hrag_cli.core import store  # noqa: E402
-from hrag_cli.core.records import ExtractionRecord  # noqa: E402
-from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready  # noqa: E402
+import harness
+from harness import Run
+from hrag_cli.core import store
+from hrag_cli.core.records import ExtractionRecord
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-HRAG = str(Path(sys.executable).parent / "hrag")
 DOCS = ["orgs/harrowgate_institute.txt", "people/marisol_venkat.txt", "events/great_flood_1987.txt",
         "orgs/corvane_works.txt"]
 QUESTION = "Who founded the institute that warned of the Great Flood of 1987?"
 
 
-def hrag(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-    proc = subprocess.run([HRAG, *args], capture_output=True, text=True, env=env)
-    return proc, time.perf_counter() - t0
+def hrag(*args: str) -> tuple[Run, float]:
+    """One command with the user's own HRAG_ settings left out; (the run, its wall seconds)."""
+    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
+    return run, run.wall_s
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -7,8 +7,8 @@
    nothing is cached. The CPU time of this process is then hrag's own work per chunk: building prompts, the
    client and its HTTP, parsing, checks, appending records (the server's work is in the other process).
    --format delimited measures the line format instead; --profile prints where the time goes.
-2. Runs `.venv/bin/hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage that
-   exists) as a fresh process and prints its wall time.
+2. Runs `hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage) as a fresh
+   process and prints its wall and CPU time.
 
     .venv/bin/python bench/extract_overhead.py [--copies 10] [--gleanings 1]
 """
@@ -19,16 +19,12 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import offline  # noqa: E402
+from harness import ROOT, hrag
+from hrag_cli.core import offline
 
 offline.setup()
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
@@ -80,7 +76,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, prof
     from hrag_cli.extract.stage import run_extract
     from hrag_cli.chunk.stage import run_chunk
     from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
     from tests.stub_server import free_port
 
     port = free_port()
@@ -89,18 +85,18 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, prof
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _bench_overhead(url, copies, gleanings, concurrency, fmt, profile, load_settings, run_extract, run_chunk,
-                        Reporter, Project)
+                        Reporter, ProjectDir)
     finally:
         server.terminate()
         server.join()
 
 
 def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt: str, profile: bool,
-                    load_settings, run_extract, run_chunk, Reporter, Project) -> None:
+                    load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs"
         copy_corpus(docs, copies)
-        proj = Project(Path(tmp) / "proj")
+        proj = ProjectDir(Path(tmp) / "proj")
         proj.init()
         settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": url,
                                         "extract.max_gleanings": gleanings, "llm.concurrency": concurrency,
@@ -110,7 +106,7 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
         # warm up: import litellm and open its HTTP client once, outside the timed run
         from hrag_cli.core.llm import LLMClient
 
-        warm = Project(Path(tmp) / "warm")
+        warm = ProjectDir(Path(tmp) / "warm")
         warm.init()
         with LLMClient(warm, settings.llm) as client:
             client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])
@@ -140,26 +136,16 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
 
 
 def bench_offline_index() -> None:
-    hrag = ROOT / ".venv" / "bin" / "hrag"
     with tempfile.TemporaryDirectory() as tmp:
         proj = Path(tmp) / "proj"
         env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-        full = (ROOT / "hrag_cli" / "resolve.py").exists() and (ROOT / "hrag_cli" / "synonyms.py").exists()
-        args = [str(hrag), "index", str(ROOT / "sample_corpus"), "-p", str(proj), "--extractor", "rules", "-q"]
-        if not full:
-            args += ["--stop-after", "extract"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(args, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            print(f"offline index failed ({proc.returncode}): {proc.stderr.strip()}")
+        run = hrag("index", ROOT / "sample_corpus", "-p", proj, "--extractor", "rules", "-q", env=env, check=False)
+        if run.returncode != 0:
+            print(f"offline index failed ({run.returncode}): {run.stderr.strip()}")
             return
-        t0 = time.perf_counter()
-        subprocess.run([str(hrag), "--help"], env=env, capture_output=True)
-        startup = time.perf_counter() - t0
-        stages = "all stages" if full else "chunk + extract"
-        print(f"offline `hrag index sample_corpus` ({stages}, rules extractor): {wall:.2f}s wall "
-              f"(process start-up alone, `hrag --help`: {startup:.2f}s)")
+        startup = hrag("--help", env=env)
+        print(f"offline `hrag index sample_corpus` (all stages, rules extractor): {run.wall_s:.2f}s wall, "
+              f"{run.cpu_s:.2f}s CPU (process start-up alone, `hrag --help`: {startup.wall_s:.2f}s)")
         shutil.rmtree(proj, ignore_errors=True)
 
 

@@ -27,22 +27,16 @@ import importlib
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench"))
-HRAG = str(ROOT / ".venv" / "bin" / "hrag")
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core.records import ExtractionRecord  # noqa: E402
-from hrag_cli.core.store import read_jsonl  # noqa: E402
-from hrag_cli.core.textnorm import STOP_WORDS  # noqa: E402
+from harness import data_dir, hrag, parse_args
+from hrag_cli.core.records import ExtractionRecord
+from hrag_cli.core.store import read_jsonl
+from hrag_cli.core.textnorm import STOP_WORDS
 
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 # Words no reader calls a name: the stop words plus the pronouns, determiners, prepositions, conjunctions and
@@ -119,12 +113,7 @@ def _corpus_case_counts(docs: Path) -> tuple[Counter[str], Counter[str]]:
 def docs_folder(docs: Path, top: int, work: Path) -> dict:
     proj = work / "project"
     env = dict(os.environ, HRAG_EMBED_MODEL="", HRAG_LLM_MODEL="")
-    t0 = time.time()
-    out = subprocess.run([HRAG, "index", str(docs), "-p", str(proj), "--extractor", "rules", "-q", "--json"],
-                         capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise SystemExit(f"hrag index failed ({out.returncode}): {out.stderr.strip()[-400:]}")
-    wall = time.time() - t0
+    wall = hrag("index", docs, "-p", proj, "--extractor", "rules", "-q", "--json", env=env).wall_s
     ents = list(read_jsonl(proj / "graph" / "entities.jsonl"))
     ents.sort(key=lambda e: (-len(e.get("source_ids") or []), e["name"]))
     lower, cap = _corpus_case_counts(docs)
@@ -155,13 +144,13 @@ def docs_folder(docs: Path, top: int, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--extractor", default="hrag_cli.extract.rules:extract_rules")
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--docs", type=Path, default=DATA / "docs-mixed" / "corpus")
+    ap.add_argument("--docs", type=Path, default=None, help="default: docs-mixed/corpus in the data folder")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--skip-docs", action="store_true")
     ap.add_argument("--skip-musique", action="store_true")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = parse_args(ap)
+    args.data, args.docs = data_dir(), args.docs or data_dir() / "docs-mixed" / "corpus"
     result: dict = {"extractor": args.extractor}
     if not args.skip_musique:
         result["musique"] = musique(load_extractor(args.extractor), args.data)

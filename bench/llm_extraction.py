@@ -22,23 +22,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import harness
+from harness import Run
+from hrag_cli.core import store
+from hrag_cli.core.records import ExtractionRecord
+from hrag_cli.extract.rules import extract_rules
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
 
-from hrag_cli.core import store  # noqa: E402
-from hrag_cli.core.records import ExtractionRecord  # noqa: E402
-from hrag_cli.extract.rules import extract_rules  # noqa: E402
-from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "bench"
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
-HRAG = str(Path(sys.executable).parent / "hrag")
 FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning")
 
 
@@ -71,11 +66,10 @@ def score(found: list[set[str]], truth: list[set[str]]) -> dict:
     return {"precision": round(p, 3), "recall": round(r, 3), "f1": round(2 * p * r / max(p + r, 1e-9), 3)}
 
 
-def hrag(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-    t0 = time.perf_counter()
-    proc = subprocess.run([HRAG, *args], capture_output=True, text=True, env=env)
-    return proc, time.perf_counter() - t0
+def hrag(*args: str) -> tuple[Run, float]:
+    """One command with the user's own HRAG_ settings left out; (the run, its wall seconds)."""
+    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
+    return run, run.wall_s
 
 
 def write_docs(passages: list[dict], folder: Path) -> dict[str, int]:
@@ -150,9 +144,9 @@ def main() -> int:
     ap.add_argument("--passages", type=int, default=8)
     ap.add_argument("--formats", nargs="+", default=["delimited", "json"])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--retrieval", action="store_true")
-    args = ap.parse_args()
+    args = harness.parse_args(ap)
+    args.data = harness.data_dir()
 
     passages, questions = pick(args.passages, args.data)
     truth = [{norm(e) for e in p["extracted_entities"] if isinstance(e, str)} for p in passages]

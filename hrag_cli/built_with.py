@@ -9,13 +9,13 @@ from pathlib import Path
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
 
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
-    """What a project remembers of a run's settings (Project.remember): never an API key."""
+    """What a project remembers of a run's settings (ProjectDir.remember): never an API key."""
     from hrag_cli.extract.llm_extractor import answer_format
     from hrag_cli.extract.stage import extractor_kind
 
@@ -49,7 +49,7 @@ def describe_embedder(values: dict) -> str:
     return f"the embedder {model}{where}{precision}"
 
 
-def remember(project: Project, settings: Settings, reporter: Reporter, summary: dict | None = None, *,
+def remember(project: ProjectDir, settings: Settings, reporter: Reporter, summary: dict | None = None, *,
              openie: bool | None) -> None:
     """Remember this run's extractor, model and API base, and its embedder; a change (only ever explicit, since a
     plain run reuses what is remembered) is said in one line. `openie` None: a run that does not extract
@@ -71,7 +71,7 @@ def remember(project: Project, settings: Settings, reporter: Reporter, summary: 
     project.remember(now)
 
 
-def previous_import(project: Project, settings: Settings, reporter: Reporter) -> Path | None:
+def previous_import(project: ProjectDir, settings: Settings, reporter: Reporter) -> Path | None:
     """A project built with --import-openie keeps its imported extractions on a plain `hrag index` (a cron
     job must not silently swap them for the rules extractor); an explicit --extractor switches."""
     recorded = project.recorded("extract", "openie_file")

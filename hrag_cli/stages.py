@@ -20,7 +20,7 @@ from typing import Any
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.stage_list import DECLARED
 from hrag_cli.extract.imported import ImportSource
 
@@ -47,7 +47,7 @@ class StageOptions:
 class StageContext:
     """Everything a stage's run function gets."""
 
-    project: Project
+    project: ProjectDir
     settings: Settings
     reporter: Reporter
     options: StageOptions = field(default_factory=StageOptions)
@@ -78,7 +78,7 @@ def _chunk_fingerprint(settings: Settings) -> str:
     return settings_fingerprint(settings)
 
 
-def chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
+def chunks_reusable(project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> bool:
     """Unchanged documents may keep their previous chunks only when chunking settings are the same and
     docs.jsonl / chunks.jsonl are intact."""
     damaged = project.check(stages=("chunk",))
@@ -88,7 +88,7 @@ def chunks_reusable(project: Project, settings: Settings, reporter: Reporter | N
     return not damaged and prev is not None and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
 
 
-def _extract_current(project: Project, settings: Settings) -> bool:
+def _extract_current(project: ProjectDir, settings: Settings) -> bool:
     """Whether the extract stage's record was made over the chunks the files hold now (before this run's chunk
     stage): then what the chunk stage appends is all the extract stage has to look at."""
     try:
@@ -219,7 +219,7 @@ STAGES: dict[str, Stage] = {d.name: Stage(d.name, d.upstream, d.outputs, *_FUNCT
 ORDER: tuple[str, ...] = tuple(STAGES)
 
 
-def expected_fingerprint(project: Project, settings: Settings, stage: str, extra: Any = None) -> str:
+def expected_fingerprint(project: ProjectDir, settings: Settings, stage: str, extra: Any = None) -> str:
     """What `stage`'s fingerprint would be if built now from the current upstream outputs."""
     stages = project.manifest()["stages"]
     spec = STAGES[stage]

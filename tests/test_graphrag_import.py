@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hrag_cli.chunk.stage import load_chunks
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.test_index_e2e import _one_line_error, run, summary
 
 UNITS = ["Mara Quint founded the Harbour Trust in Oldport.",
@@ -60,7 +60,7 @@ def test_graphrag_tables_become_a_project(tmp_path: Path, stub) -> None:
     assert proc.returncode == 0, proc.stderr
     out = summary(proc)
     # one text unit is one chunk, in its document's text_unit_ids order (the table lists them reversed)
-    chunks = load_chunks(Project(proj))
+    chunks = load_chunks(ProjectDir(proj))
     assert [c.text for c in chunks] == UNITS and [c.order for c in chunks] == [0, 1, 0]
     ex = out["extract"]
     assert (ex["graphrag_table_entities"], ex["graphrag_table_relationships"]) == (5, 3)

@@ -14,7 +14,7 @@ from xml.sax.saxutils import escape
 
 from hrag_cli.chunk.stage import load_chunks
 from hrag_cli.core import store
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.test_index_e2e import _one_line_error, run, summary
 
 PROMPT = ("-Goal-\nGiven a text document, identify all entities and relationships.\n-Real Data-\n"
@@ -131,7 +131,7 @@ def test_old_cache_matched_by_text_gleanings_merged_no_request(tmp_path: Path, s
     proj = tmp_path / "proj"
     out = summary(_index(old_workdir(tmp_path), proj, stub))
     assert stub.count() == 0 and stub.count("/v1/embeddings") == 0
-    chunks = load_chunks(Project(proj))
+    chunks = load_chunks(ProjectDir(proj))
     assert [c.text for c in chunks] == CHUNKS and [c.order for c in chunks] == [0, 1]
     ex = out["extract"]
     assert (ex["lightrag_matched_by_text"], ex["lightrag_from_answers"], ex["llm_requests"]) == (4, 2, 0)

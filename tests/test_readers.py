@@ -257,12 +257,12 @@ def test_query_shows_section_and_page_and_answer_cites_them(tmp_path: Path, stub
 def test_a_project_chunked_by_the_previous_chunker_is_rechunked(tmp_path: Path, monkeypatch) -> None:
     from hrag_cli.chunk import stage
     from hrag_cli.pipeline import IndexOptions, run_index
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# Harbour\n\nMara Quint built the sea wall.\n\n## Stone\n\nIt was stone.\n")
-    proj = Project(tmp_path / "p")
+    proj = ProjectDir(tmp_path / "p")
     proj.init()
     monkeypatch.setattr(stage, "CHUNKER_VERSION", "chunk-v1")
     old = run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[docs]))

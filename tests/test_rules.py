@@ -122,14 +122,14 @@ def test_rules_extract_in_forked_workers_writes_what_one_process_writes(tmp_path
     from hrag_cli.extract import stage
     from hrag_cli.pipeline import IndexOptions, run_index
     from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     corpus = Path(__file__).resolve().parent.parent / "sample_corpus"
     caches = []
     for parallel_min in (1 << 30, 1):               # in this process; then forked, 2 chunks per job
         monkeypatch.setattr(stage, "RULES_PARALLEL_MIN", parallel_min)
         monkeypatch.setattr(stage, "RULES_BATCH", 2)
-        proj = Project(tmp_path / f"p{parallel_min}")
+        proj = ProjectDir(tmp_path / f"p{parallel_min}")
         proj.init()
         run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[corpus], stop_after="extract"))
         caches.append(proj.extractions_path.read_bytes())

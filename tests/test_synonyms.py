@@ -14,7 +14,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.graph.model import SYNONYM, build_graph, load_graph, save_graph
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, to_dict
 from hrag_cli.embed.review import DECISIONS_FILE
 from hrag_cli.embed.stage import run_synonyms
@@ -60,8 +60,8 @@ def embed_fn(body: dict) -> list[list[float]]:
     return [vectors.get(t, hash_vector(t)) for t in inputs]
 
 
-def make_project(tmp_path: Path, names: list[str]) -> Project:
-    p = Project(tmp_path / "proj")
+def make_project(tmp_path: Path, names: list[str]) -> ProjectDir:
+    p = ProjectDir(tmp_path / "proj")
     p.init()
     chunks = [Chunk("c1", "d1", 0, 6, "New York City and London are big."),
               Chunk("c2", "d1", 1, 4, "Paris and Tokyo too.")]
@@ -80,16 +80,16 @@ def settings_for(stub, **syn) -> Settings:
     return stub_settings(stub, embed_model="openai/stub-embed", retries=0, section="synonyms", **syn)
 
 
-def run(p: Project, s: Settings, **kw):
+def run(p: ProjectDir, s: Settings, **kw):
     with p.lock():
         return run_synonyms(p, s, QUIET, **kw)
 
 
-def pairs_in_file(p: Project) -> dict[tuple[str, str], float]:
+def pairs_in_file(p: ProjectDir) -> dict[tuple[str, str], float]:
     return {(r["a"], r["b"]): r["similarity"] for r in store.read_jsonl(p.synonyms_path)}
 
 
-def pairs_in_graph(p: Project) -> dict[tuple[str, str], float]:
+def pairs_in_graph(p: ProjectDir) -> dict[tuple[str, str], float]:
     g, _ = load_graph(p)
     out = {}
     for e in g.es.select(kind_eq=SYNONYM):
@@ -260,7 +260,7 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     proj = tmp_path / "p"
     res = runner.invoke(app, ["index", str(ROOT / "sample_corpus"), "-p", str(proj), "-q", "--json"])
     assert res.exit_code == 0, res.output
-    p = Project(proj)
+    p = ProjectDir(proj)
     for name in ("chunks", "entities", "facts"):
         idx = VectorIndex.load(p.vectors_dir, name, Settings().vectors)
         assert idx is not None and len(idx) > 0 and idx.model_id.startswith("builtin")

@@ -324,7 +324,7 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     """defaults < remembered < hrag.toml < environment < flags (`overrides`, None values ignored).
 
     `remembered` holds what a project was last built with (extractor, LLM model and API base, embedder; see
-    Project.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
+    ProjectDir.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
     does not inherit the remembered API base (nor, for an embedder, the precision) of another model."""
     settings = Settings()
     for key, value in (remembered or {}).items():

@@ -30,7 +30,7 @@ from hrag_cli.core.errors import BudgetExceeded, HragError, UsageError
 from hrag_cli.core.openai_http import OpenAIHTTP, ServerError, api_key, uses_http
 from hrag_cli.core.redact import scrub
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 T = TypeVar("T")
 
@@ -450,7 +450,7 @@ class LLMClient:
     `cache_path` is cache/llm.jsonl (indexing) unless given: queries keep theirs in cache/query_llm.jsonl
     (query_client), so a query never touches what the index was built from."""
 
-    def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
+    def __init__(self, project: ProjectDir, settings: LLMSettings, *, max_cost: float | None = None,
                  reporter: Reporter | None = None, cache_path: Path | None = None,
                  connect_timeout: float | None = None) -> None:
         self.project = project
@@ -844,7 +844,7 @@ def request_timeout(seconds: float, connect: float | None) -> Any:
     return httpx.Timeout(seconds, connect=min(connect, seconds))
 
 
-def query_client(project: Project, settings: LLMSettings) -> LLMClient:
+def query_client(project: ProjectDir, settings: LLMSettings) -> LLMClient:
     """The client for query-time calls (keywords, answers, filters): its own cache file, so `hrag query`
     never appends to cache/llm.jsonl. It fails fast: one attempt (no retries, no backoff), a short connect
     timeout, and after a failure every other request of the run would meet too (no server, bad key), no
@@ -861,7 +861,7 @@ def failure_note(exc: BaseException, settings: LLMSettings) -> str:
     return f"{cause.explain(exc)}; to use the LLM, {cause.remedy}"
 
 
-def spend_summary(project: Project, path: Path | None = None) -> dict:
+def spend_summary(project: ProjectDir, path: Path | None = None) -> dict:
     """Totals over every response ever stored in cache/llm.jsonl, or `path` (what the project has cost)."""
     n = prompt = completion = 0
     cost = 0.0

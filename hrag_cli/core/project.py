@@ -66,7 +66,7 @@ class StageRecord:
     counts: dict
 
 
-class Project:
+class ProjectDir:
     """Paths of every artifact (docs/formats.md) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
@@ -495,3 +495,4 @@ class StageOutcome:
     counts: dict
     output_digest: str
     payload: Any = None
+

@@ -49,7 +49,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.embed.bm25_sync import sync_bm25
 from hrag_cli.embed.embedder import get_embedder, refresh_idf
 from hrag_cli.embed.indices import NAMES, drop_name_graph, sync_indices, sync_name_index
@@ -80,7 +80,7 @@ def check_settings(settings: Settings) -> None:
             raise UsageError(f"setting synonyms.{key}: {getattr(s, key)!r} must be {rule}")
 
 
-def run_synonyms(project: Project, settings: Settings, reporter: Reporter, review_path: Path | None = None,
+def run_synonyms(project: ProjectDir, settings: Settings, reporter: Reporter, review_path: Path | None = None,
                  accept_path: Path | None = None) -> StageOutcome:
     check_settings(settings)
     if review_path is not None and accept_path is not None:

@@ -11,7 +11,7 @@ import numpy as np
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.embed.indices import EMBED_BLOCK, NAMES
 from hrag_cli.embed.knn import KnnLists, decoded, update_knn
 from hrag_cli.storage.vectors.dense import DenseRows
@@ -196,7 +196,7 @@ def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold:
     return at[lo], at[hi], s, decoded(keys[used])
 
 
-def find_neighbours(project: Project, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
+def find_neighbours(project: ProjectDir, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
                     full: DenseRows | SparseRows, names: Any, reporter: Reporter) -> tuple[KnnLists, int]:
     """Every entity's nearest entities by name vector (`full`: the name index's rows, `keys` and `hashes` its
     ids and text hashes), from the saved lists brought up to date, then saved; and how many were queried."""
@@ -220,7 +220,7 @@ def find_neighbours(project: Project, settings: Settings, model_id: str, keys: n
     return knn, queried
 
 
-def save_edges(project: Project, settings: Settings, records: list[dict]) -> None:
+def save_edges(project: ProjectDir, settings: Settings, records: list[dict]) -> None:
     """The pairs as graph/synonyms.jsonl and, replacing the previous SYNONYM edges, into the graph, whose
     chunk prior they change."""
     store.write_jsonl(project.synonyms_path, records)

@@ -21,7 +21,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import BudgetExceeded, RunStopped, UsageError
 from hrag_cli.core.forkpool import forked_map, ranges
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, StageRecord, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, StageRecord, fingerprint
 from hrag_cli.core.records import Chunk, ExtractionRecord
 from hrag_cli.extract import cache_index
 from hrag_cli.extract.cache_index import Seen, full_record, seen_of
@@ -90,7 +90,7 @@ def settings_fingerprint(settings: Settings) -> str:
 Latest = dict[tuple[str, str], Seen]     # (chunk_id, extractor) -> its latest record (cache_index.latest)
 
 
-def _current_extractor(project: Project, chunks: list[Chunk] | None, default: str | None) -> str | None:
+def _current_extractor(project: ProjectDir, chunks: list[Chunk] | None, default: str | None) -> str | None:
     """The extractor the project was last built with (manifest), else the one most chunks (read when None)
     have records from, else `default`."""
     stage = project.stage("extract")
@@ -106,7 +106,7 @@ def _current_extractor(project: Project, chunks: list[Chunk] | None, default: st
     return default
 
 
-def current_extractor(project: Project) -> str | None:
+def current_extractor(project: ProjectDir) -> str | None:
     """The extractor whose records count now (see _current_extractor); None before any extraction."""
     return _current_extractor(project, None, None)
 
@@ -126,7 +126,7 @@ class CurrentRecords:
         return CurrentRecords(self.chunks, [self.ids[i] for i in pick], [self.offsets[i] for i in pick])
 
 
-def current_records(project: Project, extractor: str, chunks: Iterable[Any] | None = None) -> CurrentRecords:
+def current_records(project: ProjectDir, extractor: str, chunks: Iterable[Any] | None = None) -> CurrentRecords:
     """Where each current chunk's latest record is, from the cache's index (usable: ok, or partial: a gleaning
     round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl's chunks
     (or their ChunkRefs), when the caller has read them already."""
@@ -136,7 +136,7 @@ def current_records(project: Project, extractor: str, chunks: Iterable[Any] | No
     return CurrentRecords(chunks, ids, [at[cid] for cid in ids])
 
 
-def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
+def iter_current_records(project: ProjectDir, extractor: str, current: CurrentRecords | None = None
                          ) -> Iterator[tuple[Chunk, ExtractionRecord]]:
     """Every current chunk with the latest usable record of `extractor` (or those of `current`), in chunk_id
     order; chunks without one are skipped. Records are read back one by one at their offsets, so memory does
@@ -146,7 +146,7 @@ def iter_current_records(project: Project, extractor: str, current: CurrentRecor
         yield current.chunks[cid], ExtractionRecord.from_json(rec)
 
 
-def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
+def iter_current_extractions(project: ProjectDir) -> Iterator[ExtractionRecord]:
     """For every chunk in chunks.jsonl, the latest usable record of the extractor recorded in the manifest's
     extract stage, one at a time in chunk_id order, as extracted (prune.iter_pruned is what resolve reads).
     Chunks without one are simply absent."""
@@ -155,7 +155,7 @@ def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
         yield from (rec for _, rec in iter_current_records(project, extractor))
 
 
-def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
+def load_current_extractions(project: ProjectDir) -> dict[str, ExtractionRecord]:
     """iter_current_extractions as a dict by chunk id."""
     return {rec.chunk_id: rec for rec in iter_current_extractions(project)}
 
@@ -187,7 +187,7 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
     return counts, fingerprint(extractor, digest_items)
 
 
-def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
+def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
                 import_openie: Path | None = None, imported: Any = None,
                 chunks: list[Chunk] | None = None, added: bool = False) -> StageOutcome:
@@ -243,7 +243,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     return StageOutcome(counts=counts, output_digest=digest)
 
 
-def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str, extractor: str,
+def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: str, extractor: str,
              chunks: list[Chunk], latest: Latest, max_cost: float | None, *, reparse: bool = False,
              retry_failed: bool = False) -> tuple[dict[str, Any], BudgetExceeded | None]:
     """Extract those of `chunks` that need it (`latest`: their records so far, kept up to date); this run's
@@ -302,7 +302,7 @@ SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions"
           "truncated_rows")     # _summary_counts' totals over every current chunk
 
 
-def _extract_added(project: Project, settings: Settings, reporter: Reporter, prev: StageRecord | None,
+def _extract_added(project: ProjectDir, settings: Settings, reporter: Reporter, prev: StageRecord | None,
                    chunks: list[Chunk], max_cost: float | None) -> StageOutcome | None:
     """The stage when the chunk stage only appended `chunks`: the record's totals and digest carried on with
     theirs (O(new chunks)). None when the record cannot vouch for the other chunks any more: it is not this
@@ -333,7 +333,7 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, pre
                         if chunks else prev.output_digest)
 
 
-def _cache_size(project: Project) -> int:
+def _cache_size(project: ProjectDir) -> int:
     try:
         return project.extractions_path.stat().st_size
     except FileNotFoundError:
@@ -346,7 +346,7 @@ def _mark(rec: StageRecord) -> int:
     return mark if isinstance(mark, int) and mark > 0 else 0
 
 
-def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) -> bool:
+def _only_new_since(project: ProjectDir, extractor: str, mark: int, new: set[str]) -> bool:
     """No record of `extractor` appended after byte `mark` can have replaced the record the stage counted for a
     chunk other than the `new` ones: each is its chunk's first record of that extractor (a chunk the stage
     counted had one before the mark)."""
@@ -361,7 +361,7 @@ def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) 
     return True
 
 
-def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | None:
+def taken_ids(project: ProjectDir, current: bool) -> Callable[[set[str]], bool] | None:
     """For the chunk stage's append (chunk.stage.run_chunk): whether any of these ids may be a chunk's in
     chunks.jsonl. Every chunk the extract stage's record covered (the files up to its chunk mark, or all of them
     when `current`: the record was made over the chunks the files hold) had a record in the extraction cache
@@ -383,14 +383,14 @@ def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | N
     return taken
 
 
-def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
+def _chunks_since(project: ProjectDir, prev: StageRecord) -> list[Chunk] | None:
     """The chunks appended to chunks.jsonl since the files the stage's record covered (None: it kept no mark,
     or the files were written whole since)."""
     added = added_since(project, prev.counts.get("chunk_mark"))
     return None if added is None else added[1]
 
 
-def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
+def _note_schema_change(project: ProjectDir, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
     """Record the schema's fingerprint; when it differs from the last run's and chunks are about to be asked
     again because of it, say so in one line (a schema is a build setting: never changed without a word)."""
     from hrag_cli.extract.schema import schema_of
@@ -421,7 +421,7 @@ def _retry_args(rec: dict) -> dict:
     return {"attempt": attempt}
 
 
-def failure_summary(project: Project, chunks: list[Chunk], latest: Latest, extractor: str, counts: dict) -> str:
+def failure_summary(project: ProjectDir, chunks: list[Chunk], latest: Latest, extractor: str, counts: dict) -> str:
     """One line for the end of a run with failed or partial chunks: how many, the commonest error, the fix."""
     errors: Counter[str] = Counter()
     for ch in chunks:
@@ -447,7 +447,7 @@ def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
     return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in todo[span[0]:span[1]]]
 
 
-def _run_rules(project: Project, todo: list[Chunk], latest: Latest, reporter: Reporter,
+def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter: Reporter,
                counts: dict) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
     one core would do a large folder alone); records are appended in `todo` order, as one process would."""
@@ -504,7 +504,7 @@ class _Streak:
         return len(self.held) >= self.limit
 
 
-async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
+async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
                    latest: Latest, reporter: Reporter, counts: dict,
                    attempts: dict[str, dict]) -> None:
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
@@ -582,7 +582,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
         raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}; {fix}", cause=stop, fix=fix)
 
 
-def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
+def _reparse(project: ProjectDir, client: Any, chunks: list[Chunk], latest: Latest,
              extractor: str, reporter: Reporter, counts: dict, frame: Any) -> set[str]:
     """Re-parse every current chunk's cached answers with today's parser, checks and schema; no network call.
     A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
@@ -620,7 +620,7 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
     return created
 
 
-def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
+def _earlier_llm_records(project: ProjectDir, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
     """chunk_id -> the latest record with cached answers written by another extractor of the same LLM (the
     extractor ids of one model differ only in their settings digest: llm:MODEL:DIGEST)."""
     model = extractor.rsplit(":", 1)[0] + ":"
@@ -632,7 +632,7 @@ def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) 
     return out
 
 
-def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
     """--import-openie: take HippoRAG's OpenIE results as this project's extractions (the importer names
     the extractor after the file's content, so a changed file replaces the records)."""
     if not path.is_file():
@@ -645,7 +645,7 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
     return extractor, counts
 
 
-def _import_corpus(project: Project, chunks: list[Chunk], source: Any, reporter: Reporter) -> tuple[str, dict]:
+def _import_corpus(project: ProjectDir, chunks: list[Chunk], source: Any, reporter: Reporter) -> tuple[str, dict]:
     """--import-lightrag / --import-graphrag: the folder's extractions as this project's, for the chunks the
     chunk stage imported from it."""
     from hrag_cli.extract.imported import importer
@@ -659,7 +659,7 @@ def _import_corpus(project: Project, chunks: list[Chunk], source: Any, reporter:
     return extractor, counts
 
 
-def _append_imported(project: Project, extractor: str, records: list[ExtractionRecord]) -> None:
+def _append_imported(project: ProjectDir, extractor: str, records: list[ExtractionRecord]) -> None:
     """Imported records not already there as they are, appended to the extraction records."""
     existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
@@ -696,7 +696,7 @@ GLEAN_COMPLETION_RATIO = 0.8
 MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)
 
 
-def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
+def estimate(project: ProjectDir, settings: Settings, chunk_outcome: Any) -> dict:
     """--dry-run: which chunks would be extracted and what it would cost; calls and writes nothing."""
     chunks: list[Chunk] = list(chunk_outcome.chunks)
     kind = extractor_kind(settings)
@@ -736,7 +736,7 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     return out
 
 
-def extraction_status(project: Project, settings: Settings) -> dict:
+def extraction_status(project: ProjectDir, settings: Settings) -> dict:
     """For `hrag status`: extraction counts and the failed chunks with their document paths."""
     chunks = load_chunks(project)
     try:
