@@ -330,11 +330,7 @@ def _rechunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots:
                         chunks=chunks, documents=documents)
 
 
-<<<<<<< HEAD
 def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Any,
-=======
-def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Path,
->>>>>>> main
                    more: dict[str, Any]) -> ChunkOutcome:
     """The chunk stage for documents and chunks another tool cut (`source`: an extract.imported.ImportSource,
     remembered so a plain `hrag index` imports it again): written whole when they
