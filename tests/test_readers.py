@@ -79,6 +79,8 @@ def test_an_html_page_renamed_txt_is_read_as_html(tmp_path: Path) -> None:
     (tmp_path / "saved.txt").write_text(PAGE)
     secs = sections_of(tmp_path / "saved.txt")
     assert secs[0][0] == ("Dependencies",) and "<p>" not in secs[0][1] and "tracking" not in secs[0][1]
+    (tmp_path / "saved.txt").write_text('<?xml version="1.0" encoding="utf-8"?>\n' + PAGE.split("\n", 1)[1])
+    assert sections_of(tmp_path / "saved.txt")[0][0] == ("Dependencies",)      # XHTML with an XML declaration
 
 
 def test_pdf_text_layer_page_by_page_and_pages_without_text_reported(tmp_path: Path) -> None:

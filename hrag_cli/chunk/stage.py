@@ -330,7 +330,7 @@ def _rechunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots:
                         chunks=chunks, documents=documents)
 
 
-def write_imported(project: Project, documents: list[Document], chunks: list[Chunk], source: Path,
+def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Path,
                    more: dict[str, Any]) -> ChunkOutcome:
     """The chunk stage for documents and chunks another tool cut (--import-lightrag): written whole when they
     differ from what the files hold; an unchanged import keeps its digest, so nothing downstream runs again."""

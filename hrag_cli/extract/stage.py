@@ -645,7 +645,7 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
     return extractor, counts
 
 
-def _import_lightrag(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+def _import_lightrag(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
     """--import-lightrag: the working directory's cached extraction answers (else its graph's rows) as this
     project's extractions, for the chunks the chunk stage imported from it."""
     from hrag_cli.extract.lightrag import check_dir, import_records, read_corpus
@@ -658,7 +658,7 @@ def _import_lightrag(project: Project, chunks: list[Chunk], path: Path, reporter
     return extractor, counts
 
 
-def _append_imported(project: Project, extractor: str, records: list[ExtractionRecord]) -> None:
+def _append_imported(project: ProjectDir, extractor: str, records: list[ExtractionRecord]) -> None:
     """Imported records not already there as they are, appended to the extraction records."""
     existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
