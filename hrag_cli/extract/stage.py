@@ -510,10 +510,10 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
     RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
-    from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
+    from hrag_cli.core.llm_retry import FailureCause, LLMError, failure_cause
     from hrag_cli.extract.llm_extractor import extract_chunk
 
-    from hrag_cli.core.llm import is_local
+    from hrag_cli.core.llm_retry import is_local
 
     # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
     # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
