@@ -154,6 +154,7 @@ def index(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks that failed or are partial (listed by 'hrag status').")] = False,
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Extract on a Ray cluster: auto (the one this machine joined) or its address; remembered ('' for this process only). Needs pip install 'hrag[ray]'.", show_default=False)] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -168,7 +169,7 @@ def index(
         "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
         "extract.schema": str(Path(schema).expanduser().resolve()) if schema else schema,   # remembered: absolute
-        "embed.model": embed_model, "embed.api_base": embed_api_base,
+        "embed.model": embed_model, "embed.api_base": embed_api_base, "cluster.ray": ray,
     }
     if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
         raise UsageError(f"--max-cost: {max_cost} must be a number of USD, 0 or more")
