@@ -157,19 +157,20 @@ def test_a_node_lost_mid_run_costs_only_its_requests_in_flight(cluster, stub, tm
         return fake_extraction(body)
 
     stub.set_chat(slow)
-    box: dict = {}
-    t = threading.Thread(target=lambda: box.update(proc=run(llm_args(
-        docs, proj, stub, "--ray", cluster.address, "--concurrency", "2", *ONE_ROUND), inprocess=True)))
-    t.start()
-    assert gate.wait(120)
-    cluster.remove_node(cluster.extra_node)      # the second node's processes are killed
-    t.join(180)
+    # a driver process of its own: this one's stdout would take in what removing a node prints
+    driver = subprocess.Popen([HRAG, *llm_args(docs, proj, stub, "--ray", cluster.address, "--concurrency", "2",
+                                               *ONE_ROUND)],
+                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc = box["proc"]
-        assert proc.returncode == 0, proc.stderr
-        ex = summary(proc)["extract"]
+        assert gate.wait(120)
+        cluster.remove_node(cluster.extra_node)      # the second node's processes are killed
+        out, err = driver.communicate(timeout=180)
+        assert driver.returncode == 0, err
+        ex = json.loads(out)["extract"]
         assert ex["pending"] == 0 and ex["failed"] == 0 and ex["extracted_now"] == 6
     finally:
+        if driver.poll() is None:
+            driver.kill()
         cluster.extra_node = cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
         cluster.wait_for_nodes()
 
