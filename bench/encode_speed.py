@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -29,8 +28,9 @@ from pathlib import Path
 from hrag_cli.embed.embedder import ST_TOKENS
 from hrag_cli.embed.builtin import BuiltinEmbedder, IdfTable
 
-DEFAULT_CORPUS = Path(os.environ.get("HRAG_BENCH_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "bench")) \
-    / "musique_train_corpus.json"
+from harness import data_dir, parse_args
+
+CORPUS = "musique_train_corpus.json"   # in the benchmark data folder
 
 
 def load_texts(corpus: Path | None, n: int) -> list[str]:
@@ -90,14 +90,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="texts per run (20000; 500 with --st)")
     ap.add_argument("--dim", type=int, nargs="+", default=[2048, 1024])
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--corpus", type=Path, default=None, help=f"passages (default: {CORPUS} in the data folder)")
     ap.add_argument("--st", metavar="FOLDER", help="time a sentence-transformers model folder instead")
     ap.add_argument("--wait-policy", choices=["ACTIVE", "PASSIVE"], help="with --st: OMP_WAIT_POLICY to force")
     ap.add_argument("--tokens", type=int, nargs="+", default=[ST_TOKENS],
                     help=f"with --st: tokens per forward pass to compare (default hrag's, {ST_TOKENS})")
     ap.add_argument("--precision", nargs="+", default=["bf16"], choices=["bf16", "float32"],
                     help="with --st: embed.precision values to compare (the first is the cosine reference)")
-    args = ap.parse_args()
+    args = parse_args(ap)
+    args.corpus = args.corpus or data_dir() / CORPUS
     if args.st:
         st_speed(args.st, args.n or 500, args.corpus, args.wait_policy, args.tokens, args.precision)
         return

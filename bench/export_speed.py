@@ -10,30 +10,25 @@ chunks = entities / 2, relations = 3 x entities, mentions = 4 x entities, vector
 from __future__ import annotations
 
 import argparse
-import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import store  # noqa: E402
-from hrag_cli.core.config import Settings, VectorSettings  # noqa: E402
-from hrag_cli.export.run import ExportOptions, run_export  # noqa: E402
-from hrag_cli.graph.model import add_synonym_edges, build_graph, save_graph  # noqa: E402
-from hrag_cli.core.progress import Reporter  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
-from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, Fact, Relation, to_dict  # noqa: E402
-from hrag_cli.storage.vectors.index import VectorIndex  # noqa: E402
+from harness import peak_rss_mb
+from hrag_cli import Project
+from hrag_cli.core import store
+from hrag_cli.core.config import VectorSettings
+from hrag_cli.graph.model import add_synonym_edges, build_graph, save_graph
+from hrag_cli.core.project import ProjectDir
+from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, Fact, Relation, to_dict
+from hrag_cli.storage.vectors.index import VectorIndex
 
 
-def make_project(root: Path, n_ent: int, dim: int) -> Project:
+def make_project(root: Path, n_ent: int, dim: int) -> ProjectDir:
     rng = np.random.default_rng(0)
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     n_chunk = max(n_ent // 2, 1)
     n_doc = max(n_chunk // 10, 1)
@@ -78,7 +73,7 @@ def main() -> None:
                 "cypher": Path(tmp) / "g.cypher"}
         for fmt, out in outs.items():
             t0 = time.perf_counter()
-            s = run_export(project, Settings(), Reporter("quiet"), ExportOptions(fmt=fmt, output=out))
+            s = Project(project.root).export(fmt, out)
             print(f"{fmt:8s} {time.perf_counter() - t0:6.1f}s  nodes={s['nodes']} edges={s['edges']}", flush=True)
         if not args.no_falkordb:
             from tests.falkordb_server import FalkorServer, unavailable_reason
@@ -89,11 +84,10 @@ def main() -> None:
             else:
                 with FalkorServer() as srv:
                     t0 = time.perf_counter()
-                    s = run_export(project, Settings(), Reporter("quiet"),
-                                   ExportOptions(fmt="falkordb", url=srv.url, graph="bench"))
+                    s = Project(project.root).export("falkordb", url=srv.url, graph="bench")
                     print(f"falkordb {time.perf_counter() - t0:6.1f}s  nodes={s['nodes']} edges={s['edges']} "
                           f"vectors={s['vectors']} (dim {args.dim})", flush=True)
-    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(f"peak RSS {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Extraction overhead per chunk, LLM time excluded, and the offline `hrag index sample_corpus` wall time.
 
-1. Starts the stub OpenAI-compatible server in this process, answering every chat request at once with a
-   valid extraction built from the passage, and runs the extract stage over the sample corpus (copied
+1. Starts the stub OpenAI-compatible server in a child process, answering every chat request at once with a
+   valid extraction built from the passage (a JSON object when the request asks for a schema, as the default
+   format does for an OpenAI-compatible server), and runs the extract stage over the sample corpus (copied
    --copies times with a distinguishing line, so there are enough distinct chunks) in a fresh project, so
-   nothing is cached. Since the stub answers instantly, extract wall time minus the time spent inside the
-   stub's responder is hrag's own overhead: building prompts, litellm, HTTP, parsing, appending records.
-2. Runs `.venv/bin/hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage that
-   exists) as a fresh process and prints its wall time.
+   nothing is cached. The CPU time of this process is then hrag's own work per chunk: building prompts, the
+   client and its HTTP, parsing, checks, appending records (the server's work is in the other process).
+   --format delimited measures the line format instead; --profile prints where the time goes.
+2. Runs `hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage) as a fresh
+   process and prints its wall and CPU time.
 
     .venv/bin/python bench/extract_overhead.py [--copies 10] [--gleanings 1]
 """
@@ -17,16 +19,12 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import offline  # noqa: E402
+from harness import ROOT, hrag
+from hrag_cli.core import offline
 
 offline.setup()
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
@@ -34,22 +32,31 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
 D = "<|#|>"
 
 
-def make_responder(spent: list[float]):
-    def respond(body: dict) -> str:
-        t0 = time.perf_counter()
-        msgs = body["messages"]
-        if len(msgs) > 2:          # a gleaning round
-            out = "<|COMPLETE|>"
-        else:
-            passage = msgs[-1]["content"].split("Passage:\n", 1)[-1]
-            words = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{3,}\b", passage)))[:15]
-            rows = [f"entity{D}{w}{D}concept{D}{w} appears in the passage." for w in words]
-            rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
-                     for a, b in zip(words, words[1:])]
-            out = "\n".join(rows + ["<|COMPLETE|>"])
-        spent.append(time.perf_counter() - t0)
-        return out
-    return respond
+def respond(body: dict) -> str | dict:
+    msgs = body["messages"]
+    structured = body.get("response_format") is not None
+    if len(msgs) > 2:          # a gleaning round
+        return {"entities": [], "relations": []} if structured else "<|COMPLETE|>"
+    passage = msgs[-1]["content"].split("Passage:\n", 1)[-1]
+    words = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{3,}\b", passage)))[:15]
+    if structured:
+        return {"entities": [{"name": w, "type": "concept", "description": f"{w} appears in the passage."}
+                             for w in words],
+                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
+                               "description": f"{a} and {b} appear together.", "strength": 5}
+                              for a, b in zip(words, words[1:])]}
+    rows = [f"entity{D}{w}{D}concept{D}{w} appears in the passage." for w in words]
+    rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
+             for a, b in zip(words, words[1:])]
+    return "\n".join(rows + ["<|COMPLETE|>"])
+
+
+def serve(port: int) -> None:
+    from tests.stub_server import StubServer
+
+    stub = StubServer(port=port, record=False)
+    stub.set_chat(respond)
+    stub._httpd.serve_forever(poll_interval=0.05)
 
 
 def copy_corpus(dst: Path, copies: int) -> None:
@@ -62,69 +69,83 @@ def copy_corpus(dst: Path, copies: int) -> None:
                 out.write_text(f"Copy {k} of {p.name}.\n\n" + p.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def bench_overhead(copies: int, gleanings: int, concurrency: int) -> None:
+def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, profile: bool) -> None:
+    import multiprocessing
+
     from hrag_cli.core.config import load_settings
     from hrag_cli.extract.stage import run_extract
     from hrag_cli.chunk.stage import run_chunk
     from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
-    from tests.stub_server import StubServer
+    from hrag_cli.core.project import ProjectDir
+    from tests.stub_server import free_port
 
-    spent: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp, StubServer() as stub:
-        stub.set_chat(make_responder(spent))
+    port = free_port()
+    server = multiprocessing.get_context("fork").Process(target=serve, args=(port,), daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _bench_overhead(url, copies, gleanings, concurrency, fmt, profile, load_settings, run_extract, run_chunk,
+                        Reporter, ProjectDir)
+    finally:
+        server.terminate()
+        server.join()
+
+
+def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt: str, profile: bool,
+                    load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs"
         copy_corpus(docs, copies)
-        proj = Project(Path(tmp) / "proj")
+        proj = ProjectDir(Path(tmp) / "proj")
         proj.init()
-        settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": stub.url,
-                                        "extract.max_gleanings": gleanings, "llm.concurrency": concurrency})
+        settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": url,
+                                        "extract.max_gleanings": gleanings, "llm.concurrency": concurrency,
+                                        "extract.format": fmt})
         quiet = Reporter("quiet")
         chunked = run_chunk(proj, settings, quiet, [docs])
         # warm up: import litellm and open its HTTP client once, outside the timed run
         from hrag_cli.core.llm import LLMClient
 
-        warm = Project(Path(tmp) / "warm")
+        warm = ProjectDir(Path(tmp) / "warm")
         warm.init()
         with LLMClient(warm, settings.llm) as client:
             client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])
-        spent.clear()
+        prof = None
+        if profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
         t0, c0 = time.perf_counter(), time.process_time()
         out = run_extract(proj, settings, quiet)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if prof is not None:
+            import pstats
+
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     c = out.counts
     n_chunks, n_req = c["extracted_now"], c["llm_requests"]
-    own = wall - sum(spent)
-    print(f"extract through instant stub: {n_chunks} chunks ({chunked.counts['tokens']} tokens), {n_req} requests, "
-          f"concurrency {concurrency}, gleanings {gleanings}")
-    print(f"  wall {wall:.2f}s, CPU {cpu:.2f}s (this process, stub threads included), inside stub responder "
-          f"{sum(spent) * 1000:.1f}ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"  overhead per chunk    {own / max(n_chunks, 1) * 1000:.2f} ms")
-    print(f"  overhead per request  {own / max(n_req, 1) * 1000:.2f} ms")
-    print(f"  throughput            {n_chunks / wall:.1f} chunks/s")
+    print(f"extract through an instant stub in another process ({fmt} format): {n_chunks} chunks "
+          f"({chunked.counts['tokens']} tokens), {n_req} requests, concurrency {concurrency}, gleanings {gleanings}")
+    print(f"  wall {wall:.2f}s, CPU of this process {cpu:.2f}s; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    print(f"  hrag's own CPU per chunk    {cpu / max(n_chunks, 1) * 1000:.2f} ms")
+    print(f"  hrag's own CPU per request  {cpu / max(n_req, 1) * 1000:.2f} ms")
+    print(f"  wall per chunk              {wall / max(n_chunks, 1) * 1000:.2f} ms")
 
 
 def bench_offline_index() -> None:
-    hrag = ROOT / ".venv" / "bin" / "hrag"
     with tempfile.TemporaryDirectory() as tmp:
         proj = Path(tmp) / "proj"
         env = {k: v for k, v in os.environ.items() if not k.startswith("HRAG_")}
-        full = (ROOT / "hrag_cli" / "resolve.py").exists() and (ROOT / "hrag_cli" / "synonyms.py").exists()
-        args = [str(hrag), "index", str(ROOT / "sample_corpus"), "-p", str(proj), "--extractor", "rules", "-q"]
-        if not full:
-            args += ["--stop-after", "extract"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(args, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            print(f"offline index failed ({proc.returncode}): {proc.stderr.strip()}")
+        run = hrag("index", ROOT / "sample_corpus", "-p", proj, "--extractor", "rules", "-q", env=env, check=False)
+        if run.returncode != 0:
+            print(f"offline index failed ({run.returncode}): {run.stderr.strip()}")
             return
-        t0 = time.perf_counter()
-        subprocess.run([str(hrag), "--help"], env=env, capture_output=True)
-        startup = time.perf_counter() - t0
-        stages = "all stages" if full else "chunk + extract"
-        print(f"offline `hrag index sample_corpus` ({stages}, rules extractor): {wall:.2f}s wall "
-              f"(process start-up alone, `hrag --help`: {startup:.2f}s)")
+        startup = hrag("--help", env=env)
+        print(f"offline `hrag index sample_corpus` (all stages, rules extractor): {run.wall_s:.2f}s wall, "
+              f"{run.cpu_s:.2f}s CPU (process start-up alone, `hrag --help`: {startup.wall_s:.2f}s)")
         shutil.rmtree(proj, ignore_errors=True)
 
 
@@ -152,8 +173,13 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--gleanings", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--format", default="auto", choices=("auto", "json", "delimited"))
+    ap.add_argument("--profile", action="store_true", help="print the 25 functions with the most own time")
+    ap.add_argument("--overhead-only", action="store_true", help="skip the rules and offline-index figures")
     args = ap.parse_args()
-    bench_overhead(args.copies, args.gleanings, args.concurrency)
+    bench_overhead(args.copies, args.gleanings, args.concurrency, args.format, args.profile)
+    if args.overhead_only:
+        return
     bench_rules_speed()
     bench_offline_index()
 

@@ -28,19 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.core import store  # noqa: E402
-from hrag_cli.extract.parser import fold  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
+from harness import hrag
+from hrag_cli.core import store
+from hrag_cli.extract.parser import fold
+from hrag_cli.core.project import ProjectDir
 
 D = "<|#|>"
 SCHEMA = """
@@ -214,7 +210,7 @@ def pr(tp: int, fp: int, fn: int) -> dict:
             "recall": round(100 * tp / (tp + fn), 1) if tp + fn else None, "tp": tp, "fp": fp, "fn": fn}
 
 
-def run_pipeline(chunks: list[Chunk], work: Path) -> Project:
+def run_pipeline(chunks: list[Chunk], work: Path) -> ProjectDir:
     from tests.stub_server import StubServer
 
     docs, proj = work / "docs", work / "proj"
@@ -231,16 +227,12 @@ def run_pipeline(chunks: list[Chunk], work: Path) -> Project:
     with StubServer(record=False) as stub:
         stub.set_chat(respond)
         env = {**os.environ, "OPENAI_API_KEY": "sk-bench-dummy"}
-        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "hrag"), "index", str(docs), "-p", str(proj),
-                               "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
-                               "--schema", str(work / "schema.toml"), "--stop-after", "resolve", "--json"],
-                              capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        sys.exit(f"hrag index failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
-    return Project(proj)
+        hrag("index", docs, "-p", proj, "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
+             "--schema", work / "schema.toml", "--stop-after", "resolve", "--json", env=env)
+    return ProjectDir(proj)
 
 
-def measure(chunks: list[Chunk], project: Project) -> dict:
+def measure(chunks: list[Chunk], project: ProjectDir) -> dict:
     chunk_ids = {}
     for c in store.read_jsonl(project.chunks_path):
         chunk_ids[int(c["text"].split(".", 1)[0].split()[-1])] = c["chunk_id"]

@@ -17,25 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 from collections import defaultdict
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, data_dir, parse_args
+from hrag_cli.extract.grounding import Grounder
+from hrag_cli.extract.parser import fold
+from hrag_cli.extract.schema import load_schema
+from hrag_cli.extract.prune import PruneSpec, prune_record
+from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.core.textnorm import normalize_text, tokenize
 
-from hrag_cli.extract.grounding import Grounder  # noqa: E402
-from hrag_cli.extract.parser import fold  # noqa: E402
-from hrag_cli.extract.schema import load_schema  # noqa: E402
-from hrag_cli.extract.prune import PruneSpec, prune_record  # noqa: E402
-from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord  # noqa: E402
-from hrag_cli.core.textnorm import normalize_text, tokenize  # noqa: E402
-
-OPENIE = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench")) \
-    / "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"   # in the benchmark data folder
 
 
 def absent(name: str, passage_words: set[str]) -> bool:
@@ -44,10 +39,11 @@ def absent(name: str, passage_words: set[str]) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--openie", type=Path, default=OPENIE)
+    ap.add_argument("--openie", type=Path, default=None, help=f"default: {OPENIE} in the data folder")
     ap.add_argument("--planted", type=int, default=3, help="invented names per passage")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = parse_args(ap)
+    args.openie = args.openie or data_dir() / OPENIE
     docs = [d for d in json.loads(args.openie.read_text())["docs"] if d.get("passage")]
     rng = random.Random(args.seed)
     all_names = [n for d in docs for n in d.get("extracted_entities", []) if isinstance(n, str) and n.strip()]

@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scale import load_real, run, write_corpus  # noqa: E402
+from harness import measured, parse_args
+from scale import load_real, write_corpus
 
 RECORDS = ("entities.jsonl", "relations.jsonl", "facts.jsonl")
 COMPARED = (*RECORDS, "merges.jsonl", "graph.pkl")
@@ -45,7 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, required=True, help="a bench/scale.py --work folder")
     ap.add_argument("--fresh", action="store_true", help="also build the same documents from scratch and compare")
-    args = ap.parse_args()
+    args = parse_args(ap)
     src_docs, src_proj = args.work / "docs", args.work / "project"
     if not (src_docs.is_dir() and src_proj.is_dir()):
         sys.exit(f"{args.work} has no docs/ and project/: run bench/scale.py --work {args.work} first")
@@ -57,7 +56,7 @@ def main() -> None:
     # copies are new files to the project (new inodes): one unmeasured run stamps them, as a cron job's own
     # folder is, so the measured run reads only the added file
     time.sleep(1.05)
-    run(["index", str(docs), "-p", str(proj), "-q"])
+    measured("index", str(docs), "-p", str(proj), "-q")
     n = passages_in(docs)
     add = max(1, n // 100)
     write_corpus(docs, load_real(), n, n + add, False)
@@ -65,7 +64,7 @@ def main() -> None:
     stages = {}
     for stop in ("chunk", "extract", "resolve", None):
         name = stop or "synonyms"
-        stages[name] = run(["index", str(docs), *(["--stop-after", stop] if stop else []), *p])
+        stages[name] = measured("index", str(docs), *(["--stop-after", stop] if stop else []), *p)
         print(f"[+{add} to {n}] {name}: {json.dumps(stages[name])}", file=sys.stderr, flush=True)
         if stop == "resolve":
             after_resolve = graph_files(proj)   # before synonyms adds its edges to graph.pkl
@@ -75,7 +74,7 @@ def main() -> None:
         fresh = run_dir / "fresh"
         fresh.mkdir()
         shutil.copy(src_proj / "hrag.toml", fresh / "hrag.toml")
-        out["fresh"] = run(["index", str(docs), "--stop-after", "resolve", "-p", str(fresh), "-q"])
+        out["fresh"] = measured("index", str(docs), "--stop-after", "resolve", "-p", str(fresh), "-q")
         a, b = after_resolve, graph_files(fresh)
         out["identical"] = {name: a.get(name) == b.get(name) for name in COMPARED}
     print(json.dumps(out, indent=1))

@@ -4,25 +4,19 @@ Figures, not pass/fail: `python bench/input_memory.py --big-mb 200 --tiny 50000`
 from __future__ import annotations
 
 import argparse
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-HRAG = str(Path(sys.executable).with_name("hrag"))
+from harness import hrag
+
 PARA = ("The harbour commission of Oldport met on a grey morning to weigh the cost of the new sea wall, and "
         "Mara Quint, who had built the Selby Lighthouse, argued for stone over timber. ") * 3 + "\n\n"
 
 
 def run(docs: Path, proj: Path) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of one child index run."""
-    t0 = time.perf_counter()
-    subprocess.run([HRAG, "index", str(docs), "-p", str(proj), "--stop-after", "chunk", "--extractor", "rules",
-                    "-q"], check=True)
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss   # the largest child so far
-    return time.perf_counter() - t0, peak_kb / 1024
+    """(seconds, peak RSS in MB) of one index run."""
+    r = hrag("index", docs, "-p", proj, "--stop-after", "chunk", "--extractor", "rules", "-q")
+    return r.wall_s, r.peak_rss_mb
 
 
 def main() -> None:
@@ -31,7 +25,7 @@ def main() -> None:
     ap.add_argument("--tiny", type=int, default=50000)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hrag-mem-"))
-    if args.tiny:   # first: RUSAGE_CHILDREN reports the largest child so far
+    if args.tiny:
         tiny = work / "tiny"
         tiny.mkdir()
         for i in range(args.tiny):
@@ -45,7 +39,7 @@ def main() -> None:
             for _ in range(args.big_mb * (1 << 20) // len(PARA)):
                 fh.write(PARA)
         secs, mb = run(big, work / "p_big")
-        print(f"one {args.big_mb} MB file: {secs:.1f} s, peak RSS {mb:.0f} MB (max of both runs)")
+        print(f"one {args.big_mb} MB file: {secs:.1f} s, peak RSS {mb:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -17,26 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import run as measured  # noqa: E402  (one hrag process measured by wait4: wall, CPU, peak RSS)
+from harness import data_dir, hrag, measured, parse_args
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 MODES = ["ppr", "naive", "bm25", "local", "global", "hybrid", "mix"]
 FUSED = {"ppr", "naive", "mix"}          # modes that BM25 fusion changes
 
 
-def build_inputs(work: Path, data: Path = DATA) -> tuple[Path, Path, Path]:
+def build_inputs(work: Path, data: Path | None = None) -> tuple[Path, Path, Path]:
     """corpus.jsonl (one record per passage), qa.jsonl (question + gold doc paths), questions.txt."""
+    data = data or data_dir()
     corpus = json.loads((data / "musique_train_corpus.json").read_text(encoding="utf-8"))
     questions = json.loads((data / "musique_train.json").read_text(encoding="utf-8"))
     work.mkdir(parents=True, exist_ok=True)
@@ -60,16 +55,6 @@ def build_inputs(work: Path, data: Path = DATA) -> tuple[Path, Path, Path]:
     return corpus_path, qa_path, q_path
 
 
-def hrag(*args: str, check: bool = True) -> tuple[float, str]:
-    """Run the CLI as a user would (a fresh process); returns (wall seconds, stdout)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "hrag"), *args], capture_output=True, text=True)
-    secs = time.perf_counter() - t0
-    if check and proc.returncode != 0:
-        sys.exit(f"hrag {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return secs, proc.stdout
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedder", default="builtin", help="any --embed-model value: builtin, st:FOLDER, ...")
@@ -79,7 +64,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="extra hrag.toml setting for the project (repeatable), for tuning")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = parse_args(ap)
 
     tag = "".join(c if c.isalnum() else "-" for c in args.embedder)[-40:]
     work = args.work or Path(tempfile.gettempdir()) / f"hrag-musique-{tag}"
@@ -97,12 +82,12 @@ def main() -> None:
     (proj / "hrag.toml").write_text("\n".join(toml) + "\n", encoding="utf-8")
     log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
 
-    openie = str(DATA / OPENIE)
+    openie = str(data_dir() / OPENIE)
     reused = (proj / "manifest.json").exists() and '"synonyms"' in (proj / "manifest.json").read_text(encoding="utf-8")
     p = ["-p", str(proj)]
-    extract = measured(["index", str(corpus), "--import-openie", openie, "--stop-after", "extract", "-q", *p])
+    extract = measured("index", str(corpus), "--import-openie", openie, "--stop-after", "extract", "-q", *p)
     log(f"chunk + openie import: {extract['wall_s']:.1f}s wall, {extract['cpu_s']:.1f}s CPU")
-    build = measured(["index", str(corpus), "--import-openie", openie, "-q", *p])
+    build = measured("index", str(corpus), "--import-openie", openie, "-q", *p)
     log(f"resolve + synonyms (index build without extraction): {build['wall_s']:.1f}s wall, {build['cpu_s']:.1f}s CPU")
     log(f"whole hrag index: {extract['wall_s'] + build['wall_s']:.1f}s wall, {extract['cpu_s'] + build['cpu_s']:.1f}s "
         f"CPU (user + system), peak RSS {max(extract['peak_rss_mb'], build['peak_rss_mb']):.0f} MB"
@@ -116,18 +101,18 @@ def main() -> None:
         if not run_modes:
             continue
         flags = [] if lexical else ["--no-lexical"]
-        secs, out = hrag("eval", str(qa), "--modes", ",".join(run_modes), "-k", "2,5", "--json", *flags, *p)
-        eval_secs["lexical" if lexical else "no_lexical"] = round(secs, 2)
-        data = json.loads(out)
+        run = hrag("eval", str(qa), "--modes", ",".join(run_modes), "-k", "2,5", "--json", *flags, *p)
+        eval_secs["lexical" if lexical else "no_lexical"] = round(run.wall_s, 2)
+        data = json.loads(run.stdout)
         for mode, rec in data["modes"].items():
             key = mode if lexical else f"{mode}-nolex"
             results[key] = {"R@2": round(100 * rec["recall"]["2"], 1), "R@5": round(100 * rec["recall"]["5"], 1)}
             log(f"{key:14s} R@2 {results[key]['R@2']:5.1f}  R@5 {results[key]['R@5']:5.1f}")
 
-    _, out = hrag("query", "--file", str(queries), "--mode", "ppr", *p)
+    out = hrag("query", "--file", str(queries), "--mode", "ppr", *p).stdout
     lat = [json.loads(line)["timings"]["total_ms"] for line in out.splitlines() if line.strip()]
     first_q = json.loads(queries.read_text(encoding="utf-8").splitlines()[0])["query"]
-    cold = [measured(["query", first_q, "--mode", "ppr", "--json", *p]) for _ in range(3)]
+    cold = [measured("query", first_q, "--mode", "ppr", "--json", *p) for _ in range(3)]
     timings = {
         "chunk_and_import_s": extract["wall_s"],
         "index_build_s": build["wall_s"],

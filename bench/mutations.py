@@ -83,11 +83,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     _m("changed-document-keeps-old-chunks", "hrag_cli/chunk/stage.py",
        "if reuse and old is not None and old.sha256 == doc.sha256:", "if reuse and old is not None:",
        CHUNK, "a changed document keeps its previous chunks"),
-    _m("stamp-trusted-without-its-documents", "hrag_cli/chunk/stage.py",
-       "if ids and all(i in old_docs and old_by_doc.get(i) for i in ids)}", "if ids}",
-       CHUNK, "a file goes unread although its documents are missing from docs.jsonl"),
+    _m("new-text-already-held-is-appended", "hrag_cli/chunk/stage.py",
+       "if used and (taken is None or taken(used)):", "if used and taken is None:",
+       CHUNK, "a new file repeating a text the project holds is appended, with ids a fresh build would not give"),
     _m("unstamped-file-changed-is-appended", "hrag_cli/chunk/stage.py",
-       "\n            or any(before[item.doc.doc_id] != item.doc.sha256 for item in again):", ":",
+       " \\\n            or any(before[item.doc.doc_id] != item.doc.sha256 for item in again):", ":",
        CHUNK, "a recent file read again and changed is appended instead of replaced"),
     # -- the budget
     _m("budget-reached-is-not-exceeded", "hrag_cli/core/llm.py",
@@ -180,8 +180,11 @@ def main() -> int:
         for m in chosen:
             print(f"{m.name:42} {m.path:34} {' '.join(m.tests)}\n{'':42} {m.bug}")
         return 0
-    for m in chosen:            # every planted edit still matches the code, before anything runs
-        _apply((ROOT / m.path).read_text(encoding="utf-8"), m)
+    for m in chosen:            # every planted edit still matches the code and compiles, before anything runs
+        try:
+            compile(_apply((ROOT / m.path).read_text(encoding="utf-8"), m), m.path, "exec")
+        except SyntaxError as exc:
+            raise SystemExit(f"mutation {m.name} does not compile ({exc.msg}, line {exc.lineno}): fix its edit")
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="hrag-mutations-") as tmp:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hrag_cli.extract.parser import parse_extraction  # noqa: E402
-from tests.parser_inputs import adversarial_outputs, random_output  # noqa: E402
+import harness  # noqa: F401  (makes the suite's helpers under tests/ importable)
+from hrag_cli.extract.parser import parse_extraction
+from tests.parser_inputs import adversarial_outputs, random_output
 
 UNIT = 100_000
 

@@ -16,15 +16,14 @@ import argparse
 import hashlib
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hrag_cli.core.project import Project  # noqa: E402
-from hrag_cli.query.index import QueryIndex  # noqa: E402
+from harness import peak_rss_mb
+from hrag_cli.core.project import ProjectDir
+from hrag_cli.query.index import QueryIndex
 
 
 def main() -> None:
@@ -33,7 +32,7 @@ def main() -> None:
     ap.add_argument("--queries", type=Path, required=True, help="one question per line")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    project = Project(args.project)
+    project = ProjectDir(args.project)
     ix = QueryIndex(project, project.settings())
     k = ix.settings.query.fact_top_k
     facts, chunks = ix.vector_index("facts")._rows, ix.vector_index("chunks")
@@ -57,7 +56,7 @@ def main() -> None:
         calls = args.rounds * len(vecs)
         print(f"{name:>6}: CPU p50 {1e3 * statistics.median(best):.2f} ms, mean {1e3 * statistics.fmean(best):.2f} ms "
               f"a question (least of {args.rounds}); system {1e3 * (r1.ru_stime - r0.ru_stime) / calls:.2f} ms and "
-              f"{(r1.ru_minflt - r0.ru_minflt) / calls:.1f} minor faults a call; peak RSS {r1.ru_maxrss // 1024} MB")
+              f"{(r1.ru_minflt - r0.ru_minflt) / calls:.1f} minor faults a call; peak RSS {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from scale import run
+from harness import measured
 
 
 def _median(xs: list[float]) -> float:
@@ -26,10 +26,10 @@ def _median(xs: list[float]) -> float:
 
 def measure(project: Path, queries: Path, mode: str, cold: int) -> dict:
     first = next(q.strip() for q in queries.read_text(encoding="utf-8").splitlines() if q.strip())
-    colds = [run(["query", first, "--mode", mode, "--json", "-p", str(project)]) for _ in range(cold)]
+    colds = [measured("query", first, "--mode", mode, "--json", "-p", str(project)) for _ in range(cold)]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "batch.jsonl"
-        batch = run(["query", "--file", str(queries), "--mode", mode, "--json", "-p", str(project)], out)
+        batch = measured("query", "--file", str(queries), "--mode", mode, "--json", "-p", str(project), stdout_path=out)
         timings = [json.loads(x)["timings"] for x in out.read_text(encoding="utf-8").splitlines() if x.strip()]
     steps = sorted({k for t in timings for k in t})
     return {"mode": mode,

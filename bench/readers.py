@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,10 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-HRAG = str(Path(sys.executable).with_name("hrag"))
+from harness import hrag, peak_rss_mb
 
 
 # ------------------------------------------------------------------------------------------------ readers
@@ -97,7 +93,7 @@ def child(name: str, files: list[str], out: str) -> None:
         texts[f] = text
     cpu = time.process_time() - t0
     Path(out).write_text(json.dumps({"cpu": cpu, "units": units, "texts": texts}))
-    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"rss_mb": peak_rss_mb()}))
 
 
 def run_child(name: str, files: list[Path], work: Path) -> dict:
@@ -173,22 +169,17 @@ PARA = ("The harbour commission of Oldport met on a grey morning to weigh the co
 def index_chunk(docs: Path, proj: Path, full: bool = False) -> tuple[float, float, float, dict]:
     """(CPU seconds, peak RSS MB, longest gap between progress lines in s, chunk counts) of one child run:
     the chunk stage, or with `full` the whole offline index (rules extractor, builtin embedder)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
     how = ["--extractor", "rules", "--embed-model", "builtin"] if full else ["--stop-after", "chunk"]
-    proc = subprocess.Popen([HRAG, "index", str(docs), "-p", str(proj), *how, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    last, gap = t0, 0.0
-    assert proc.stderr is not None and proc.stdout is not None
-    for _ in proc.stderr:
+    last, gap = time.monotonic(), 0.0
+
+    def line(_: str) -> None:
+        nonlocal last, gap
         now = time.monotonic()
         gap, last = max(gap, now - last), now
-    out = proc.stdout.read()
-    proc.wait()
+
+    run = hrag("index", docs, "-p", proj, *how, "--json", check=False, on_stderr_line=line)
     gap = max(gap, time.monotonic() - last)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, after.ru_maxrss / 1024, gap, json.loads(out)["chunk"] if proc.returncode == 0 else {}
+    return run.cpu_s, run.peak_rss_mb, gap, json.loads(run.stdout)["chunk"] if run.returncode == 0 else {}
 
 
 def big_inputs(work: Path, big_mb: int, pdf_pages: int, full: bool) -> None:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import peak_rss_mb
 
 ENTITIES_PER_CHUNK = 10
 RELATIONS_PER_CHUNK = 6
@@ -35,10 +33,10 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
     import numpy as np
 
     from hrag_cli.core import store
-    from hrag_cli.core.project import Project, text_hash
+    from hrag_cli.core.project import ProjectDir, text_hash
 
     rng = np.random.default_rng(seed)
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     n_chunks = mentions // ENTITIES_PER_CHUNK
     vocab = max(1000, mentions // 5)
@@ -85,11 +83,11 @@ def generate(root: Path, mentions: int, seed: int = 7) -> None:
 def run(root: Path) -> dict:
     """The resolve stage phase by phase (same calls as resolve.run_resolve)."""
     from hrag_cli.core.config import Settings
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
     from hrag_cli.resolve.stage import finalize, gc_paused, load_inputs, merge_records, write_outputs
     from hrag_cli.resolve.summaries import Summarizer
 
-    project = Project(root)
+    project = ProjectDir(root)
     settings = Settings()
     times: dict[str, float] = {}
     t0 = t = time.perf_counter()
@@ -123,9 +121,9 @@ def run(root: Path) -> dict:
     pause.__exit__(None, None, None)
     times["total"] = round(time.perf_counter() - t0, 2)
     times["cpu"] = round(time.process_time() - cpu0, 2)
-    return {"mentions": n_mentions, "chunks": len(chunks), **sizes, "vertices": graph.vcount(),
-            "edges": graph.ecount(), "seconds": times, "cpu_seconds": cpu_laps,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {"mentions": n_mentions, "chunks": len(chunks), **sizes, "vertices": graph.n,
+            "edges": graph.m, "seconds": times, "cpu_seconds": cpu_laps,
+            "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
 def main() -> None:

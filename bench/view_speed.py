@@ -14,23 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from tests.browser import Chromium, file_url, find_chromium  # noqa: E402
-
-
-def children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
+from harness import hrag, parse_args
+from tests.browser import Chromium, file_url, find_chromium
 
 
 def main() -> None:
@@ -39,7 +30,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("HRAG_RETRIEVAL_WORK", Path(tempfile.gettempdir()) / "hrag-retrieval")))
     ap.add_argument("--max-nodes", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
+    args = parse_args(ap)
     if find_chromium() is None:
         sys.exit("chromium is not installed (make setup-browser)")
     project = args.project
@@ -49,14 +40,10 @@ def main() -> None:
         project, _ = build("2wiki-rules", "builtin", args.work / "2wiki-rules-builtin", lambda m: print(m, flush=True))
 
     out = Path(tempfile.mkdtemp(prefix="hrag-view-")) / "graph.html"
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "hrag_cli.cli", "view", "-p", str(project), "-o", str(out),
-                          "--max-nodes", str(args.max_nodes), "--json"], capture_output=True, text=True)
-    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
-    if run.returncode != 0:
-        sys.exit(f"hrag view failed: {run.stderr}")
+    run = hrag("view", "-p", project, "-o", out, "--max-nodes", str(args.max_nodes), "--json")
     size = out.stat().st_size
-    print(f"hrag view --max-nodes {args.max_nodes}: {wall:.1f} s wall, {cpu:.1f} CPU s; {run.stdout.strip()}")
+    print(f"hrag view --max-nodes {args.max_nodes}: {run.wall_s:.1f} s wall, {run.cpu_s:.1f} CPU s, peak RSS "
+          f"{run.peak_rss_mb:.0f} MB; {run.stdout.strip()}")
     print(f"file: {size / 1e6:.2f} MB ({size:,} bytes)")
 
     ready, search, click = [], [], []

@@ -20,22 +20,20 @@ through resolve is enough).
 from __future__ import annotations
 
 import argparse
-import resource
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hrag_cli.core.config import QuerySettings  # noqa: E402
-from hrag_cli.graph.model import CHUNK, ENTITY, VERTEX_KINDS  # noqa: E402
-from hrag_cli.core.project import Project  # noqa: E402
-from hrag_cli.query import ppr  # noqa: E402
-from hrag_cli.graph import push  # noqa: E402
-from hrag_cli.graph.chunk_prior import chunk_prior, project_walk_scale  # noqa: E402
-from hrag_cli.query.ppr import SeedWeights, build_reset, passage_walk  # noqa: E402
-from hrag_cli.graph.walk import WalkGraph  # noqa: E402
+from harness import peak_rss_mb
+from hrag_cli.core.config import QuerySettings
+from hrag_cli.graph.model import CHUNK, ENTITY, VERTEX_KINDS
+from hrag_cli.core.project import ProjectDir
+from hrag_cli.query import ppr
+from hrag_cli.graph import push
+from hrag_cli.graph.chunk_prior import chunk_prior, project_walk_scale
+from hrag_cli.query.ppr import SeedWeights, build_reset, passage_walk
+from hrag_cli.graph.walk import WalkGraph
 
 
 def reference(walk: WalkGraph, reset: np.ndarray, damping: float, scale=None, tol: float = 1e-13) -> np.ndarray:
@@ -78,7 +76,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=10, help="with --questions: the chunk ranks compared")
     ap.add_argument("--hipporag", action="store_true", help="also rank with HippoRAG 2's reset (every chunk's own weight)")
     args = ap.parse_args()
-    project = Project(args.project)
+    project = ProjectDir(args.project)
     if args.questions:
         if args.hipporag:
             ap.error("--hipporag compares made-up resets: not with --questions")
@@ -121,7 +119,7 @@ def main() -> None:
             theirs = reference(walk, old.dense(walk.vcount()), damping, scale)
             order = chunks[np.argsort(-theirs[chunks], kind="stable")[:args.top]]
             hippo.append((first_difference(ranked, order), len(set(ranked[:5]) & set(order[:5]))))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_mb()
     print(f"vertices {walk.vcount():,}  entries {len(walk.weight):,}  load {load_s:.3f} s CPU  "
           f"chunk prior {prior_s:.3f} s CPU (walked here; a query reads the one the synonyms stage saved)  "
           f"passage_node_top_k {args.passage_top_k}  eps {args.eps[0]:g}  scale {scale}")
@@ -151,7 +149,7 @@ def count_spreads(walk: WalkGraph) -> list[int]:
     return read
 
 
-def question_walks(project: Project, questions: Path, eps: list[float], ranks: int) -> None:
+def question_walks(project: ProjectDir, questions: Path, eps: list[float], ranks: int) -> None:
     """Each question's ranked chunks (the walk fused with the passage and BM25 scores, as a query shows them)
     with the walk pushed to each tolerance and converged (push.PRIOR_EPS): how often the first 5 and the first
     `ranks` are the converged walk's, and the first tolerance's; the entries its pushes read and the question's

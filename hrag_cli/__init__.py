@@ -7,3 +7,14 @@ import os
 # incremental run (a few new names against a cell) OpenBLAS's thread hand-off costs far more than the product
 # itself. A user's own setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+__all__ = ["Hit", "IndexResult", "Project"]
+
+
+def __getattr__(name: str):
+    """`from hrag_cli import Project` loads the API on first use, so `hrag --help` never imports it."""
+    if name in __all__:
+        from hrag_cli import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hrag_cli' has no attribute {name!r}")

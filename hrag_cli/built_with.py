@@ -9,17 +9,20 @@ from pathlib import Path
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
 WHERE_KEYS = ("cluster.ray",)      # where the work runs, not what it makes: no change to announce
 
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
-    """What a project remembers of a run's settings (Project.remember): never an API key."""
+    """What a project remembers of a run's settings (ProjectDir.remember): never an API key."""
+    from hrag_cli.extract.llm_extractor import answer_format
     from hrag_cli.extract.stage import extractor_kind
 
-    return {"extract.extractor": "auto" if openie else extractor_kind(settings),
+    kind = "auto" if openie else extractor_kind(settings)
+    fmt = {"extract.format": answer_format(settings.extract, settings.llm)} if kind == "llm" else {}
+    return {"extract.extractor": kind, **fmt,
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
             **({"extract.schema": settings.extract.schema} if settings.extract.schema else {}),
             **embedded_with(settings),
@@ -35,9 +38,10 @@ def describe_built_with(values: dict) -> str:
     kind = values.get("extract.extractor", "")
     schema = f" with the schema {values['extract.schema']}" if values.get("extract.schema") else ""
     if kind != "llm":
-        return {"auto": "imported extractions (--import-openie)"}.get(kind, f"the {kind} extractor") + schema
+        return {"auto": "imported extractions (--import-openie / --import-lightrag)"}.get(kind, f"the {kind} extractor") + schema
     where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
-    return f"the LLM {values.get('llm.model', '')}{where}{schema}"
+    answers = " (JSON answers)" if values.get("extract.format") == "json" else ""
+    return f"the LLM {values.get('llm.model', '')}{where}{answers}{schema}"
 
 
 def describe_embedder(values: dict) -> str:
@@ -47,7 +51,7 @@ def describe_embedder(values: dict) -> str:
     return f"the embedder {model}{where}{precision}"
 
 
-def remember(project: Project, settings: Settings, reporter: Reporter, summary: dict | None = None, *,
+def remember(project: ProjectDir, settings: Settings, reporter: Reporter, summary: dict | None = None, *,
              openie: bool | None) -> None:
     """Remember this run's extractor, model and API base, and its embedder; a change (only ever explicit, since a
     plain run reuses what is remembered) is said in one line. `openie` None: a run that does not extract
@@ -69,7 +73,7 @@ def remember(project: Project, settings: Settings, reporter: Reporter, summary: 
     project.remember(now)
 
 
-def previous_import(project: Project, settings: Settings, reporter: Reporter) -> Path | None:
+def previous_import(project: ProjectDir, settings: Settings, reporter: Reporter) -> Path | None:
     """A project built with --import-openie keeps its imported extractions on a plain `hrag index` (a cron
     job must not silently swap them for the rules extractor); an explicit --extractor switches."""
     recorded = project.recorded("extract", "openie_file")

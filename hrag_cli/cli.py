@@ -1,12 +1,12 @@
-"""The `hrag` command: parses flags, calls a stage function, prints its result. Nothing else lives here.
+"""The `hrag` command: parses flags, calls one method of the Python API (api.Project), prints its result.
+Nothing else lives here.
 
-Stage modules are imported inside the commands so `hrag --help` starts fast; litellm is imported only by
-the code that calls a model.
+The API and the stage modules are imported inside the commands so `hrag --help` starts fast; litellm is
+imported only by the code that calls a model.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -61,22 +61,13 @@ def _query_sets(items: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def _open(project: Optional[Path], overrides: dict[str, Any], *, create: bool) -> tuple[Any, Any]:
-    from hrag_cli.core.project import Project, resolve_root
-
-    proj = Project(resolve_root(project))
-    if not create:
-        proj.require()
-    settings = proj.settings(overrides)   # every setting checked before anything is created or written
-    if create and proj.root.exists() and not proj.root.is_dir():
-        raise UsageError(f"project path {proj.root} exists and is not a directory")
-    return proj, settings
-
-
-def _reporter(quiet: bool, json_output: bool = False) -> Any:
+def _project(project: Optional[Path], overrides: dict[str, Any], quiet: bool = True, json_output: bool = False
+             ) -> Any:
+    """The API's Project for --project with these flags' settings, reporting as the flags ask."""
+    from hrag_cli.api import Project
     from hrag_cli.core.progress import Reporter
 
-    return Reporter.auto(quiet=quiet, json_output=json_output)
+    return Project(project, overrides, reporter=Reporter.auto(quiet=quiet, json_output=json_output))
 
 
 def _print_json(obj: Any) -> None:
@@ -154,13 +145,12 @@ def index(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Extract again the chunks that failed or are partial (listed by 'hrag status').")] = False,
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
+    import_lightrag: Annotated[Optional[Path], typer.Option("--import-lightrag", help="Build the project from a LightRAG working directory (its documents, chunks and cached extractions; no LLM call) instead of DOCS.")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="Extract on a Ray cluster: auto (the one this machine joined) or its address; remembered ('' for this process only). Needs pip install 'hrag[ray]'.", show_default=False)] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Load, chunk and extract DOCS, then bring resolve and synonyms up to date."""
-    from hrag_cli.pipeline import IndexOptions, run_index
-
     overrides = {
         "documents.include": include or None, "documents.exclude": exclude or None,
         "documents.jsonl_text_field": text_field, "extract.extractor": extractor,
@@ -168,28 +158,14 @@ def index(
         "chunk.tokens": chunk_tokens, "chunk.overlap": chunk_overlap, "extract.max_gleanings": max_gleanings,
         "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
-        "extract.schema": str(Path(schema).expanduser().resolve()) if schema else schema,   # remembered: absolute
+        "extract.schema": schema,
         "embed.model": embed_model, "embed.api_base": embed_api_base, "cluster.ray": ray,
     }
-    if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
-        raise UsageError(f"--max-cost: {max_cost} must be a number of USD, 0 or more")
-    if stop_after not in (None, "chunk", "extract", "resolve"):
-        raise UsageError("--stop-after takes chunk, extract or resolve")
-    proj, settings = _open(project, overrides, create=True)
-    from hrag_cli.extract.stage import check_settings
-    from hrag_cli.extract.prune import check_prune_settings
-
-    check_settings(settings)  # a bad --extractor fails before any stage writes
-    check_prune_settings(settings)  # and so does a bad schema file, schema.mode or extract.grounding
-    if (settings.embed.model or "builtin").strip() != "builtin" and stop_after is None:
-        from hrag_cli.embed.embedder import get_embedder
-
-        get_embedder(None, settings)   # an unknown embedding model fails now, not after chunks and graph
-    options = IndexOptions(docs=list(docs or []), stop_after=stop_after, dry_run=dry_run, max_cost=max_cost,
-                           reparse=reparse, retry_failed=retry_failed, import_openie=import_openie,
-                           rehash=rehash)
     t0 = time.monotonic()
-    result = run_index(proj, settings, _reporter(quiet, json_output), options)
+    p = _project(project, overrides, quiet, json_output)
+    result = p.index(
+        docs, stop_after=stop_after, dry_run=dry_run, max_cost=max_cost, reparse=reparse,
+        retry_failed=retry_failed, rehash=rehash, import_openie=import_openie, import_lightrag=import_lightrag)
     if json_output:
         from hrag_cli.pipeline import index_failure
 
@@ -198,7 +174,7 @@ def index(
     elif not quiet:
         from hrag_cli.report import index_lines
 
-        rec = proj.stage("resolve") if proj.root.exists() else None
+        rec = p.dir.stage("resolve") if p.root.exists() else None
         title = "hrag index" + (" (dry run)" if dry_run else "")
         _print_lines([title, *index_lines(result.summary, rec.counts if rec else None, time.monotonic() - t0)])
     raise typer.Exit(result.exit_code)
@@ -221,11 +197,8 @@ def schema_suggest(
     json_output: JsonOpt = False,
 ) -> None:
     """Draft a schema file (TOML) from a sample of DOCS, with how often each type was seen, for you to edit."""
-    from hrag_cli.schema_suggest import run_suggest
-
-    proj, settings = _open(project, {"llm.model": llm_model, "llm.api_base": llm_api_base}, create=True)
-    draft, summary, code = run_suggest(proj, settings, _reporter(quiet, json_output), list(docs), sample=sample,
-                                       seed=seed, out=out)
+    p = _project(project, {"llm.model": llm_model, "llm.api_base": llm_api_base}, quiet, json_output)
+    draft, summary, code = p.suggest_schema(docs, sample=sample, seed=seed, out=out)
     if json_output:
         _print_json(summary)
     elif out is None:
@@ -246,13 +219,10 @@ def resolve(
     json_output: JsonOpt = False,
 ) -> None:
     """Merge the current extraction records into entities, relations, facts and the graph."""
-    from hrag_cli.pipeline import rerun_stage
-
     overrides = {"llm.model": llm_model, "llm.api_base": llm_api_base,
                  "resolve.summary_min_fragments": summary_min_fragments,
                  "resolve.summary_max_input_tokens": summary_max_input_tokens}
-    proj, settings = _open(project, overrides, create=False)
-    summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "resolve")
+    summary = _project(project, overrides, quiet, json_output).resolve()
     if json_output:
         _print_json(summary)
     elif not quiet:
@@ -272,15 +242,9 @@ def synonyms(
     json_output: JsonOpt = False,
 ) -> None:
     """Embed entities, relations, facts and chunks, build the vector indices and add SYNONYM edges."""
-    from hrag_cli.pipeline import rerun_stage
-
     overrides = {"embed.model": embed_model, "embed.api_base": embed_api_base,
                  "synonyms.threshold": threshold, "synonyms.top_k": top_k}
-    proj, settings = _open(project, overrides, create=False)
-    from hrag_cli.stages import StageOptions
-
-    summary = rerun_stage(proj, settings, _reporter(quiet, json_output), "synonyms",
-                          StageOptions(review_path=review, accept_path=accept))
+    summary = _project(project, overrides, quiet, json_output).synonyms(review=review, accept=accept)
     if json_output:
         _print_json(summary)
     elif not quiet:
@@ -305,10 +269,8 @@ def _print_first(console: Any, lines: list[str]) -> None:
 def status(project: ProjectOpt = None, json_output: JsonOpt = False,
            verify: Annotated[bool, typer.Option("--verify", help="Hash every artifact whole (slower) instead of sampling it.")] = False) -> None:
     """Each stage (fresh/stale/missing/damaged), counts, failed chunks, and LLM tokens and cost so far."""
-    from hrag_cli.pipeline import project_status
-
-    proj, settings = _open(project, {}, create=False)
-    info = project_status(proj, settings, verify=verify)
+    p = _project(project, {})
+    info = p.status(verify=verify)
     if json_output:
         _print_json(info)
         return
@@ -321,7 +283,7 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
     from hrag_cli.core.progress import stdout_console
 
     console = stdout_console()
-    table = Table(title=escape(printable(f"hrag project {proj.root}")))
+    table = Table(title=escape(printable(f"hrag project {p.root}")))
     for col in ("stage", "state", "finished", "counts"):
         table.add_column(col)
     for name, st in info["stages"].items():
@@ -398,7 +360,7 @@ def query(
     json_output: JsonOpt = False,
 ) -> None:
     """Retrieve the chunks that answer a question, from the project as it is (nothing is rebuilt)."""
-    from hrag_cli.query.run import run_query_command
+    from hrag_cli.query.run import as_json, print_table, read_history, read_queries
 
     if (response_type is not None or user_prompt is not None) and not answer:
         raise UsageError("--response-type and --user-prompt shape the answer: add --answer")
@@ -406,9 +368,26 @@ def query(
                  "embed.model": embed_model, "embed.api_base": embed_api_base,
                  "query.lexical_fusion": False if no_lexical else None, "query.rerank": rerank,
                  "query.response_type": response_type, "query.user_prompt": user_prompt, **_query_sets(set_)}
-    proj, settings = _open(project, overrides, create=False)
-    run_query_command(proj, settings, text=text, file=file, want_context=context, want_answer=answer,
-                      json_output=json_output, history=history)
+    p = _project(project, overrides)
+    p.settings()   # the project and every setting checked before the inputs are read
+    if (text is None) == (file is None):
+        raise UsageError("give either a question or --file QUERIES")
+    if history is not None and not answer:
+        raise UsageError("--history gives the answer earlier turns: add --answer")
+    queries = read_queries(file) if file is not None else [("1", text or "")]
+    turns = read_history(history) if history is not None else None
+    results = p.retrieve([q for _, q in queries], context=context, answer=answer, history=turns)
+    for (qid, _), (r, extra) in zip(queries, results):
+        if file is not None:    # one JSON line per query, each written as it is answered
+            _print_json(as_json(r, extra, qid))
+        elif json_output:
+            _print_json(as_json(r, extra))
+        elif context and not answer:
+            from hrag_cli.core.redact import printable
+
+            sys.stdout.write((printable(extra["context"]) if sys.stdout.isatty() else extra["context"]) + "\n")
+        else:
+            print_table(r, extra)
 
 
 @app.command(name="eval")
@@ -426,12 +405,38 @@ def eval_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """Recall@k of each retrieval mode against gold passages."""
-    from hrag_cli.query.evaluate import run_eval_command
+    from hrag_cli.query.evaluate import parse_list
 
     overrides = {"embed.model": embed_model, "query.lexical_fusion": False if no_lexical else None,
                  "query.rerank": rerank, "llm.model": llm_model, "llm.api_base": llm_api_base, **_query_sets(set_)}
-    proj, settings = _open(project, overrides, create=False)
-    run_eval_command(proj, settings, qa, modes=modes, ks=k, json_output=json_output)
+    p = _project(project, overrides, quiet=False, json_output=json_output)
+    p.settings()   # the project and every setting checked before the flags' lists
+    mode_list = parse_list(modes, "--modes")
+    try:
+        k_list = [int(x) for x in parse_list(k, "-k")]
+    except ValueError:
+        raise UsageError(f"-k takes comma-separated integers, not {k!r}") from None
+    result = p.evaluate(qa, mode_list, k_list)
+    if json_output:
+        _print_json(result)
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from hrag_cli.core.progress import stdout_console
+
+    k_list = sorted(set(k_list))
+    table = Table(title=escape(f"Recall@k over {result['questions']} questions ({qa.name})"), title_justify="left")
+    table.add_column("mode")
+    for n in k_list:
+        table.add_column(f"R@{n}", justify="right")
+    table.add_column("ms/query", justify="right")
+    for name, rec in result["modes"].items():
+        table.add_row(name, *(f"{100 * rec['recall'][str(n)]:.1f}" for n in k_list), f"{rec['ms_per_query']:.1f}")
+    stdout_console().print(table)
+    if result["unresolved_gold"]:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {result['unresolved_gold']} gold passages matched no chunk")
 
 
 @app.command()
@@ -448,15 +453,13 @@ def export(
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as GraphML, JSONL, CSV (neo4j-admin), Cypher, or load it into FalkorDB."""
-    from hrag_cli.export.run import STDOUT, ExportOptions, run_export
+    from hrag_cli.export.run import STDOUT
 
     to_stdout = output is not None and Path(output) == STDOUT
     if to_stdout and json_output:
         raise UsageError("--json and --output - both write to standard output: choose one")
-    proj, settings = _open(project, {}, create=False)
-    opts = ExportOptions(fmt=fmt, output=output, url=url, graph=graph, select=select, hops=hops,
-                         progress=progress)
-    summary = run_export(proj, settings, _reporter(quiet or not progress or to_stdout, json_output), opts)
+    summary = _project(project, {}, quiet or not progress or to_stdout, json_output).export(
+        fmt, output, url=url, graph=graph, select=select, hops=hops, progress=progress)
     if to_stdout:
         return
     if json_output:
@@ -477,11 +480,8 @@ def view(
     json_output: JsonOpt = False,
 ) -> None:
     """Write the graph as one self-contained HTML page (no network needed): search, details, legend."""
-    from hrag_cli.view.page import ViewOptions, run_view
-
-    proj, _ = _open(project, {}, create=False)
-    summary = run_view(proj, ViewOptions(output=output, select=select, hops=hops, max_nodes=max_nodes,
-                                         open_browser=open_browser))
+    summary = _project(project, {}).view(output, select=select, hops=hops, max_nodes=max_nodes,
+                                         open_browser=open_browser)
     if json_output:
         _print_json(summary)
     elif not quiet:

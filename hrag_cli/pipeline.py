@@ -2,7 +2,7 @@
 
 A stage whose fingerprint computed now differs from the one its manifest record holds is stale and rebuilds.
 
-Commits: a run fills a new generation (Project.generation) and makes it current only when it ends, so a
+Commits: a run fills a new generation (ProjectDir.generation) and makes it current only when it ends, so a
 killed run never leaves a mix; inside it, a stage's record is invalidated before its outputs are touched, and
 a stage whose recorded artifacts fail their check is rebuilt from its inputs.
 """
@@ -18,8 +18,8 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import (EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, RunStopped,
                                    UsageError)
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome
-from hrag_cli.stages import ORDER, STAGES, Stage, StageContext, StageOptions, chunks_reusable, expected_fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome
+from hrag_cli.stages import ORDER, STAGES, Stage, StageContext, StageOptions, expected_fingerprint
 
 
 @dataclass
@@ -31,6 +31,7 @@ class IndexOptions:
     reparse: bool = False
     retry_failed: bool = False
     import_openie: Path | None = None
+    import_lightrag: Path | None = None   # a LightRAG working directory instead of DOCS
     rehash: bool = False     # read every document file, even those whose stat stamp is unchanged
 
 
@@ -116,13 +117,21 @@ def _extract_exit_code(counts: dict) -> int:
     return EXIT_FAILED if usable <= 0 and counts.get("failed", 0) else EXIT_PARTIAL
 
 
-def run_index(project: Project, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
+def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, options: IndexOptions) -> IndexResult:
     """chunk → extract → (prune → resolve → synonyms when stale). Budget stops are clean: what was extracted
     stays."""
     if options.stop_after not in (None, "chunk", "extract", "resolve"):
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
     roots = list(options.docs)
+    lightrag = options.import_lightrag
+    if lightrag is not None and roots:
+        raise UsageError("give DOCS or --import-lightrag DIR, not both (the imported directory is the corpus)")
+    if lightrag is None and not roots:   # a project imported from LightRAG imports it again
+        recorded_dir = project.recorded("chunk", "lightrag_dir")
+        lightrag = Path(recorded_dir) if recorded_dir else None
+    if lightrag is not None:
+        roots = [lightrag]
     if not roots:   # the roots of the last run (a damaged manifest: from project.json)
         recorded = project.recorded("chunk", "roots") or []
         if not recorded:
@@ -131,14 +140,15 @@ def run_index(project: Project, settings: Settings, reporter: Reporter, options:
     if options.dry_run:   # reads the project, writes nothing, needs no lock
         from hrag_cli.extract.stage import estimate
 
-        ctx = StageContext(project, settings, reporter, StageOptions(roots=roots, write=False), summary)
+        ctx = StageContext(project, settings, reporter,
+                           StageOptions(roots=roots, write=False, import_lightrag=lightrag), summary)
         chunked = STAGES["chunk"].run(ctx)
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked.payload)
         return IndexResult(summary, EXIT_OK)
     opts = StageOptions(roots=roots, rehash=options.rehash, reparse=options.reparse,
                         retry_failed=options.retry_failed, max_cost=options.max_cost,
-                        import_openie=options.import_openie)
+                        import_openie=options.import_openie, import_lightrag=lightrag)
     created = not project.root.exists()
     try:
         return _index(StageContext(project, settings, reporter, opts, summary), options.stop_after)
@@ -178,7 +188,7 @@ def _index(ctx: StageContext, stop_after: str | None) -> IndexResult:
     return IndexResult(ctx.summary, code)
 
 
-def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage: str,
+def rerun_stage(project: ProjectDir, settings: Settings, reporter: Reporter, stage: str,
                 options: StageOptions | None = None) -> dict:
     """`hrag resolve` / `hrag synonyms`: rebuild that stage now, then whatever depends on it."""
     if project.stage("extract") is None:
@@ -197,7 +207,7 @@ def rerun_stage(project: Project, settings: Settings, reporter: Reporter, stage:
     return ctx.summary
 
 
-def project_status(project: Project, settings: Settings, verify: bool = False) -> dict:
+def project_status(project: ProjectDir, settings: Settings, verify: bool = False) -> dict:
     """Stage states (fresh / stale / missing / damaged), counts, failures and LLM spend; read-only. `verify`
     hashes every artifact whole instead of sampling it."""
     from hrag_cli.resolve.aliases import merges_status

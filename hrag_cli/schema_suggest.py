@@ -28,7 +28,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import EXIT_PARTIAL, RunStopped, UsageError
 from hrag_cli.extract.parser import clean_type, type_forms
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 DEFAULT_SAMPLE = 20
 
@@ -54,7 +54,7 @@ class Suggestion:
     errors: list[str] = field(default_factory=list)
 
 
-def sample_chunks(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], n: int,
+def sample_chunks(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path], n: int,
                   seed: int) -> tuple[list[str], int]:
     """Up to `n` chunk texts drawn uniformly from every chunk of `roots` (reservoir sampling, `seed`), and
     how many chunks there were."""
@@ -180,7 +180,7 @@ def _singular_of(names: set[str]):
     return name
 
 
-def suggest_schema(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], *,
+def suggest_schema(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path], *,
                    sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Suggestion:
     """Sample, ask, count. RunStopped when a request fails in a way every request would (exit 1)."""
     from hrag_cli.core.llm import LLMClient
@@ -259,7 +259,7 @@ def _refuse_existing(path: Path | None) -> None:
         raise UsageError(f"{path} exists: give another --out, or remove it first")
 
 
-def run_suggest(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], *,
+def run_suggest(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path], *,
                 sample: int = DEFAULT_SAMPLE, seed: int = 0, out: Path | None = None) -> tuple[str, dict, int]:
     """The command: (draft text, summary, exit code). The draft is written atomically to `out` when given;
     exit 4 when some sampled chunks got no usable answer (the draft is built from the others)."""

@@ -20,7 +20,7 @@ from typing import Any
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.stage_list import DECLARED
 
 
@@ -36,6 +36,8 @@ class StageOptions:
     retry_failed: bool = False       # extract: extract failed chunks again
     max_cost: float | None = None    # extract: stop (resumably) at this LLM spend, USD
     import_openie: Path | None = None   # extract: take extractions from this OpenIE file
+    import_lightrag: Path | None = None  # chunk and extract: take documents, chunks and extractions from this
+                                         # LightRAG working directory
     review_path: Path | None = None  # synonyms: write candidate pairs here and change nothing
     accept_path: Path | None = None  # synonyms: apply this reviewed file
 
@@ -44,7 +46,7 @@ class StageOptions:
 class StageContext:
     """Everything a stage's run function gets."""
 
-    project: Project
+    project: ProjectDir
     settings: Settings
     reporter: Reporter
     options: StageOptions = field(default_factory=StageOptions)
@@ -75,7 +77,7 @@ def _chunk_fingerprint(settings: Settings) -> str:
     return settings_fingerprint(settings)
 
 
-def chunks_reusable(project: Project, settings: Settings, reporter: Reporter | None = None) -> bool:
+def chunks_reusable(project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> bool:
     """Unchanged documents may keep their previous chunks only when chunking settings are the same and
     docs.jsonl / chunks.jsonl are intact."""
     damaged = project.check(stages=("chunk",))
@@ -85,7 +87,7 @@ def chunks_reusable(project: Project, settings: Settings, reporter: Reporter | N
     return not damaged and prev is not None and prev.fingerprint == expected_fingerprint(project, settings, "chunk")
 
 
-def _extract_current(project: Project, settings: Settings) -> bool:
+def _extract_current(project: ProjectDir, settings: Settings) -> bool:
     """Whether the extract stage's record was made over the chunks the files hold now (before this run's chunk
     stage): then what the chunk stage appends is all the extract stage has to look at."""
     try:
@@ -99,6 +101,8 @@ def _run_chunk(ctx: StageContext) -> StageOutcome:
     from hrag_cli.extract.stage import taken_ids
 
     project, settings, opts = ctx.project, ctx.settings, ctx.options
+    if opts.import_lightrag is not None:
+        return _import_lightrag_chunks(ctx)
     if not opts.write:   # a dry run: every chunk, for the estimate
         out = run_chunk(project, settings, ctx.reporter, opts.roots, write=False,
                         reuse=chunks_reusable(project, settings))
@@ -111,6 +115,22 @@ def _run_chunk(ctx: StageContext) -> StageOutcome:
     # rest; the whole file when chunks were appended past a record that does not); resolve reads the file
     chunks = None if out.appended and not current else out.chunks
     return StageOutcome(out.counts, out.output_digest, payload=ChunksHanded(chunks, added=out.appended and current))
+
+
+def _import_lightrag_chunks(ctx: StageContext) -> StageOutcome:
+    """--import-lightrag: LightRAG's own chunks, one for one, instead of chunking the documents again."""
+    from hrag_cli.chunk.stage import ChunksHanded, write_imported
+    from hrag_cli.extract.lightrag import check_dir, read_corpus
+
+    path = check_dir(ctx.options.import_lightrag)
+    corpus = read_corpus(path)
+    if not corpus.chunks:
+        raise UsageError(f"--import-lightrag: {path} holds no chunks (LightRAG has indexed nothing there)")
+    if not ctx.options.write:
+        return StageOutcome({"docs": len(corpus.documents), "chunks": len(corpus.chunks)}, "",
+                            payload=ChunksHanded(corpus.chunks))
+    out = write_imported(ctx.project, corpus.documents, corpus.chunks, path, corpus.counts)
+    return StageOutcome(out.counts, out.output_digest, payload=ChunksHanded(out.chunks))
 
 
 # ------------------------------------------------------------------------------------------------ extract
@@ -132,11 +152,16 @@ def _run_extract(ctx: StageContext) -> StageOutcome:
         from hrag_cli.extract import cache_index
 
         cache_index.entries(project, full=True)
-    import_openie = opts.import_openie or previous_import(project, settings, ctx.reporter)
-    remember(project, settings, ctx.reporter, ctx.summary, openie=import_openie is not None)
+    # imported chunks take the imported extractions unless an extractor is asked for by name
+    import_lightrag = opts.import_lightrag if settings.extract.extractor == "auto" else None
+    import_openie = None if import_lightrag else opts.import_openie or previous_import(project, settings,
+                                                                                         ctx.reporter)
+    remember(project, settings, ctx.reporter, ctx.summary,
+             openie=import_openie is not None or import_lightrag is not None)
     handed = ctx.handed if isinstance(ctx.handed, ChunksHanded) else ChunksHanded(None)
     return run_extract(project, settings, ctx.reporter, reparse=opts.reparse, retry_failed=opts.retry_failed,
-                       max_cost=opts.max_cost, import_openie=import_openie, chunks=handed.chunks,
+                       max_cost=opts.max_cost, import_openie=import_openie, import_lightrag=import_lightrag,
+                       chunks=handed.chunks,
                        added=handed.added)
 
 
@@ -192,7 +217,7 @@ STAGES: dict[str, Stage] = {d.name: Stage(d.name, d.upstream, d.outputs, *_FUNCT
 ORDER: tuple[str, ...] = tuple(STAGES)
 
 
-def expected_fingerprint(project: Project, settings: Settings, stage: str, extra: Any = None) -> str:
+def expected_fingerprint(project: ProjectDir, settings: Settings, stage: str, extra: Any = None) -> str:
     """What `stage`'s fingerprint would be if built now from the current upstream outputs."""
     stages = project.manifest()["stages"]
     spec = STAGES[stage]

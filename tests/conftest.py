@@ -39,12 +39,8 @@ SAMPLE_CORPUS = _ROOT / "sample_corpus"
 def sample_project(tmp_path_factory: pytest.TempPathFactory) -> "Path":
     """sample_corpus/ indexed once per session with the offline defaults (rules extractor, builtin embedder).
     Read-only for tests: copy it (shutil.copytree) before changing anything."""
-    from hrag_cli.pipeline import IndexOptions, run_index
-    from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
+    from hrag_cli import Project
 
     root = tmp_path_factory.mktemp("sample") / "project"
-    proj = Project(root)
-    proj.init()
-    run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[SAMPLE_CORPUS]))
+    assert Project(root).index([SAMPLE_CORPUS]).exit_code == 0
     return root

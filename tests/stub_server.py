@@ -43,7 +43,7 @@ class StubReply:
     the whole body verbatim (malformed JSON and the like); `delay` sleeps before answering."""
 
     status: int = 200
-    content: str | None = None
+    content: str | dict | None = None   # a dict: a structured (JSON) answer
     raw_body: bytes | None = None
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
@@ -115,6 +115,19 @@ def default_chat(body: dict) -> str:
     return "ok"
 
 
+def wants_schema(body: dict) -> dict | None:
+    """The JSON schema a chat request asks its answer to follow, in OpenAI's form (response_format json_schema)
+    or llama-cpp-python's (json_object with a schema); None when it asks for none."""
+    rf = body.get("response_format")
+    if not isinstance(rf, dict):
+        return None
+    if rf.get("type") == "json_schema":
+        return (rf.get("json_schema") or {}).get("schema") or {}
+    if rf.get("type") == "json_object":
+        return rf.get("schema") or {}
+    return None
+
+
 def citing(*numbers: int) -> Callable[[dict], str]:
     """A chat responder for retrieval-augmented answers: one sentence per number, in the order given (repeats
     and numbers the prompt does not hold included), each quoting the first words of the prompt's passage
@@ -172,6 +185,8 @@ class StubServer:
         self._rerank: Callable[[dict], Any] = default_rerank
         self.in_flight = 0
         self.max_in_flight = 0
+        # response_format types this server takes; another gets the error llama-cpp-python's server gives
+        self.json_shapes: set[str] = {"json_schema", "json_object"}
         self._httpd = _Server((host, port), _make_handler(self))
         self.host, self.port = self._httpd.server_address[:2]
         self._thread: threading.Thread | None = None
@@ -339,6 +354,13 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, json.dumps(_error_body(400, "request body is not JSON")).encode())
                 return
+            rf = body.get("response_format") if route == CHAT else None
+            if isinstance(rf, dict) and rf.get("type") not in server.json_shapes:
+                shapes = " or ".join(sorted(server.json_shapes))
+                self._send(500, json.dumps(_error_body(500, "1 validation error: {'type': 'literal_error', 'loc': "
+                                                            f"('body', 'response_format', 'type'), 'msg': 'Input should be "
+                                                            f"{shapes}'}}")).encode())
+                return
             queued, responder = server._begin(route, body)
             try:
                 reply = queued
@@ -349,8 +371,8 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                         result = StubReply(status=500, content=f"stub responder failed: {exc!r}")
                     reply = result if isinstance(result, StubReply) else None
                     if reply is None:
-                        if route == CHAT:
-                            reply = StubReply(content=result)
+                        if route == CHAT:   # a dict or list is a structured answer: sent as its JSON text
+                            reply = StubReply(content=result if isinstance(result, str) else json.dumps(result))
                         else:
                             make = _embed_body if route == EMBED else _rerank_body
                             reply = StubReply(raw_body=json.dumps(make(body, result)).encode())
@@ -361,8 +383,9 @@ def _make_handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 elif reply.status != 200:
                     payload = json.dumps(_error_body(reply.status, reply.content)).encode()
                 elif route == CHAT:
-                    payload = json.dumps(_chat_body(body, reply.content if reply.content is not None else "ok",
-                                                    reply.finish_reason)).encode()
+                    text = reply.content if reply.content is not None else "ok"
+                    text = text if isinstance(text, str) else json.dumps(text)   # a structured answer
+                    payload = json.dumps(_chat_body(body, text, reply.finish_reason)).encode()
                 elif route == RERANK:
                     scores = default_rerank(body) if reply.content is None else json.loads(reply.content)
                     payload = json.dumps(_rerank_body(body, scores)).encode()

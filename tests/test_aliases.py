@@ -11,7 +11,7 @@ from hrag_cli.core import store
 from hrag_cli.resolve.aliases import plan_merges as _plan
 from hrag_cli.extract.parser import merge_gleaning, parse_extraction
 from hrag_cli.graph.model import load_graph
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from tests.test_index_e2e import D, is_gleaning, passage_of, run
 from tests.test_resolve import resolve_records
@@ -223,7 +223,7 @@ def test_aliases_reach_the_graph_an_export_and_select_around_alias(stub, tmp_pat
                 stub.url, "--stop-after", "resolve", "--json"], inprocess=True)
     assert proc.returncode == 0, proc.stderr
 
-    project = Project(proj)
+    project = ProjectDir(proj)
     ents = {e["id"]: e for e in store.read_jsonl(project.entities_path)}
     assert "international business machines" not in ents
     assert ents["ibm"]["aliases"] == ["International Business Machines"]

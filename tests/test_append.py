@@ -14,7 +14,7 @@ from pathlib import Path
 from hrag_cli.core import store
 from hrag_cli.extract.stage import SUMMED
 from hrag_cli.chunk.stage import added_since, chunk_mark
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.damage import answers, cli
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_corpus"
@@ -36,11 +36,11 @@ def _index(docs: Path, proj: Path, *more: str, exit_code: int = 0) -> dict:
 
 
 def _gen_file(proj: Path, name: str) -> bytes:
-    return (Project(proj).gen_dir / name).read_bytes()
+    return (ProjectDir(proj).gen_dir / name).read_bytes()
 
 
 def _extract_totals(proj: Path) -> dict:
-    counts = Project(proj).stage("extract").counts
+    counts = ProjectDir(proj).stage("extract").counts
     return {k: counts[k] for k in (*SUMMED, "chunks", "extractor")}
 
 
@@ -48,13 +48,13 @@ def test_new_files_are_appended_and_the_project_equals_a_fresh_build(tmp_path: P
     docs = _docs(tmp_path)
     inc, fresh = tmp_path / "inc", tmp_path / "fresh"
     old_files = _index(docs, inc)["chunk"]["docs"]
-    mark = chunk_mark(Project(inc))
+    mark = chunk_mark(ProjectDir(inc))
     shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
     summary = _index(docs, inc)
     assert summary["chunk"]["unread_files"] == old_files and summary["chunk"]["new_chunks"] > 0
     assert summary["extract"]["extracted_now"] == summary["chunk"]["new_chunks"]
-    added = added_since(Project(inc), mark)
-    assert added is not None and chunk_mark(Project(inc))["epoch"] == mark["epoch"]   # appended, not rewritten
+    added = added_since(ProjectDir(inc), mark)
+    assert added is not None and chunk_mark(ProjectDir(inc))["epoch"] == mark["epoch"]   # appended, not rewritten
     new_docs, new_chunks = added
     assert new_docs and all(d.path.startswith("records.jsonl#") for d in new_docs)
     assert {c.doc_id for c in new_chunks} == {d.doc_id for d in new_docs}
@@ -65,7 +65,7 @@ def test_new_files_are_appended_and_the_project_equals_a_fresh_build(tmp_path: P
         assert _gen_file(inc, name) == _gen_file(fresh, name), name
     assert _extract_totals(inc) == _extract_totals(fresh)
     assert answers(inc) == answers(fresh)
-    assert added_since(Project(inc), chunk_mark(Project(inc))) == ([], [])
+    assert added_since(ProjectDir(inc), chunk_mark(ProjectDir(inc))) == ([], [])
 
 
 def test_a_file_added_in_the_middle_keeps_the_order_of_addition(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_a_file_added_in_the_middle_keeps_the_order_of_addition(tmp_path: Path) 
     # the same records by key; the appended document comes last instead of in path order
     for name in ("docs.jsonl", "chunks.jsonl"):
         key = "doc_id" if name == "docs.jsonl" else "chunk_id"
-        mine, theirs = (list(store.read_jsonl(Project(p).gen_dir / name)) for p in (inc, fresh))
+        mine, theirs = (list(store.read_jsonl(ProjectDir(p).gen_dir / name)) for p in (inc, fresh))
         assert {r[key]: r for r in mine} == {r[key]: r for r in theirs} and len(mine) == len(theirs)
         assert [r[key] for r in mine] != [r[key] for r in theirs]
     assert _extract_totals(inc) == _extract_totals(fresh)
@@ -90,20 +90,20 @@ def test_a_repeated_text_or_a_changed_file_takes_the_full_pass(tmp_path: Path) -
     docs = _docs(tmp_path)
     inc, fresh = tmp_path / "inc", tmp_path / "fresh"
     _index(docs, inc, "--stop-after", "extract")
-    mark = chunk_mark(Project(inc))
+    mark = chunk_mark(ProjectDir(inc))
     # a new file sorting first whose text another document has: a fresh build salts the OLD document's chunk id
     shutil.copy(docs / "people" / "edric_solano.txt", docs / "aaa.txt")
     summary = _index(docs, inc, "--stop-after", "extract")
     assert summary["chunk"]["new_chunks"] == 1 and summary["chunk"]["removed_chunks"] == 0   # the salted id
-    assert added_since(Project(inc), mark) is None          # written whole: a mark from before says so
+    assert added_since(ProjectDir(inc), mark) is None          # written whole: a mark from before says so
     _index(docs, fresh, "--stop-after", "extract")
     assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
     assert _extract_totals(inc) == _extract_totals(fresh)
 
-    mark = chunk_mark(Project(inc))
+    mark = chunk_mark(ProjectDir(inc))
     (docs / "aaa.txt").write_text("Aaa is now about the Harrowgate Institute alone.", encoding="utf-8")
     summary = _index(docs, inc, "--stop-after", "extract")
-    assert summary["chunk"]["new_chunks"] == 1 and added_since(Project(inc), mark) is None
+    assert summary["chunk"]["new_chunks"] == 1 and added_since(ProjectDir(inc), mark) is None
 
 
 def test_a_record_appended_for_an_old_chunk_since_the_last_run_is_counted(tmp_path: Path) -> None:
@@ -111,8 +111,8 @@ def test_a_record_appended_for_an_old_chunk_since_the_last_run_is_counted(tmp_pa
     inc = tmp_path / "inc"
     _index(docs, inc, "--stop-after", "extract")
     # as a stopped `--retry-failed` run would leave it: a newer record of a chunk the stage already counted
-    old = next(store.read_jsonl(Project(inc).extractions_path))
-    with store.JsonlAppender(Project(inc).extractions_path) as out:
+    old = next(store.read_jsonl(ProjectDir(inc).extractions_path))
+    with store.JsonlAppender(ProjectDir(inc).extractions_path) as out:
         out.append({**old, "status": "failed", "error": "made up", "entities": [], "relations": []})
     shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
     summary = _index(docs, inc, "--stop-after", "extract", exit_code=4)      # partial: one chunk failed
@@ -125,7 +125,7 @@ def test_a_killed_append_run_resumes_as_an_append(tmp_path: Path, monkeypatch) -
     docs = _docs(tmp_path)
     inc, fresh = tmp_path / "inc", tmp_path / "fresh"
     _index(docs, inc, "--stop-after", "extract")
-    mark = chunk_mark(Project(inc))
+    mark = chunk_mark(ProjectDir(inc))
     shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")
 
     def killed(*args, **kwargs):
@@ -135,10 +135,10 @@ def test_a_killed_append_run_resumes_as_an_append(tmp_path: Path, monkeypatch) -
         m.setattr(pipeline, "_extract_exit_code", killed)
         code, _, _ = cli("index", str(docs), "-p", str(inc), *ARGS, "--stop-after", "extract")
         assert code != 0
-    assert chunk_mark(Project(inc)) == mark                 # the last complete version is still current
+    assert chunk_mark(ProjectDir(inc)) == mark                 # the last complete version is still current
     summary = _index(docs, inc, "--stop-after", "extract")
     assert summary["extract"]["extracted_now"] == 0 and summary["chunk"]["unread_files"] > 0
-    assert added_since(Project(inc), mark) is not None      # the records the killed run saved did not stop it
+    assert added_since(ProjectDir(inc), mark) is not None      # the records the killed run saved did not stop it
     _index(docs, fresh, "--stop-after", "extract")
     assert _gen_file(inc, "chunks.jsonl") == _gen_file(fresh, "chunks.jsonl")
     assert _extract_totals(inc) == _extract_totals(fresh)
@@ -168,7 +168,7 @@ def test_with_no_extract_record_the_stage_looks_at_every_chunk(tmp_path: Path) -
     docs = _docs(tmp_path)
     inc = tmp_path / "inc"
     chunks = _index(docs, inc, "--stop-after", "extract")["extract"]["chunks"]
-    p = Project(inc)
+    p = ProjectDir(inc)
     with p.lock(), p.generation():      # as a run that left chunks pending leaves it
         p.forget_stage("extract")
     summary = _index(docs, inc, "--stop-after", "extract")
@@ -187,12 +187,12 @@ def test_a_file_read_again_unchanged_still_lets_the_next_files_append(tmp_path: 
     shutil.copy(SAMPLE / "records.jsonl", docs / "records.jsonl")          # just written: appended, unstamped
     _index(docs, inc, "--stop-after", "extract")
     assert "records.jsonl" not in json.loads(_gen_file(inc, "files.json"))["files"]
-    mark = chunk_mark(Project(inc))
+    mark = chunk_mark(ProjectDir(inc))
     time.sleep(1.05)
     (docs / "zz_late.txt").write_text("Orla Venn opened the Harrow Library in Port Ellery in 1911.\n")
     summary = _index(docs, inc, "--stop-after", "extract")
     assert summary["chunk"]["new_chunks"] == 1 and summary["extract"]["extracted_now"] == 1
-    new_docs, _ = added_since(Project(inc), mark)                          # appended, not rewritten
+    new_docs, _ = added_since(ProjectDir(inc), mark)                          # appended, not rewritten
     assert [d.path for d in new_docs] == ["zz_late.txt"]
     assert "records.jsonl" in json.loads(_gen_file(inc, "files.json"))["files"]   # stamped now
     _index(docs, fresh, "--stop-after", "extract")
@@ -204,10 +204,10 @@ def test_a_file_read_again_unchanged_still_lets_the_next_files_append(tmp_path: 
     shutil.copytree(inc, again, symlinks=True)
     (docs / "zz_later.txt").write_text("Orla Venn sold the Harrow Library in 1920.\n")   # appended, unstamped
     _index(docs, again, "--stop-after", "extract")
-    mark = chunk_mark(Project(again))
+    mark = chunk_mark(ProjectDir(again))
     (docs / "zz_later.txt").write_text("Orla Venn sold the Harrow Library in 1921.\n")   # then edited
     summary = _index(docs, again, "--stop-after", "extract")
-    assert summary["chunk"]["removed_chunks"] == 1 and added_since(Project(again), mark) is None   # whole pass
+    assert summary["chunk"]["removed_chunks"] == 1 and added_since(ProjectDir(again), mark) is None   # whole pass
 
 
 # ------------------------------------------------------------------------ a nightly run over days-old files
@@ -229,13 +229,13 @@ def _days_old(tmp_path: Path) -> Path:
 
 
 def _paths(proj: Path) -> list[str]:
-    return sorted(d["path"].split("#")[0] for d in store.read_jsonl(Project(proj).docs_path))
+    return sorted(d["path"].split("#")[0] for d in store.read_jsonl(ProjectDir(proj).docs_path))
 
 
 def _graph(proj: Path) -> dict[str, list]:
     """The graph's records, for comparing with a fresh build (query scores may differ a little: the BM25
     weights are refit only when the corpus drifts far enough)."""
-    return {name: sorted(store.read_jsonl(Project(proj).gen_dir / "graph" / name), key=json.dumps)
+    return {name: sorted(store.read_jsonl(ProjectDir(proj).gen_dir / "graph" / name), key=json.dumps)
             for name in ("entities.jsonl", "facts.jsonl")}
 
 
@@ -277,8 +277,8 @@ def test_an_old_file_edited_in_place_with_its_time_set_back_is_read_again(tmp_pa
     assert after["unread_files"] == len(json.loads(_gen_file(inc, "files.json"))["files"]) - 1
     assert after["docs"] == before["docs"] and after["new_chunks"] > 0 and after["removed_chunks"] > 0
     assert _paths(inc).count(GONE) == 1
-    texts = [c["text"] for c in store.read_jsonl(Project(inc).chunks_path)
-             if c["doc_id"] in {d["doc_id"] for d in store.read_jsonl(Project(inc).docs_path) if d["path"] == GONE}]
+    texts = [c["text"] for c in store.read_jsonl(ProjectDir(inc).chunks_path)
+             if c["doc_id"] in {d["doc_id"] for d in store.read_jsonl(ProjectDir(inc).docs_path) if d["path"] == GONE}]
     assert any("wick foundry" in t for t in texts) and not any("lamp factory" in t for t in texts)
     assert _bm25_paths(inc, "wick foundry")[0] == GONE
     _index(docs, fresh)

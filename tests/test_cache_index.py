@@ -9,7 +9,7 @@ import orjson
 
 from hrag_cli.core import store
 from hrag_cli.extract import cache_index
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 
 def _rec(chunk: str, status: str = "ok", n: int = 1, extractor: str = "rules-v1") -> dict:
@@ -18,7 +18,7 @@ def _rec(chunk: str, status: str = "ok", n: int = 1, extractor: str = "rules-v1"
             "dropped": {"truncated": n}}
 
 
-def _by_parsing(project: Project) -> dict:
+def _by_parsing(project: ProjectDir) -> dict:
     """What the index must say: the latest parsable record of each (chunk, extractor), read the slow way."""
     out = {}
     for rec in store.read_jsonl(project.extractions_path):
@@ -27,17 +27,17 @@ def _by_parsing(project: Project) -> dict:
     return out
 
 
-def _by_index(project: Project) -> dict:
+def _by_index(project: ProjectDir) -> dict:
     return {k: (s.digest, s.status, s.entities) for k, s in cache_index.latest(project).items()}
 
 
-def _project(tmp_path: Path) -> Project:
-    p = Project(tmp_path / "p")
+def _project(tmp_path: Path) -> ProjectDir:
+    p = ProjectDir(tmp_path / "p")
     p.init()
     return p
 
 
-def _indexed(tmp_path: Path, chunks: str) -> Project:
+def _indexed(tmp_path: Path, chunks: str) -> ProjectDir:
     """A project whose cache holds one record per chunk, indexed."""
     p = _project(tmp_path)
     with p.lock():

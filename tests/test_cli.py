@@ -59,7 +59,7 @@ def test_summaries_and_status_print_user_text_as_written(tmp_path: Path, capsys,
     from typer.testing import CliRunner
 
     from hrag_cli.cli import _print_summary, app
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     _print_summary("hrag export [/t]", {"select": "around:[/x]", "output": "out/[citation needed]",
                                         "labels": {"[b]": 1}})
@@ -67,7 +67,7 @@ def test_summaries_and_status_print_user_text_as_written(tmp_path: Path, capsys,
     for text in ("hrag export [/t]", "around:[/x]", "out/[citation needed]", "[b]=1"):
         assert text in out, text
     monkeypatch.chdir(tmp_path)
-    Project(Path("[bold]p")).init()
+    ProjectDir(Path("[bold]p")).init()
     res = CliRunner().invoke(app, ["status", "-p", "[bold]p"])
     assert res.exit_code == 0, res.output
     assert "hrag project [bold]p" in res.stdout

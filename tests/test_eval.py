@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from hrag_cli.cli import app
 from hrag_cli.core.errors import UsageError
-from hrag_cli.query.evaluate import GoldResolver, evaluate, load_qa, run_eval_command
-from hrag_cli.core.project import Project
+from hrag_cli.api import Project
+from hrag_cli.query.evaluate import GoldResolver, evaluate, load_qa
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import retrieve
 
@@ -19,7 +20,7 @@ QA = "Who led the strike at the salt pans?"
 QB = "Which bridge did Corvane Works build over the Tessaly River?"
 
 
-def _toy(tmp_path: Path, project: Project) -> tuple[Path, dict]:
+def _toy(tmp_path: Path, project: ProjectDir) -> tuple[Path, dict]:
     """Gold items chosen from the naive ranking: each question has one hit at a known rank and one miss."""
     ix = QueryIndex(project, project.settings())
     s = project.settings()
@@ -53,7 +54,7 @@ def _toy(tmp_path: Path, project: Project) -> tuple[Path, dict]:
 
 
 def test_recall_at_k_on_a_toy_gold_file(sample_project: Path, tmp_path: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     path, expect = _toy(tmp_path, project)
     result = evaluate(project, project.settings(), load_qa(path), ["naive"], [1, 2, 5])
     assert result["questions"] == 3 and result["unresolved_gold"] == 1
@@ -62,7 +63,7 @@ def test_recall_at_k_on_a_toy_gold_file(sample_project: Path, tmp_path: Path) ->
 
 
 def test_eval_cli_json_and_table(sample_project: Path, tmp_path: Path) -> None:
-    path, expect = _toy(tmp_path, Project(sample_project))
+    path, expect = _toy(tmp_path, ProjectDir(sample_project))
     res = CliRunner().invoke(app, ["eval", str(path), "-p", str(sample_project), "--modes", "naive,bm25",
                                    "-k", "5,2", "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
@@ -76,7 +77,7 @@ def test_eval_cli_json_and_table(sample_project: Path, tmp_path: Path) -> None:
 
 
 def test_gold_resolver_forms(sample_project: Path) -> None:
-    ix = QueryIndex(Project(sample_project), Project(sample_project).settings())
+    ix = QueryIndex(ProjectDir(sample_project), ProjectDir(sample_project).settings())
     r = GoldResolver(ix.chunks, ix.docs)
     assert len(r.resolve("records.jsonl#eg-1968-astrolabe")) == 1
     assert r.resolve("people/edric_solano.txt") == r.resolve("edric_solano.txt")
@@ -86,7 +87,7 @@ def test_gold_resolver_forms(sample_project: Path) -> None:
 
 
 def test_bad_eval_input(sample_project: Path, tmp_path: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     bad = tmp_path / "bad.jsonl"
     for content, msg in [('{"question": "q"}\n', "no gold"), ("nope\n", "not valid JSON"),
                          ('{"gold": ["x"]}\n', "question"), ("\n", "no questions")]:
@@ -96,18 +97,20 @@ def test_bad_eval_input(sample_project: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
     good.write_text('{"question": "q", "gold": ["x"]}\n', encoding="utf-8")
     with pytest.raises(UsageError, match="unknown mode"):
-        run_eval_command(project, project.settings(), good, modes="ppr,dense", ks="2", json_output=True)
-    with pytest.raises(UsageError, match="-k"):
-        run_eval_command(project, project.settings(), good, modes="ppr", ks="two", json_output=True)
+        Project(project.root).evaluate(good, modes=["ppr", "dense"], ks=[2])
+    bad_k = CliRunner().invoke(app, ["eval", str(good), "-p", str(project.root), "--modes", "ppr", "-k", "two"])
+    assert isinstance(bad_k.exception, UsageError) and "-k" in str(bad_k.exception)
     with pytest.raises(UsageError, match="does not exist"):
         load_qa(tmp_path / "missing.jsonl")
 
 
 def test_table_title_with_markup_like_file_name(sample_project: Path, tmp_path: Path, capsys) -> None:
     """The QA file's name is printed as written (rich used to swallow "[citation needed]" as a style tag)."""
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     src, _ = _toy(tmp_path, project)
     path = tmp_path / "qa [citation needed].jsonl"
     src.rename(path)
-    run_eval_command(project, project.settings(), path, modes="bm25", ks="2", json_output=False)
+    result = CliRunner().invoke(app, ["eval", str(path), "-p", str(project.root), "--modes", "bm25", "-k", "2"])
+    assert result.exit_code == 0, result.output
+    print(result.stdout)
     assert "qa[citationneeded].jsonl" in "".join(capsys.readouterr().out.split())   # the title may wrap

@@ -23,7 +23,7 @@ from hrag_cli.export.formats import ARRAY_DELIMITER, cypher_string, read_cypher_
 from hrag_cli.graph.model import add_synonym_edges, build_graph, load_graph, save_graph
 from hrag_cli.core.normalize import normalize_name
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, Fact, Relation, to_dict
 from hrag_cli.storage.vectors.index import VectorIndex
 
@@ -35,9 +35,9 @@ TRICKY = ("He said \"hi\" & 'bye' <b>\nnew line\r\n\ttab \\ back\\slash \\n not-
 TRICKY_NAME = "O'Brien \"The Rock\" \\ Łódź"
 
 
-def make_tricky_project(root: Path, dim: int = 8) -> Project:
+def make_tricky_project(root: Path, dim: int = 8) -> ProjectDir:
     """A small project written with the real record, graph and vector modules, full of awkward text."""
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     docs = [Document(doc_id="d1", path="dir/ü \"quoted\".txt", sha256="x", bytes=10, n_chunks=2),
             Document(doc_id="d2", path="other.md", sha256="y", bytes=5, n_chunks=1)]
@@ -88,36 +88,36 @@ def snapshot(root: Path) -> dict[str, str]:
     return out
 
 
-def export(project: Project, fmt: str, output: Path | None = None, **kw) -> dict:
+def export(project: ProjectDir, fmt: str, output: Path | None = None, **kw) -> dict:
     return run_export(project, Settings(), Reporter("quiet"), ExportOptions(fmt=fmt, output=output, **kw))
 
 
 @pytest.fixture(scope="module")
-def tricky(tmp_path_factory) -> Project:
+def tricky(tmp_path_factory) -> ProjectDir:
     return make_tricky_project(tmp_path_factory.mktemp("tricky") / "proj")
 
 
-def index_sample(root: Path) -> Project:
+def index_sample(root: Path) -> ProjectDir:
     """The sample corpus indexed offline (rules extractor, built-in embedder) through the real CLI."""
     env = {**os.environ, "HRAG_LLM_MODEL": "", "HRAG_EMBED_MODEL": "builtin"}
     run = subprocess.run(HRAG + ["index", str(ROOT / "sample_corpus"), "-p", str(root), "--extractor", "rules",
                                  "--quiet"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
-    return Project(root)
+    return ProjectDir(root)
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory) -> Project:
+def sample(tmp_path_factory) -> ProjectDir:
     return index_sample(tmp_path_factory.mktemp("sample") / "proj")
 
 
-def graph_of(project: Project):
+def graph_of(project: ProjectDir):
     g, _ = load_graph(project)
     return g
 
 
 # -- jsonl -----------------------------------------------------------------------------------------------
-def test_jsonl_round_trip_sample(sample: Project, tmp_path: Path) -> None:
+def test_jsonl_round_trip_sample(sample: ProjectDir, tmp_path: Path) -> None:
     before = snapshot(sample.root)
     summary = export(sample, "jsonl", tmp_path / "out")
     g = graph_of(sample)
@@ -155,7 +155,7 @@ def test_jsonl_round_trip_sample(sample: Project, tmp_path: Path) -> None:
     assert snapshot(sample.root) == before
 
 
-def test_jsonl_tricky_text(tricky: Project, tmp_path: Path) -> None:
+def test_jsonl_tricky_text(tricky: ProjectDir, tmp_path: Path) -> None:
     export(tricky, "jsonl", tmp_path)
     nodes = {n["id"]: n for n in store.read_jsonl(tmp_path / "nodes.jsonl")}
     assert nodes["chunk:c1"]["text"] == TRICKY
@@ -168,7 +168,7 @@ def test_jsonl_tricky_text(tricky: Project, tmp_path: Path) -> None:
 
 
 # -- graphml ---------------------------------------------------------------------------------------------
-def test_graphml_loads_in_networkx_and_igraph(sample: Project, tmp_path: Path) -> None:
+def test_graphml_loads_in_networkx_and_igraph(sample: ProjectDir, tmp_path: Path) -> None:
     import igraph
     import networkx as nx
 
@@ -191,7 +191,7 @@ def test_graphml_loads_in_networkx_and_igraph(sample: Project, tmp_path: Path) -
     assert weights == sorted(round(w, 6) for w in g.es["weight"])
 
 
-def test_graphml_round_trips_directed_through_networkx(sample: Project, tricky: Project, tmp_path: Path) -> None:
+def test_graphml_round_trips_directed_through_networkx(sample: ProjectDir, tricky: ProjectDir, tmp_path: Path) -> None:
     """Every edge comes back from networkx with its kind, its relation type and the model's direction; the one
     symmetric kind is named at graph level."""
     from collections import Counter
@@ -228,7 +228,7 @@ def test_graphml_round_trips_directed_through_networkx(sample: Project, tricky: 
     assert [d["rel_type"] for d in typed] == ["lives_in"]
 
 
-def test_output_dash_writes_stdout(tricky: Project, tmp_path: Path) -> None:
+def test_output_dash_writes_stdout(tricky: ProjectDir, tmp_path: Path) -> None:
     for fmt in ("graphml", "cypher"):
         export(tricky, fmt, tmp_path / f"g.{fmt}")
         run = subprocess.run(HRAG + ["export", "-f", fmt, "-o", "-", "-p", str(tricky.root)], capture_output=True,
@@ -246,7 +246,7 @@ def test_output_dash_writes_stdout(tricky: Project, tmp_path: Path) -> None:
     assert not (tmp_path / "-").exists()
 
 
-def test_graphml_tricky_text(tricky: Project, tmp_path: Path) -> None:
+def test_graphml_tricky_text(tricky: ProjectDir, tmp_path: Path) -> None:
     import igraph
     import networkx as nx
 
@@ -269,7 +269,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
     return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
-def test_csv_neo4j_headers_and_counts(sample: Project, tmp_path: Path) -> None:
+def test_csv_neo4j_headers_and_counts(sample: ProjectDir, tmp_path: Path) -> None:
     export(sample, "csv", tmp_path)
     g = graph_of(sample)
     n_nodes = 0
@@ -297,7 +297,7 @@ def test_csv_neo4j_headers_and_counts(sample: Project, tmp_path: Path) -> None:
     assert "--multiline-fields=true" in (tmp_path / "import.sh").read_text()
 
 
-def test_csv_tricky_text(tricky: Project, tmp_path: Path) -> None:
+def test_csv_tricky_text(tricky: ProjectDir, tmp_path: Path) -> None:
     export(tricky, "csv", tmp_path)
     _, rows = _read_csv(tmp_path / "nodes_Chunk.csv")
     assert {r["id:ID"]: r["text"] for r in rows}["chunk:c1"] == TRICKY
@@ -309,7 +309,7 @@ def test_csv_tricky_text(tricky: Project, tmp_path: Path) -> None:
 
 
 # -- cypher ----------------------------------------------------------------------------------------------
-def test_cypher_script_shape(sample: Project, tmp_path: Path) -> None:
+def test_cypher_script_shape(sample: ProjectDir, tmp_path: Path) -> None:
     out = tmp_path / "g.cypher"
     export(sample, "cypher", out)
     stmts = read_cypher_statements(out.read_text(encoding="utf-8"))
@@ -330,7 +330,7 @@ def test_cypher_string_escaping() -> None:
 
 
 # -- select, errors, read-only ---------------------------------------------------------------------------
-def test_select_entities_and_around(tricky: Project) -> None:
+def test_select_entities_and_around(tricky: ProjectDir) -> None:
     full = load_export_graph(tricky)
     ents = select_subgraph(full, "entities")
     assert {n.label for n in ents.nodes} == {"Entity"} and len(ents.nodes) == 4
@@ -351,13 +351,13 @@ def test_select_entities_and_around(tricky: Project) -> None:
         select_subgraph(full, "documents")
 
 
-def test_select_applies_to_every_format(tricky: Project, tmp_path: Path) -> None:
+def test_select_applies_to_every_format(tricky: ProjectDir, tmp_path: Path) -> None:
     summary = export(tricky, "jsonl", tmp_path, select="entities")
     assert summary["nodes"] == 4 and summary["types"] == {"RELATION": 3, "SYNONYM": 1}
     assert all(n["label"] == "Entity" for n in store.read_jsonl(tmp_path / "nodes.jsonl"))
 
 
-def test_bad_usage_is_a_one_line_error(tricky: Project, tmp_path: Path) -> None:
+def test_bad_usage_is_a_one_line_error(tricky: ProjectDir, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown --format"):
         export(tricky, "dot", tmp_path / "x")
     with pytest.raises(UsageError, match="needs --output"):
@@ -371,7 +371,7 @@ def test_bad_usage_is_a_one_line_error(tricky: Project, tmp_path: Path) -> None:
         export(tricky, "csv", tmp_path / "afile")
 
 
-def test_reexport_is_byte_identical_and_project_untouched(tricky: Project, tmp_path: Path) -> None:
+def test_reexport_is_byte_identical_and_project_untouched(tricky: ProjectDir, tmp_path: Path) -> None:
     before = snapshot(tricky.root)
     for fmt, out in (("graphml", tmp_path / "a.graphml"), ("cypher", tmp_path / "a.cypher"),
                      ("jsonl", tmp_path / "j"), ("csv", tmp_path / "c")):
@@ -384,7 +384,7 @@ def test_reexport_is_byte_identical_and_project_untouched(tricky: Project, tmp_p
     assert not tricky.lock_path.exists() or tricky.lock_path.read_text() == ""
 
 
-def test_cli_export_runs_while_a_writer_holds_the_lock(tricky: Project, tmp_path: Path) -> None:
+def test_cli_export_runs_while_a_writer_holds_the_lock(tricky: ProjectDir, tmp_path: Path) -> None:
     out = tmp_path / "x.graphml"
     with tricky.lock():   # a writer (say a long `hrag index`) is running: export only reads
         run = subprocess.run(HRAG + ["export", "-f", "graphml", "-o", str(out), "-p", str(tricky.root), "--json"],

@@ -20,7 +20,7 @@ from hrag_cli.export.formats import read_cypher_statements
 from hrag_cli.graph.model import edge_counts, load_graph
 from hrag_cli.core.normalize import normalize_name
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.storage.vectors.index import VectorIndex
 from tests.falkordb_server import FalkorServer, free_port, unavailable_reason
 from tests.test_export import HRAG, ROOT, TRICKY, TRICKY_NAME, index_sample, make_tricky_project, snapshot
@@ -44,16 +44,16 @@ def db(server):
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory) -> Project:
+def sample(tmp_path_factory) -> ProjectDir:
     return index_sample(tmp_path_factory.mktemp("sample") / "proj")
 
 
 @pytest.fixture(scope="module")
-def tricky(tmp_path_factory) -> Project:
+def tricky(tmp_path_factory) -> ProjectDir:
     return make_tricky_project(tmp_path_factory.mktemp("tricky") / "proj")
 
 
-def load(project: Project, server: FalkorServer, name: str, reporter: Reporter | None = None, **kw) -> dict:
+def load(project: ProjectDir, server: FalkorServer, name: str, reporter: Reporter | None = None, **kw) -> dict:
     return run_export(project, Settings(), reporter or Reporter("quiet"),
                       ExportOptions(fmt="falkordb", url=server.url, graph=name, **kw))
 
@@ -68,7 +68,7 @@ def type_counts(graph) -> dict[str, int]:
     return {t: c for t, c in rows}
 
 
-def expected_counts(project: Project) -> tuple[dict[str, int], dict[str, int]]:
+def expected_counts(project: ProjectDir) -> tuple[dict[str, int], dict[str, int]]:
     g, _ = load_graph(project)
     labels: dict[str, int] = {}
     for k in g.vs["kind"]:
@@ -76,7 +76,7 @@ def expected_counts(project: Project) -> tuple[dict[str, int], dict[str, int]]:
     return labels, {k: v for k, v in edge_counts(g).items() if v}
 
 
-def test_load_sample_counts_traversal_and_vectors(sample: Project, server: FalkorServer, db) -> None:
+def test_load_sample_counts_traversal_and_vectors(sample: ProjectDir, server: FalkorServer, db) -> None:
     before = snapshot(sample.root)
     summary = load(sample, server, "sample")
     graph = db.select_graph("sample")
@@ -126,7 +126,7 @@ def test_load_sample_counts_traversal_and_vectors(sample: Project, server: Falko
     assert summary["vectors"] == graph.query("MATCH (n) WHERE n.embedding IS NOT NULL RETURN count(n)").result_set[0][0]
 
 
-def test_reload_replaces_the_graph(sample: Project, server: FalkorServer, db) -> None:
+def test_reload_replaces_the_graph(sample: ProjectDir, server: FalkorServer, db) -> None:
     load(sample, server, "again")
     graph = db.select_graph("again")
     first = (label_counts(graph), type_counts(graph))
@@ -140,7 +140,7 @@ def test_reload_replaces_the_graph(sample: Project, server: FalkorServer, db) ->
             ("Entity", "embedding"), ("Chunk", "embedding"), ("Fact", "embedding")} <= pairs
 
 
-def test_select_and_progress(tricky: Project, server: FalkorServer, db) -> None:
+def test_select_and_progress(tricky: ProjectDir, server: FalkorServer, db) -> None:
     stream = io.StringIO()
     summary = load(tricky, server, "sel", Reporter("plain", stream=stream, interval=0), select="entities")
     graph = db.select_graph("sel")
@@ -149,7 +149,7 @@ def test_select_and_progress(tricky: Project, server: FalkorServer, db) -> None:
     assert summary["facts"] == 3 and "falkordb sel" in stream.getvalue()
 
 
-def test_tricky_text_survives_load(tricky: Project, server: FalkorServer, db) -> None:
+def test_tricky_text_survives_load(tricky: ProjectDir, server: FalkorServer, db) -> None:
     load(tricky, server, "tricky")
     graph = db.select_graph("tricky")
     assert graph.query("MATCH (c:Chunk {id: 'chunk:c1'}) RETURN c.text").result_set == [[TRICKY]]
@@ -170,7 +170,7 @@ def _run_script(graph, path: Path) -> None:
 
 @pytest.mark.parametrize("which", ["sample", "tricky"])
 def test_cypher_script_loads_into_falkordb(which: str, request, server: FalkorServer, db, tmp_path: Path) -> None:
-    project: Project = request.getfixturevalue(which)
+    project: ProjectDir = request.getfixturevalue(which)
     script = tmp_path / "g.cypher"
     run_export(project, Settings(), Reporter("quiet"), ExportOptions(fmt="cypher", output=script))
     graph = db.select_graph(f"cy_{which}")
@@ -193,7 +193,7 @@ def test_cypher_script_loads_into_falkordb(which: str, request, server: FalkorSe
         assert graph.query("MATCH (c:Chunk {id: 'chunk:c1'}) RETURN c.text").result_set == [[TRICKY]]
 
 
-def test_unreachable_server_is_one_line(tricky: Project) -> None:
+def test_unreachable_server_is_one_line(tricky: ProjectDir) -> None:
     url = f"redis://127.0.0.1:{free_port()}"
     with pytest.raises(HragError, match="cannot reach FalkorDB"):
         run_export(tricky, Settings(), Reporter("quiet"), ExportOptions(fmt="falkordb", url=url))
@@ -203,7 +203,7 @@ def test_unreachable_server_is_one_line(tricky: Project) -> None:
     assert run.stderr.startswith("hrag: error: cannot reach FalkorDB at " + url)
 
 
-def test_cli_falkordb_json(tricky: Project, server: FalkorServer, db) -> None:
+def test_cli_falkordb_json(tricky: ProjectDir, server: FalkorServer, db) -> None:
     run = subprocess.run(HRAG + ["export", "-f", "falkordb", "--url", server.url, "--graph", "cli",
                                  "-p", str(tricky.root), "--json"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)

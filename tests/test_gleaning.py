@@ -11,7 +11,7 @@ import pytest
 
 from hrag_cli.core import store
 from hrag_cli.extract.parser import says_nothing_more
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.test_index_e2e import CHAT, D, extraction_lines, index, passage_of, summary
 
 NOTHING_MORE = [
@@ -75,7 +75,7 @@ def test_each_nothing_more_form_stops_gleaning_and_other_answers_are_counted(stu
         (docs / f"d{i:02d}.txt").write_text(_doc(i))
     proc = index(docs, proj, stub, "--max-gleanings", "3", "--glean-min-tokens", "0")
     assert proc.returncode == 0, proc.stderr
-    chunk_doc = {c["chunk_id"]: _doc_number(c["text"]) for c in store.read_jsonl(Project(proj).chunks_path)}
+    chunk_doc = {c["chunk_id"]: _doc_number(c["text"]) for c in store.read_jsonl(ProjectDir(proj).chunks_path)}
     recs = {chunk_doc[r["chunk_id"]]: r for r in extraction_lines(proj)}
     assert len(recs) == len(gleanings)
     for i in range(len(NOTHING_MORE)):
@@ -93,7 +93,7 @@ def test_gleaning_only_for_chunks_of_glean_min_tokens_or_more(stub, tmp_path: Pa
     docs.mkdir()
     (docs / "d.txt").write_text(_doc(1))
     assert index(docs, proj, stub, "--stop-after", "chunk").returncode == 0
-    [chunk] = list(store.read_jsonl(Project(proj).chunks_path))
+    [chunk] = list(store.read_jsonl(ProjectDir(proj).chunks_path))
     n = chunk["n_tokens"]
 
     est = summary(index(docs, proj, stub, "--dry-run", "--glean-min-tokens", str(n + 1)))["estimate"]

@@ -16,7 +16,7 @@ from hrag_cli.graph.model import (
     EDGE_KINDS, add_synonym_edges, build_graph, edge_counts, graph_columns, load_columns, load_graph, save_graph,
     save_synonym_edges, set_synonym_edges, walk_arrays)
 from hrag_cli.graph.pickle_format import Column
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document, Entity, Relation, Synonym
 
 
@@ -93,7 +93,7 @@ def test_next_chunk_exact() -> None:
 
 
 def test_save_load_roundtrip_and_key_map(tmp_path: Path) -> None:
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     with pytest.raises(HragError, match="no graph"):
         load_graph(project)
@@ -158,7 +158,7 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
     one is an error naming the fix."""
     from hrag_cli.graph.walk import WalkGraph
 
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     g = add_synonym_edges(build_graph(*_sample()), [("acme", "bob", 0.9)])
     save_graph(project, g)
@@ -214,7 +214,7 @@ def test_walk_arrays_saved_beside_the_graph(tmp_path: Path) -> None:
 def test_columns_file_round_trip_and_synonym_part_reused(tmp_path: Path) -> None:
     """graph.pkl is written from columns and read back as columns without making the graph; replacing the
     SYNONYM edges gives the graph add_synonym_edges gives, and keeps every other member's compressed bytes."""
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     cols = graph_columns(*_sample())
     save_graph(project, cols)
@@ -252,7 +252,7 @@ def test_recorded_graph_synonyms_replaced_without_loading_it_whole(tmp_path: Pat
     name no vertex has, a chunk's key, an empty list); a file not recorded so is loaded whole, so damage shows."""
     import hrag_cli.graph.model as graph
 
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(*_sample()))
     first = project.graph_path.read_bytes()
@@ -285,7 +285,7 @@ def test_vertex_columns_written_back_compressed(tmp_path: Path) -> None:
     """A loaded graph's vertex columns keep their compressed members until read and are written back as
     they were; a column made anew whose member equals a kept one is written as that one member, as a build
     writes it, so the bytes match the build's."""
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(*_sample()))
     back = load_columns(project)
@@ -304,7 +304,7 @@ def test_a_damaged_kept_member_is_found_when_the_graph_loads(tmp_path: Path, mem
     """The members a loaded graph keeps compressed (to write them back as they were) are inflated at load: one
     damaged inside is "damaged" there, never a raw zlib error for whoever reads the column first, and never
     written back into a new graph.pkl as if it were good."""
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(*_sample()))
     col = load_columns(project).vattrs["name"]
@@ -319,7 +319,7 @@ def test_a_damaged_kept_member_is_found_when_the_graph_loads(tmp_path: Path, mem
         load_columns(project)
 
 
-def _assert_walk_of(project: Project) -> None:
+def _assert_walk_of(project: ProjectDir) -> None:
     want = walk_arrays(load_columns(project))
     with np.load(project.walk_path) as got:
         assert sorted(got.files) == sorted(want)
@@ -328,7 +328,7 @@ def _assert_walk_of(project: Project) -> None:
 
 
 def _saved_bytes(root: Path, cols) -> bytes:
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     save_graph(project, cols)
     return project.graph_path.read_bytes()

@@ -15,7 +15,7 @@ from hrag_cli.graph.model import (
     GraphEntity, GraphRelation, graph_columns, intact, load_columns, save_graph, save_synonym_edges,
     set_synonym_edges, walk_arrays)
 from hrag_cli.resolve.graph_update import GraphInputs, OutOfStep, spliced_columns, spliced_walk, update_columns
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document
 
 
@@ -55,7 +55,7 @@ def test_update_equals_a_build_from_every_item(tmp_path: Path, seed: int, monkey
     before_ents, before_rels = dict(ents), dict(rels)
     old = set_synonym_edges(graph_columns(docs, chunks, e_list, r_list, sorted(mentions, key=lambda m: m[0])),
                             [(e_list[0].id, e_list[-1].id, 0.9)])
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     save_graph(project, old)
     # additions: new documents whose chunks name old and new entities (old ones renamed/retyped, old relations
@@ -121,7 +121,7 @@ def test_a_damaged_or_other_saved_graph_warns_and_gives_none(tmp_path: Path) -> 
     docs = [Document("d1", "a.txt", "h", 1), Document("d2", "b.txt", "h", 1)]
     chunks = [ChunkRef("c1", "d1", 0), ChunkRef("c2", "d2", 0)]
     ents = [GraphEntity("e1", "E", "person", []), GraphEntity("e2", "F", "place", [])]
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     save_graph(project, graph_columns(docs[:1], chunks[:1], ents[:1], [], [("c1", "e1", 1)]))
     project.record_stage("resolve", "fp", "d")
@@ -184,7 +184,7 @@ def _sample_docs(tmp_path: Path) -> Path:
 
 
 def _same_graph(a: Path, b: Path) -> None:
-    got, want = Project(a), Project(b)
+    got, want = ProjectDir(a), ProjectDir(b)
     assert got.graph_path.read_bytes() == want.graph_path.read_bytes()
     with np.load(got.walk_path) as x, np.load(want.walk_path) as y:
         assert x.files == y.files and all(np.array_equal(x[k], y[k]) for k in x.files)
@@ -199,7 +199,7 @@ def test_resolve_after_an_addition_reads_only_the_added_lines_and_equals_a_fresh
     docs = _sample_docs(tmp_path)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    assert Project(inc).stage("resolve").counts["chunk_mark"]["chunks"] > 0
+    assert ProjectDir(inc).stage("resolve").counts["chunk_mark"]["chunks"] > 0
     (docs / "new_a.txt").write_text("Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     (docs / "zz_new.txt").write_text("Quillon Vesk founded the Amberline Guild in Port Ellery. Orvan Pell sailed "
                                      "from Port Ellery to Miravel with Hana Okafor.\n")
@@ -230,7 +230,7 @@ def test_graph_inputs_fall_back_to_every_document_or_a_walk_made_again(tmp_path:
     docs = _sample_docs(tmp_path)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    project = Project(inc)
+    project = ProjectDir(inc)
     mark = project.stage("resolve").counts["chunk_mark"]
     n_docs = mark["docs"]
     got = graph_inputs(project, mark)

@@ -29,9 +29,9 @@ import pytest
 
 from hrag_cli.core import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractionRecord
-from tests.stub_server import StubReply
+from tests.stub_server import StubReply, wants_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = str(ROOT / ".venv" / "bin" / "hrag")
@@ -55,15 +55,22 @@ def is_gleaning(body: dict) -> bool:
     return body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2
 
 
-def fake_extraction(body: dict) -> str:
-    """Capitalised words of the passage become entities; each is related to the next one."""
+def fake_extraction(body: dict) -> str | dict:
+    """Capitalised words of the passage become entities; each is related to the next one (a JSON object when
+    the request asks for a schema)."""
     if is_gleaning(body):
-        return "<|COMPLETE|>"
+        return {"entities": [], "relations": []} if wants_schema(body) is not None else "<|COMPLETE|>"
     words = []
     for w in re.findall(r"\b[A-Z][a-z]{3,}\b", passage_of(body)):
         if w not in words:
             words.append(w)
     words = words[:12]
+    if wants_schema(body) is not None:
+        return {"entities": [{"name": w, "type": "concept", "description": f"{w} is mentioned in the passage."}
+                             for w in words],
+                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
+                               "description": f"{a} and {b} appear together.", "strength": 5}
+                              for a, b in zip(words, words[1:])]}
     rows = [f"entity{D}{w}{D}concept{D}{w} is mentioned in the passage." for w in words]
     rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
              for a, b in zip(words, words[1:])]
@@ -161,7 +168,7 @@ def test_sample_corpus_through_stub_then_rerun_is_free(stub, tmp_path: Path) -> 
     assert ex["chunks"] == n_chunks and ex["extracted_now"] == n_chunks and ex["pending"] == 0
     assert ex["failed"] == 0 and ex["extractor"].startswith("llm:openai/stub-model:")
     # one extraction request per chunk, and a gleaning round for each chunk of 500 tokens or more
-    big = {c["chunk_id"] for c in store.read_jsonl(Project(proj).chunks_path) if c["n_tokens"] >= 500}
+    big = {c["chunk_id"] for c in store.read_jsonl(ProjectDir(proj).chunks_path) if c["n_tokens"] >= 500}
     assert 0 < len(big) < n_chunks
     assert stub.count(CHAT) == n_chunks + len(big) == ex["llm_requests"]
     assert ex["prompt_tokens"] > 0 and ex["entity_mentions"] > 0
@@ -180,7 +187,7 @@ def test_sample_corpus_through_stub_then_rerun_is_free(stub, tmp_path: Path) -> 
     # the records resolve will merge: one ok record per current chunk, from the manifest's extractor
     from hrag_cli.extract.stage import load_current_extractions
 
-    current = load_current_extractions(Project(proj))
+    current = load_current_extractions(ProjectDir(proj))
     assert len(current) == n_chunks and all(r.entities for r in current.values())
 
     # --reparse rebuilds the records from cached answers without a request
@@ -347,7 +354,7 @@ def test_unparsable_answer_is_failed_listed_and_retried(stub, tmp_path: Path) ->
 
     settings = Settings()
     settings.llm.model = "openai/stub-model"
-    st = extraction_status(Project(proj), settings)
+    st = extraction_status(ProjectDir(proj), settings)
     assert [f["path"] for f in st["failed_chunks"]] == ["a.txt"]
 
     # a plain re-run does not resend a failed chunk; --retry-failed does
@@ -401,7 +408,7 @@ def test_budget_stop_then_resume(stub, tmp_path: Path) -> None:
     assert "max-cost" in stopped.stderr and stopped.stderr.count("again to continue") == 1
     saved = extraction_lines(proj)
     assert 1 <= len(saved)
-    assert Project(proj).stage("extract") is None
+    assert ProjectDir(proj).stage("extract") is None
     assert not (proj / "chunks.jsonl").exists()   # the stopped run's version never became current
     first_requests = stub.count(CHAT)
 
@@ -469,7 +476,7 @@ def test_import_openie_replaces_the_extractor(tmp_path: Path) -> None:
     assert ex["extractor"].startswith("openie:") and ex["pending"] == 0 and ex["unmatched"] == 0
     from hrag_cli.extract.stage import load_current_extractions
 
-    current = load_current_extractions(Project(proj))
+    current = load_current_extractions(ProjectDir(proj))
     assert len(current) == 2
     assert all(r.relations[0].predicate == "mentioned with" for r in current.values())
 
@@ -548,7 +555,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     _one_line_error(run(["index", str(latin), "-p", str(proj), "--extractor", "llm"]), 2, "--extractor llm")
     _one_line_error(run(["index", str(latin), "-p", str(proj), "--extractor", "magic"]), 2, "--extractor")
 
-    with Project(proj).lock():
+    with ProjectDir(proj).lock():
         proc = run(["index", str(latin), "-p", str(proj), "--stop-after", "extract"])
     _one_line_error(proc, 75, "locked by pid")
 
@@ -579,12 +586,12 @@ def test_full_index_offline(tmp_path: Path) -> None:
 def test_a_damaged_stage_is_rebuilt_with_one_warning(tmp_path: Path) -> None:
     proj = tmp_path / "proj"
     assert run(["index", str(SAMPLE), "-p", str(proj)], inprocess=True).returncode == 0
-    (Project(proj).gen_dir / "graph" / "graph.pkl").unlink()
+    (ProjectDir(proj).gen_dir / "graph" / "graph.pkl").unlink()
     proc = run(["index", "-p", str(proj)], inprocess=True)
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "rebuilding the" in line]
     assert len(warnings) == 1 and "graph/graph.pkl is missing" in warnings[0], proc.stderr
-    assert (Project(proj).gen_dir / "graph" / "graph.pkl").is_file()
+    assert (ProjectDir(proj).gen_dir / "graph" / "graph.pkl").is_file()
 
 
 if __name__ == "__main__":  # pragma: no cover

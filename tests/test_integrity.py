@@ -106,13 +106,13 @@ def test_manifest_stage_that_is_not_an_object_is_one_clean_line(built, tmp_path:
 
 
 def test_a_damaged_manifest_keeps_what_the_project_was_built_with(built, tmp_path: Path) -> None:
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     root = _copy(built[0], tmp_path / "p")
-    before = Project(root).remembered()
+    before = ProjectDir(root).remembered()
     assert before and orjson.loads((root / "project.json").read_bytes())["built_with"] == before
     (root / "manifest.json").resolve().write_bytes(b"")
-    assert Project(root).remembered() == before         # a plain `hrag index` rebuilds with the same settings
+    assert ProjectDir(root).remembered() == before         # a plain `hrag index` rebuilds with the same settings
 
 
 def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: Path) -> None:
@@ -128,13 +128,13 @@ def test_damaged_embedding_cache_header_does_not_break_queries(built, tmp_path: 
 def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: Path) -> None:
     """A query opened before a rebuild reads one complete generation (never half of the new one), and a
     rebuild never tells it "not built yet"; the generation it pinned outlives two commits."""
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
     from hrag_cli.query.index import QueryIndex
 
     from hrag_cli.export.run import load_export_graph
 
     root = _copy(built[0], tmp_path / "p")
-    reader = Project(root)
+    reader = ProjectDir(root)
     before = reader.entities_path.read_bytes()
     ix = QueryIndex(reader, reader.settings())
     ix.require_built()
@@ -142,7 +142,7 @@ def test_a_reader_keeps_its_generation_while_a_rebuild_commits(built, tmp_path: 
     for threshold in ("0.6", "0.9"):   # two commits, each rewriting synonyms.jsonl and graph.pkl
         code, _, err = cli("synonyms", "-p", str(root), "--threshold", threshold, "-q")
         assert code == 0, err
-    assert Project(root).gen_dir != reader.gen_dir
+    assert ProjectDir(root).gen_dir != reader.gen_dir
     assert len(_gens(root)) == 2                    # the pinned one and the current one, nothing in between
     ix.require_built()                              # still intact and still built: its files are untouched
     assert reader.entities_path.read_bytes() == before
@@ -174,20 +174,20 @@ def test_a_reader_whose_generation_is_switched_before_it_pins_retries(built, tmp
 
     root = _copy(built[0], tmp_path / "p")
     old = _gens(root)
-    real_pin = project_mod.Project._pin
+    real_pin = project_mod.ProjectDir._pin
     raced = []
 
     def pin_late(self, gen: Path) -> None:
         if not raced:
             raced.append(gen)
-            monkeypatch.setattr(project_mod.Project, "_pin", real_pin)
+            monkeypatch.setattr(project_mod.ProjectDir, "_pin", real_pin)
             code, _, err = cli("synonyms", "-p", str(root), "--threshold", "0.6", "-q")   # commits meanwhile
             assert code == 0, err
             assert not gen.exists()             # nobody held it: deleted at the switch
         real_pin(self, gen)
 
-    monkeypatch.setattr(project_mod.Project, "_pin", pin_late)
-    reader = project_mod.Project(root)
+    monkeypatch.setattr(project_mod.ProjectDir, "_pin", pin_late)
+    reader = project_mod.ProjectDir(root)
     assert raced and reader.gen_dir.name not in old and reader.gen_dir.exists()
     assert _gens(root) == [reader.gen_dir.name]
     reader.require_intact()

@@ -15,15 +15,15 @@ import pytest
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.core.errors import BudgetExceeded, UsageError
 from hrag_cli.core.llm import LLMClient, LLMError, is_run_level, retry_after, spend_summary, with_retries
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.stub_server import CHAT, StubReply
 
 MSG = [{"role": "user", "content": "Name one river."}]
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
-    p = Project(tmp_path / "proj")
+def project(tmp_path: Path) -> ProjectDir:
+    p = ProjectDir(tmp_path / "proj")
     p.init()
     return p
 

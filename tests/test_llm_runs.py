@@ -14,7 +14,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.core.llm import LOCAL_CONCURRENCY, LOCAL_TIMEOUT, REMOTE_CONCURRENCY, REMOTE_TIMEOUT, effective_settings
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from tests.stub_server import StubReply, StubServer, context_exceeded, free_port, refused_port
 from tests.test_index_e2e import (CHAT, D, _one_line_error, extraction_lines, fake_extraction, index, is_gleaning,
                                   one_doc, run, summary)
@@ -82,7 +82,7 @@ def test_refused_connection_on_this_machine_fails_at_once_and_status_says_what_w
             assert obj["failure"]["fix"].startswith("start the server")
             assert obj["extract"]["pending"] == 3 and obj["extract"]["retries"] == 0
             status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
-            assert status["built_with"] == f"the LLM {model} at {url}"
+            assert status["built_with"].startswith(f"the LLM {model} at {url}")
             assert status["extraction"]["chunks"] == 3 and status["extraction"]["extracted"] == 0
             assert status["extraction"]["pending"] == 3
 
@@ -388,7 +388,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     assert first.returncode == 0, first.stderr
     llm_extractor = summary(first)["extract"]["extractor"]
     manifest = json.loads((proj / "manifest.json").read_text())
-    assert manifest["built_with"] == {"extract.extractor": "llm", "llm.model": "openai/stub-model",
+    assert manifest["built_with"] == {"extract.extractor": "llm", "extract.format": "json", "llm.model": "openai/stub-model",
                                       "llm.api_base": stub.url, "embed.model": "builtin", "embed.api_base": "",
                                       "embed.precision": "bf16"}
     assert "key" not in json.dumps(manifest).lower()
@@ -399,7 +399,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     status = run(["status", "-p", str(proj), "--json"], inprocess=True)
     info = json.loads(status.stdout)
     assert info["stages"]["extract"]["state"] == "fresh"
-    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url}"
+    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url} (JSON answers)"
 
     switched = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
                    inprocess=True)
@@ -412,7 +412,7 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     # a model given anew switches back to the LLM, without inheriting another model's API base
     from hrag_cli.core.config import load_settings
 
-    s = load_settings(None, {"llm.model": "openai/other"}, environ={}, remembered=Project(proj).remembered())
+    s = load_settings(None, {"llm.model": "openai/other"}, environ={}, remembered=ProjectDir(proj).remembered())
     assert s.extract.extractor == "auto" and s.llm.api_base == ""
 
 
@@ -443,9 +443,9 @@ def test_the_project_remembers_its_embedder_and_a_cron_run_keeps_it(stub, tmp_pa
     # an embedder given anew does not inherit the remembered API base of another one
     from hrag_cli.core.config import load_settings
 
-    Project(proj).remember({**Project(proj).remembered(), "embed.model": "openai/stub-embed",
+    ProjectDir(proj).remember({**ProjectDir(proj).remembered(), "embed.model": "openai/stub-embed",
                             "embed.api_base": stub.url, "embed.precision": "float32"})
-    s = load_settings(None, {"embed.model": "st:some-folder"}, environ={}, remembered=Project(proj).remembered())
+    s = load_settings(None, {"embed.model": "st:some-folder"}, environ={}, remembered=ProjectDir(proj).remembered())
     assert s.embed.api_base == "" and s.embed.precision == "bf16"
 
 
@@ -496,7 +496,7 @@ def test_query_with_the_remembered_model_down_falls_back_at_once(tmp_path: Path,
     (proj / "hrag.toml").write_text("[llm]\nmax_retries = 6\nbackoff_base = 30\n")   # index-time patience
     with refused_port() as port:
         url = f"http://127.0.0.1:{port}/v1"
-        Project(proj).remember({"extract.extractor": "llm", "llm.model": "openai/m", "llm.api_base": url})
+        ProjectDir(proj).remember({"extract.extractor": "llm", "llm.model": "openai/m", "llm.api_base": url})
         proc = run(["query", "Who founded Corvane Works?", "-p", str(proj), "--mode", "hybrid", "--json"],
                    inprocess=True)
     assert proc.returncode == 0, proc.stderr
@@ -531,7 +531,7 @@ def test_query_time_calls_get_one_attempt_and_none_after_a_run_level_failure(stu
     assert stub.count(CHAT) == 1
     assert all("refused the API key" in " ".join(json.loads(line)["notes"]) for line in proc.stdout.splitlines())
 
-    client = query_client(Project(proj), LLMSettings(model="openai/m", api_base=stub.url))
+    client = query_client(ProjectDir(proj), LLMSettings(model="openai/m", api_base=stub.url))
     assert client.settings.max_retries == 0 and client.request_timeout().connect == QUERY_CONNECT_TIMEOUT
 
 
@@ -555,7 +555,7 @@ def test_query_time_rerank_and_embedding_give_up_at_the_connect_timeout(monkeypa
     patient = LLMSettings(timeout=60, max_retries=4, backoff_base=30)
     with unanswered_port() as port:
         url = f"http://127.0.0.1:{port}/v1"
-        client = llm.query_client(Project(proj), replace(patient, model="hosted_vllm/rr", api_base=url))
+        client = llm.query_client(ProjectDir(proj), replace(patient, model="hosted_vllm/rr", api_base=url))
         llm.import_litellm()            # its import (seconds when cold) is no part of the wait timed here
         t0 = time.monotonic()
         with pytest.raises(HragError, match="timed out"):
@@ -563,9 +563,9 @@ def test_query_time_rerank_and_embedding_give_up_at_the_connect_timeout(monkeypa
         assert time.monotonic() - t0 < 10
         client.close()
 
-        settings = Project(proj).settings()
+        settings = ProjectDir(proj).settings()
         settings = replace(settings, llm=patient, embed=replace(settings.embed, model="openai/e", api_base=url))
         t0 = time.monotonic()
         with pytest.raises(HragError, match="timed out"):
-            QueryIndex(Project(proj), settings).embed_query("Who founded Corvane Works?")
+            QueryIndex(ProjectDir(proj), settings).embed_query("Who founded Corvane Works?")
         assert time.monotonic() - t0 < 10

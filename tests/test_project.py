@@ -11,11 +11,11 @@ import pytest
 
 from hrag_cli.core.config import Settings, default_toml, load_settings
 from hrag_cli.core.errors import HragError, ProjectLocked, UsageError
-from hrag_cli.core.project import Project, fingerprint, resolve_root
+from hrag_cli.core.project import ProjectDir, fingerprint, resolve_root
 
 
 def test_init_creates_layout_and_commented_toml(tmp_path: Path) -> None:
-    proj = Project(tmp_path / "p")
+    proj = ProjectDir(tmp_path / "p")
     proj.init()
     for d in ("cache", "cache/embeddings", "graph", "vectors"):
         assert (proj.root / d).is_dir()
@@ -58,7 +58,7 @@ def test_default_toml_parses() -> None:
 
 
 def test_manifest_states(tmp_path: Path) -> None:
-    proj = Project(tmp_path)
+    proj = ProjectDir(tmp_path)
     proj.init()
     assert proj.stage_state("resolve", "fp1") == "missing"
     proj.record_stage("resolve", "fp1", "digest", {"entities": 3})
@@ -70,7 +70,7 @@ def test_manifest_states(tmp_path: Path) -> None:
 
 
 def test_damaged_manifest_is_a_clear_error(tmp_path: Path) -> None:
-    proj = Project(tmp_path)
+    proj = ProjectDir(tmp_path)
     proj.init()
     proj.manifest_path.write_text("[1, 2]")
     with pytest.raises(HragError, match="damaged") as err:   # exit 1: a damaged project, not a usage mistake
@@ -96,15 +96,15 @@ def test_resolve_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_second_writer_fails_fast_even_across_processes(tmp_path: Path) -> None:
-    proj = Project(tmp_path)
+    proj = ProjectDir(tmp_path)
     with proj.lock():
         with pytest.raises(ProjectLocked, match="locked by pid"):
-            with Project(tmp_path).lock():
+            with ProjectDir(tmp_path).lock():
                 pass
         code = (
-            "import sys; from hrag_cli.core.project import Project\n"
+            "import sys; from hrag_cli.core.project import ProjectDir\n"
             "from hrag_cli.core.errors import ProjectLocked\n"
-            f"try:\n    Project({str(tmp_path)!r}).lock().__enter__()\nexcept ProjectLocked:\n    sys.exit(7)\n"
+            f"try:\n    ProjectDir({str(tmp_path)!r}).lock().__enter__()\nexcept ProjectLocked:\n    sys.exit(7)\n"
         )
         assert subprocess.run([sys.executable, "-c", code]).returncode == 7
     with proj.lock():  # released
@@ -115,7 +115,7 @@ def test_a_forgotten_record_still_vouches_for_unchanged_files(tmp_path: Path) ->
     """resolve forgets the synonyms record; the next synonyms record keeps the whole-file hashes of the files it
     left alone instead of hashing them again, so a file damaged in between (same size and mtime, a byte the
     sampled hash does not read) is still caught by the full check, as it would be under a stale record."""
-    proj = Project(tmp_path)
+    proj = ProjectDir(tmp_path)
     proj.init()
     path = proj.gen_dir / "graph" / "synonyms.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

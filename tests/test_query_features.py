@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from hrag_cli.cli import app
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.graph.chunk_prior import walk_scale
 from hrag_cli.graph.push import personalized_pagerank
@@ -31,18 +31,21 @@ from tests.stub_server import RERANK
 Q = "In which village was the founder of the company that built Port Ellery's sea wall born?"
 
 
-def _settings(project: Project, llm: dict | None = None, **query: object):
+def _settings(project: ProjectDir, llm: dict | None = None, **query: object):
+    """The project's settings with these query settings. The walk's features are tested on Q, whose Port Ellery
+    is in 11 of the sample's 20 chunks: so the common-name rule and the per-document cap are off unless asked."""
     s = project.settings()
+    query = {"common_name_share": 0.0, "doc_cap": 0, **query}
     s = replace(s, query=replace(s.query, **query))
     if llm:
         s = replace(s, llm=replace(s.llm, **llm))
     return s
 
 
-def _copy(sample_project: Path, tmp_path: Path) -> Project:
+def _copy(sample_project: Path, tmp_path: Path) -> ProjectDir:
     root = tmp_path / "p"
     shutil.copytree(sample_project, root)     # the LLM cache is written into the project
-    return Project(root)
+    return ProjectDir(root)
 
 
 def _hrag(*args: str, code: int = 0) -> str:
@@ -60,7 +63,7 @@ def _hrag(*args: str, code: int = 0) -> str:
 # -- ppr: rank fusion and seed confidence ---------------------------------------------------------------------
 
 def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path) -> None:
-    s = replace(Project(sample_project).settings().query, fusion_head=2, fusion_k=1.0, fusion_lexical=0.5)
+    s = replace(ProjectDir(sample_project).settings().query, fusion_head=2, fusion_k=1.0, fusion_lexical=0.5)
     walk = np.array([0.9, 0.1, 0.8, 0.0, 0.7, 0.6])
     passage = np.array([0.0, 0.8, 0.85, 0.9, 0.1, 0.2])
     lexical = np.array([0.0, 5.0, 0.0, 0.0, 0.0, 0.0])
@@ -77,7 +80,7 @@ def test_fuse_ranks_head_from_the_fusion_rest_from_the_walk(sample_project: Path
 def test_fused_head_is_the_head_of_ranking_every_chunk(sample_project: Path) -> None:
     """The head found from the best of each list is the head of the fusion over every chunk's rank (ties to
     the lower index), on lists with many ties, chunks the graph lacks (-1) and BM25 matching a few."""
-    base = Project(sample_project).settings().query
+    base = ProjectDir(sample_project).settings().query
     rng = np.random.default_rng(4)
     for t in range(60):
         n = int(rng.integers(2, 5000))
@@ -99,7 +102,7 @@ def test_fused_head_is_the_head_of_ranking_every_chunk(sample_project: Path) -> 
 
 
 def test_walk_share_by_graph_and_seed_strength(sample_project: Path) -> None:
-    s = replace(Project(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
+    s = replace(ProjectDir(sample_project).settings().query, walk_weight=0.9, rules_walk_weight=0.6,
                 seed_confidence=0.5, rules_unnamed_walk_weight=1.0)
     seeds = SeedWeights({1: 0.3}, {1: ["f1"]})
     assert walk_share(s, False, seeds, [0.5, 0.2]) == pytest.approx(0.9)
@@ -123,7 +126,7 @@ def test_fact_seed_weights_favour_the_best_match() -> None:
 
 
 def test_fact_seed_sharpness_reaches_the_seeds(sample_project: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     ix = QueryIndex(project, project.settings())
     raw = retrieve(ix, Q, _settings(project, fact_seed_sharpness=0.0, entity_name_seeds=False), mode="ppr")
     sharp = retrieve(ix, Q, _settings(project, fact_seed_sharpness=2.0, entity_name_seeds=False), mode="ppr")
@@ -142,7 +145,7 @@ def test_fact_seed_sharpness_reaches_the_seeds(sample_project: Path) -> None:
 
 
 def test_ppr_head_fusion_on_a_rules_graph(sample_project: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     ix = QueryIndex(project, project.settings())
     assert ix.extractor.startswith("rules")
     walk_only = retrieve(ix, Q, _settings(project, rules_walk_weight=1.0), mode="ppr")
@@ -161,7 +164,7 @@ def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
     from hrag_cli.graph.model import walk_arrays
     from hrag_cli.graph.walk import WalkGraph
 
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     ix = QueryIndex(project, project.settings())
     walk, syn = ix.walk, ix.walk.kind == EDGE_KINDS.index("SYNONYM")
     assert ix.extractor.startswith("rules") and syn.any()
@@ -250,7 +253,7 @@ def test_fact_filter_settings(sample_project: Path, tmp_path: Path, stub) -> Non
 # -- LightRAG chunk picking ------------------------------------------------------------------------------------
 
 def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     ix = QueryIndex(project, project.settings())
     kw = {"high": [Q], "low": [Q]}
     assert project.settings().embed.model == "builtin"       # so builtin_chunk_pick_boost is the one used
@@ -285,7 +288,7 @@ def test_chunk_pick_vector_and_weight(sample_project: Path) -> None:
 
 
 def test_chunk_pick_boost_by_embedder(sample_project: Path) -> None:
-    s = Project(sample_project).settings()
+    s = ProjectDir(sample_project).settings()
     s = replace(s, query=replace(s.query, chunk_pick_boost=0.1, builtin_chunk_pick_boost=1.0))
     assert chunk_pick_boost(s) == 1.0
     assert chunk_pick_boost(replace(s, embed=replace(s.embed, model="st:/models/minilm"))) == 0.1
@@ -295,7 +298,7 @@ def test_chunk_pick_boost_by_embedder(sample_project: Path) -> None:
 def test_vector_pick_votes_by_match(sample_project: Path) -> None:
     """Hybrid's pick: an item votes with its score against the query, so one well-matching item outweighs two
     loose ones, and an item scoring 0 or below only adds its chunks as candidates; local and global count."""
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     ix = QueryIndex(project, project.settings())
     a, b, c, d = ix.chunk_ids[:4]
     pick = pick_by_vector(ix, np.zeros(len(ix.chunk_ids)), boost=1.0, by_match=True)
@@ -358,14 +361,14 @@ def test_st_reranker_without_the_extra(sample_project: Path, monkeypatch: pytest
     real = importlib.util.find_spec       # as a machine without hrag[local] answers
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "sentence_transformers" else real(name, *a))
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     with pytest.raises(UsageError, match="install hrag\\[local\\]"):
         QuerySession(project, _settings(project, rerank="st:/nowhere")).run(Q, mode="naive")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs hrag[local]")
 def test_st_reranker_missing_folder(sample_project: Path) -> None:
-    project = Project(sample_project)
+    project = ProjectDir(sample_project)
     with pytest.raises(UsageError, match="folder not found"):
         QuerySession(project, _settings(project, rerank="st:/nowhere/at/all")).run(Q, mode="naive")
 

@@ -10,7 +10,7 @@ import pytest
 
 from hrag_cli.core.config import Settings
 from hrag_cli.query.evaluate import evaluate, load_qa
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.context import apply_budgets, chunk_block, entity_line
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import MODES, fuse_lexical, retrieve, round_robin
@@ -21,18 +21,18 @@ QUESTIONS = Path(__file__).parent / "fixtures" / "sample_questions.jsonl"
 Q_SEAWALL = "In which village was the founder of the company that built Port Ellery's sea wall born?"
 
 
-def _settings(project: Project, **query: object) -> Settings:
+def _settings(project: ProjectDir, **query: object) -> Settings:
     s = project.settings()
     return replace(s, query=replace(s.query, **query))
 
 
 @pytest.fixture(scope="module")
-def project(sample_project: Path) -> Project:
-    return Project(sample_project)
+def project(sample_project: Path) -> ProjectDir:
+    return ProjectDir(sample_project)
 
 
 @pytest.fixture(scope="module")
-def ix(project: Project) -> QueryIndex:
+def ix(project: ProjectDir) -> QueryIndex:
     return QueryIndex(project, project.settings())
 
 
@@ -42,7 +42,7 @@ def ix(project: Project) -> QueryIndex:
 FLOORS = {"ppr": 0.55, "naive": 0.6, "bm25": 0.6, "local": 0.6, "global": 0.6, "hybrid": 0.6, "mix": 0.6}
 
 
-def test_every_mode_finds_the_gold_passages(project: Project) -> None:
+def test_every_mode_finds_the_gold_passages(project: ProjectDir) -> None:
     items = load_qa(QUESTIONS)
     assert len(items) == 10
     result = evaluate(project, project.settings(), items, list(MODES), [2, 5])
@@ -52,8 +52,9 @@ def test_every_mode_finds_the_gold_passages(project: Project) -> None:
         assert r5 >= FLOORS[mode], (mode, result["modes"][mode])
 
 
-def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: Project) -> None:
-    r = retrieve(ix, Q_SEAWALL, _settings(project), mode="ppr")
+def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: ProjectDir) -> None:
+    # Port Ellery is in 11 of the corpus's 20 chunks: counted as naming the subject only with the share off
+    r = retrieve(ix, Q_SEAWALL, _settings(project, common_name_share=0.0), mode="ppr")
     assert r.facts and len(r.facts) <= project.settings().query.fact_top_k
     assert not any("fell back" in n for n in r.notes)
     named = [e for e in r.entities if "name in query" in e["seeded_by"]]
@@ -63,8 +64,8 @@ def test_ppr_seeds_from_facts_and_query_names(ix: QueryIndex, project: Project) 
     assert scores == sorted(scores, reverse=True)
 
 
-def test_ppr_without_facts_falls_back_to_dense(ix: QueryIndex, project: Project) -> None:
-    s = _settings(project, fact_top_k=0, entity_name_seeds=False)
+def test_ppr_without_facts_falls_back_to_dense(ix: QueryIndex, project: ProjectDir) -> None:
+    s = _settings(project, fact_top_k=0, entity_name_seeds=False, doc_cap=0)
     r = retrieve(ix, Q_SEAWALL, s, mode="ppr")
     assert any("fell back to dense chunk ranking" in n for n in r.notes)
     naive = retrieve(ix, Q_SEAWALL, s, mode="naive")
@@ -78,7 +79,7 @@ def test_round_robin_keeps_first_copy() -> None:
     assert round_robin(["a", "B"], ["b", "c"], key=str.lower) == ["a", "b", "c"]
 
 
-def test_hybrid_and_mix_merge_by_score_with_vector_pick(ix: QueryIndex, project: Project) -> None:
+def test_hybrid_and_mix_merge_by_score_with_vector_pick(ix: QueryIndex, project: ProjectDir) -> None:
     s = _settings(project, top_k=10, chunk_pick="vector")
     hyb = retrieve(ix, Q_SEAWALL, s, mode="hybrid")
     ids = [c.chunk_id for c in hyb.chunks]
@@ -95,7 +96,7 @@ def test_hybrid_and_mix_merge_by_score_with_vector_pick(ix: QueryIndex, project:
     assert mix.chunks and [c.chunk_id for c in mix.chunks] == merged[: len(mix.chunks)]
 
 
-def test_hybrid_and_mix_interleave_without_duplicates(ix: QueryIndex, project: Project) -> None:
+def test_hybrid_and_mix_interleave_without_duplicates(ix: QueryIndex, project: ProjectDir) -> None:
     s = _settings(project, top_k=10, chunk_pick="weight")
     loc = retrieve(ix, Q_SEAWALL, s, mode="local")
     glo = retrieve(ix, Q_SEAWALL, s, mode="global")
@@ -110,7 +111,7 @@ def test_hybrid_and_mix_interleave_without_duplicates(ix: QueryIndex, project: P
     assert len({e["id"] for e in hyb.entities}) == len(hyb.entities)
 
 
-def test_local_relations_ranked_by_degree_then_weight(ix: QueryIndex, project: Project) -> None:
+def test_local_relations_ranked_by_degree_then_weight(ix: QueryIndex, project: ProjectDir) -> None:
     r = retrieve(ix, Q_SEAWALL, _settings(project), mode="local")
     assert r.entities and r.relations
     from hrag_cli.query.retrieval import _relations_by_entity
@@ -120,7 +121,7 @@ def test_local_relations_ranked_by_degree_then_weight(ix: QueryIndex, project: P
     assert keys == sorted(keys, reverse=True)
 
 
-def test_budgets_cut_in_rank_order(ix: QueryIndex, project: Project) -> None:
+def test_budgets_cut_in_rank_order(ix: QueryIndex, project: ProjectDir) -> None:
     full = retrieve(ix, Q_SEAWALL, _settings(project, top_k=5), mode="local")
     assert len(full.entities) > 3 and len(full.chunks) == 5
     # entities: a budget for exactly the first two entity lines keeps those two
@@ -210,7 +211,7 @@ def test_fuse_lexical_methods() -> None:
     assert np.argmax(rrf) == 1
 
 
-def test_lexical_fusion_changes_naive_ranking_as_specified(ix: QueryIndex, project: Project) -> None:
+def test_lexical_fusion_changes_naive_ranking_as_specified(ix: QueryIndex, project: ProjectDir) -> None:
     query = "Who led the strike at the salt pans?"
     qvec = ix.embed_query(query)
     dense = ix.dense_chunk_scores(qvec)
@@ -228,7 +229,7 @@ def test_lexical_fusion_changes_naive_ranking_as_specified(ix: QueryIndex, proje
     assert [c.chunk_id for c in only.chunks][:3] == [c.chunk_id for c in bm.chunks][:3]
 
 
-def test_bm25_chunk_scores_by_row_as_by_id(ix: QueryIndex, project: Project) -> None:
+def test_bm25_chunk_scores_by_row_as_by_id(ix: QueryIndex, project: ProjectDir) -> None:
     """BM25 slots in chunk-row order hand their scores over as they are; the same as placing each by its id."""
     query = "Who led the strike at the salt pans?"
     got = ix.bm25_chunk_scores(query)
@@ -246,14 +247,14 @@ def test_bm25_chunk_scores_by_row_as_by_id(ix: QueryIndex, project: Project) -> 
         ix.__dict__["_bm25_aligned"] = True
 
 
-def test_lexical_fusion_reaches_the_ppr_reset(ix: QueryIndex, project: Project) -> None:
+def test_lexical_fusion_reaches_the_ppr_reset(ix: QueryIndex, project: ProjectDir) -> None:
     query = "Who led the strike at the salt pans?"
     on = retrieve(ix, query, _settings(project, lexical_fusion=True, lexical_weight=0.9), mode="ppr")
     off = retrieve(ix, query, _settings(project, lexical_fusion=False), mode="ppr")
     assert [c.score for c in on.chunks] != [c.score for c in off.chunks]
 
 
-def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
+def test_bad_mode_and_empty_query(ix: QueryIndex, project: ProjectDir) -> None:
     from hrag_cli.core.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown mode"):
@@ -264,7 +265,7 @@ def test_bad_mode_and_empty_query(ix: QueryIndex, project: Project) -> None:
 
 @pytest.mark.parametrize("setting", [{"damping": 1.0}, {"damping": 1.5}, {"damping": -0.1},
                                      {"passage_node_weight": -1.0}])
-def test_bad_ppr_settings_are_usage_errors(ix: QueryIndex, project: Project, setting: dict) -> None:
+def test_bad_ppr_settings_are_usage_errors(ix: QueryIndex, project: ProjectDir, setting: dict) -> None:
     """damping 1 used to hang in igraph, > 1 was an igraph internal error, a negative passage weight a
     misleading "reset vector is all zeros"."""
     from hrag_cli.core.errors import UsageError
@@ -290,3 +291,43 @@ def test_name_seeds_prefer_the_longest_name(ix: QueryIndex) -> None:
     seeds = name_seeds(ix, "Who built Port Ellery's sea wall?")
     assert "port ellery" in seeds and "ellery" not in seeds
     assert name_seeds(ix, "the of and") == []
+
+
+def test_capped_order_lets_other_documents_through() -> None:
+    from hrag_cli.query.retrieval import capped_order
+
+    docs = ["big", "big", "big", "a", "big", "b", "a", "a"]
+    order = capped_order(docs, 2)
+    assert [docs[i] for i in order[:5]] == ["big", "big", "a", "b", "a"]
+    assert sorted(order) == list(range(len(docs)))            # nothing lost, extras keep their order behind
+    assert capped_order(docs, 0) == list(range(len(docs)))
+
+
+def test_ppr_caps_chunks_per_document(ix: QueryIndex, project: ProjectDir) -> None:
+    for cap in (1, 2):
+        r = retrieve(ix, Q_SEAWALL, _settings(project, doc_cap=cap, top_k=8), mode="ppr")
+        counts: dict[str, int] = {}
+        for c in r.chunks:
+            counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
+        # while other documents have candidates, no document holds more than `cap` of the first ranks
+        head = r.chunks[: cap * len(counts)]
+        per_doc = {d: sum(1 for c in head if c.doc_id == d) for d in counts}
+        assert max(per_doc.values()) <= cap, per_doc
+
+
+def test_ppr_with_weak_seeds_ranks_without_the_walk_and_says_so(ix: QueryIndex, project: ProjectDir) -> None:
+    # a question that names nothing in the graph (on a rules graph its facts are mere word matches), and one
+    # that names only what most of the corpus mentions (Port Ellery: 11 of 20 chunks)
+    from hrag_cli.query.retrieval import lexical_fusion
+
+    s = _settings(project, doc_cap=0)
+    for q in ("which stones were used and how long did the work take?", Q_SEAWALL):
+        r = retrieve(ix, q, s, mode="ppr")
+        assert any(n.startswith("weak seeds: the question names nothing") for n in r.notes), r.notes
+        # every rank is the passage scores' fused with BM25, as the first ranks are when the walk has no share
+        lexical = ix.bm25_chunk_scores(q)
+        passage = fuse_lexical(ix.dense_chunk_scores(ix.embed_query(q)), lexical, s.query)
+        fused = lexical_fusion(passage, lexical, s.query)
+        best = [ix.chunk_ids[i] for i in np.argsort(-fused, kind="stable")[:len(r.chunks)]]
+        assert [c.chunk_id for c in r.chunks] == best
+    assert {"common name in query"} in [set(e["seeded_by"]) & {"common name in query"} for e in r.entities]

@@ -212,10 +212,10 @@ def test_passage_walk_is_the_walk_of_the_whole_reset() -> None:
 def test_saved_chunk_prior_is_read_only_for_its_walk_and_settings(sample_project, tmp_path) -> None:
     import shutil
 
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     shutil.copytree(sample_project, tmp_path / "p")
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     walk = WalkGraph.load(project)
     scale = {"SYNONYM": project.settings().query.rules_synonym_weight}    # the rules graph's walk
     load_chunk_prior(project, walk, 0.5, scale)                          # the synonyms stage saved it

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hrag_cli.core import store
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 from tests.stub_server import StubServer
 from tests.test_index_e2e import CHAT, HRAG, SAMPLE, child_env, fake_extraction, run, summary
 from tests.test_llm_runs import corpus
@@ -121,7 +121,7 @@ def test_the_cluster_builds_the_same_index_as_one_process(cluster, stub, tmp_pat
     # the setting is remembered: a plain run of the same project extracts on the cluster again, asking nothing
     again = run(["index", "-p", str(spread), "--json"], inprocess=True)
     assert again.returncode == 0 and stub.count(CHAT) == 2 * asked, again.stderr
-    assert Project(spread).remembered()["cluster.ray"] == cluster.address
+    assert ProjectDir(spread).remembered()["cluster.ray"] == cluster.address
     assert [top5(alone, q) for q in QUESTIONS] == [top5(spread, q) for q in QUESTIONS]
 
 
@@ -166,6 +166,7 @@ def test_a_node_lost_mid_run_costs_only_its_requests_in_flight(cluster, stub, tm
         cluster.remove_node(cluster.extra_node)      # the second node's processes are killed
         out, err = driver.communicate(timeout=180)
         assert driver.returncode == 0, err
+        assert out.startswith("{"), out[:2000]
         ex = json.loads(out)["extract"]
         assert ex["pending"] == 0 and ex["failed"] == 0 and ex["extracted_now"] == 6
     finally:

@@ -79,6 +79,8 @@ def test_an_html_page_renamed_txt_is_read_as_html(tmp_path: Path) -> None:
     (tmp_path / "saved.txt").write_text(PAGE)
     secs = sections_of(tmp_path / "saved.txt")
     assert secs[0][0] == ("Dependencies",) and "<p>" not in secs[0][1] and "tracking" not in secs[0][1]
+    (tmp_path / "saved.txt").write_text('<?xml version="1.0" encoding="utf-8"?>\n' + PAGE.split("\n", 1)[1])
+    assert sections_of(tmp_path / "saved.txt")[0][0] == ("Dependencies",)      # XHTML with an XML declaration
 
 
 def test_pdf_text_layer_page_by_page_and_pages_without_text_reported(tmp_path: Path) -> None:
@@ -257,12 +259,12 @@ def test_query_shows_section_and_page_and_answer_cites_them(tmp_path: Path, stub
 def test_a_project_chunked_by_the_previous_chunker_is_rechunked(tmp_path: Path, monkeypatch) -> None:
     from hrag_cli.chunk import stage
     from hrag_cli.pipeline import IndexOptions, run_index
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# Harbour\n\nMara Quint built the sea wall.\n\n## Stone\n\nIt was stone.\n")
-    proj = Project(tmp_path / "p")
+    proj = ProjectDir(tmp_path / "p")
     proj.init()
     monkeypatch.setattr(stage, "CHUNKER_VERSION", "chunk-v1")
     old = run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[docs]))

@@ -18,7 +18,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.export.run import ExportOptions, run_export
 from hrag_cli.graph.model import RELATION, load_graph
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.context import build_context, relation_line
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import retrieve
@@ -30,12 +30,12 @@ from tests.test_schema import answer, corpus, graph, index, set_toml  # noqa: F4
 
 def relation_edges(proj: Path) -> list[tuple[str, str | None]]:
     """(relation id, rel_type attribute) of each RELATION edge of graph.pkl."""
-    g, _ = load_graph(Project(proj))
+    g, _ = load_graph(ProjectDir(proj))
     return [(e["key"], e["rel_type"]) for e in g.es if e["kind"] == RELATION]
 
 
 def export(proj: Path, fmt: str, out: Path) -> Path:
-    run_export(Project(proj), Settings(), Reporter("quiet"), ExportOptions(fmt=fmt, output=out))
+    run_export(ProjectDir(proj), Settings(), Reporter("quiet"), ExportOptions(fmt=fmt, output=out))
     return out
 
 
@@ -78,7 +78,7 @@ def test_schema_typed_index_carries_rel_type_everywhere(stub, corpus, tmp_path: 
     set_toml(proj, '[schema]\nmode = "lenient"\n')      # Selby kept: its lives_in row is outside the schema
     assert index(proj, stub).returncode == 0
     ents, rels = graph(proj)
-    ids = {name: eid for eid, name in ((e["id"], e["name"]) for e in store.read_jsonl(Project(proj).entities_path))}
+    ids = {name: eid for eid, name in ((e["id"], e["name"]) for e in store.read_jsonl(ProjectDir(proj).entities_path))}
     by_pair = {frozenset((r["src"], r["tgt"])): r for r in rels}
     typed = by_pair[frozenset((ids["Mara Quint"], ids["Harbour Trust of Oldport"]))]
     untyped = by_pair[frozenset((ids["Mara Quint"], ids["Selby"]))]
@@ -102,7 +102,7 @@ def test_no_schema_run_writes_no_rel_type(stub, corpus, tmp_path: Path) -> None:
 
     stub.set_chat(untyped)
     assert index(proj, stub, docs=docs).returncode == 0
-    raw = gzip.decompress(Project(proj).relations_path.read_bytes())     # written compressed
+    raw = gzip.decompress(ProjectDir(proj).relations_path.read_bytes())     # written compressed
     assert raw.count(b"\n") == 1 and b"rel_type" not in raw
     assert [t for _, t in relation_edges(proj)] == [None]
     assert exported_rel_types(proj, tmp_path)["jsonl"] == [None]
@@ -146,7 +146,7 @@ def test_query_context_shows_the_type_in_local_global_and_hybrid(stub, corpus) -
                 stub.url, "--max-gleanings", "0", "--embed-model", "builtin", "--schema", str(schema)],
                inprocess=True)
     assert proc.returncode == 0, proc.stderr
-    project = Project(proj)
+    project = ProjectDir(proj)
     ix = QueryIndex(project, project.settings())
     q = "Who works for the Harbour Trust of Oldport?"
     for mode in ("local", "global", "hybrid"):

@@ -13,7 +13,7 @@ from hrag_cli.core import store
 from hrag_cli.cli import app
 from hrag_cli.core.config import Settings, load_settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import relation_hits, retrieve
 from hrag_cli.embed.texts import relation_vectors
@@ -57,7 +57,7 @@ def _best_fact_ranking(ix: QueryIndex, qvec, k: int) -> list[tuple[str, float]]:
 
 
 def test_global_ranks_rules_relations_by_their_best_fact(sample_project: Path) -> None:
-    p = Project(sample_project)
+    p = ProjectDir(sample_project)
     ix = QueryIndex(p, p.settings())
     assert ix.vector_index("relations") is None and p.stage("synonyms").counts["relation_vectors"] == "off"
     qvec = ix.embed_query(Q)
@@ -75,18 +75,18 @@ def _index(root: Path, relations: str) -> dict:
     (root / "hrag.toml").write_text(f'[vectors]\nrelations = "{relations}"\n', encoding="utf-8")
     res = CliRunner().invoke(app, ["index", "-p", str(root), "-q", "--json"])
     assert res.exit_code == 0, res.output
-    return Project(root).stage("synonyms").counts
+    return ProjectDir(root).stage("synonyms").counts
 
 
 def test_switching_relation_vectors_on_and_off(sample_project: Path, tmp_path: Path) -> None:
     root = tmp_path / "p"
     shutil.copytree(sample_project, root, symlinks=True)
-    p = Project(root)
+    p = ProjectDir(root)
     n_relations = sum(1 for _ in store.read_jsonl(p.relations_path))
 
     counts = _index(root, "on")                   # a changed setting re-runs the stage: relations embedded
     assert counts["relation_vectors"] == "on" and counts["vectors_relations"] == n_relations
-    p = Project(root)                             # the run switched generations
+    p = ProjectDir(root)                             # the run switched generations
     ix = QueryIndex(p, p.settings())
     qvec = ix.embed_query(Q)
     assert len(ix.vector_index("relations")) == n_relations
@@ -95,7 +95,7 @@ def test_switching_relation_vectors_on_and_off(sample_project: Path, tmp_path: P
 
     counts = _index(root, "off")                  # and switched off, the old index goes: never read stale
     assert counts["relation_vectors"] == "off" and "vectors_relations" not in counts
-    p = Project(root)
+    p = ProjectDir(root)
     assert not list(p.vectors_dir.glob("relations.*"))
     res = CliRunner().invoke(app, ["status", "-p", str(root), "--verify"])
     assert res.exit_code == 0, res.output

@@ -12,7 +12,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.graph.model import load_graph
 from hrag_cli.core.normalize import clean_surface, normalize_name
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import (
     Chunk, Document, Entity, ExtractedEntity, ExtractedRelation, ExtractionRecord, Fact, Relation, from_dict,
     to_dict)
@@ -39,7 +39,7 @@ def rec(chunk_id: str, entities: list, relations: list | None = None) -> Extract
 def resolve_records(tmp_path: Path, records: list[ExtractionRecord], settings: Settings | None = None):
     settings = settings or Settings()
     latest = {r.chunk_id: r for r in records}
-    res = finalize(merge_records(lambda: (latest[c] for c in sorted(latest))), Summarizer(Project(tmp_path), settings))
+    res = finalize(merge_records(lambda: (latest[c] for c in sorted(latest))), Summarizer(ProjectDir(tmp_path), settings))
     res.facts = list(res.facts)
     return res
 
@@ -212,11 +212,11 @@ def test_settings_fingerprint_tracks_what_shapes_output() -> None:
 # ----------------------------------------------------------------------------------------------- the stage
 
 
-def write_project(root: Path, docs: dict[str, list[tuple[str, ExtractionRecord | None]]]) -> Project:
+def write_project(root: Path, docs: dict[str, list[tuple[str, ExtractionRecord | None]]]) -> ProjectDir:
     """docs: path -> [(chunk text, its extraction record or None)], written through the store helpers."""
     from hrag_cli.core.project import text_hash
 
-    project = Project(root)
+    project = ProjectDir(root)
     project.init()
     doc_rows, chunk_rows = [], []
     ext = store.JsonlAppender(project.extractions_path)
@@ -317,11 +317,11 @@ def _index(docs: Path, project: Path) -> None:
 
 
 def _graph_state(project: Path) -> dict:
-    g, _ = load_graph(Project(project))
+    g, _ = load_graph(ProjectDir(project))
     vertices = {(v["kind"], v["key"], v["path"], v["doc_id"], v["order"], v["name"], v["type"]) for v in g.vs}
     keys = g.vs["key"]
     edges = sorted((e["kind"], *sorted((keys[e.source], keys[e.target])), e["weight"], e["key"] or "") for e in g.es)
-    files = {name: sorted(store.read_jsonl(getattr(Project(project), name)), key=lambda r: r["id"])
+    files = {name: sorted(store.read_jsonl(getattr(ProjectDir(project), name)), key=lambda r: r["id"])
              for name in ("entities_path", "relations_path", "facts_path")}
     return {"vertices": vertices, "edges": edges, "files": files}
 
@@ -367,7 +367,7 @@ def test_incremental_equals_from_scratch(tmp_path: Path) -> None:
 
 
 def _chunks_of(project: Path, rel_path: str) -> set[str]:
-    p = Project(project)
+    p = ProjectDir(project)
     doc_ids = {d["doc_id"] for d in store.read_jsonl(p.docs_path) if d["path"] == rel_path}
     return {c["chunk_id"] for c in store.read_jsonl(p.chunks_path) if c["doc_id"] in doc_ids}
 
@@ -386,7 +386,7 @@ def test_damaged_rows_are_skipped_not_fatal(tmp_path: Path) -> None:
 
 
 def test_empty_project_resolves_to_an_empty_graph(tmp_path: Path) -> None:
-    project = Project(tmp_path / "p")
+    project = ProjectDir(tmp_path / "p")
     project.init()
     out = run_resolve(project, Settings())
     assert out.counts["entities"] == 0 and out.counts["vertices"] == 0 and out.counts["edges"] == 0

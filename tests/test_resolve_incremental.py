@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from hrag_cli.core import base_patch, jsonl_lines, line_patch, store
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -36,7 +36,7 @@ def _index(docs: Path, project: Path, *extra: str) -> str:
 
 def _files(project: Path) -> dict[str, bytes]:
     """The graph files' bytes; a record file's are its logical lines (base + patch, as a reader sees them)."""
-    p = Project(project)
+    p = ProjectDir(project)
     return {name: b"".join(store.line_blocks(getattr(p, name))) if name in RECORDS else getattr(p, name).read_bytes()
             for name in COMPARED}
 
@@ -49,7 +49,7 @@ def _same_as_fresh(docs: Path, project: Path, tmp_path: Path, *extra: str) -> No
 
 
 def _merged(project: Path) -> int:
-    return Project(project).stage("resolve").counts["records_merged"]
+    return ProjectDir(project).stage("resolve").counts["records_merged"]
 
 
 def _add(docs: Path, name: str, text: str) -> None:
@@ -64,14 +64,14 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    assert Project(inc).resolve_state_path.is_file()
+    assert ProjectDir(inc).resolve_state_path.is_file()
     # new names, and names the corpus already has (their records and facts change; Hana's display name may)
-    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(Project(inc), f"{name}_path"))}
+    lines = {name: {orjson.dumps(r) for r in store.read_jsonl(getattr(ProjectDir(inc), f"{name}_path"))}
              for name in ("entities", "relations", "facts")}      # each record as it was
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive. "
                             "Quillon Vesk founded the Amberline Guild in Port Ellery.\n")
     _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. The Amberline Guild hired Edric Solano.\n")
-    before = Project(inc).stage("resolve").output_digest
+    before = ProjectDir(inc).stage("resolve").output_digest
     parsed = []
     parse = resolve_state._parse_header
     monkeypatch.setattr(resolve_state, "_parse_header", lambda data: parsed.append(1) or parse(data))
@@ -81,10 +81,10 @@ def test_added_documents_merge_into_the_state_and_equal_a_fresh_build(tmp_path: 
     monkeypatch.undo()
     _same_as_fresh(docs, inc, tmp_path)
     # what changed, for a later stage to sync only that: exactly the records whose lines differ
-    p = Project(inc)
+    p = ProjectDir(inc)
     changed = orjson.loads((p.graph_dir / "changed_ids.json").read_bytes())
     assert (changed["from"], changed["to"]) == (before, p.stage("resolve").output_digest)
-    fresh = Project(tmp_path / "fresh0")
+    fresh = ProjectDir(tmp_path / "fresh0")
     for name, path in (("entities", "entities_path"), ("relations", "relations_path"), ("facts", "facts_path")):
         ids = {r["id"] for r in store.read_jsonl(getattr(fresh, path)) if orjson.dumps(r) not in lines[name]}
         assert changed[name] == sorted(ids) and ids, name
@@ -100,7 +100,7 @@ def test_a_renamed_entity_remakes_the_old_facts_that_name_it_as_subject_or_objec
     inc = tmp_path / "inc"
     _index(docs, inc)
     def objects() -> set[tuple[str, str]]:
-        return {(f["subject"], f["object"]) for f in store.read_jsonl(Project(inc).facts_path)}
+        return {(f["subject"], f["object"]) for f in store.read_jsonl(ProjectDir(inc).facts_path)}
     assert ("Alma Brenner", "Port Ellery") in objects()
     _add(docs, "c.txt", "Port ELLERY hosted Dana Frey. Port ELLERY hosted Egon Falk. Port ELLERY hosted Greta Holm. "
                         "Port ELLERY hosted Ivo Jensen.\n")
@@ -123,7 +123,7 @@ def test_an_edit_or_a_deletion_merges_from_scratch_and_the_next_addition_uses_th
     _index(docs, inc)
     assert _merged(inc) > everything - 5     # every record again: a chunk's contribution cannot be taken out
     _same_as_fresh(docs, inc, tmp_path)
-    assert not (Project(inc).graph_dir / "changed_ids.json").exists()      # after a merge from scratch: unknown
+    assert not (ProjectDir(inc).graph_dir / "changed_ids.json").exists()      # after a merge from scratch: unknown
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc)
     assert _merged(inc) == 1
@@ -136,7 +136,7 @@ def test_a_damaged_state_warns_and_merges_from_scratch(tmp_path: Path, how: str)
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    state = Project(inc).resolve_state_path
+    state = ProjectDir(inc).resolve_state_path
     data = state.read_bytes()
     state.unlink()          # a new file, not the generation's hard link: as damage on disk would be
     if how == "v1":     # a state of the earlier format: its header frame has no version
@@ -185,11 +185,11 @@ def test_llm_records_with_aliases_merge_from_scratch_and_keep_no_state(stub, tmp
     llm = ("--llm-model", "openai/stub-model", "--llm-api-base", stub.url)
     inc = tmp_path / "inc"
     _index(docs, inc, *llm)
-    assert not Project(inc).resolve_state_path.exists()
+    assert not ProjectDir(inc).resolve_state_path.exists()
     (docs / "b.txt").write_text(DOCS["b.txt"])
     _index(docs, inc, *llm)
-    assert not Project(inc).resolve_state_path.exists() and _merged(inc) == 2
-    assert Project(inc).merges_path.read_bytes()      # the alias joined two names
+    assert not ProjectDir(inc).resolve_state_path.exists() and _merged(inc) == 2
+    assert ProjectDir(inc).merges_path.read_bytes()      # the alias joined two names
     _same_as_fresh(docs, inc, tmp_path, *llm)
 
 
@@ -206,7 +206,7 @@ def test_the_state_reader_calls_every_cut_or_garbled_file_damaged(tmp_path: Path
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
-    path = Project(tmp_path / "p").resolve_state_path
+    path = ProjectDir(tmp_path / "p").resolve_state_path
     reader = resolve_state.Reader(path)
     assert all(list(reader.keys(s)) for s in resolve_state.SECTIONS)
     data = path.read_bytes()
@@ -245,7 +245,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    p = Project(inc)
+    p = ProjectDir(inc)
     state_bytes = p.resolve_state_path.read_bytes()
     chunks = len(resolve_state.read_header(p.resolve_state_path)[0].offsets)
     fits = int(base_patch.RESOLVE_STATE.share * chunks)
@@ -257,7 +257,7 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     for n, text in enumerate(texts[:fits], start=1):
         _add(docs, f"new_{n}.txt", text)
         _index(docs, inc)
-        p = Project(inc)
+        p = ProjectDir(inc)
         assert _merged(inc) == 1
         assert p.resolve_state_path.read_bytes() == state_bytes
         delta = resolve_state.read_delta(p.resolve_state_path, resolve_state.read_header(p.resolve_state_path)[0])
@@ -266,13 +266,13 @@ def test_small_additions_write_a_delta_which_the_next_run_replays_until_the_stat
     for n in range(fits + 1, chunks):      # past the share: saved whole, no delta
         _add(docs, f"new_{n}.txt", f"Orvan Pell{n} sailed from Port Ellery to Miravel.\n")
         _index(docs, inc)
-        if not resolve_state.delta_path(Project(inc).resolve_state_path).exists():
+        if not resolve_state.delta_path(ProjectDir(inc).resolve_state_path).exists():
             break
-    assert _merged(inc) == 1 and Project(inc).resolve_state_path.read_bytes() != state_bytes
+    assert _merged(inc) == 1 and ProjectDir(inc).resolve_state_path.read_bytes() != state_bytes
     _add(docs, "late.txt", texts[-1])
     _index(docs, inc)
     _same_as_fresh(docs, inc, tmp_path)     # a delta over the state saved again
-    delta = resolve_state.delta_path(Project(inc).resolve_state_path)
+    delta = resolve_state.delta_path(ProjectDir(inc).resolve_state_path)
     data = delta.read_bytes()
     delta.unlink()          # damage on disk: a new file, not the generation's hard link
     delta.write_bytes(data[: len(data) // 2])
@@ -295,7 +295,7 @@ def test_a_keyed_state_reads_only_the_blocks_of_the_keys_asked_for_and_a_fold_eq
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE, docs)
     _index(docs, tmp_path / "p")
-    path = Project(tmp_path / "p").resolve_state_path
+    path = ProjectDir(tmp_path / "p").resolve_state_path
     merged, _ = resolve_state.load(path, Merged)
     reader = merged.entities.reader
     assert len(reader.index["entities"][0]) > 10 and not reader._keys and not reader._fields
@@ -376,7 +376,7 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    p = Project(inc)
+    p = ProjectDir(inc)
     new = rs.Reader(p.resolve_state_path)
     blocks = [(s, b) for s in rs.SECTIONS for b in range(len(new.index[s][1]))]
     assert all(new._frame(new.index[s][1][b]).__class__ is str for s, b in blocks)
@@ -409,7 +409,7 @@ def test_a_version_3_state_reads_as_the_same_accumulators_and_additions_merge_in
     _index(docs, inc)
     assert _merged(inc) == 1
     _same_as_fresh(docs, inc, tmp_path)
-    mixed = rs.Reader(Project(inc).resolve_state_path)
+    mixed = rs.Reader(ProjectDir(inc).resolve_state_path)
     kinds = {mixed._frame(mixed.index[s][1][b]).__class__ for s in rs.SECTIONS
              for b in range(len(mixed.index[s][1]))}
     assert kinds == {list, str} and mixed._raw["version"] == rs.STATE_VERSION
@@ -430,13 +430,13 @@ def test_additions_patch_the_record_files_and_a_patch_past_its_share_folds_into_
     shutil.copytree(SAMPLE, docs)
     inc = tmp_path / "inc"
     _index(docs, inc)
-    p = Project(inc)
+    p = ProjectDir(inc)
     bases = {name: getattr(p, name).read_bytes() for name in RECORDS}
     _add(docs, "new_a.txt", "Hana Okafor visited Port Ellery in 2001 with the Lantern Archive.\n")
     _index(docs, inc)
     _add(docs, "new_b.txt", "HANA OKAFOR met Edric Solano at the Quillon Fair. Quillon Vesk founded Miravel.\n")
     _index(docs, inc)
-    p = Project(inc)
+    p = ProjectDir(inc)
     for name in RECORDS:
         path = getattr(p, name)
         assert line_patch.patch_path(path).exists() is not fold, name
@@ -454,21 +454,21 @@ def test_a_damaged_or_missing_patch_is_caught_and_the_next_index_restores_the_re
     _index(docs, inc)
     pristine = tmp_path / "pristine"        # each damage starts from the patched project
     shutil.copytree(inc, pristine, symlinks=True)
-    p = Project(inc)
+    p = ProjectDir(inc)
     want = list(store.read_jsonl(p.entities_path))
     data = line_patch.patch_path(p.entities_path).read_bytes()
     for damage in (data[:len(data) // 2], b"", None):
         shutil.rmtree(inc)
         shutil.copytree(pristine, inc, symlinks=True)
-        patch = line_patch.patch_path(Project(inc).entities_path)
+        patch = line_patch.patch_path(ProjectDir(inc).entities_path)
         assert patch.read_bytes() == data
         if damage is None:
             patch.unlink()
         else:
             patch.write_bytes(damage)
             with pytest.raises(line_patch.PatchError):
-                jsonl_lines.JsonlLines(Project(inc).entities_path)
-        assert [x.path for x in Project(inc).check()] == ["graph/entities.patch"]
+                jsonl_lines.JsonlLines(ProjectDir(inc).entities_path)
+        assert [x.path for x in ProjectDir(inc).check()] == ["graph/entities.patch"]
         _index(docs, inc)
-        assert list(store.read_jsonl(Project(inc).entities_path)) == want
-        assert Project(inc).check() == []
+        assert list(store.read_jsonl(ProjectDir(inc).entities_path)) == want
+        assert ProjectDir(inc).check() == []

@@ -99,12 +99,13 @@ def test_titles_regnal_names_works_and_awards_get_types() -> None:
 
 def test_life_dates_and_nationality_adjectives_get_types() -> None:
     """The cues after a name: a birth or death date makes a person, a lone word used as an adjective before a
-    lowercase word (a demonym's ending, or after "a"/"an") a nationality; a lone name with no cue stays unknown."""
+    lowercase word (a demonym's ending, or after "a"/"an") a nationality; a lone name with no cue is taken for a place
+    (a person's lone surname is mapped to the full name when the chunk gives it)."""
     e = ents("The queen Jewapa (died 11 November 875) ruled. Kerrigan Vale( born 3 May 1950) is an American film "
              "director. It was a British crime film. Bihoz is a Niki professional club. They played for Bihoz.")
     assert e["Jewapa"] == "person" and e["Kerrigan Vale"] == "person"
     assert e["American"] == "nationality" and e["British"] == "nationality" and e["Niki"] == "nationality"
-    assert e["Bihoz"] == "unknown"
+    assert e["Bihoz"] == "location"
 
 
 def test_forked_map_yields_every_result_in_order(monkeypatch) -> None:
@@ -121,15 +122,69 @@ def test_rules_extract_in_forked_workers_writes_what_one_process_writes(tmp_path
     from hrag_cli.extract import stage
     from hrag_cli.pipeline import IndexOptions, run_index
     from hrag_cli.core.progress import Reporter
-    from hrag_cli.core.project import Project
+    from hrag_cli.core.project import ProjectDir
 
     corpus = Path(__file__).resolve().parent.parent / "sample_corpus"
     caches = []
     for parallel_min in (1 << 30, 1):               # in this process; then forked, 2 chunks per job
         monkeypatch.setattr(stage, "RULES_PARALLEL_MIN", parallel_min)
         monkeypatch.setattr(stage, "RULES_BATCH", 2)
-        proj = Project(tmp_path / f"p{parallel_min}")
+        proj = ProjectDir(tmp_path / f"p{parallel_min}")
         proj.init()
         run_index(proj, proj.settings(), Reporter("quiet"), IndexOptions(docs=[corpus], stop_after="extract"))
         caches.append(proj.extractions_path.read_bytes())
     assert caches[0] == caches[1] and caches[0].count(b"\n") > 4
+
+
+def test_names_keep_initials_openers_and_event_years() -> None:
+    e = ents("New Hampshire joined the U.S. Navy Bureau of Ships in the First World War. John H. Taylor met "
+             "S. Epatha Merkerson at the 1964 Summer Olympics. The Beatles played at Shangri-La Hotels & Resorts.")
+    assert e["New Hampshire"] == "location"
+    assert "U.S. Navy Bureau of Ships" in e and "First World War" in e
+    assert e["John H. Taylor"] == "person" and "S. Epatha Merkerson" in e
+    assert e["1964 Summer Olympics"] == "event" and "1964" not in e
+    assert "Shangri-La Hotels & Resorts" in e
+    assert not {"Hampshire", "World War", "Navy", "H"} & set(e)
+
+
+def test_no_verbs_pronouns_or_function_words_as_names() -> None:
+    text = ("Update the docs. Fix the crash when it starts. Add a flag. Update: we fix bugs and update docs here. "
+            "She said it would fix the update. ALSO, NEVER use ANY of THEM.\n"
+            "- Bump the version.\n- Fix typos.\n- Update the changelog, then bump it again.")
+    e = ents(text)
+    assert not {"Update", "Fix", "Add", "Bump", "She", "It", "We", "ALSO", "NEVER", "ANY", "THEM"} & set(e), e
+
+
+def test_numbers_only_as_dates_and_quantities_with_a_unit() -> None:
+    e = ents("The bridge, 1,200 m long, opened on 16 August and cost $4 million in the 17th century BC. "
+             "Ticket 1234 and pull request 5678 fixed 42 bugs in 1910–1942.")
+    assert e["1,200 m"] == "quantity" and e["$4 million"] == "quantity"
+    assert e["16 August"] == "date" and e["17th century BC"] == "date" and e["1910–1942"] == "date"
+    assert not [n for n in e if n.replace(",", "").isdigit() and e[n] != "date"], e    # no bare counts
+
+
+def test_code_spans_and_identifiers_in_technical_text() -> None:
+    text = ("Call :func:`~flask.url_for` to build a URL, and :class:`~flask.Flask` to make the app. Pass "
+            "``--debug`` to ``flask run`` or set ``app.config['DEBUG']``. Then pcre2_compile() sets "
+            "PCRE2_CASELESS; see ``conf.py``. The ``before_request()`` hook runs first. ``True`` is a value.")
+    e = ents(text)
+    assert e["url_for"] == "function" and e["Flask"] == "class"
+    assert e["--debug"] == "option" and e["pcre2_compile"] == "function"
+    assert e["PCRE2_CASELESS"] == "constant" and e["conf.py"] == "file" and e["before_request"] == "function"
+    assert e["app.config"] == "identifier"
+    assert "True" not in e and "Then" not in e and "Call" not in e and "URL" in e
+
+
+def test_types_are_what_a_reader_expects() -> None:
+    e = ents("Gwendolyn Arcos moved from Mexico to Indiana with Joseph. The Tatars lived near Brandvlei. "
+             "The BBC Radio service covered it. They flew to Hiroshima.")
+    assert e["Gwendolyn Arcos"] == "person" and e["Mexico"] == "location" and e["Indiana"] == "location"
+    assert e["Joseph"] == "person" and e["Tatars"] == "group" and e["BBC Radio"] == "organization"
+    assert e["Hiroshima"] == "location"
+    assert "unknown" not in e.values()
+
+
+def test_author_initials_and_document_parts_are_not_names() -> None:
+    e = ents("M. Burrows and A. Smith wrote it, as Figure 3 and Table 2 show. E. Codd agreed.")
+    assert e["M. Burrows"] == "person" and e["A. Smith"] == "person" and e["E. Codd"] == "person"
+    assert not {"M.", "A.", "E.", "Figure", "Table"} & set(e), e

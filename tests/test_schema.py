@@ -17,7 +17,7 @@ from hrag_cli.core.errors import UsageError
 from hrag_cli.extract.grounding import Grounder
 from hrag_cli.extract.schema import load_schema
 from hrag_cli.extract.stage import settings_fingerprint
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.extract.prune import PruneSpec, prune_record
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from tests.test_index_e2e import CHAT, D, is_gleaning, passage_of, run, summary
@@ -83,7 +83,7 @@ def prune_counts(proc) -> dict:
 
 
 def graph(proj: Path) -> tuple[dict[str, str], list[dict]]:
-    p = Project(proj)
+    p = ProjectDir(proj)
     ents = {e["name"]: e["type"] for e in store.read_jsonl(p.entities_path)}
     return ents, list(store.read_jsonl(p.relations_path))
 
@@ -216,6 +216,8 @@ def test_grounding_tolerates_case_inflection_and_word_order() -> None:
 def test_schema_prompt_relation_types_and_strict_counts(stub, corpus) -> None:
     docs, schema, proj = corpus
     stub.set_chat(answer)
+    proj.mkdir()
+    (proj / "hrag.toml").write_text('[extract]\nformat = "delimited"\n')   # the line format's schema prompt
     proc = index(proj, stub, "--schema", str(schema), docs=docs)
     assert proc.returncode == 0, proc.stderr
     (_, body), = stub.requests
@@ -346,7 +348,7 @@ def test_offline_build_prunes_nothing_and_keeps_resolve_input(tmp_path: Path) ->
                inprocess=True)
     assert proc.returncode == 0, proc.stderr
     assert summary(proc)["prune"] == {"schema": "", "mode": "", "grounding": "off"}
-    stages = Project(proj).manifest()["stages"]
+    stages = ProjectDir(proj).manifest()["stages"]
     assert stages["prune"]["output_digest"] == stages["extract"]["output_digest"]
 
 
@@ -354,7 +356,7 @@ def test_schema_is_remembered_until_unset_and_a_lost_file_is_exit_2(stub, corpus
     docs, schema, proj = corpus
     stub.set_chat(answer)
     assert index(proj, stub, "--schema", str(schema), docs=docs).returncode == 0
-    assert Project(proj).remembered()["extract.schema"] == str(schema.resolve())
+    assert ProjectDir(proj).remembered()["extract.schema"] == str(schema.resolve())
     moved = schema.with_name("moved.toml")
     schema.rename(moved)
     proc = index(proj, stub)
@@ -363,7 +365,7 @@ def test_schema_is_remembered_until_unset_and_a_lost_file_is_exit_2(stub, corpus
     assert "not found" in status["settings_error"]
     proc = index(proj, stub, "--schema", "", "--extractor", "rules")
     assert proc.returncode == 0, proc.stderr
-    assert "extract.schema" not in Project(proj).remembered()
+    assert "extract.schema" not in ProjectDir(proj).remembered()
     assert summary(proc)["prune"]["schema"] == ""
 
 

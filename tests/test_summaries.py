@@ -11,7 +11,7 @@ import pytest
 from hrag_cli.core import store
 from hrag_cli.chunk.chunking import count_tokens
 from hrag_cli.core.config import Settings
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.resolve.stage import run_resolve
 from hrag_cli.resolve.summaries import Summarizer, SummaryJob
 from tests.test_resolve import E, R, rec, write_project
@@ -38,7 +38,7 @@ def _fragments(n: int, words: int = 12) -> list[str]:
 
 def test_below_thresholds_no_llm_call(tmp_path: Path, stub) -> None:
     settings = _settings(stub, summary_min_fragments=3)
-    project = Project(tmp_path)
+    project = ProjectDir(tmp_path)
     project.init()
     s = Summarizer(project, settings)
     assert s.describe("entity", "Bob", {"b": 1, "a": 2}) == "a | b"
@@ -54,7 +54,7 @@ def test_below_thresholds_no_llm_call(tmp_path: Path, stub) -> None:
 def test_single_request_summary_and_cache(tmp_path: Path, stub) -> None:
     stub.set_chat(_summary_reply)
     settings = _settings(stub, summary_min_fragments=3)
-    project = Project(tmp_path)
+    project = ProjectDir(tmp_path)
     project.init()
     s = Summarizer(project, settings)
     job = s.describe("entity", "Bob", dict.fromkeys(_fragments(4), 1))
@@ -75,7 +75,7 @@ def test_single_request_summary_and_cache(tmp_path: Path, stub) -> None:
 def test_map_reduce_when_fragments_exceed_context(tmp_path: Path, stub) -> None:
     stub.set_chat(_summary_reply)
     settings = _settings(stub, summary_min_fragments=3, summary_target_tokens=40)
-    project = Project(tmp_path)
+    project = ProjectDir(tmp_path)
     project.init()
     frags = _fragments(12)
     per = count_tokens(frags[0]) + 2
@@ -102,7 +102,7 @@ def test_context_too_small_is_a_clear_error(tmp_path: Path, stub) -> None:
 
     settings = _settings(stub, summary_min_fragments=2)
     settings.llm.context_tokens = 300
-    project = Project(tmp_path)
+    project = ProjectDir(tmp_path)
     project.init()
     s = Summarizer(project, settings)
     job = s.describe("entity", "Bob", {"a": 1, "b": 1})
@@ -160,7 +160,7 @@ def test_fallback_selection_beyond_first_candidates(tmp_path: Path) -> None:
     """No LLM, many short fragments: the description keeps as many as fit, most frequent first."""
     settings = Settings()
     settings.resolve.summary_target_tokens = 200
-    s = Summarizer(Project(tmp_path), settings)
+    s = Summarizer(ProjectDir(tmp_path), settings)
     counts = {f"fact {i:03d}.": (3 if i % 10 == 0 else 1) for i in range(300)}
     out = s.fallback(counts).split(" | ")
     assert out[:3] == ["fact 000.", "fact 010.", "fact 020."]      # the frequent ones first, in text order

@@ -14,7 +14,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.graph.model import SYNONYM, build_graph, load_graph, save_graph
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import Chunk, ChunkRef, Document, Entity, to_dict
 from hrag_cli.embed.review import DECISIONS_FILE
 from hrag_cli.embed.stage import run_synonyms
@@ -60,8 +60,8 @@ def embed_fn(body: dict) -> list[list[float]]:
     return [vectors.get(t, hash_vector(t)) for t in inputs]
 
 
-def make_project(tmp_path: Path, names: list[str]) -> Project:
-    p = Project(tmp_path / "proj")
+def make_project(tmp_path: Path, names: list[str]) -> ProjectDir:
+    p = ProjectDir(tmp_path / "proj")
     p.init()
     chunks = [Chunk("c1", "d1", 0, 6, "New York City and London are big."),
               Chunk("c2", "d1", 1, 4, "Paris and Tokyo too.")]
@@ -80,16 +80,16 @@ def settings_for(stub, **syn) -> Settings:
     return stub_settings(stub, embed_model="openai/stub-embed", retries=0, section="synonyms", **syn)
 
 
-def run(p: Project, s: Settings, **kw):
+def run(p: ProjectDir, s: Settings, **kw):
     with p.lock():
         return run_synonyms(p, s, QUIET, **kw)
 
 
-def pairs_in_file(p: Project) -> dict[tuple[str, str], float]:
+def pairs_in_file(p: ProjectDir) -> dict[tuple[str, str], float]:
     return {(r["a"], r["b"]): r["similarity"] for r in store.read_jsonl(p.synonyms_path)}
 
 
-def pairs_in_graph(p: Project) -> dict[tuple[str, str], float]:
+def pairs_in_graph(p: ProjectDir) -> dict[tuple[str, str], float]:
     g, _ = load_graph(p)
     out = {}
     for e in g.es.select(kind_eq=SYNONYM):
@@ -260,7 +260,7 @@ def test_cli_on_the_sample_corpus(tmp_path: Path, monkeypatch) -> None:
     proj = tmp_path / "p"
     res = runner.invoke(app, ["index", str(ROOT / "sample_corpus"), "-p", str(proj), "-q", "--json"])
     assert res.exit_code == 0, res.output
-    p = Project(proj)
+    p = ProjectDir(proj)
     for name in ("chunks", "entities", "facts"):
         idx = VectorIndex.load(p.vectors_dir, name, Settings().vectors)
         assert idx is not None and len(idx) > 0 and idx.model_id.startswith("builtin")
@@ -436,3 +436,34 @@ def test_builtin_embedding_in_worker_processes_matches_one_process(monkeypatch) 
     pooled = np.concatenate([b.dense(np.arange(len(b))) for b in blocks])
     assert pooled.shape == serial.shape and np.abs(pooled - serial).max() < 2e-3
     assert emb.stats["embedded"] == one.stats["embedded"] == len(texts)
+
+
+def test_similarity_floor_is_a_rank_on_the_embedders_own_scale() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hrag_cli.embed.synonym_edges import FLOOR_MIN_ENTITIES, names_only, similarity_floor
+
+    n = 4 * FLOOR_MIN_ENTITIES
+    rng = np.random.default_rng(7)
+    for scale in (0.5, 0.9):          # two embedders: one spreads its cosines, one crowds them near 1
+        best = 1.0 - (1.0 - scale) * rng.random(n)
+        knn = SimpleNamespace(nbr=np.array([[(i + 1) % n, -1] for i in range(n)]),
+                              sim=np.stack([best, np.zeros(n)], axis=1).astype(np.float32))
+        linkable = np.ones(n, dtype=bool)
+        floor = similarity_floor(knn, linkable, -1.0, 0.2)
+        # the same share of entities has a neighbour at or above the floor, whatever the scale
+        share = float((best >= floor).mean())
+        assert 0.19 <= share <= 0.21, (scale, floor, share)
+        assert similarity_floor(knn, linkable, 0.999, 0.2) == 0.999           # the threshold stays a bound
+        assert similarity_floor(knn, linkable, -1.0, 0.0) == -1.0             # 0: the threshold alone
+    small = SimpleNamespace(nbr=knn.nbr[:10] % 10, sim=knn.sim[:10])
+    assert similarity_floor(small, np.ones(10, dtype=bool), 0.3, 0.2) == 0.3  # too few to rank
+
+    keys = np.array([k.encode() for k in ("port ellery", "12 october 2025", "with", "10 million", "flask",
+                                           "1987", "pcre2_compile", "but")])
+    knn = SimpleNamespace(nbr=np.array([[(i + 1) % 8] for i in range(8)]), sim=np.full((8, 1), 0.99, np.float32),
+                          keys=keys)
+    ok = names_only(knn, np.ones(8, dtype=bool), 0.9)
+    assert [k.decode() for k, y in zip(keys, ok) if y] == ["port ellery", "flask", "pcre2_compile"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.storage.vectors.index import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def _index(docs: Path, project: Path, *extra: str) -> None:
 
 
 def _vector_file_names(project: Path) -> list[str]:
-    d = Project(project).vectors_dir
+    d = ProjectDir(project).vectors_dir
     return sorted(p.name for name in ("chunks", *SPLICED) for p in VectorIndex.files(d, name) if p.exists())
 
 
@@ -36,7 +36,7 @@ def _logical(project: Path) -> dict[str, tuple]:
     """Per index, what a reader of it sees: ids, text hashes, unit rows (float16 bytes) in row order, storage."""
     from hrag_cli.core.config import VectorSettings
 
-    d = Project(project).vectors_dir
+    d = ProjectDir(project).vectors_dir
     out = {}
     for name in ("chunks", *SPLICED):
         idx = VectorIndex.load(d, name, VectorSettings(), lazy_ids=True, read_at=False)
@@ -62,11 +62,11 @@ def _built_then_added(tmp_path: Path) -> tuple[Path, Path]:
     return docs, base
 
 
-def _resolved_copy(docs: Path, base: Path, project: Path) -> Project:
+def _resolved_copy(docs: Path, base: Path, project: Path) -> ProjectDir:
     """A copy of `base` brought up to date through resolve (its changed_ids.json written, vectors not synced)."""
     shutil.copytree(base, project, symlinks=True)
     _index(docs, project, "--stop-after", "resolve")
-    return Project(project)
+    return ProjectDir(project)
 
 
 def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
     pairs and digests are the same; a fresh build (whose IDF table is fitted on every chunk, where the incremental
     project keeps the one it froze) holds the same ids and text hashes in the same rows."""
     docs, base = _built_then_added(tmp_path)
-    assert Project(base).stage("synonyms").counts["indices_spliced"] == 0      # a first build reads everything
+    assert ProjectDir(base).stage("synonyms").counts["indices_spliced"] == 0      # a first build reads everything
     runs = {}
     for how in ("spliced", "stale"):
         project = tmp_path / how
@@ -84,7 +84,7 @@ def test_added_documents_are_spliced_into_the_indices_as_a_full_pass_holds_them(
         if how == "stale":
             path.write_bytes(path.read_bytes().replace(b'"from"', b'"from":"elsewhere","was"', 1))
         _index(docs, project)
-        p = Project(project)
+        p = ProjectDir(project)
         assert p.stage("synonyms").counts["indices_spliced"] == (4 if how == "spliced" else 1), how
         runs[how] = (_logical(project), p.synonyms_path.read_bytes(), p.stage("synonyms").output_digest)
         patches = [n for n in _vector_file_names(project) if n.endswith(".patch.npz")]
@@ -122,15 +122,15 @@ def test_a_stage_killed_between_two_indices_is_finished_by_the_next_run(tmp_path
         before[BM25_FILE] = (vectors / BM25_FILE).read_bytes()
         _index(docs, project)
         if how == "killed":
-            p = Project(project)
+            p = ProjectDir(project)
             for name, data in before.items():
                 (p.vectors_dir / name).unlink()
                 (p.vectors_dir / name).write_bytes(data)
             with p.lock():
                 again = run_synonyms(p, load_settings(None), Reporter("quiet"))
             assert again.counts["indices_spliced"] == 2 and again.counts["idf_refit"] is False
-        runs[how] = (_logical(project), Project(project).synonyms_path.read_bytes(),
-                     sorted(BM25Index.load(Project(project).vectors_dir / BM25_FILE).doc_ids()))
+        runs[how] = (_logical(project), ProjectDir(project).synonyms_path.read_bytes(),
+                     sorted(BM25Index.load(ProjectDir(project).vectors_dir / BM25_FILE).doc_ids()))
     assert runs["killed"][1] == runs["whole"][1] and runs["killed"][2] == runs["whole"][2]
     assert [n for n, got in runs["killed"][0].items() if runs["whole"][0][n] != got] == []
 

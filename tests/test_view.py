@@ -15,7 +15,7 @@ import pytest
 
 from hrag_cli.core import store
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.export.run import load_export_graph, select_subgraph
 from hrag_cli.graph.model import load_graph
 from hrag_cli.view.page import ViewOptions, run_view
@@ -27,12 +27,12 @@ HRAG = [sys.executable, "-m", "hrag_cli.cli"]
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory) -> Project:
+def sample(tmp_path_factory) -> ProjectDir:
     return index_sample(tmp_path_factory.mktemp("viewsample") / "proj")
 
 
 @pytest.fixture(scope="module")
-def sample_page(sample: Project, tmp_path_factory) -> tuple[Path, dict]:
+def sample_page(sample: ProjectDir, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("page") / "graph.html"
     return out, run_view(sample, ViewOptions(output=out))
 
@@ -44,7 +44,7 @@ def page_data(path: Path) -> dict:
     return json.loads(blob.group(1))
 
 
-def test_page_holds_the_whole_small_graph(sample: Project, sample_page: tuple[Path, dict]) -> None:
+def test_page_holds_the_whole_small_graph(sample: ProjectDir, sample_page: tuple[Path, dict]) -> None:
     out, summary = sample_page
     g, _ = load_graph(sample)
     data = page_data(out)
@@ -76,7 +76,7 @@ def test_page_needs_no_network(sample_page: tuple[Path, dict]) -> None:
     assert "sourceMappingURL" not in html
 
 
-def test_big_graph_shows_the_top_entities_and_select_works(sample: Project, tmp_path: Path) -> None:
+def test_big_graph_shows_the_top_entities_and_select_works(sample: ProjectDir, tmp_path: Path) -> None:
     summary = run_view(sample, ViewOptions(output=tmp_path / "top.html", max_nodes=50))
     data = page_data(tmp_path / "top.html")
     full = load_export_graph(sample)
@@ -137,7 +137,7 @@ needs_chromium = pytest.mark.skipif(find_chromium() is None,
 
 
 @needs_chromium
-def test_page_in_headless_chromium(sample: Project, sample_page: tuple[Path, dict]) -> None:
+def test_page_in_headless_chromium(sample: ProjectDir, sample_page: tuple[Path, dict]) -> None:
     out, summary = sample_page
     g, _ = load_graph(sample)
     with Chromium.start() as browser:

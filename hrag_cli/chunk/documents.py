@@ -33,7 +33,6 @@ from hrag_cli.core.project import text_hash
 from hrag_cli.core.records import Document
 
 RECORD_SUFFIXES = {".jsonl"}
-SUPPORTED_SUFFIXES = set(readers.SUPPORTED) | RECORD_SUFFIXES
 # HTML and DOCX files are parsed whole: bigger ones are listed as too big (text files of any size stream)
 MAX_WHOLE_BYTES = 256 << 20
 

@@ -74,9 +74,9 @@ def kind_of(name: str) -> str:
 TEXT_KINDS = {"markdown", "rst", "adoc", "org", "tex", "plain", "code"}
 FORMATS = ("text, Markdown, reStructuredText, AsciiDoc, Org, LaTeX, CSV, source code, HTML, PDF, DOCX and "
            "JSONL files")
-SUPPORTED = sorted(MARKUP.keys() | PLAIN | HTML | PDF | DOCX | CODE)
 
-_HTML_START = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html[\s>]|head[\s>])",
+_HTML_START = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*"
+                         rb"<(?:!doctype\s+html|html[\s>]|head[\s>])",
                          re.I | re.S)
 
 

@@ -26,7 +26,7 @@ from hrag_cli.chunk.chunking import chunk_sections
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, StageRecord, fingerprint, text_hash
+from hrag_cli.core.project import ProjectDir, StageOutcome, StageRecord, fingerprint, text_hash
 from hrag_cli.core.records import Chunk, ChunkRef, Document, from_dict, to_dict
 
 if TYPE_CHECKING:
@@ -61,15 +61,15 @@ def settings_fingerprint(settings: Settings) -> str:
                        d.jsonl_title_field, sorted(d.include), sorted(d.exclude))
 
 
-def load_chunks(project: Project) -> list[Chunk]:
+def load_chunks(project: ProjectDir) -> list[Chunk]:
     return [from_dict(Chunk, r) for r in store.read_jsonl(project.chunks_path)]
 
 
-def load_documents(project: Project) -> list[Document]:
+def load_documents(project: ProjectDir) -> list[Document]:
     return [from_dict(Document, r) for r in store.read_jsonl(project.docs_path)]
 
 
-def load_chunk_refs(project: Project) -> list[ChunkRef]:
+def load_chunk_refs(project: ProjectDir) -> list[ChunkRef]:
     """Every chunk without its text, for a stage that needs only where chunks are (resolve's graph)."""
     return [ChunkRef(r["chunk_id"], r["doc_id"], int(r["order"])) for r in store.read_jsonl(project.chunks_path)]
 
@@ -77,7 +77,7 @@ def load_chunk_refs(project: Project) -> list[ChunkRef]:
 # ------------------------------------------------------------------------------------------------ marks
 
 
-def chunk_mark(project: Project) -> dict | None:
+def chunk_mark(project: ProjectDir) -> dict | None:
     """Where docs.jsonl and chunks.jsonl end now: {"epoch", "docs", "chunks"} (line counts). A later stage that
     keeps it can ask `added_since` for what came after, as long as the files were only appended to since (the
     epoch changes whenever they are written again whole). None before the chunk stage ran."""
@@ -87,7 +87,7 @@ def chunk_mark(project: Project) -> dict | None:
     return {"epoch": _epoch(rec), "docs": rec.counts["docs"], "chunks": rec.counts["chunks"]}
 
 
-def added_since(project: Project, mark: dict | None) -> tuple[list[Document], list[Chunk]] | None:
+def added_since(project: ProjectDir, mark: dict | None) -> tuple[list[Document], list[Chunk]] | None:
     """The documents and chunks appended after `mark` (a `chunk_mark`), reading only the files' ends; None when
     they were written whole since (or cannot say): the caller then reads everything."""
     now = chunk_mark(project)
@@ -109,7 +109,7 @@ def _epoch(rec: StageRecord) -> str:
     return str(rec.counts.get("epoch") or rec.output_digest)
 
 
-def load_stamps(project: Project) -> dict[str, tuple[list[int], list[str]]]:
+def load_stamps(project: ProjectDir) -> dict[str, tuple[list[int], list[str]]]:
     """files.json: rel path -> (stat stamp, doc ids) of each file as the last chunk run read it; trusted only
     when the chunk stage's record vouches for it (written by the same run as docs.jsonl and chunks.jsonl)."""
     rec = project.manifest()["stages"].get("chunk") or {}
@@ -126,7 +126,7 @@ def load_stamps(project: Project) -> dict[str, tuple[list[int], list[str]]]:
             if isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], list)}
 
 
-def _save_stamps(project: Project, files: dict[str, tuple[list[int], list[str]]]) -> None:
+def _save_stamps(project: ProjectDir, files: dict[str, tuple[list[int], list[str]]]) -> None:
     """files.json, which `load_stamps` reads."""
     store.atomic_write_bytes(project.files_path, store.dumps({"version": 1, "files": files}))
 
@@ -202,7 +202,7 @@ def _counts(documents: int, chunks: int, tokens: int, scanned: ScanResult, roots
 # ------------------------------------------------------------------------------------------------ the stage
 
 
-def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path],
+def run_chunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path],
               write: bool = True, reuse: bool = False, rehash: bool = False,
               taken: Callable[[set[str]], bool] | None = None) -> ChunkOutcome:
     """`reuse`: the pipeline vouches that the previous chunks were made with these settings and are intact;
@@ -224,7 +224,7 @@ def run_chunk(project: Project, settings: Settings, reporter: Reporter, roots: l
     return _rechunk(project, settings, reporter, roots, prev, stamps, scanned, write, reuse)
 
 
-def _append(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord,
+def _append(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord,
             stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
             taken: Callable[[set[str]], bool] | None) -> ChunkOutcome | None:
     """Every file the last run read is unchanged and was, with files read again that hold what they held, its
@@ -259,7 +259,7 @@ def _append(project: Project, settings: Settings, reporter: Reporter, roots: lis
     return ChunkOutcome(counts=counts, output_digest=digest, chunks=chunks, documents=documents, appended=True)
 
 
-def _unstamped_as_before(project: Project, stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
+def _unstamped_as_before(project: ProjectDir, stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult,
                          n_docs: Any) -> list[LoadedDocument] | None:
     """What was read now that is new, when the documents no stamp covers (a file touched in the second before
     the last scan, so read again now) were all read again unchanged: the run after one that appended a file
@@ -278,7 +278,7 @@ def _unstamped_as_before(project: Project, stamps: dict[str, tuple[list[int], li
     return [item for item in scanned.documents if item.doc.doc_id not in before]
 
 
-def _rechunk(project: Project, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord | None,
+def _rechunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots: list[Path], prev: StageRecord | None,
              stamps: dict[str, tuple[list[int], list[str]]], scanned: ScanResult, write: bool,
              reuse: bool) -> ChunkOutcome:
     """The full pass: every document's chunks (an unchanged document keeps its previous ones), written whole in
@@ -326,5 +326,27 @@ def _rechunk(project: Project, settings: Settings, reporter: Reporter, roots: li
                      epoch=epoch or fingerprint("epoch", digest, ""))
     # an unchanged corpus keeps its digest (an appended one's is not its content digest), so nothing downstream
     # runs again
+    return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
+                        chunks=chunks, documents=documents)
+
+
+def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Path,
+                   more: dict[str, Any]) -> ChunkOutcome:
+    """The chunk stage for documents and chunks another tool cut (--import-lightrag): written whole when they
+    differ from what the files hold; an unchanged import keeps its digest, so nothing downstream runs again."""
+    prev = project.stage("chunk")
+    old_docs, old_chunks = load_documents(project), load_chunks(project)
+    digest = _content_digest(documents, chunks)
+    unchanged = prev is not None and digest == _content_digest(old_docs, old_chunks)
+    epoch = _epoch(prev) if prev is not None else ""
+    if not unchanged:
+        store.write_jsonl(project.chunks_path, (to_dict(ch) for ch in chunks), compress=True)
+        store.write_jsonl(project.docs_path, (to_dict(d) for d in documents))
+        _save_stamps(project, {})
+        epoch = fingerprint("epoch", digest, epoch)
+    counts = {"docs": len(documents), "chunks": len(chunks), "tokens": sum(ch.n_tokens for ch in chunks),
+              "new_chunks": len({ch.chunk_id for ch in chunks} - {ch.chunk_id for ch in old_chunks}),
+              "removed_chunks": len({ch.chunk_id for ch in old_chunks} - {ch.chunk_id for ch in chunks}),
+              **more, "roots": [str(source)], "lightrag_dir": str(source), "epoch": epoch}
     return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
                         chunks=chunks, documents=documents)

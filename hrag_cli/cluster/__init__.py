@@ -38,6 +38,7 @@ def connect(address: str) -> Any:
     require_ray(address)
     import ray
 
+    _errors_to_stderr(ray)
     if not ray.is_initialized():
         _reachable(address.strip())
         try:
@@ -47,6 +48,21 @@ def connect(address: str) -> Any:
             raise UsageError(f"--ray {address}: cannot reach a Ray cluster ({first}); start one with "
                              "'ray start --head' (then --ray auto) or pass its head's address HOST:6379") from None
     return ray
+
+
+def _errors_to_stderr(ray: Any) -> None:
+    """Ray prints the cluster's error messages (a task retried after its node was lost) on the driver's
+    stdout, where `--json` puts its one object: they go to stderr instead."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "hrag_stderr", False):
+        return
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.hrag_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _reachable(address: str) -> None:

@@ -22,7 +22,7 @@ from hrag_cli.core import llm
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.core.llm import LLMClient, LLMError, _LoopState, _status, backoff_delay
 from hrag_cli.core.openai_http import ServerError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 ACTORS_PER_NODE = 1     # senders per node: one event loop keeps hundreds of requests open
 
@@ -37,7 +37,7 @@ class Sender:
     """A Ray actor that sends requests: the single-process client's own code, one attempt, no cache."""
 
     def __init__(self, settings: LLMSettings) -> None:
-        self.client = LLMClient(Project(Path(os.devnull)), replace(settings, max_retries=0),
+        self.client = LLMClient(ProjectDir(Path(os.devnull)), replace(settings, max_retries=0),
                                 cache_path=Path(os.devnull))
         if self.client.direct:
             llm._unpriced.add(settings.model)    # priced by the driver: no litellm import (seconds) per worker
@@ -86,7 +86,7 @@ class SenderPool:
 class ClusterLLMClient(LLMClient):
     """LLMClient whose requests leave from the cluster's nodes (see the module's docstring)."""
 
-    def __init__(self, project: Project, settings: LLMSettings, pool_of: Any, **kw: Any) -> None:
+    def __init__(self, project: ProjectDir, settings: LLMSettings, pool_of: Any, **kw: Any) -> None:
         super().__init__(project, settings, **kw)
         self.pool: SenderPool = pool_of(self.settings)
         self._pause_until = 0.0
@@ -110,6 +110,6 @@ class ClusterLLMClient(LLMClient):
         return await self._send(once, state)
 
 
-def cluster_client(ray: Any, project: Project, settings: LLMSettings, nodes: int, **kw: Any) -> ClusterLLMClient:
+def cluster_client(ray: Any, project: ProjectDir, settings: LLMSettings, nodes: int, **kw: Any) -> ClusterLLMClient:
     """The driver's client for a run on the cluster `ray` is connected to, with senders on its `nodes`."""
     return ClusterLLMClient(project, settings, lambda s: SenderPool(ray, s, nodes * ACTORS_PER_NODE), **kw)

@@ -65,6 +65,10 @@ class ExtractSettings:
     # names of an LLM extraction that cannot be found in their chunk: off, flag (counted) or drop (with the
     # relations that depend on them); the rules extractor and imported OpenIE are never checked
     grounding: str = "drop"
+    # how answers are asked for: json (a JSON object the server must follow, for providers that take a JSON
+    # schema: OpenAI-compatible servers, Ollama, hosted APIs that litellm knows to), delimited (our line format,
+    # for any model), or auto (json where the provider takes a schema); remembered with the project
+    format: str = "auto"
 
 
 @dataclass
@@ -108,6 +112,10 @@ class VectorSettings:
 class SynonymSettings:
     top_k: int = 10
     threshold: float = 0.8
+    # Only pairs at least as similar as the nearest neighbour of the best-matched `top_share` of the entities:
+    # a rank on the embedder's own scale, so the floor means the same for every embedder (the builtin one gives
+    # short unrelated names 0.99, a sentence model its own spread); `threshold` stays an absolute lower bound.
+    top_share: float = 0.4
     min_name_chars: int = 3
     # The k-NN pass over entity-name vectors joins each entity with those sharing one of its
     # `cells_per_entity` nearest k-means cells (cells.py); up to cells_per_entity * cell_size entities it is
@@ -169,6 +177,12 @@ class QuerySettings:
     # (bench/retrieval.py)
     fact_seed_sharpness: float = 2.0
     rules_synonym_weight: float = 0.0   # ppr on a rules-extractor graph: SYNONYM edge weights x this in the walk
+    # ppr: at most this many chunks of one document among the first ranks while other documents have candidates
+    # (0 = no cap): one long file whose names the walk keeps reaching cannot fill the answer
+    doc_cap: int = 1
+    # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
+    # the question's subject (0 = every named entity counts)
+    common_name_share: float = 0.05
 
 
 @dataclass
@@ -214,7 +228,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed.batch_size": (1, 1_000_000), "embed.concurrency": (1, 1024), "embed.idf_refresh_growth": (0, 1_000_000),
     "vectors.m": (2, 512), "vectors.ef_construction": (1, 1_000_000), "vectors.ef_search": (1, 1_000_000),
     "vectors.exact_below": (0, _BIG),
-    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.min_name_chars": (0, 10_000),
+    "synonyms.top_k": (1, 1000), "synonyms.threshold": (-1, 1), "synonyms.top_share": (0, 1),
+    "synonyms.min_name_chars": (0, 10_000),
     "synonyms.cells_per_entity": (1, 100_000), "synonyms.cell_size": (2, _BIG),
     "query.top_k": (1, 100_000), "query.fact_top_k": (0, 100_000), "query.passage_node_weight": (0, 1_000_000),
     "query.passage_node_top_k": (0, _BIG),
@@ -227,7 +242,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fusion_k": (0, 1_000_000), "query.fusion_lexical": (0, 1), "query.seed_confidence": (0, 1_000_000),
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
-    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000),
+    "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
+    "query.common_name_share": (0, 1),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
@@ -315,7 +331,7 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     """defaults < remembered < hrag.toml < environment < flags (`overrides`, None values ignored).
 
     `remembered` holds what a project was last built with (extractor, LLM model and API base, embedder; see
-    Project.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
+    ProjectDir.remembered): a plain command reuses it, anything given explicitly wins. A model given explicitly
     does not inherit the remembered API base (nor, for an embedder, the precision) of another model."""
     settings = Settings()
     for key, value in (remembered or {}).items():
@@ -346,6 +362,8 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
             settings.llm.api_base = LLMSettings.api_base
         if "extract.extractor" not in explicit:
             settings.extract.extractor = ExtractSettings.extractor   # auto: a model given means "use it"
+        if "extract.format" not in explicit:
+            settings.extract.format = ExtractSettings.format          # another model: what it supports
     if remembered and "embed.model" in explicit and settings.embed.model != remembered.get("embed.model"):
         for key in ("api_base", "precision"):      # another embedder starts from its own defaults
             if f"embed.{key}" not in explicit:

@@ -30,7 +30,7 @@ from hrag_cli.core.errors import BudgetExceeded, HragError, UsageError
 from hrag_cli.core.openai_http import OpenAIHTTP, ServerError, api_key, uses_http
 from hrag_cli.core.redact import scrub
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 T = TypeVar("T")
 
@@ -357,6 +357,20 @@ def is_local(settings: LLMSettings) -> bool:
 _DEFAULT_PORTS = {"ollama": 11434, "ollama_chat": 11434}
 
 
+def supports_schema(settings: LLMSettings) -> bool:
+    """Whether this provider can be made to answer within a JSON schema: an OpenAI-compatible server
+    (llama.cpp, vLLM, Ollama's /v1, LM Studio take response_format; LLMClient falls back to llama-cpp-python's
+    form), Ollama (its `format`), or a hosted model litellm's model list says supports a response schema."""
+    if uses_http(settings.model, settings.api_base):
+        return True
+    if settings.model.split("/", 1)[0] in ("ollama", "ollama_chat"):
+        return True
+    try:
+        return bool(import_litellm().supports_response_schema(model=settings.model))
+    except Exception:
+        return False
+
+
 def probe_local(settings: LLMSettings) -> None:
     """Raise ConnectionRefusedError when nothing listens at a server on this machine (one TCP connect, no
     request): the retry policy then stops at once."""
@@ -436,7 +450,7 @@ class LLMClient:
     `cache_path` is cache/llm.jsonl (indexing) unless given: queries keep theirs in cache/query_llm.jsonl
     (query_client), so a query never touches what the index was built from."""
 
-    def __init__(self, project: Project, settings: LLMSettings, *, max_cost: float | None = None,
+    def __init__(self, project: ProjectDir, settings: LLMSettings, *, max_cost: float | None = None,
                  reporter: Reporter | None = None, cache_path: Path | None = None,
                  connect_timeout: float | None = None) -> None:
         self.project = project
@@ -561,9 +575,10 @@ class LLMClient:
         return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
     def _refused_shape(self, exc: BaseException) -> bool:
-        """A 400/422 about response_format's json_schema shape: try the other shape once."""
+        """An error status about response_format's json_schema shape (llama-cpp-python's server answers 500 to
+        a request it cannot validate): try the other shape once."""
         text = f"{getattr(exc, 'message', '')} {exc}"
-        if self._shape != "json_schema" or _status(exc) not in (400, 422):
+        if self._shape != "json_schema" or _status(exc) not in (400, 422, 500):
             return False
         if "response_format" in text or "json_schema" in text:
             self._shape = "json_object"
@@ -832,7 +847,7 @@ def request_timeout(seconds: float, connect: float | None) -> Any:
     return httpx.Timeout(seconds, connect=min(connect, seconds))
 
 
-def query_client(project: Project, settings: LLMSettings) -> LLMClient:
+def query_client(project: ProjectDir, settings: LLMSettings) -> LLMClient:
     """The client for query-time calls (keywords, answers, filters): its own cache file, so `hrag query`
     never appends to cache/llm.jsonl. It fails fast: one attempt (no retries, no backoff), a short connect
     timeout, and after a failure every other request of the run would meet too (no server, bad key), no
@@ -849,7 +864,7 @@ def failure_note(exc: BaseException, settings: LLMSettings) -> str:
     return f"{cause.explain(exc)}; to use the LLM, {cause.remedy}"
 
 
-def spend_summary(project: Project, path: Path | None = None) -> dict:
+def spend_summary(project: ProjectDir, path: Path | None = None) -> dict:
     """Totals over every response ever stored in cache/llm.jsonl, or `path` (what the project has cost)."""
     n = prompt = completion = 0
     cost = 0.0

@@ -1,11 +1,13 @@
 """Chat completions sent straight to an OpenAI-compatible server (llama.cpp, vLLM, Ollama's /v1, LM Studio, a
-proxy): one pooled HTTP client per event loop, the body encoded with orjson, the answer read as a dict.
+proxy): one pooled aiohttp session per event loop (a dependency of litellm; a request costs a fraction of what
+it costs through httpx), the body encoded with orjson, the answer read as a dict.
 
 LLMClient uses this for `openai/MODEL` with an api_base, and litellm for every other provider. litellm's own
 per-call work (its logging, cost and response objects) costs several times what the rest of a chunk costs
 hrag (docs/benchmarks.md), and an OpenAI-compatible server needs none of it. Errors keep the shape the retry
-policy reads: `status_code`, `message` and the response headers (Retry-After), or httpx's own transport
-errors for a refused connection or a timeout.
+policy reads: `status_code`, `message` and the response headers (Retry-After), aiohttp's own errors for a
+refused connection, asyncio.TimeoutError for a request that took too long, ConnectionError for a connection
+that could not be opened in time.
 """
 
 from __future__ import annotations
@@ -67,29 +69,37 @@ class OpenAIHTTP:
 
     def _http(self) -> Any:
         if self._client is None:
-            import httpx   # a dependency of litellm, so always there
+            import aiohttp
 
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=min(self.connect or self.timeout, self.timeout)),
-                limits=httpx.Limits(max_keepalive_connections=64, max_connections=None))
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout, connect=min(self.connect or self.timeout,
+                                                                              self.timeout)),
+                connector=aiohttp.TCPConnector(limit=0))
         return self._client
 
     async def chat(self, body: dict) -> dict:
         """The server's answer as a dict; ServerError for an error status or an answer without choices."""
-        resp = await self._http().post(self.url, content=orjson.dumps(body), headers=self.headers)
-        if resp.status_code >= 400:
-            raise ServerError(resp.status_code, _error_message(resp.content), resp.headers)
+        import aiohttp
+
         try:
-            data = orjson.loads(resp.content)
+            async with self._http().post(self.url, data=orjson.dumps(body), headers=self.headers) as resp:
+                status, content, headers = resp.status, await resp.read(), resp.headers
+        except aiohttp.ConnectionTimeoutError:
+            raise ConnectionError(f"could not connect to {self.url} within {self.connect or self.timeout:g} s") \
+                from None
+        if status >= 400:
+            raise ServerError(status, _error_message(content), headers)
+        try:
+            data = orjson.loads(content)
         except orjson.JSONDecodeError:
-            raise ServerError(502, f"the server's answer is not JSON: {resp.content[:200]!r}") from None
+            raise ServerError(502, f"the server's answer is not JSON: {content[:200]!r}") from None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
             if isinstance(data, dict) and data.get("error"):
-                raise ServerError(500, _error_message(resp.content))
+                raise ServerError(500, _error_message(content))
             raise ServerError(None, "LLM response had no choices")
         return data
 
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.aclose()
+            await client.close()

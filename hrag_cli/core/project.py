@@ -37,7 +37,7 @@ DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors")
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
-DURABLE = {"chunk": ("roots",), "extract": ("extractor", "openie_file")}
+DURABLE = {"chunk": ("roots", "lightrag_dir"), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -66,7 +66,7 @@ class StageRecord:
     counts: dict
 
 
-class Project:
+class ProjectDir:
     """Paths of every artifact (docs/formats.md) plus manifest and lock handling."""
 
     def __init__(self, root: Path) -> None:
@@ -246,7 +246,7 @@ class Project:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "embed.model", "embed.api_base",
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
                   "embed.precision", "cluster.ray")
 
     def remembered(self) -> dict[str, Any]:
@@ -495,3 +495,4 @@ class StageOutcome:
     counts: dict
     output_digest: str
     payload: Any = None
+

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.embed.plans import Chunks
 
 
-def sync_bm25(project: Project, chunks: "Chunks", appended: dict[str, str] | None, reporter: Reporter,
+def sync_bm25(project: ProjectDir, chunks: "Chunks", appended: dict[str, str] | None, reporter: Reporter,
               total: int) -> dict:
     """BM25 over chunk texts, updated by chunk id (a chunk id is a hash of its text, so ids say it all).
     `appended`: only chunks were appended since the index was synced (none went): just those are looked at."""

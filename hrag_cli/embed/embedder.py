@@ -46,7 +46,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import HragError, UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 IDF_FILE = "idf.npz"
 _KEY_BYTES = 16
@@ -461,11 +461,11 @@ class Embedder:
         return _normalise(self.backend.encode_raw([text]))[0]
 
 
-def _holds_lock(project: Project) -> bool:
+def _holds_lock(project: ProjectDir) -> bool:
     return getattr(project, "_lock_fh", None) is not None
 
 
-def _load_idf(project: Project | None) -> Any:
+def _load_idf(project: ProjectDir | None) -> Any:
     if project is None:
         return None
     from hrag_cli.embed.builtin import IdfTable
@@ -479,7 +479,7 @@ def _load_idf(project: Project | None) -> Any:
         return None   # unreadable or older format: the next synonyms run refits it
 
 
-def get_embedder(project: Project | None, settings: Settings, *, cache_writes: bool | None = None,
+def get_embedder(project: ProjectDir | None, settings: Settings, *, cache_writes: bool | None = None,
                  fail_fast: bool = False) -> Embedder:
     """The configured embedder. Cache writes default to 'only while this process holds the writer lock';
     `fail_fast` for query time (a litellm model gets one attempt and a short connect timeout)."""
@@ -504,7 +504,7 @@ def get_embedder(project: Project | None, settings: Settings, *, cache_writes: b
 
 
 # -- the builtin IDF table -----------------------------------------------------------------------------------
-def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str], n_docs: int,
+def refresh_idf(project: ProjectDir, settings: Settings, chunk_texts: Iterable[str], n_docs: int,
                 reporter: Reporter | None = None) -> dict:
     """Fit the builtin embedder's IDF on the chunk texts when missing or when the corpus moved by more than
     embed.idf_refresh_growth; freeze it in vectors/idf.npz. A refit changes the model_id (vectors re-embed
@@ -528,7 +528,7 @@ def refresh_idf(project: Project, settings: Settings, chunk_texts: Iterable[str]
             "idf_fingerprint": table.fingerprint() if table else "", "idf_refit": bool(refit and n_docs > 0)}
 
 
-def embed_status(project: Project, settings: Settings) -> dict:
+def embed_status(project: ProjectDir, settings: Settings) -> dict:
     """For `hrag status`: the embedder, and for builtin the frozen IDF table against the current corpus."""
     name = (settings.embed.model or "builtin").strip()
     info: dict[str, Any] = {"model": name}

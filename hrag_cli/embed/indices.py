@@ -14,7 +14,7 @@ from hrag_cli.core import forkpool, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import HragError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, text_hash
+from hrag_cli.core.project import ProjectDir, text_hash
 from hrag_cli.embed.embedder import Embedder
 from hrag_cli.embed.plans import (
     Chunks, Names, Plan, appended_chunks, changed_texts, chunk_plan, chunks_token, sorted_plan)
@@ -51,7 +51,7 @@ def embed_blocks(emb: Embedder, batches: Iterable[list[str]], total: int, report
             yield block
 
 
-def sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
+def sync_index(project: ProjectDir, settings: Settings, emb: Embedder, name: str,
                items: Callable[[], Iterable[tuple[str, str]]], reporter: Reporter, graph: bool = True,
                synced: str = "") -> tuple[VectorIndex, dict]:
     """Bring one vector index up to date: hash every item's text (one streamed pass), embed only the items
@@ -99,7 +99,7 @@ def sync_index(project: Project, settings: Settings, emb: Embedder, name: str,
     return idx, counts
 
 
-def load_for_insert(project: Project, name: str, settings: Settings, emb: Embedder, synced: str | None
+def load_for_insert(project: ProjectDir, name: str, settings: Settings, emb: Embedder, synced: str | None
                     ) -> VectorIndex | None:
     """The saved index when `insert` can bring it up to date: same embedder and dimension, synced with the
     resolve output the change list starts from (None: any), no graph."""
@@ -114,7 +114,7 @@ def load_for_insert(project: Project, name: str, settings: Settings, emb: Embedd
     return idx
 
 
-def insert_index(project: Project, emb: Embedder, idx: VectorIndex, plan: Plan, texts: list[str],
+def insert_index(project: ProjectDir, emb: Embedder, idx: VectorIndex, plan: Plan, texts: list[str],
                  synced: str, reporter: Reporter) -> dict:
     """Embed the changed records' texts and splice them into the index (`VectorIndex.insert`), save. A record
     made again from the same text (a new source of an old fact) keeps its row: it is not embedded again."""
@@ -145,7 +145,7 @@ class SyncedIndices:
     appended: dict[str, str] | None        # chunks appended since the chunk index's mark (None: read all)
 
 
-def sync_indices(project: Project, settings: Settings, emb: Embedder, names: Names, chunks: Chunks,
+def sync_indices(project: ProjectDir, settings: Settings, emb: Embedder, names: Names, chunks: Chunks,
                  mark: dict | None, synced: str, change: dict | None, with_relations: bool,
                  reporter: Reporter) -> SyncedIndices:
     """Bring the chunk, entity, relation and fact indices up to date with the records on disk: the records
@@ -202,7 +202,7 @@ def sync_indices(project: Project, settings: Settings, emb: Embedder, names: Nam
     return SyncedIndices(counts, digests, inserted, entity_plan, appended)
 
 
-def sync_name_index(project: Project, settings: Settings, emb: Embedder, names: Names, change: dict | None,
+def sync_name_index(project: ProjectDir, settings: Settings, emb: Embedder, names: Names, change: dict | None,
                     entity_plan: Plan | None, synced: str, reporter: Reporter) -> tuple[VectorIndex, bool]:
     """The entities' name vectors, an index of their own (never searched at query time), so a later run embeds
     only new or renamed entities; its hashes double as the neighbour lists' keys. Spliced (True) when the

@@ -14,7 +14,7 @@ import orjson
 
 from hrag_cli.chunk.stage import added_since
 from hrag_cli.core import jsonl_lines, line_patch, store
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.embed.texts import entity_text, fact_row_text
 from hrag_cli.storage.vectors.ids import fixed_bytes, rows_in
 from hrag_cli.storage.vectors.index import VectorIndex
@@ -60,7 +60,7 @@ class Names:
         return self.fill()._d.items()
 
 
-def resolve_change(project: Project) -> dict | None:
+def resolve_change(project: ProjectDir) -> dict | None:
     """graph/changed_ids.json when it leads to the resolve output on disk and removes nothing (a patch only adds
     or makes records again), else None: what changed is unknown and every record is read."""
     rec = project.stage("resolve")
@@ -215,7 +215,7 @@ class Chunks:
     """Chunk id -> text (the first row of each id, in file order) and the row count, read from chunks.jsonl
     the first time they are asked for: a small run whose chunk index ends at a known `chunk_mark` never asks."""
 
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: ProjectDir) -> None:
         self._path, self._texts, self._rows = project.chunks_path, None, 0
 
     def all(self) -> dict[str, str]:
@@ -238,7 +238,7 @@ def chunks_token(mark: dict | None, synced: str) -> str:
     return orjson.dumps(mark, option=orjson.OPT_SORT_KEYS).decode() if mark is not None else synced
 
 
-def appended_chunks(project: Project, idx: VectorIndex) -> tuple[Plan, dict[str, str]] | None:
+def appended_chunks(project: ProjectDir, idx: VectorIndex) -> tuple[Plan, dict[str, str]] | None:
     """When the chunk index holds the chunks up to a `chunk_mark` (its `synced` token) and chunks were only
     appended since: the plan putting the new ones at its end (the order a fresh build gives: first rows in
     file order) and the appended chunks' texts, read from the file's end only. Else None: every chunk is
@@ -259,7 +259,7 @@ def appended_chunks(project: Project, idx: VectorIndex) -> tuple[Plan, dict[str,
     return Plan(fresh, np.full(len(fresh), -1, dtype=np.int64), np.full(len(fresh), n, dtype=np.int64), n), texts
 
 
-def changed_texts(project: Project, name: str, idx: VectorIndex, change: dict, names: Names
+def changed_texts(project: ProjectDir, name: str, idx: VectorIndex, change: dict, names: Names
                   ) -> tuple[Plan, list[str]] | None:
     """Where the records resolve changed go in this index (entities or facts) and their texts, read at their
     lines only, each checked to hold the id expected; None when the files do not match the change list (the

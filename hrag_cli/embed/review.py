@@ -9,7 +9,7 @@ from typing import Any
 
 from hrag_cli.core import store
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 DECISIONS_FILE = "synonym_decisions.jsonl"
 TSV_COLUMNS = ("a", "b", "a_name", "b_name", "similarity", "action")
@@ -66,7 +66,7 @@ def read_review(path: Path, names: dict[str, str]) -> list[dict]:
     return out
 
 
-def load_decisions(project: Project) -> dict[tuple[str, str], dict]:
+def load_decisions(project: ProjectDir) -> dict[tuple[str, str], dict]:
     out: dict[tuple[str, str], dict] = {}
     for r in store.read_jsonl(project.graph_dir / DECISIONS_FILE):
         if not (isinstance(r, dict) and isinstance(r.get("a"), str) and isinstance(r.get("b"), str)
@@ -77,7 +77,7 @@ def load_decisions(project: Project) -> dict[tuple[str, str], dict]:
     return out
 
 
-def save_decisions(project: Project, decisions: dict[tuple[str, str], dict]) -> None:
+def save_decisions(project: ProjectDir, decisions: dict[tuple[str, str], dict]) -> None:
     store.write_jsonl(project.graph_dir / DECISIONS_FILE, (decisions[k] for k in sorted(decisions)))
 
 

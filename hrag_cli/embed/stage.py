@@ -15,8 +15,10 @@
    addition).
 3. SYNONYM edges, HippoRAG style: for each entity its `synonyms.top_k` nearest entities by cosine of their NAME
    vectors (HippoRAG links entity phrases, and name+description vectors of entities described by the same sentence
-   look alike whatever their names); a pair with similarity >= `synonyms.threshold` whose names both have >=
-   `min_name_chars` letters/digits becomes one undirected edge (weight = similarity). The neighbours come from a
+   look alike whatever their names); a pair with similarity >= the floor (`synonyms.threshold`, raised to the
+   nearest-neighbour similarity of the best-matched `synonyms.top_share` of the entities) whose names both have
+   >= `min_name_chars` letters/digits and are names (no date, quantity, number or function word) becomes one
+   undirected edge (weight = similarity). The neighbours come from a
    self-join over overlapping k-means cells (storage/cells.py; exact up to cells_per_entity * cell_size entities),
    with exact cosines. The name vectors are kept as a vector index of their own (vectors/entity_names.*, never
    searched at query time), so a later run embeds only new or renamed entities. The builtin embedder, the cells, the
@@ -47,14 +49,15 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.embed.bm25_sync import sync_bm25
 from hrag_cli.embed.embedder import get_embedder, refresh_idf
 from hrag_cli.embed.indices import NAMES, drop_name_graph, sync_indices, sync_name_index
 from hrag_cli.embed.plans import Chunks, Names, resolve_change
 from hrag_cli.embed.review import (
     accept, apply_decisions, load_decisions, read_review, review_rows, save_decisions, write_review)
-from hrag_cli.embed.synonym_edges import candidate_pairs, find_neighbours, pair_records, save_edges
+from hrag_cli.embed.synonym_edges import (candidate_pairs, find_neighbours, names_only, pair_records, save_edges,
+                                          similarity_floor)
 from hrag_cli.embed.texts import relation_vectors
 from hrag_cli.storage.vectors.index import FORMAT as VECTOR_FORMAT
 
@@ -77,7 +80,7 @@ def check_settings(settings: Settings) -> None:
             raise UsageError(f"setting synonyms.{key}: {getattr(s, key)!r} must be {rule}")
 
 
-def run_synonyms(project: Project, settings: Settings, reporter: Reporter, review_path: Path | None = None,
+def run_synonyms(project: ProjectDir, settings: Settings, reporter: Reporter, review_path: Path | None = None,
                  accept_path: Path | None = None) -> StageOutcome:
     check_settings(settings)
     if review_path is not None and accept_path is not None:
@@ -120,11 +123,14 @@ def run_synonyms(project: Project, settings: Settings, reporter: Reporter, revie
                                    reporter)
     counts["entities_queried"] = queried
     linkable = knn.chars >= s.min_name_chars
+    floor = similarity_floor(knn, linkable, s.threshold, s.top_share)
+    linkable = names_only(knn, linkable, floor)
+    counts["synonym_floor"] = round(floor, 4)
     decisions = load_decisions(project)
     # a plain run (nothing reviewed) writes the pairs as they come, in order; reviewed decisions need them by key
-    records = pair_records(knn, linkable, s.threshold) \
+    records = pair_records(knn, linkable, floor) \
         if accepted is None and review_path is None and not decisions else None
-    auto = candidate_pairs(knn, linkable, s.threshold) if records is None else {}
+    auto = candidate_pairs(knn, linkable, floor) if records is None else {}
     n_auto = len(auto) if records is None else len(records)
     if accepted is not None:
         row_of = {i: p for p, i in enumerate(knn.ids)}

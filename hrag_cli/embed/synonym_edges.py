@@ -11,7 +11,7 @@ import numpy as np
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.embed.indices import EMBED_BLOCK, NAMES
 from hrag_cli.embed.knn import KnnLists, decoded, update_knn
 from hrag_cli.storage.vectors.dense import DenseRows
@@ -108,6 +108,39 @@ def rescore(knn: KnnLists, full: SparseRows, rows: np.ndarray | None = None, blo
         a[filled] = 0
 
 
+FLOOR_MIN_ENTITIES = 100     # fewer linkable entities with a neighbour: too few to rank, the threshold alone
+
+
+def similarity_floor(knn: KnnLists, linkable: np.ndarray, threshold: float, top_share: float) -> float:
+    """The cosine a pair needs: the threshold, or the cosine to its nearest linkable neighbour that only the
+    best-matched `top_share` of the linkable entities reach, when that is higher (an entity with no listed
+    neighbour ranks below every one). 0 or 1, or under FLOOR_MIN_ENTITIES ranked: the threshold alone."""
+    if not 0 < top_share < 1 or not len(knn.nbr):
+        return threshold
+    nbr = knn.nbr
+    listed = (nbr >= 0) & (nbr != np.arange(len(nbr))[:, None]) & linkable[np.maximum(nbr, 0)]
+    best = np.where(listed, knn.sim, -np.inf).max(axis=1)[linkable]
+    if int(np.isfinite(best).sum()) < FLOOR_MIN_ENTITIES:
+        return threshold
+    at = np.sort(best)[min(len(best) - 1, int(np.ceil((1.0 - top_share) * len(best))))]
+    return max(threshold, float(at)) if np.isfinite(at) else threshold
+
+
+def names_only(knn: KnnLists, linkable: np.ndarray, floor: float) -> np.ndarray:
+    """`linkable` less the entities in a pair at or above `floor` that are not names: dates, quantities and bare
+    numbers ("12 october 2025" ~ "14 october 2025"), function words. Judged on the ids (normalised names), so
+    an incremental run reads no names."""
+    from hrag_cli.extract.rules import is_name
+
+    rows = np.flatnonzero(linkable & ((knn.nbr >= 0) & (knn.sim >= floor)).any(axis=1))
+    if not len(rows):
+        return linkable
+    out = linkable.copy()
+    keys = knn.keys[rows]
+    out[rows] = np.fromiter((is_name(k.decode("utf-8")) for k in keys.tolist()), dtype=bool, count=len(rows))
+    return out
+
+
 def candidate_pairs(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold: float
                     ) -> dict[tuple[str, str], float]:
     """(a, b) with a < b -> similarity, for every listed neighbour at or above the threshold, both `ok` (a
@@ -163,7 +196,7 @@ def _pair_rows(knn: KnnLists, ok: Callable[[str], bool] | np.ndarray, threshold:
     return at[lo], at[hi], s, decoded(keys[used])
 
 
-def find_neighbours(project: Project, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
+def find_neighbours(project: ProjectDir, settings: Settings, model_id: str, keys: np.ndarray, hashes: np.ndarray,
                     full: DenseRows | SparseRows, names: Any, reporter: Reporter) -> tuple[KnnLists, int]:
     """Every entity's nearest entities by name vector (`full`: the name index's rows, `keys` and `hashes` its
     ids and text hashes), from the saved lists brought up to date, then saved; and how many were queried."""
@@ -187,7 +220,7 @@ def find_neighbours(project: Project, settings: Settings, model_id: str, keys: n
     return knn, queried
 
 
-def save_edges(project: Project, settings: Settings, records: list[dict]) -> None:
+def save_edges(project: ProjectDir, settings: Settings, records: list[dict]) -> None:
     """The pairs as graph/synonyms.jsonl and, replacing the previous SYNONYM edges, into the graph, whose
     chunk prior they change."""
     store.write_jsonl(project.synonyms_path, records)

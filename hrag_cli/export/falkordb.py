@@ -24,7 +24,7 @@ from hrag_cli.core.errors import HragError, UsageError
 from hrag_cli.export.model import ExportGraph, Node, clean_value
 from hrag_cli.export.formats import batch_rows, cypher_literal
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 BATCH_ROWS = 500
 BATCH_CHARS = 4_000_000          # parameters travel inside the query text; keep each query modest
@@ -66,7 +66,7 @@ def connect(url: str) -> Any:
     return db
 
 
-def _vectors(project: Project, name: str) -> tuple[dict[str, Any], int]:
+def _vectors(project: ProjectDir, name: str) -> tuple[dict[str, Any], int]:
     """id -> vector (a float32 row) from vectors/<name>, and the dimension; empty when never built."""
     from hrag_cli.storage.vectors.index import VectorIndex
 
@@ -77,7 +77,7 @@ def _vectors(project: Project, name: str) -> tuple[dict[str, Any], int]:
     return {i: matrix[p] for p, i in enumerate(idx.ids)}, idx.dim
 
 
-def _fact_nodes(project: Project, graph: ExportGraph) -> tuple[list[Node], list[tuple[str, str, str]]]:
+def _fact_nodes(project: ProjectDir, graph: ExportGraph) -> tuple[list[Node], list[tuple[str, str, str]]]:
     """Fact nodes and their (fact id, SUBJECT|OBJECT, entity node id) links, for facts whose entities are in."""
     from hrag_cli.core import store
     from hrag_cli.core.normalize import normalize_name
@@ -129,7 +129,7 @@ def _wait_for_indexes(g: Any, reporter: Reporter, poll: float = 0.1) -> None:
         time.sleep(poll)
 
 
-def load_falkordb(project: Project, graph: ExportGraph, url: str, name: str, reporter: Reporter,
+def load_falkordb(project: ProjectDir, graph: ExportGraph, url: str, name: str, reporter: Reporter,
                   vector_settings: VectorSettings | None = None) -> dict:
     """Delete graph `name`, create indexes, load nodes with embeddings, then edges, then build the vector
     indexes (HNSW parameters from the project's [vectors] settings); returns counts."""

@@ -35,7 +35,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.export.model import ID_PREFIX, LABELS, Edge, ExportGraph, Node, clean_value
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 FORMATS = ("graphml", "jsonl", "csv", "cypher", "falkordb")
 STDOUT = Path("-")        # --output - : the single-file formats write to standard output
@@ -73,7 +73,7 @@ def _fill(raw: dict[str, Any], record: dict[str, Any], keys: tuple[str, ...]) ->
             raw[k] = record[k]
 
 
-def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
+def build_export_graph(g: Any, project: ProjectDir | None = None) -> ExportGraph:
     """The igraph graph (docs/design.md) plus the text bodies and lists that live in the JSONL artifacts."""
     docs: dict[str, dict] = {}
     chunks: dict[str, dict] = {}
@@ -135,7 +135,7 @@ def build_export_graph(g: Any, project: Project | None = None) -> ExportGraph:
     return out
 
 
-def load_export_graph(project: Project) -> ExportGraph:
+def load_export_graph(project: ProjectDir) -> ExportGraph:
     if not project.graph_path.exists():
         raise UsageError(f"project {project.root} has no graph yet (run 'hrag index DOCS' first)")
     project.require_intact()
@@ -242,7 +242,7 @@ def select_subgraph(graph: ExportGraph, select: str | None, hops: int = 1) -> Ex
 
 
 # -- the command ------------------------------------------------------------------------------------------
-def _check_output(project: Project, output: Path | None, fmt: str) -> Path:
+def _check_output(project: ProjectDir, output: Path | None, fmt: str) -> Path:
     if output is None:
         what = "a file" if fmt in ("graphml", "cypher") else "a folder"
         raise UsageError(f"--format {fmt} needs --output/-o ({what})")
@@ -263,7 +263,7 @@ def _check_output(project: Project, output: Path | None, fmt: str) -> Path:
     return out
 
 
-def run_export(project: Project, settings: Settings, reporter: Reporter, options: ExportOptions,
+def run_export(project: ProjectDir, settings: Settings, reporter: Reporter, options: ExportOptions,
                stdout: BinaryIO | None = None) -> dict:
     """Read the project, cut the selection, write one format (or load FalkorDB); returns a summary. With
     --output - the file goes to `stdout` (default: the process's standard output)."""

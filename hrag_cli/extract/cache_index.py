@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from hrag_cli.core import store
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 INDEX_VERSION = 1
 _BLOCK = 1 << 20
@@ -74,14 +74,14 @@ def seen_of(rec: dict, at: int = -1, keep: bool = False) -> Seen:
                 bool(rec.get("llm_keys")), count(rec.get("parser")), rec if keep else None)
 
 
-def full_record(project: Project, seen: Seen) -> dict:
+def full_record(project: ProjectDir, seen: Seen) -> dict:
     """The whole record `seen` describes (read back at its offset)."""
     if seen.record is not None:
         return seen.record
     return next(store.read_jsonl_at(project.extractions_path, [seen.at]))
 
 
-def index_path(project: Project) -> Path:
+def index_path(project: ProjectDir) -> Path:
     return project.extractions_path.with_name("extractions.index.jsonl")
 
 
@@ -173,7 +173,7 @@ def _scan_from(fh: Any, at: int, crc: int) -> list[list]:
     return out
 
 
-def entries(project: Project, full: bool = False) -> list[list]:
+def entries(project: ProjectDir, full: bool = False) -> list[list]:
     """Every record's entry, in cache order: the stored index checked and brought up to date (saved when this
     process holds the writer lock). `full`: check every byte of the cache, not a sample."""
     cache, path = project.extractions_path, index_path(project)
@@ -209,7 +209,7 @@ def entries(project: Project, full: bool = False) -> list[list]:
     return out
 
 
-def latest(project: Project, extractors: set[str] | None = None, chunks: set[str] | None = None
+def latest(project: ProjectDir, extractors: set[str] | None = None, chunks: set[str] | None = None
            ) -> dict[tuple[str, str], Seen]:
     """(chunk_id, extractor) -> what the latest record says (later records win), for `extractors` or all, and
     `chunks` or all."""
@@ -220,7 +220,7 @@ def latest(project: Project, extractors: set[str] | None = None, chunks: set[str
     return {key: _seen(e) for key, e in last.items()}
 
 
-def latest_offsets(project: Project, extractor: str, statuses: tuple[str, ...]) -> dict[str, int]:
+def latest_offsets(project: ProjectDir, extractor: str, statuses: tuple[str, ...]) -> dict[str, int]:
     """chunk_id -> the offset of its latest record of `extractor`, for chunks whose latest record has one of
     these statuses (what `latest` says, without making a Seen of every record)."""
     last: dict[str, list] = {}

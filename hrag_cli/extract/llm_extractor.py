@@ -6,17 +6,22 @@ finished one), each answer parsed and merged. Also the network-free re-parse of 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from hrag_cli.core.config import ExtractSettings
+from hrag_cli.core.config import ExtractSettings, LLMSettings
+from hrag_cli.core.errors import UsageError
 from hrag_cli.core.records import Chunk, ExtractionRecord
 from hrag_cli.extract.checks import check_extraction
+from hrag_cli.extract.json_answer import NOT_JSON, looks_like_json, parse_json_extraction
 from hrag_cli.extract.parser import (
-    PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, merge_gleaning, parse_extraction,
+    PARSER_VERSION, UNREADABLE_GLEANING, ParseResult, add_counts, clean_type, merge_gleaning, parse_extraction,
     says_nothing_more)
-from hrag_cli.extract.prompts import build_continuation_message, build_extraction_messages, build_gleaning_message
+from hrag_cli.extract.prompts import (
+    DEFAULT_ENTITY_TYPES, build_continuation_message, build_extraction_messages, build_gleaning_message,
+    extraction_schema)
 from hrag_cli.extract.schema import Schema, schema_of
 
 # Below this many words a chunk may honestly contain nothing to extract (a heading, a signature).
@@ -44,15 +49,47 @@ class Frame:
 
     types: list[str]
     schema: Schema | None = None
+    fmt: str = "delimited"      # how answers are asked for: "delimited" or "json" (answer_format)
 
     @property
     def typed(self) -> bool:
         return bool(self.schema is not None and self.schema.relations)
 
+    def answer_schema(self, chunk_tokens: int) -> dict | None:
+        """The JSON schema a "json" answer must follow (None for delimited): the types as enums, and about
+        one entity and one relation per 8 passage tokens at most, so a model that loops stops early."""
+        if self.fmt != "json":
+            return None
+        rel_types = tuple(r.name for r in self.schema.relations) if self.typed and self.schema is not None else ()
+        return _answer_schema(tuple(self.types), rel_types, max(12, min(80, chunk_tokens // 8)))
 
-def frame_of(settings: ExtractSettings) -> Frame:
+
+@functools.lru_cache(maxsize=64)
+def _answer_schema(types: tuple[str, ...], rel_types: tuple[str, ...], items: int) -> dict:
+    """Frame.answer_schema, built once per (types, size): the same few schemas serve every chunk."""
+    names = list(dict.fromkeys(clean_type(t) for t in types if t.strip())) or list(DEFAULT_ENTITY_TYPES)
+    return extraction_schema(names, list(rel_types) or None, items=items)
+
+
+FORMATS = ("auto", "json", "delimited")
+
+
+def answer_format(extract: ExtractSettings, llm: LLMSettings) -> str:
+    """"json" or "delimited": [extract] format, where "auto" asks the provider for a JSON schema when it takes
+    one (llm.supports_schema)."""
+    choice = (extract.format or "auto").strip().lower()
+    if choice not in FORMATS:
+        raise UsageError(f"[extract] format takes {', '.join(FORMATS)}, not '{extract.format}'")
+    if choice != "auto":
+        return choice
+    from hrag_cli.core.llm import supports_schema
+
+    return "json" if llm.model and supports_schema(llm) else "delimited"
+
+
+def frame_of(settings: ExtractSettings, fmt: str = "delimited") -> Frame:
     schema = schema_of(settings)
-    return Frame(schema.entity_names if schema is not None else settings.entity_types, schema)
+    return Frame(schema.entity_names if schema is not None else settings.entity_types, schema, fmt)
 
 
 def read_answer(text: str, finish_reason: str = "", frame: Frame | None = None, gleaning: bool = False) -> Answer:
@@ -62,6 +99,11 @@ def read_answer(text: str, finish_reason: str = "", frame: Frame | None = None, 
     of its languages: a finished answer) or is counted as `unreadable_gleaning`."""
     types, typed = (frame.types, frame.typed) if frame is not None else (None, False)
     cut = finish_reason == "length"
+    if looks_like_json(text):       # either format's cached answers read back, whatever is asked for now
+        result, truncated = parse_json_extraction(text, types, typed, cut)
+        if gleaning and not cut and not (result.entities or result.relations or result.n_dropped):
+            result.complete = True          # empty lists: nothing was missed
+        return Answer(result, cut, truncated)
     truncated = 0
     if cut and not text.endswith("\n"):
         text, _, tail = text.rpartition("\n")
@@ -73,6 +115,9 @@ def read_answer(text: str, finish_reason: str = "", frame: Frame | None = None, 
             result.complete = True
         else:
             result.dropped[UNREADABLE_GLEANING] = 1
+    elif (frame is not None and frame.fmt == "json" and not (result.entities or result.relations)
+          and not result.complete):
+        result.dropped[NOT_JSON] = result.dropped.get(NOT_JSON, 0) + 1   # asked for JSON, got prose
     return Answer(result, cut, truncated)
 
 
@@ -121,8 +166,8 @@ def answer_budget(chunk: Chunk, settings: ExtractSettings, max_tokens: int) -> i
 def retry_note(attempt: int) -> str:
     """Put before the passage on a --retry-failed attempt: it asks for the format again and, by changing the
     request, gets a fresh answer instead of the cached unreadable one."""
-    return (f"(Attempt {attempt}: an earlier answer for this passage could not be read. Answer only with "
-            f"records in the exact line format described, then the completion marker.)\n\n")
+    return (f"(Attempt {attempt}: an earlier answer for this passage could not be read. Answer only in the "
+            f"exact format described.)\n\n")
 
 
 def _should_glean(answer: Answer) -> bool:
@@ -153,15 +198,16 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     --retry-failed completes it)."""
     from hrag_cli.core.llm import LLMError, failure_cause
 
-    frame = frame_of(settings)
-    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema)
+    frame = frame_of(settings, answer_format(settings, client.settings))
+    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt)
+    schema = frame.answer_schema(chunk.n_tokens)
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
     budget = answer_budget(chunk, settings, client.settings.max_tokens)
     continuations = CONTINUATIONS if continuations is None else continuations
     keys: list[str] = []
     try:
-        first = await client.achat(messages, max_tokens=budget, purpose="extract")
+        first = await client.achat(messages, max_tokens=budget, purpose="extract", schema=schema)
     except LLMError as exc:
         cause = failure_cause(exc, client.settings)
         if cause is not None and cause.run_level:
@@ -183,16 +229,16 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
                                "truncated")
             break
         if last.cut:
-            turn, purpose = build_continuation_message(), "continue"
+            turn, purpose = build_continuation_message(frame.fmt), "continue"
         elif may_glean and gleanings < glean_max:
-            turn, purpose = build_gleaning_message(), "glean"
+            turn, purpose = build_gleaning_message(frame.fmt), "glean"
         else:
             break
         history.append(turn)
         what = "continuation" if purpose == "continue" else "gleaning"
         done = conts if purpose == "continue" else gleanings
         try:
-            more = await client.achat(history, max_tokens=budget, purpose=purpose)
+            more = await client.achat(history, max_tokens=budget, purpose=purpose, schema=schema)
         except LLMError as exc:
             cause = failure_cause(exc, client.settings)
             if cause is not None and cause.run_level:

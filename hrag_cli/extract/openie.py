@@ -25,7 +25,7 @@ import orjson
 
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint, text_hash
+from hrag_cli.core.project import ProjectDir, fingerprint, text_hash
 from hrag_cli.core.records import Chunk, ExtractedEntity, ExtractedRelation, ExtractionRecord
 from hrag_cli.extract.parser import (
     MAX_NAME_CHARS, NAME_TOO_LONG, NO_NAME, SELF_RELATION, UNKNOWN_TYPE, ParseResult, clean_name)
@@ -188,7 +188,7 @@ def _passage_record(doc: dict, extractor: str, chunk_id: str, counts: dict[str, 
                             dropped_rows=res.n_dropped, dropped=dict(res.dropped))
 
 
-def import_openie(project: Project, chunks: list[Chunk], path: Path,
+def import_openie(project: ProjectDir, chunks: list[Chunk], path: Path,
                   reporter: Reporter | None = None) -> tuple[list[ExtractionRecord], dict[str, Any]]:
     """One extraction record per chunk whose text matches a passage; counts say what matched and what was
     dropped. Chunks without a matching passage get no record (the caller decides what to do with them)."""

@@ -422,7 +422,7 @@ def _is_header(fields: list[str], kind: str) -> bool:
 # ----------------------------------------------------------------------------------------------- rows
 
 
-def _entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> ExtractedEntity | str:
+def entity_row(fields: list[str], kw_type: str, types: frozenset[str]) -> ExtractedEntity | str:
     """An entity, or the reason the row is dropped. `kw_type` is the type a type-keyword row named."""
     name = clean_name(fields[0]) if fields else ""
     if not name:
@@ -517,7 +517,7 @@ def _predicate_from(desc: str, src: str, tgt: str) -> str:
     return ""
 
 
-def _relation_row(fields: list[str], typed: bool = False) -> ExtractedRelation | str:
+def relation_row(fields: list[str], typed: bool = False) -> ExtractedRelation | str:
     """A relation, or the reason the row is dropped. `typed` (a schema prompt): a row with four or more fields
     before the strength starts them with its relation type."""
     if len(fields) < 2:
@@ -634,13 +634,8 @@ def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
     elif not isinstance(text, str):
         text = "" if text is None else str(text)
     norm, complete = _normalise(text)
-    entities: dict[str, ExtractedEntity] = {}
-    relations: dict[tuple[str, str, str], ExtractedRelation] = {}
-    dropped: dict[str, int] = {}
-
-    def drop(reason: str) -> None:
-        dropped[reason] = dropped.get(reason, 0) + 1
-
+    rows = Rows(types)
+    drop = rows.drop
     for raw_line in norm.split("\n"):
         line = raw_line.strip()
         if not line:
@@ -661,29 +656,48 @@ def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
             if kind == "ignore" or _is_header(fields, kind):
                 continue
             if kind in ("entity", "typed"):
-                ent = _entity_row(fields[1:], clean_type(fields[0]) if kind == "typed" else "", types)
-                if isinstance(ent, str):
-                    drop(ent)
-                    continue
-                key = _name_key(ent.name)
-                old = entities.get(key)
-                entities[key] = ent if old is None else merge_entity(old, ent, types)
+                rows.add_entity(entity_row(fields[1:], clean_type(fields[0]) if kind == "typed" else "", types))
             elif kind == "relation":
-                rel = _relation_row(fields[1:], typed)
-                if isinstance(rel, str):
-                    drop(rel)
-                    continue
-                rkey = (_name_key(rel.src), _name_key(rel.tgt), rel.predicate.casefold())
-                prev = relations.get(rkey)
-                relations[rkey] = rel if prev is None else _merge_relation(prev, rel)
+                rows.add_relation(relation_row(fields[1:], typed))
             elif len(fields) >= 3:
                 drop(UNKNOWN_RECORD)   # `node<|#|>A<|#|>person<|#|>...`: a row, but of no kind we know
-    return ParseResult(
-        entities=list(entities.values()),
-        relations=list(relations.values()),
-        dropped=dropped,
-        complete=complete,
-    )
+    return rows.result(complete)
+
+
+class Rows:
+    """The rows of one answer as they are read, whatever its format: entities merged by name, relations by
+    (source, target, predicate), every row that cannot be used counted under its reason."""
+
+    def __init__(self, types: frozenset[str]) -> None:
+        self.types = types
+        self.entities: dict[str, ExtractedEntity] = {}
+        self.relations: dict[tuple[str, str, str], ExtractedRelation] = {}
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def add_entity(self, ent: ExtractedEntity | str) -> None:
+        """An entity_row result: the entity, or the reason it was dropped."""
+        if isinstance(ent, str):
+            self.drop(ent)
+            return
+        key = _name_key(ent.name)
+        old = self.entities.get(key)
+        self.entities[key] = ent if old is None else merge_entity(old, ent, self.types)
+
+    def add_relation(self, rel: ExtractedRelation | str) -> None:
+        """A relation_row result: the relation, or the reason it was dropped."""
+        if isinstance(rel, str):
+            self.drop(rel)
+            return
+        rkey = (_name_key(rel.src), _name_key(rel.tgt), rel.predicate.casefold())
+        prev = self.relations.get(rkey)
+        self.relations[rkey] = rel if prev is None else _merge_relation(prev, rel)
+
+    def result(self, complete: bool) -> ParseResult:
+        return ParseResult(entities=list(self.entities.values()), relations=list(self.relations.values()),
+                           dropped=self.dropped, complete=complete)
 
 
 _UNREADABLE_RE = re.compile(r"[(\"'*`\s-]*+" + _KW + r"[\"'*`)]*+[ \t]*+[<|{\[#][^\w\s]", re.IGNORECASE)

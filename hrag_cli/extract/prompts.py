@@ -8,6 +8,7 @@ prompt prefixes can reuse the long instructions across chunks.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 PROMPT_VERSION: str = "hrag-extract-v2"
@@ -188,10 +189,20 @@ Output:
 
 
 def build_extraction_messages(
-    chunk_text: str, entity_types: list[str], language: str = "English", schema: Any = None
+    chunk_text: str, entity_types: list[str], language: str = "English", schema: Any = None,
+    fmt: str = "delimited",
 ) -> list[dict]:
-    """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format); with a
-    schema (extract/schema.Schema) the system message carries its types and relation rows a relation type."""
+    """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format), or for
+    one JSON object (`fmt` "json"); with a schema (extract/schema.Schema) the system message carries its types
+    and relation rows a relation type."""
+    if fmt == "json":
+        types_line = (f"Allowed types (the schema):\n{_schema_listing(schema)}" if schema is not None else
+                      "Allowed types: " + (", ".join(t.strip() for t in entity_types if t.strip())
+                                           or ", ".join(DEFAULT_ENTITY_TYPES)))
+        system = _json_system(types_line, bool(schema is not None and schema.relations))
+        user = (f"Write descriptions, predicates and keywords in {language}; keep names exactly as they appear "
+                f"in the passage.\n\nPassage:\n{chunk_text}\n\nOutput:")
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     if schema is not None:
         head, system = "", _schema_system(schema)
     else:
@@ -210,8 +221,72 @@ def build_extraction_messages(
     ]
 
 
-def build_gleaning_message() -> dict:
+# -- the JSON format (structured output) -------------------------------------------------------------------------
+JSON_PROMPT_VERSION: str = "hrag-extract-json-v1"
+
+# The worked example's rows as the JSON answer shows them (the same made-up facts as the delimited example).
+_JSON_EXAMPLE = {
+    "entities": [
+        {"name": "Marta Vidal", "type": "person", "description": "Engineer who lit the first lamp of the Corvo Point lighthouse in 1911."},
+        {"name": "Corvo Point lighthouse", "type": "artifact", "description": "Lighthouse of the Harbour Board of Santa Luzia, first lit in 1911."},
+        {"name": "Harbour Board of Santa Luzia", "type": "organization", "description": "Port authority the lighthouse served."},
+        {"name": "Irmãos Faria", "type": "organization", "description": "Glassworks in Braga that ground the lighthouse's lens.", "aliases": ["Faria Brothers"]},
+        {"name": "Braga", "type": "location", "description": "Town of the glassworks Irmãos Faria."},
+    ],
+    "relations": [
+        {"source": "Marta Vidal", "target": "Corvo Point lighthouse", "predicate": "lit the first lamp of", "keywords": "engineering", "description": "Marta Vidal put the lighthouse into service in 1911.", "strength": 9},
+        {"source": "Irmãos Faria", "target": "Corvo Point lighthouse", "predicate": "ground the lens of", "keywords": "manufacturing, optics", "description": "The glassworks made the lighthouse's lens.", "strength": 8},
+        {"source": "Irmãos Faria", "target": "Braga", "predicate": "is located in", "keywords": "location", "description": "The glassworks is in Braga.", "strength": 6},
+    ],
+}
+
+
+def _json_system(types_line: str, typed: bool) -> str:
+    rel_type = ('"relation_type" (the schema relation type it is an instance of, fitting the types of both '
+                'ends), ') if typed else ""
+    example = json.dumps(_JSON_EXAMPLE, ensure_ascii=False)
+    return f"""You build a knowledge graph from text. Read the passage the user gives you and answer with one JSON object with two lists: "entities" and "relations".
+
+Each entity: "name" (copied exactly as the passage writes it, its fullest form, the same form every time), "type" (one of the allowed types), "description" (one sentence of what the passage says about it), and "aliases" (other names the passage uses for the same entity; leave it out when there are none).
+Each relation: "source" and "target" (names from your entity list, written identically), {rel_type}"predicate" (a short verb phrase read from source to target, such as "founded" or "was born in"), "keywords" (a few comma-separated theme words), "description" (one sentence, from the passage) and "strength" (1 = incidental to 10 = central and explicit).
+
+Rules: list every named thing the passage mentions, even once: people, organizations, places, works (books, films, songs, journals), events, dates and years, numbers with units. List each entity and each relation once. Use only facts the passage states. Do not relate an entity to itself.
+{types_line}
+Example passage: {_EXAMPLE_TEXT}
+Example answer: {example}"""
+
+
+def extraction_schema(types: list[str], relation_types: list[str] | None = None, items: int = 40) -> dict:
+    """The JSON schema of an extraction answer: the entity types (and a schema's relation types) as enums, and
+    at most `items` entities and relations, so a model that starts repeating itself stops at the list's end."""
+    entity = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 120},
+        "type": {"type": "string", "enum": list(types)},
+        "description": {"type": "string", "maxLength": 400},
+        "aliases": {"type": "array", "items": {"type": "string", "maxLength": 120}, "maxItems": 5}},
+        "required": ["name", "type", "description"]}
+    rel_props: dict[str, Any] = {"source": {"type": "string", "maxLength": 120},
+                                 "target": {"type": "string", "maxLength": 120}}
+    if relation_types:
+        rel_props["relation_type"] = {"type": "string", "enum": list(relation_types)}
+    rel_props.update({"predicate": {"type": "string", "maxLength": 80},
+                      "keywords": {"type": "string", "maxLength": 120},
+                      "description": {"type": "string", "maxLength": 400},
+                      "strength": {"type": "integer", "minimum": 1, "maximum": 10}})
+    relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
+    return {"type": "object",
+            "properties": {"entities": {"type": "array", "items": entity, "maxItems": items},
+                           "relations": {"type": "array", "items": relation, "maxItems": items}},
+            "required": ["entities", "relations"]}
+
+
+def build_gleaning_message(fmt: str = "delimited") -> dict:
     """The user turn appended after the model's answer to ask for what it missed (a gleaning round)."""
+    if fmt == "json":
+        return {"role": "user", "content": (
+            "Some entities and relations in the passage were probably missed. Read it again and answer with a "
+            "JSON object of the same shape holding only entities and relations you have not listed yet; empty "
+            "lists if nothing was missed.")}
     content = (
         "Some entities and relations in the passage were probably missed. Read the passage again and output "
         "only records that are new, or records whose description you can make clearly more complete; do not "
@@ -222,8 +297,12 @@ def build_gleaning_message() -> dict:
     return {"role": "user", "content": content}
 
 
-def build_continuation_message() -> dict:
+def build_continuation_message(fmt: str = "delimited") -> dict:
     """The user turn appended after an answer cut at max_tokens, to get the rest of it (a continuation round)."""
+    if fmt == "json":
+        return {"role": "user", "content": (
+            "Your answer was cut off by the length limit. Answer with a new JSON object of the same shape "
+            "holding only the entities and relations you had not finished listing.")}
     content = (
         "Your answer was cut off by the length limit. Continue it: output the remaining records, starting "
         "again with the record that was cut off, without repeating the complete records above. Use exactly the "

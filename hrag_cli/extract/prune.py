@@ -33,7 +33,7 @@ from hrag_cli.extract.stage import CurrentRecords, current_extractor, iter_curre
 from hrag_cli.chunk.stage import load_documents
 from hrag_cli.core.normalize import normalize_name
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.records import ExtractionRecord
 
 MODES = ("strict", "lenient")
@@ -161,7 +161,7 @@ def settings_fingerprint(settings: Settings) -> str:
                        settings.extract.grounding)
 
 
-def iter_pruned(project: Project, settings: Settings, current: CurrentRecords | None = None
+def iter_pruned(project: ProjectDir, settings: Settings, current: CurrentRecords | None = None
                 ) -> Iterator[ExtractionRecord]:
     """What resolve merges, one record at a time in chunk_id order: each current chunk's latest usable record
     (extract.stage.iter_current_records; only those of `current` when given), pruned under `settings`."""
@@ -173,7 +173,7 @@ def iter_pruned(project: Project, settings: Settings, current: CurrentRecords | 
         yield prune_record(rec, chunk.text if spec.active else "", spec).record
 
 
-def run_prune(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
+def run_prune(project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
     """Count what pruning does to the current records (resolve applies it as it reads them). The output digest
     is the extract stage's when pruning is off, so resolve stays fresh; else it covers the pruning too."""
     extract = project.stage("extract")

@@ -10,16 +10,20 @@ precision (see README: limits of the rules extractor).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from hrag_cli.core.textnorm import STOP_WORDS
+from hrag_cli.extract.gazetteer import DEMONYMS, GIVEN_NAMES, PLACES
 
-RULES_FINGERPRINT = "rules-v3"
+RULES_FINGERPRINT = "rules-v4"
 
 MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
 MAX_NAME_TOKENS = 7
+MAX_SENTENCE_FIGURES = 6   # more figures than this, a third of the words: a table row, its quantities skipped
+MAX_CHUNK_FIGURES = 5      # a chunk naming this many distinct bare years (quantities) keeps none of them
 PAIR_WINDOW = 3          # relate an entity to at most this many following entities of its sentence
 
 
@@ -29,21 +33,22 @@ def _upper_chars() -> str:
 
 _UP = "[" + re.escape(_upper_chars()) + "]"
 _WORD_TAIL = r"[\w'’\-]*"
-_CAP = rf"{_UP}{_WORD_TAIL}"
+_TOK_REST = rf"{_WORD_TAIL}(?:\.(?:{_UP}\.)*)?"
+_CAP = rf"{_UP}{_TOK_REST}"
 _CONNECTORS = ("of", "de", "del", "della", "der", "den", "van", "von", "la", "le", "du", "da", "di", "the",
-               "y", "al", "el", "for", "and the")
+               "y", "al", "el", "for", "and the", "&", "v.", "vs.")
 _CONN = "(?:" + "|".join(re.escape(c) for c in sorted(_CONNECTORS, key=len, reverse=True)) + ")"
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
            "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec")
 _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|meters|metre|meter|cm|mm|ft|feet|"
-          "foot|inches|in|kg|kilograms|g|grams|tonnes|tons|tonne|ton|lb|lbs|pounds|litres|liters|l|ml|"
-          "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|"
+          "foot|inches|kg|kilograms|g|grams|tonnes|tons|tonne|ton|lb|lbs|pounds|litres|liters|l|ml|"
+          "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|sq mi|"
           "knots|mph|km/h|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
           "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
           "million|billion|thousand|hundred")
 
-_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|thousand))?"
+_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
 _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 
 # One pass finds every candidate span. Each alternative is (kind, its first character, the rest); the
@@ -53,12 +58,15 @@ _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 _ALTERNATIVES = [
     ("date", r"\d", rf"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b"),               # 8 May 1936
     ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s(?:\d{{1,2}},?\s)?\d{{4}}\b"),  # March 1987
+    ("date", r"\d", r"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\b(?!\.?,?\s\d)".replace("{_MONTHS}", _MONTHS)),  # 16 August
     ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
+    ("date", r"\d", r"(?<![\w.,]\d)\d?(?:st|nd|rd|th)[\s\-]century(?:\s(?:BCE|BC|CE|AD)\b)?"),  # 17th century
+    ("date", "[12]", r"(?<![\w.,][12])\d{3}\s?[–—\-]\s?(?:[12]\d{3}|\d\d)\b(?![\w.,]\d)"),       # 1910–1942
+    ("date", r"\d", r"(?<![\w.,]\d)\d{0,3}\s?(?:BCE|BC|CE|AD)\b"),                          # 500 BC
     ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
     ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
     ("year", "[12]", r"(?<![\w.,][12])(?:(?<=1)\d{3}|(?<=2)0\d\d)\b(?![\w.,]\d)"),          # 1987
-    ("acronym", "[A-Z]", r"(?<![\w'’][A-Z])[A-Z0-9&]*[A-Z][A-Z0-9]*s?\b"),                   # PESC
-    ("name", _UP, rf"(?<![\w'’]{_UP}){_WORD_TAIL}(?:(?:\s+{_CONN})*\s+{_CAP})*"),          # Bank of Ellery
+    ("name", _UP, rf"(?<![\w'’]{_UP}){_TOK_REST}(?:(?:\s+{_CONN})*\s+{_CAP})*"),          # Bank of Ellery
 ]
 _TOKEN_RE = re.compile(
     r"[\d$£€¥" + _UP[1:-1] + "](?:"
@@ -70,8 +78,23 @@ _SENTENCE_END_RE = re.compile(r"([.!?][\"'”’)\]]*)\s+|\n+")
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "prof", "sr", "jr", "mt", "no", "vs", "etc", "e.g", "i.e",
                   "inc", "ltd", "co", "gen", "col", "capt", "lt", "sgt", "rev", "ft"}
 _BULLET_RE = re.compile(r"^\s*(?:[-•+]|\d{1,3}[.)])\s+")
-_MARKUP_RE = re.compile(r"[*_`#>|]+")
+_MARKUP_RE = re.compile(r"[*`#>|]+|(?<!\w)_+|_+(?!\w)")     # underscores inside identifiers stay
+_ROLE_TEXT_RE = re.compile(r":\w+:`(~?)!?([^`<\n]*?)(?:\s*<[^`>\n]*>)?`")   # :func:`~a.b` shows "b"
+_ROLE_RE = re.compile(r"(?::(\w+):)?`{1,2}([^`\n]{1,80}?)`{1,2}")          # :func:`name`, ``code``, `code`
+_CODE_HINT_RE = re.compile(r"\w_\w|\w\(\)|``|:\w+:`|\w::\w|--\w")
+# Identifiers in running text: options (--debug, -p), dotted paths (flask.Flask, app.run()), names with an
+# underscore (PCRE2_CASELESS, pcre2_compile) and calls (run()).
+_IDENT_RE = re.compile(r"(?<![\w.\-/])(?:--?[a-z][\w\-]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"
+                       r"|[A-Za-z]\w*_\w+(?:\(\))?|[A-Za-z_]\w*\(\))(?![\w\-(])")
+_ROLE_TYPES = {"func": "function", "meth": "function", "function": "function", "class": "class", "exc": "class",
+               "attr": "attribute", "data": "attribute", "mod": "module", "module": "module", "option": "option",
+               "envvar": "option", "command": "command", "program": "command", "file": "file"}
+_FILE_EXTENSIONS = {"py", "html", "rst", "txt", "json", "toml", "cfg", "ini", "c", "h", "js", "css", "md", "yaml",
+                    "yml", "sh", "bat", "xml", "csv", "pdf", "so", "dll", "exe", "sql", "in"}
+_LITERALS = {"true", "false", "none", "null"}
 _WORD_RE = re.compile(r"[\w'’\-]+|[^\w\s]")
+_YEAR_RE = re.compile(r"^\d{4}$")
+_NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
 _SPACE_SPLIT_RE = re.compile(r"\S+")
 
@@ -100,7 +123,7 @@ _ORG_WORDS = {
     "assembly", "commission", "federation", "league", "group", "service", "police", "army", "navy",
     "hospital", "academy", "laboratory", "observatory", "consortium", "partners", "brothers", "co",
     "institution", "bureau", "senate", "government", "firm", "yard", "shipyard", "mill", "mills", "railway",
-    "railways", "line", "lines", "orchestra", "theatre", "theater", "newspaper", "review", "journal",
+    "railways", "line", "lines", "hotels", "resorts", "records", "studios", "airlines", "orchestra", "theatre", "theater", "newspaper", "review", "journal",
 }
 _LOC_WORDS = {
     "island", "islands", "isle", "river", "port", "bay", "lake", "mount", "mountain", "mountains", "street",
@@ -110,6 +133,7 @@ _LOC_WORDS = {
     "gulf", "heights", "park", "gardens", "plain", "plains", "rocks", "head", "headland", "channel", "falls",
     "springs", "creek", "canyon", "desert", "state", "kingdom", "republic", "north", "south", "east", "west",
     "sankt", "san", "santa", "saint", "st", "fort", "glen", "moor", "ridge", "shore", "beach", "pass", "basin",
+    "states", "emirates",
 }
 _EVENT_WORDS = {
     "flood", "war", "strike", "fire", "festival", "treaty", "conference", "election", "revolution", "battle",
@@ -147,6 +171,9 @@ _LOC_PREPOSITIONS = {"in", "at", "near", "from", "to", "into", "across", "outsid
                      "towards", "off", "beyond", "via", "between"}
 
 
+_DOTTED_RE = re.compile(r"^(?:\w\.)+\w$")            # "u.s", "j.n": initials, not a sentence end
+
+
 def _sentence_spans(text: str) -> list[tuple[int, int]]:
     """Sentence spans (start, end) of `text`: cut after . ! ? (closing quotes stay with the sentence) and at
     line breaks, not after abbreviations (Mr., St., ...) or initials (J. R.)."""
@@ -164,7 +191,7 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
                 while k > 0 and (text[k - 1].isalpha() or text[k - 1] == "."):
                     k -= 1
                 word = text[k:j].lower()
-                if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or _DOTTED_RE.match(word):
                     continue
         if cut > start:
             spans.append((start, cut))
@@ -180,6 +207,13 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 _LIFE_RE = re.compile(r"\s*\(\s*(?:born|died|née|nee|b\.|d\.)[\s,]")
 _NEXT_WORD_RE = re.compile(r"\s+([a-z][a-z\-]+)\b")
 _DEMONYM_ENDINGS = ("an", "ish", "ese", "ic", "ch", "i")   # "an" covers "-ian"
+_PERSON_VERBS = {"said", "says", "wrote", "sang", "died", "married", "told", "starred", "played"}
+_PLACE_ENDINGS = ("ia", "land", "stan", "burg", "burgh", "bury", "ton", "ville", "ford", "field", "polis", "grad",
+                  "shire", "mouth", "port", "wick", "ham", "by", "holm", "abad", "pur", "pura", "berg", "dorf",
+                  "heim", "hausen", "stad", "stadt", "sk", "ovo", "evo", "ino", "ow", "ice", "na", "ma", "ka",
+                  "sa", "ta", "ara", "ama", "ura", "ola", "ana", "oro", "aro", "ai", "ay", "ey", "au", "ir", "ar")
+_GROUP_ENDINGS = ("ans", "ians", "ists", "ites", "ers", "ese", "ars")
+_ADJECTIVE_ENDINGS = ("ian", "ean", "ese", "ish", "ic", "al", "ous", "ary", "ive", "born", "language")
 
 
 def _next_cue(after: str) -> str:
@@ -187,12 +221,35 @@ def _next_cue(after: str) -> str:
     if _LIFE_RE.match(after):
         return "life"
     m = _NEXT_WORD_RE.match(after)
+    if m and m.group(1) in _PERSON_VERBS:
+        return "verb"
     return "adjective" if m and m.group(1) not in _COMMON_STARTERS else ""      # _COMMON_STARTERS holds STOP_WORDS
 
 
+def code_type(name: str, role: str = "") -> str:
+    """The kind of a code name by its role (:func:, :class:, ...) or its shape."""
+    if role in _ROLE_TYPES:
+        return _ROLE_TYPES[role]
+    if name.startswith("-"):
+        return "option"
+    if name.endswith("()"):
+        return "function"
+    last = name.rsplit(".", 1)[-1]
+    if "." in name and last.lower() in _FILE_EXTENSIONS:
+        return "file"
+    if name.lower() in _LITERALS or ("_" in name and name.upper() == name):
+        return "constant"
+    if last[:1].isupper() and not last.isupper():
+        return "class"
+    return "identifier"
+
+
 @lru_cache(maxsize=65536)
-def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: str = "") -> str:
+def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: str = "",
+                   technical: bool = False) -> str:
     words = name.split()
+    if technical and len(words) == 1 and "_" in name:
+        return code_type(name)
     low = [w.lower().strip("'’") for w in words]
     last = low[-1]
     of = low.index("of") if "of" in low else len(low)
@@ -210,18 +267,47 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
         return "event"
     if last in _ARTIFACT_WORDS:
         return "artifact"
-    if low[0] in _LOC_WORDS or last in _LOC_WORDS:
+    if low[0] in _LOC_WORDS or last in _LOC_WORDS or (low[0] == "new" and len(low) > 1):
         return "location"
     if prev_word in _PERSON_TITLES:
         return "person"
-    if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low):
+    if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low) and not any(w.isupper() and len(w.rstrip(".")) > 1
+                                                                               for w in words):
         return "person"
     if 0 < of <= 2 and words[0][:1].isupper() and len(words) > of + 1:
         return "person"         # "Maria of Nassau", "William Louis of Anhalt": the place words were tested above
-    if next_cue == "adjective" and len(words) == 1 and (prev_word in ("a", "an") or last.endswith(_DEMONYM_ENDINGS)):
+    if (next_cue == "adjective" and len(words) == 1 and not _ACRONYM_RE.match(words[0])
+            and (prev_word in ("a", "an") or last.endswith(_DEMONYM_ENDINGS))):
         return "nationality"
     if prev_word in _LOC_PREPOSITIONS:
         return "location"
+    if len(words) == 1 and words[0].isupper() and len(words[0]) > 1:
+        return "technology" if technical else "organization"
+    if len(words) == 1:
+        if last in PLACES:
+            return "location"
+        if last in DEMONYMS:
+            return "nationality"
+        if last in GIVEN_NAMES:
+            return "person"
+        if technical:               # in documentation a bare capitalised word is a product or a standard
+            return "technology" if _ACRONYM_RE.match(words[0]) else "product"
+        if _ACRONYM_RE.match(words[0]):
+            return "organization"
+        if last.endswith(_PLACE_ENDINGS):
+            return "location"
+        if last.endswith(_GROUP_ENDINGS) or (last.endswith("s") and last[:-1] in DEMONYMS):
+            return "group"          # "Tatars", "Liberals", "Jesuits": a people, a party, an order
+        if last.endswith(_ADJECTIVE_ENDINGS):
+            return "nationality" if last.endswith(_DEMONYM_ENDINGS) else "unknown"
+        return "person" if prev_word in ("by", "with", "and") or next_cue == "verb" else "location"
+    elif low[0] in GIVEN_NAMES:
+        return "person"
+    elif any(w.isupper() and len(w.rstrip(".")) > 1 for w in words):
+        # "POSIX API", "BBC Radio": an acronym inside a name makes it a body or, in documentation, a technology
+        return ("technology" if all(w.isupper() for w in words) else "product") if technical else "organization"
+    elif technical:
+        return "product"
     return "unknown"
 
 
@@ -242,10 +328,99 @@ def _clean_phrase(phrase: str) -> list[str]:
     return words
 
 
-def _name_spans(sentence: str, lower_words: set[str]) -> list[_Span]:
+_INITIALS_RE = re.compile(rf"^(?:{_UP}\.)+$")         # "J." "U.S."
+_ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms.", "gen.", "col.", "capt.", "lt.",
+                  "rev.", "co.", "inc.", "bros.", "no.", "ltd.", "corp.", "sgt.", "prof.", "hon."}
+# Adjectives that open names ("New York", "First World War", "Great Britain"): dropped only when alone.
+_NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
+                 "four", "five", "next", "all", "little", "little"}
+_STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
+# A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
+# function words end titles ("Changed It", "Come Dance With Me").
+_TRAILING_WORDS = {"the", "a", "an"}
+# Words that are never a name alone, in any case ("NEVER", "Also"): function words, modals, quantifiers.
+_FUNCTION_WORDS = _COMMON_STARTERS | {
+    "never", "always", "ever", "may", "might", "must", "shall", "can", "cannot", "will", "would", "should",
+    "could", "yes", "ok", "okay", "please", "etc", "via", "per", "upon", "unless", "whether", "either", "neither",
+    "any", "every", "none", "nothing", "something", "anything", "everything", "otherwise", "else", "perhaps",
+    "maybe", "thus", "therefore", "hence", "whereas", "whatever", "whenever", "wherever", "us", "them", "him",
+    "me", "mine", "hers", "ours", "theirs", "itself", "yourself", "see", "note", "warning", "tip", "example",
+    # the parts of a document and bare units: "Figure 3", "Table", "MB" name no thing of their own
+    "figure", "fig", "table", "section", "chapter", "appendix", "page", "part", "proceedings", "abstract",
+    "introduction", "conclusion", "conclusions", "references", "acknowledgements", "acknowledgments",
+    "kb", "mb", "gb", "tb", "ms", "ns", "hz", "khz", "mhz", "ghz"}
+_ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
+
+
+def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
+    """Cut a run of capitalised tokens into names: after a possessive ("Virginia Tech's Kimballton ...") and
+    after a dotted word that is neither an initial nor a title abbreviation ("Paris." at a missed sentence end),
+    and before a sentence opener that follows an abbreviation ("the U.S. The war")."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for k, (_, _, w) in enumerate(toks[:-1]):
+        cut = False
+        if w.endswith(("'s", "’s")):
+            cut = True
+        elif w.endswith("."):
+            nxt = toks[k + 1][2].lower().strip("'’")
+            cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
+        if cut:
+            out.append((start, k + 1))
+            start = k + 1
+    out.append((start, len(toks)))
+    return [(a, b) for a, b in out if a < b]
+
+
+class _Context:
+    """What the whole chunk says about its words: which it writes in lowercase, whether it is technical
+    (code names, options, rst roles), and the kinds its roles give to code names."""
+    __slots__ = ("lower_words", "technical", "roles", "cap_counts")
+
+    def __init__(self, text: str) -> None:
+        self.lower_words = Counter(re.findall(r"\b[a-z][a-z'’\-]+\b", text))
+        self.roles: dict[str, str] = {}
+        self.technical = len(_CODE_HINT_RE.findall(text, 0, 20000)) >= 2
+        self.cap_counts: Counter[str] = Counter()
+        if self.technical:
+            self.cap_counts.update(w.lower() for w in re.findall(r"\b[A-Z][A-Za-z]+\b", text))
+            for m in _ROLE_RE.finditer(text):
+                body = m.group(2).strip()
+                if "<" in body or " " in body.strip("()"):
+                    continue        # a link's title, or a phrase
+                if body.startswith("~"):
+                    body = body.rsplit(".", 1)[-1]
+                body = body.lstrip("!.")
+                if len(body) > 1 and body.lower() not in _LITERALS:
+                    self.roles[body.removesuffix("()")] = code_type(body, m.group(1) or "")
+
+    def common(self, word: str) -> bool:
+        """Is this capitalised word an ordinary word of the chunk ("Update" beside "update")?"""
+        low = word.lower()
+        if self.technical:
+            return word not in self.roles and self.lower_words[low] > self.cap_counts[low]
+        return low in self.lower_words and low not in PLACES and low not in GIVEN_NAMES
+
+
+def _code_spans(sentence: str, ctx: _Context) -> list[_Span]:
+    out = []
+    for m in _IDENT_RE.finditer(sentence):
+        tok = m.group(0)
+        parts = tok.removesuffix("()").split(".")
+        name = tok.removesuffix("()")
+        if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in _FUNCTION_WORDS:
+            continue                                    # "e.g", "i.e", a function named "about"
+        out.append(_Span(m.start(), m.end(), name, ctx.roles.get(name) or code_type(tok)))
+    return out
+
+
+def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
     spans: list[_Span] = []
     stripped = sentence.lstrip()
     lead = len(sentence) - len(stripped)
+    # a run of figures (a climate table, a results row) is data, not a list of things worth naming
+    figures = len(_NUMBER_RE.findall(sentence))
+    table = figures > MAX_SENTENCE_FIGURES and 3 * figures > sentence.count(" ")
     for m in _TOKEN_RE.finditer(sentence):
         kind = _GROUP_KIND[m.lastgroup or ""]
         s, e = m.start(), m.end()
@@ -254,50 +429,87 @@ def _name_spans(sentence: str, lower_words: set[str]) -> list[_Span]:
             spans.append(_Span(s, e, text, "date"))
             continue
         if kind == "quantity":
-            spans.append(_Span(s, e, text, "quantity"))
+            if not table:
+                spans.append(_Span(s, e, text, "quantity"))
             continue
-        if kind == "acronym":
-            if len(text) >= 2 and text.lower() not in ("i",):
-                spans.append(_Span(s, e, text, "organization"))
-            continue
-        # a capitalised name: drop sentence-initial common words ("The", "After") and trailing possessives
-        toks = [(w.start(), w.end(), w.group(0)) for w in _SPACE_SPLIT_RE.finditer(text)]
-        at_start = s <= lead
-        i, j = 0, len(toks)
-        while i < j and (at_start or j - i > 1) and toks[i][2].lower().strip("'’") in _COMMON_STARTERS:
+        all_toks = [(w.start(), w.end(), w.group(0)) for w in _SPACE_SPLIT_RE.finditer(text)]
+        for gi, gj in _groups(all_toks):
+            sp = _one_name(sentence, m.start(), all_toks[gi:gj], lead, ctx)
+            if sp is not None:
+                spans.append(sp)
+    if ctx.technical:
+        code = _code_spans(sentence, ctx)
+        if code:
+            spans = [sp for sp in spans if not any(c.start < sp.end and sp.start < c.end for c in code)] + code
+            spans.sort(key=lambda sp: sp.start)
+    return _merge_year_names(sentence, spans)
+
+
+def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: int,
+              ctx: _Context) -> _Span | None:
+    """One capitalised run as a name: sentence openers and dangling connectors dropped, possessives and a
+    stray final full stop trimmed, typed by `_classify_name`; None when nothing name-like is left."""
+    at_start = base + toks[0][0] <= lead
+    i, j = 0, len(toks)
+    quoted_title = j > 1 and base + toks[0][0] > 0 and sentence[base + toks[0][0] - 1] in _QUOTES_OPEN
+    while (not quoted_title and i < j and (at_start or j - i > 1) and not toks[i][2].endswith(".")
+           and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
+        i += 1
+        at_start = False
+        while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
-            at_start = False
-            while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
-                i += 1
-        while j > i and toks[j - 1][2] in _CONNECTORS:
-            j -= 1
-        if i >= j:
+    while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
+            toks[j - 1][2].lower() in _TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
+        j -= 1
+    if i >= j:
+        return None
+    title = j - i > 1 and toks[i][2].lower().rstrip(".") in _PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
+    if title:                                          # "Mrs Calloway" -> person "Calloway"
+        i += 1
+    words = [t[2] for t in toks[i:j]]
+    last = words[-1]
+    if last.endswith(".") and not _INITIALS_RE.match(last) and last.lower() not in ("jr.", "inc.", "co.", "sr."):
+        last = last[:-1]
+    last = _POSSESSIVE_RE.sub("", last) or last
+    trim = len(words[-1]) - len(last)
+    words[-1] = last
+    s, e = base + toks[i][0], base + toks[j - 1][1] - trim
+    name = " ".join(words)
+    low0 = words[0].lower()
+    if len(words) == 1:
+        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
+                or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
+            return None
+        if ctx.common(name) and (ctx.technical or s <= lead):
+            # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
+            # (or anywhere in documentation, whose headings and bullets capitalise verbs: "Update", "Fix")
+            return None
+        if len(name.rstrip(".")) == 1:
+            return None             # a lone initial ("M." of an author list)
+        if s <= lead and low0 in _COMMON_STARTERS:
+            return None
+    if len(words) > MAX_NAME_TOKENS:
+        return None
+    prev = sentence[max(0, s - 24):s].split()
+    prev_word = _POSSESSIVE_RE.sub("", prev[-1].lower().strip(".,;:")) if prev else ""
+    quoted = s > 0 and sentence[s - 1] in _QUOTES_OPEN and sentence[e:e + 1] in _QUOTES_CLOSE
+    type_ = "person" if title else ctx.roles.get(name) or _classify_name(
+        name, prev_word, quoted, _next_cue(sentence[e:e + 24]), ctx.technical)
+    return _Span(s, e, name, type_, initial=len(words) == 1 and s <= lead)
+
+
+def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """"the 1964 Summer Olympics", "2011 Census": a year written right before an event's name is part of it."""
+    out: list[_Span] = []
+    for sp in spans:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.type == "date" and len(prev.name) == 4 and prev.name.isdigit()
+                and sentence[prev.end:sp.start] == " " and sp.type in ("event", "unknown", "award")
+                and (sp.type == "event" or sentence[max(0, prev.start - 4):prev.start].lower() == "the ")):
+            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", "event")
             continue
-        title = j - i > 1 and toks[i][2].lower().rstrip(".") in _PERSON_TITLES
-        if title:                                          # "Mrs Calloway" -> person "Calloway"
-            i += 1
-        words = [t[2] for t in toks[i:j]]
-        last = _POSSESSIVE_RE.sub("", words[-1]) or words[-1]
-        trim = len(words[-1]) - len(last)
-        words[-1] = last
-        s, e = m.start() + toks[i][0], m.start() + toks[j - 1][1] - trim
-        name = " ".join(words)
-        low0 = words[0].lower()
-        if len(words) == 1:
-            if len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS:
-                continue
-            if s <= lead and (low0 in _COMMON_STARTERS or low0 in lower_words):
-                continue
-            if low0 in lower_words and low0 in _COMMON_STARTERS:
-                continue
-        if len(words) > MAX_NAME_TOKENS:
-            continue
-        prev = sentence[max(0, s - 24):s].split()
-        prev_word = _POSSESSIVE_RE.sub("", prev[-1].lower().strip(".,;:")) if prev else ""
-        quoted = s > 0 and sentence[s - 1] in _QUOTES_OPEN and sentence[e:e + 1] in _QUOTES_CLOSE
-        type_ = "person" if title else _classify_name(name, prev_word, quoted, _next_cue(sentence[e:e + 24]))
-        spans.append(_Span(s, e, name, type_, initial=len(words) == 1 and s <= lead))
-    return spans
+        out.append(sp)
+    return out
 
 
 def _is_heading(sentence: str) -> bool:
@@ -311,9 +523,26 @@ def _is_heading(sentence: str) -> bool:
     return caps >= 3 and all(w[0].isupper() or w.lower() in STOP_WORDS for w in words)
 
 
+def _role_text(m: re.Match[str]) -> str:
+    """What Sphinx shows for a role: the last component after "~", the title of a link."""
+    body = m.group(2).strip()
+    return "`" + (body.rsplit(".", 1)[-1] if m.group(1) else body) + "`"
+
+
+_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|bce?|ce|ad|st|nd|rd|th|century|s)\b[\W\d_]*)*$",
+                        re.IGNORECASE)
+
+
+def is_name(text: str) -> bool:
+    """Whether a (normalised) entity name names a thing: not a date, quantity or bare number, not a function
+    word. Synonym edges join only names."""
+    low = text.strip().lower()
+    return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
-    lower_words = {w for w in re.findall(r"\b[a-z][a-z'’\-]+\b", text)}
+    ctx = _Context(text)
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str], ExtractedRelation] = {}
     person_surnames: dict[str, str] = {}
@@ -321,11 +550,13 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     sentences: list[tuple[str, list[_Span]]] = []
     for a, b in _sentence_spans(text):
         raw = text[a:b]
+        if "`" in raw:
+            raw = _ROLE_TEXT_RE.sub(_role_text, raw)
         sentence = _MARKUP_RE.sub(" ", raw).strip()
         sentence = _BULLET_RE.sub("", sentence, count=1)
         if len(sentence) < 2 or raw.lstrip().startswith("#") or _is_heading(sentence):
             continue
-        spans = _name_spans(sentence, lower_words)
+        spans = _name_spans(sentence, ctx)
         if spans:
             sentences.append((sentence, spans))
             for sp in spans:
@@ -335,7 +566,13 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
     # capitalises it elsewhere or it is a known surname
-    sentences = [(sent, [sp for sp in spans if not sp.initial or sp.name in confirmed or sp.name in person_surnames])
+    # a chunk that lists many years or quantities (a chronology, a climate table) makes each a hub joining
+    # unrelated chunks: there only full dates and names stay
+    years = {sp.name for _, spans in sentences for sp in spans if sp.type == "date" and _YEAR_RE.match(sp.name)}
+    many_years = len(years) >= MAX_CHUNK_FIGURES
+    many_figures = sum(1 for _, spans in sentences for sp in spans if sp.type == "quantity") >= MAX_CHUNK_FIGURES
+    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames)
+                         and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
     for sentence, spans in sentences:
         desc = sentence if len(sentence) <= MAX_DESCRIPTION_CHARS else sentence[:MAX_DESCRIPTION_CHARS - 1] + "…"

@@ -21,7 +21,7 @@ from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import BudgetExceeded, RunStopped, UsageError
 from hrag_cli.core.forkpool import forked_map, ranges
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, StageRecord, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, StageRecord, fingerprint
 from hrag_cli.core.records import Chunk, ExtractionRecord
 from hrag_cli.extract import cache_index
 from hrag_cli.extract.cache_index import Seen, full_record, seen_of
@@ -58,6 +58,8 @@ def check_settings(settings: Settings) -> None:
 
     require_ray(settings.cluster.ray)
     e = settings.extract
+    if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
+        raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
     if e.max_gleanings < 0:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
@@ -68,7 +70,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.prompts import PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.llm_extractor import answer_format
+    from hrag_cli.extract.prompts import JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
@@ -76,6 +79,8 @@ def settings_fingerprint(settings: Settings) -> str:
     # with a schema its types replace entity_types; without one the fingerprint is what it always was
     what = ([t.strip().lower() for t in e.entity_types],) if schema is None else \
         ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
+    if answer_format(e, settings.llm) == "json":   # delimited fingerprints stay what they always were
+        what = (*what, JSON_PROMPT_VERSION)
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
@@ -88,7 +93,7 @@ def settings_fingerprint(settings: Settings) -> str:
 Latest = dict[tuple[str, str], Seen]     # (chunk_id, extractor) -> its latest record (cache_index.latest)
 
 
-def _current_extractor(project: Project, chunks: list[Chunk] | None, default: str | None) -> str | None:
+def _current_extractor(project: ProjectDir, chunks: list[Chunk] | None, default: str | None) -> str | None:
     """The extractor the project was last built with (manifest), else the one most chunks (read when None)
     have records from, else `default`."""
     stage = project.stage("extract")
@@ -104,7 +109,7 @@ def _current_extractor(project: Project, chunks: list[Chunk] | None, default: st
     return default
 
 
-def current_extractor(project: Project) -> str | None:
+def current_extractor(project: ProjectDir) -> str | None:
     """The extractor whose records count now (see _current_extractor); None before any extraction."""
     return _current_extractor(project, None, None)
 
@@ -124,7 +129,7 @@ class CurrentRecords:
         return CurrentRecords(self.chunks, [self.ids[i] for i in pick], [self.offsets[i] for i in pick])
 
 
-def current_records(project: Project, extractor: str, chunks: Iterable[Any] | None = None) -> CurrentRecords:
+def current_records(project: ProjectDir, extractor: str, chunks: Iterable[Any] | None = None) -> CurrentRecords:
     """Where each current chunk's latest record is, from the cache's index (usable: ok, or partial: a gleaning
     round was lost); chunks whose latest record is not usable are left out. `chunks`: chunks.jsonl's chunks
     (or their ChunkRefs), when the caller has read them already."""
@@ -134,7 +139,7 @@ def current_records(project: Project, extractor: str, chunks: Iterable[Any] | No
     return CurrentRecords(chunks, ids, [at[cid] for cid in ids])
 
 
-def iter_current_records(project: Project, extractor: str, current: CurrentRecords | None = None
+def iter_current_records(project: ProjectDir, extractor: str, current: CurrentRecords | None = None
                          ) -> Iterator[tuple[Chunk, ExtractionRecord]]:
     """Every current chunk with the latest usable record of `extractor` (or those of `current`), in chunk_id
     order; chunks without one are skipped. Records are read back one by one at their offsets, so memory does
@@ -144,7 +149,7 @@ def iter_current_records(project: Project, extractor: str, current: CurrentRecor
         yield current.chunks[cid], ExtractionRecord.from_json(rec)
 
 
-def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
+def iter_current_extractions(project: ProjectDir) -> Iterator[ExtractionRecord]:
     """For every chunk in chunks.jsonl, the latest usable record of the extractor recorded in the manifest's
     extract stage, one at a time in chunk_id order, as extracted (prune.iter_pruned is what resolve reads).
     Chunks without one are simply absent."""
@@ -153,7 +158,7 @@ def iter_current_extractions(project: Project) -> Iterator[ExtractionRecord]:
         yield from (rec for _, rec in iter_current_records(project, extractor))
 
 
-def load_current_extractions(project: Project) -> dict[str, ExtractionRecord]:
+def load_current_extractions(project: ProjectDir) -> dict[str, ExtractionRecord]:
     """iter_current_extractions as a dict by chunk id."""
     return {rec.chunk_id: rec for rec in iter_current_extractions(project)}
 
@@ -185,17 +190,17 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
     return counts, fingerprint(extractor, digest_items)
 
 
-def run_extract(project: Project, settings: Settings, reporter: Reporter, *, reparse: bool = False,
+def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None, chunks: list[Chunk] | None = None,
-                added: bool = False) -> StageOutcome:
+                import_openie: Path | None = None, import_lightrag: Path | None = None,
+                chunks: list[Chunk] | None = None, added: bool = False) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
     BudgetExceeded after saving everything finished when the run's spend reaches `max_cost`. `chunks`: what
     the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
     the stage's record having covered every other one when the run began. Only the chunks appended since the
     files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
-    if not (reparse or retry_failed or import_openie is not None):
+    if not (reparse or retry_failed or import_openie is not None or import_lightrag is not None):
         prev = project.stage("extract")
         since = _chunks_since(project, prev) if prev is not None else None
         if since is None and added:
@@ -208,6 +213,9 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     if import_openie is not None:
         extractor, imported = _import(project, chunks, Path(import_openie), reporter)
         kind = "openie"
+    elif import_lightrag is not None:
+        extractor, imported = _import_lightrag(project, chunks, Path(import_lightrag), reporter)
+        kind = "lightrag"
     else:
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
@@ -227,6 +235,10 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
         counts["pending"] = 0
         counts.update({f"openie_{k}": v for k, v in imported.items()})
         counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
+    if kind == "lightrag":   # a chunk with neither an answer nor graph rows has nothing to extract later either
+        counts["without_extraction"] = counts.pop("pending")
+        counts["pending"] = 0
+        counts.update({f"lightrag_{k}": v for k, v in imported.items()})
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -234,7 +246,7 @@ def run_extract(project: Project, settings: Settings, reporter: Reporter, *, rep
     return StageOutcome(counts=counts, output_digest=digest)
 
 
-def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str, extractor: str,
+def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: str, extractor: str,
              chunks: list[Chunk], latest: Latest, max_cost: float | None, *, reparse: bool = False,
              retry_failed: bool = False) -> tuple[dict[str, Any], BudgetExceeded | None]:
     """Extract those of `chunks` that need it (`latest`: their records so far, kept up to date); this run's
@@ -266,10 +278,10 @@ def _extract(project: Project, settings: Settings, reporter: Reporter, kind: str
         with _llm_client(project, settings, max_cost, reporter, cluster) as client:
             try:
                 if reparse:
-                    from hrag_cli.extract.llm_extractor import frame_of
+                    from hrag_cli.extract.llm_extractor import answer_format, frame_of
 
-                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts,
-                                       frame_of(settings.extract))
+                    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+                    created = _reparse(project, client, chunks, latest, extractor, reporter, counts, frame)
                     todo = [ch for ch in todo if ch.chunk_id not in created]
                     counts["cached"] += len(created)
                 if todo:
@@ -294,7 +306,7 @@ class _Cluster:
     nodes: int
 
 
-def _cluster(project: Project, settings: Settings, reporter: Reporter) -> _Cluster | None:
+def _cluster(project: ProjectDir, settings: Settings, reporter: Reporter) -> _Cluster | None:
     """The Ray cluster this run extracts on ([cluster] ray, --ray), checked to share the project directory;
     None for this process only (Ray is then never imported)."""
     from hrag_cli import cluster
@@ -307,7 +319,7 @@ def _cluster(project: Project, settings: Settings, reporter: Reporter) -> _Clust
     return _Cluster(ray, nodes)
 
 
-def _llm_client(project: Project, settings: Settings, max_cost: float | None, reporter: Reporter,
+def _llm_client(project: ProjectDir, settings: Settings, max_cost: float | None, reporter: Reporter,
                 cluster: _Cluster | None) -> Any:
     """The run's LLM client (it reads the whole response cache: made only when there is work); on a cluster
     its requests leave from the cluster's nodes under one cap (cluster/ray_llm.py)."""
@@ -324,7 +336,7 @@ SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions"
           "truncated_rows")     # _summary_counts' totals over every current chunk
 
 
-def _extract_added(project: Project, settings: Settings, reporter: Reporter, prev: StageRecord | None,
+def _extract_added(project: ProjectDir, settings: Settings, reporter: Reporter, prev: StageRecord | None,
                    chunks: list[Chunk], max_cost: float | None) -> StageOutcome | None:
     """The stage when the chunk stage only appended `chunks`: the record's totals and digest carried on with
     theirs (O(new chunks)). None when the record cannot vouch for the other chunks any more: it is not this
@@ -355,7 +367,7 @@ def _extract_added(project: Project, settings: Settings, reporter: Reporter, pre
                         if chunks else prev.output_digest)
 
 
-def _cache_size(project: Project) -> int:
+def _cache_size(project: ProjectDir) -> int:
     try:
         return project.extractions_path.stat().st_size
     except FileNotFoundError:
@@ -368,7 +380,7 @@ def _mark(rec: StageRecord) -> int:
     return mark if isinstance(mark, int) and mark > 0 else 0
 
 
-def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) -> bool:
+def _only_new_since(project: ProjectDir, extractor: str, mark: int, new: set[str]) -> bool:
     """No record of `extractor` appended after byte `mark` can have replaced the record the stage counted for a
     chunk other than the `new` ones: each is its chunk's first record of that extractor (a chunk the stage
     counted had one before the mark)."""
@@ -383,7 +395,7 @@ def _only_new_since(project: Project, extractor: str, mark: int, new: set[str]) 
     return True
 
 
-def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | None:
+def taken_ids(project: ProjectDir, current: bool) -> Callable[[set[str]], bool] | None:
     """For the chunk stage's append (chunk.stage.run_chunk): whether any of these ids may be a chunk's in
     chunks.jsonl. Every chunk the extract stage's record covered (the files up to its chunk mark, or all of them
     when `current`: the record was made over the chunks the files hold) had a record in the extraction cache
@@ -405,14 +417,14 @@ def taken_ids(project: Project, current: bool) -> Callable[[set[str]], bool] | N
     return taken
 
 
-def _chunks_since(project: Project, prev: StageRecord) -> list[Chunk] | None:
+def _chunks_since(project: ProjectDir, prev: StageRecord) -> list[Chunk] | None:
     """The chunks appended to chunks.jsonl since the files the stage's record covered (None: it kept no mark,
     or the files were written whole since)."""
     added = added_since(project, prev.counts.get("chunk_mark"))
     return None if added is None else added[1]
 
 
-def _note_schema_change(project: Project, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
+def _note_schema_change(project: ProjectDir, settings: Settings, counts: dict, reporter: Reporter, todo: int) -> None:
     """Record the schema's fingerprint; when it differs from the last run's and chunks are about to be asked
     again because of it, say so in one line (a schema is a build setting: never changed without a word)."""
     from hrag_cli.extract.schema import schema_of
@@ -443,7 +455,7 @@ def _retry_args(rec: dict) -> dict:
     return {"attempt": attempt}
 
 
-def failure_summary(project: Project, chunks: list[Chunk], latest: Latest, extractor: str, counts: dict) -> str:
+def failure_summary(project: ProjectDir, chunks: list[Chunk], latest: Latest, extractor: str, counts: dict) -> str:
     """One line for the end of a run with failed or partial chunks: how many, the commonest error, the fix."""
     errors: Counter[str] = Counter()
     for ch in chunks:
@@ -476,7 +488,7 @@ def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
 RULES_WINDOW_PER_NODE = 8   # batches in flight per node on a cluster: enough to keep its cores busy
 
 
-def _run_rules(project: Project, todo: list[Chunk], latest: Latest, reporter: Reporter,
+def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter: Reporter,
                counts: dict, cluster: _Cluster | None = None) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
     one core would do a large folder alone), or as Ray tasks across a cluster; records are appended in `todo`
@@ -540,7 +552,7 @@ class _Streak:
         return len(self.held) >= self.limit
 
 
-async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
+async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings: Settings, extractor: str,
                    latest: Latest, reporter: Reporter, counts: dict,
                    attempts: dict[str, dict]) -> None:
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
@@ -549,7 +561,11 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
     from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
     from hrag_cli.extract.llm_extractor import extract_chunk
 
-    window = max(1, client.settings.concurrency) * 2
+    from hrag_cli.core.llm import is_local
+
+    # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
+    # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
+    window = max(1, client.settings.concurrency) * (1 if is_local(client.settings) else 2)
     queue = iter(todo)
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
@@ -614,7 +630,7 @@ async def _run_llm(project: Project, client: Any, todo: list[Chunk], settings: S
         raise RunStopped(f"extraction stopped with {left} chunk(s) left to do: {stop}; {fix}", cause=stop, fix=fix)
 
 
-def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
+def _reparse(project: ProjectDir, client: Any, chunks: list[Chunk], latest: Latest,
              extractor: str, reporter: Reporter, counts: dict, frame: Any) -> set[str]:
     """Re-parse every current chunk's cached answers with today's parser, checks and schema; no network call.
     A chunk with no record for this extractor (the schema or a prompt setting changed) is rebuilt from the
@@ -652,7 +668,7 @@ def _reparse(project: Project, client: Any, chunks: list[Chunk], latest: Latest,
     return created
 
 
-def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
+def _earlier_llm_records(project: ProjectDir, chunk_ids: set[str], extractor: str) -> dict[str, dict]:
     """chunk_id -> the latest record with cached answers written by another extractor of the same LLM (the
     extractor ids of one model differ only in their settings digest: llm:MODEL:DIGEST)."""
     model = extractor.rsplit(":", 1)[0] + ":"
@@ -664,7 +680,7 @@ def _earlier_llm_records(project: Project, chunk_ids: set[str], extractor: str) 
     return out
 
 
-def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
     """--import-openie: take HippoRAG's OpenIE results as this project's extractions (the importer names
     the extractor after the file's content, so a changed file replaces the records)."""
     if not path.is_file():
@@ -673,6 +689,25 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
 
     extractor = openie_extractor_id(path)
     records, counts = import_openie(project, chunks, path, reporter)
+    _append_imported(project, extractor, records)
+    return extractor, counts
+
+
+def _import_lightrag(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
+    """--import-lightrag: the working directory's cached extraction answers (else its graph's rows) as this
+    project's extractions, for the chunks the chunk stage imported from it."""
+    from hrag_cli.extract.lightrag import check_dir, import_records, read_corpus
+
+    path = check_dir(path)
+    corpus = read_corpus(path)
+    mine = {ch.chunk_id for ch in chunks}
+    extractor, records, counts = import_records(path, corpus, reporter)
+    _append_imported(project, extractor, [r for r in records if r.chunk_id in mine])
+    return extractor, counts
+
+
+def _append_imported(project: ProjectDir, extractor: str, records: list[ExtractionRecord]) -> None:
+    """Imported records not already there as they are, appended to the extraction records."""
     existing = cache_index.latest(project, {extractor})
     with store.JsonlAppender(project.extractions_path) as out:
         for rec in records:
@@ -681,7 +716,6 @@ def _import(project: Project, chunks: list[Chunk], path: Path, reporter: Reporte
             seen = existing.get((rec.chunk_id, extractor))
             if seen is None or seen.digest != fingerprint(data):
                 out.append(data)
-    return extractor, counts
 
 
 # ------------------------------------------------------------------------------------------- dry run, status
@@ -709,7 +743,7 @@ GLEAN_COMPLETION_RATIO = 0.8
 MESSAGE_OVERHEAD_TOKENS = 4       # per chat message (role, separators)
 
 
-def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
+def estimate(project: ProjectDir, settings: Settings, chunk_outcome: Any) -> dict:
     """--dry-run: which chunks would be extracted and what it would cost; calls and writes nothing."""
     chunks: list[Chunk] = list(chunk_outcome.chunks)
     kind = extractor_kind(settings)
@@ -722,13 +756,13 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     if kind == "rules" or not todo:
         return out
     from hrag_cli.chunk.chunking import count_tokens
-    from hrag_cli.extract.llm_extractor import answer_budget, frame_of, glean_rounds_for
+    from hrag_cli.extract.llm_extractor import answer_budget, answer_format, frame_of, glean_rounds_for
     from hrag_cli.extract.prompts import build_extraction_messages, build_gleaning_message
 
-    frame = frame_of(settings.extract)
-    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema)
+    frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
+    base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema, frame.fmt)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
-    glean_msg = count_tokens(build_gleaning_message()["content"]) + MESSAGE_OVERHEAD_TOKENS
+    glean_msg = count_tokens(build_gleaning_message(frame.fmt)["content"]) + MESSAGE_OVERHEAD_TOKENS
     requests = prompt = completion = 0
     for ch in todo:
         cap = answer_budget(ch, settings.extract, settings.llm.max_tokens)
@@ -749,7 +783,7 @@ def estimate(project: Project, settings: Settings, chunk_outcome: Any) -> dict:
     return out
 
 
-def extraction_status(project: Project, settings: Settings) -> dict:
+def extraction_status(project: ProjectDir, settings: Settings) -> dict:
     """For `hrag status`: extraction counts and the failed chunks with their document paths."""
     chunks = load_chunks(project)
     try:

@@ -12,7 +12,7 @@ import numpy as np
 from hrag_cli.core import store
 from hrag_cli.core.artifacts import quick_sum
 from hrag_cli.core.config import Settings
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.graph.model import CHUNK, EDGE_KINDS, VERTEX_KINDS
 from hrag_cli.graph.push import PRIOR_EPS, walk_mass
 from hrag_cli.graph.walk import Scale, WalkGraph, kind_factors, scale_key
@@ -33,7 +33,7 @@ def is_rules_graph(extractor: str) -> bool:
     return extractor.startswith("rules")
 
 
-def project_walk_scale(project: Project, settings: Settings) -> Scale:
+def project_walk_scale(project: ProjectDir, settings: Settings) -> Scale:
     """`walk_scale` for a built project: its extract stage says whether the graph is a rules graph."""
     stage = project.stage("extract")
     extractor = str(stage.counts.get("extractor", "")) if stage is not None else ""
@@ -61,16 +61,16 @@ def chunk_prior(graph: WalkGraph, damping: float, scale: Scale = None) -> np.nda
     return graph.memo[key]
 
 
-def _prior_path(project: Project) -> Path:
+def _prior_path(project: ProjectDir) -> Path:
     return project.graph_dir / PRIOR_FILE
 
 
-def _walk_digest(project: Project) -> str:
+def _walk_digest(project: ProjectDir) -> str:
     """Which walk.npz a saved prior was walked on (a sampled hash: reads a few samples, not the file)."""
     return quick_sum(project.walk_path, project.walk_path.stat().st_size)
 
 
-def save_chunk_prior(project: Project, settings: Settings) -> None:
+def save_chunk_prior(project: ProjectDir, settings: Settings) -> None:
     """Write graph/chunk_prior.npz (atomically): the chunk prior of graph/walk.npz for the project's query
     settings, with those settings and the walk's digest, so a query reads it instead of walking every chunk."""
     q = settings.query
@@ -81,7 +81,7 @@ def save_chunk_prior(project: Project, settings: Settings) -> None:
                  walk=np.frombuffer(_walk_digest(project).encode(), dtype=np.uint8))
 
 
-def load_chunk_prior(project: Project, graph: WalkGraph, damping: float, scale: Scale) -> None:
+def load_chunk_prior(project: ProjectDir, graph: WalkGraph, damping: float, scale: Scale) -> None:
     """Put the saved chunk prior into `graph.memo` when it was walked on this walk.npz with these settings
     (otherwise `chunk_prior` walks it)."""
     key = prior_key(damping, scale)

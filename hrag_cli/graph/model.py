@@ -31,7 +31,7 @@ from hrag_cli.graph import pickle_format as graph_pickle
 from hrag_cli.core import store
 from hrag_cli.core.errors import HragError
 from hrag_cli.graph.pickle_format import Column, GraphColumns
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document, Entity, Relation, Synonym
 from hrag_cli.core.stage_list import STAGES
 
@@ -178,7 +178,7 @@ def key_index(graph: Any) -> dict[str, int]:
     return {k: i for i, k in enumerate(graph.vs["key"])} if graph.vcount() else {}
 
 
-def save_graph(project: Project, graph: Any) -> None:
+def save_graph(project: ProjectDir, graph: Any) -> None:
     """graph/graph.pkl (`graph_pickle`: arrays a pickle turns back into the igraph graph, no zlib over the whole),
     then graph/walk.npz, the arrays a query walks. `graph`: GraphColumns or an igraph graph."""
     cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
@@ -221,38 +221,38 @@ def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
     }
 
 
-def save_walk(project: Project, graph: Any) -> None:
+def save_walk(project: ProjectDir, graph: Any) -> None:
     """Write graph/walk.npz for `graph` (atomically: temp file, then rename)."""
     _write_walk(project, walk_arrays(graph))
 
 
-def _write_walk(project: Project, arrays: dict[str, np.ndarray]) -> None:
+def _write_walk(project: ProjectDir, arrays: dict[str, np.ndarray]) -> None:
     with store.atomic_writer(project.walk_path) as fh:
         np.savez(fh, **arrays)
 
 
-def _unpickle(project: Project, data: bytes) -> Any:
+def _unpickle(project: ProjectDir, data: bytes) -> Any:
     try:
         return pickle.loads(data if data[:1] == b"\x80" else zlib.decompress(data))
     except Exception as exc:  # a damaged pickle can raise nearly anything
         raise HragError(f"{project.graph_path} is damaged ({type(exc).__name__}); run 'hrag resolve' to rebuild it") from None
 
 
-def _graph_bytes(project: Project) -> bytes:
+def _graph_bytes(project: ProjectDir) -> bytes:
     try:
         return project.graph_path.read_bytes()
     except FileNotFoundError:
         raise HragError(f"no graph in {project.root} yet: run 'hrag index DOCS' (or 'hrag resolve')") from None
 
 
-def load_graph(project: Project) -> tuple[Any, dict[str, int]]:
+def load_graph(project: ProjectDir) -> tuple[Any, dict[str, int]]:
     """THE loader every later stage uses: the graph and its key -> vertex index map. Reads the compressed
     pickle and a plain one (a pickle starts with 0x80, a zlib stream never does)."""
     graph = _unpickle(project, _graph_bytes(project))
     return graph, key_index(graph)
 
 
-def load_columns(project: Project) -> GraphColumns:
+def load_columns(project: ProjectDir) -> GraphColumns:
     """The saved graph as columns, without making the igraph graph (igraph's own pickle: made, then taken
     apart)."""
     data = _graph_bytes(project)
@@ -370,7 +370,7 @@ def set_synonym_edges(cols: GraphColumns, pairs: Iterable[Synonym | tuple[str, s
                         {name: c.concat(tail[name]) for name, c in cols.eattrs.items()}, cols.packed, cols.split)
 
 
-def intact(project: Project, rel: str) -> bool:
+def intact(project: ProjectDir, rel: str) -> bool:
     """`rel` (graph/graph.pkl, graph/walk.npz) of the current generation is the file the last commit recorded,
     by its full hash (CRC-32 of the whole file up to artifacts.FULL_HASH_MAX, cheap beside the stage; a dense sample
     above): a stage that makes the new file from the saved one copies most of it, and damage must not pass into
@@ -385,7 +385,7 @@ def intact(project: Project, rel: str) -> bool:
     return meta is not None and artifacts.check_one(project.gen_dir / rel, meta, True) == ""
 
 
-def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
+def save_synonym_edges(project: ProjectDir, pairs: Iterable[Synonym | tuple[str, str, float] | dict]) -> None:
     """The saved graph with its SYNONYM edges replaced by `pairs`, saved (graph.pkl and walk.npz; the walk
     arrays from the saved ones when they fit and are intact, which is the same arrays for a fraction of the
     work). graph.pkl's other members are written back as they were, never inflated, when the whole file is
@@ -408,7 +408,7 @@ def save_synonym_edges(project: Project, pairs: Iterable[Synonym | tuple[str, st
     _write_walk(project, arrays if arrays is not None else walk_arrays(cols or load_columns(project)))
 
 
-def _tail_replaced(project: Project, pairs: Iterable[Synonym | tuple[str, str, float] | dict]
+def _tail_replaced(project: ProjectDir, pairs: Iterable[Synonym | tuple[str, str, float] | dict]
                    ) -> tuple[bytes, int, np.ndarray, np.ndarray, np.ndarray] | None:
     """graph.pkl's new bytes, made from the saved file by `graph_pickle.SynonymTail` (only the vertex kinds and
     keys and the other edges inflated), its vertex count, other edges, and the new SYNONYM edges and weights;
@@ -431,7 +431,7 @@ def _tail_replaced(project: Project, pairs: Iterable[Synonym | tuple[str, str, f
 WALK_ARRAYS = ("indptr", "cols", "weight", "kind", "vkind", "keys", "koff", "order")
 
 
-def saved_walk(project: Project) -> dict[str, np.ndarray] | None:
+def saved_walk(project: ProjectDir) -> dict[str, np.ndarray] | None:
     """The arrays of the saved walk.npz; None when it is missing or unreadable (the caller makes them from the
     columns instead)."""
     try:
@@ -455,7 +455,7 @@ def kept_entries(walk: dict[str, np.ndarray], own: np.ndarray, n: int) -> tuple[
     return keep, degree
 
 
-def _walk_with_synonyms(project: Project, n: int, own: np.ndarray, syn: np.ndarray, weight: np.ndarray
+def _walk_with_synonyms(project: ProjectDir, n: int, own: np.ndarray, syn: np.ndarray, weight: np.ndarray
                         ) -> dict[str, np.ndarray] | None:
     """`walk_arrays` of a graph of `n` vertices, edges `own` then SYNONYM edges `syn` of `weight`, from the
     saved walk.npz: its SYNONYM entries dropped, the new ones put where walk_arrays has them. A row there holds

@@ -16,7 +16,6 @@ Recall@k = the fraction of a question's gold passages found among its top k chun
 from __future__ import annotations
 
 import re
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,8 +25,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
-from hrag_cli.query.retrieval import MODES
+from hrag_cli.core.project import ProjectDir
 
 _WS = re.compile(r"\s+")
 
@@ -126,7 +124,7 @@ class GoldResolver:
         return set()
 
 
-def evaluate(project: Project, settings: Settings, items: list[QAItem], modes: list[str], ks: list[int],
+def evaluate(project: ProjectDir, settings: Settings, items: list[QAItem], modes: list[str], ks: list[int],
              reporter: Reporter | None = None) -> dict:
     from hrag_cli.query.run import QuerySession
 
@@ -156,44 +154,8 @@ def evaluate(project: Project, settings: Settings, items: list[QAItem], modes: l
     return out
 
 
-def _parse_list(value: str, what: str) -> list[str]:
+def parse_list(value: str, what: str) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
         raise UsageError(f"{what}: give a comma-separated list")
     return items
-
-
-def run_eval_command(project: Project, settings: Settings, qa_path: Path, *, modes: str, ks: str,
-                     json_output: bool) -> None:
-    mode_list = [m.lower() for m in _parse_list(modes, "--modes")]
-    bad = [m for m in mode_list if m not in MODES]
-    if bad:
-        raise UsageError(f"unknown mode {bad[0]!r}: choose from {', '.join(MODES)}")
-    try:
-        k_list = sorted({int(k) for k in _parse_list(ks, "-k")})
-    except ValueError:
-        raise UsageError(f"-k takes comma-separated integers, not {ks!r}") from None
-    if k_list[0] < 1:
-        raise UsageError("-k values must be at least 1")
-    items = load_qa(qa_path)
-    result = evaluate(project, settings, items, mode_list, k_list, Reporter.auto(json_output=json_output))
-    if json_output:
-        sys.stdout.write(store.dumps(result).decode("utf-8") + "\n")
-        return
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=escape(f"Recall@k over {result['questions']} questions ({qa_path.name})"),
-                  title_justify="left")
-    table.add_column("mode")
-    for k in k_list:
-        table.add_column(f"R@{k}", justify="right")
-    table.add_column("ms/query", justify="right")
-    for mode, rec in result["modes"].items():
-        table.add_row(mode, *(f"{100 * rec['recall'][str(k)]:.1f}" for k in k_list), f"{rec['ms_per_query']:.1f}")
-    from hrag_cli.core.progress import stdout_console
-
-    stdout_console().print(table)
-    if result["unresolved_gold"]:
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] {result['unresolved_gold']} gold passages matched no chunk")

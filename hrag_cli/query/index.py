@@ -20,7 +20,7 @@ import numpy as np
 from hrag_cli.core import jsonl_lines, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import Chunk, Document, Entity, Fact, Relation, from_dict
 from hrag_cli.graph.walk import WalkGraph
 
@@ -195,7 +195,7 @@ class ChunkCounts:
 
 @dataclass
 class QueryIndex:
-    project: Project
+    project: ProjectDir
     settings: Settings
     load_ms: dict[str, float] = field(default_factory=dict)
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from hrag_cli.core.config import Settings
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
@@ -52,7 +52,7 @@ def parse_keywords(text: str) -> dict[str, list[str]] | None:
     return {"high": high, "low": low}
 
 
-def extract_keywords(project: Project, settings: Settings, query: str, *, llm: Any = None,
+def extract_keywords(project: ProjectDir, settings: Settings, query: str, *, llm: Any = None,
                      notes: list[str] | None = None) -> dict[str, list[str]]:
     """Keywords for the LightRAG modes; any LLM failure degrades to the query text with a note, since a
     retrieval without keywords is still a retrieval."""

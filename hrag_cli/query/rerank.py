@@ -18,7 +18,7 @@ from typing import Any
 
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.types import RankedChunk, Retrieval
 
 PIECE_OVERLAP = 32   # tokens shared by consecutive pieces, so a sentence cut at a border is whole in one
@@ -68,7 +68,7 @@ class CrossEncoderReranker:
 class ModelReranker:
     """A litellm rerank model through the project's query-time LLM client (cached in cache/query_llm.jsonl)."""
 
-    def __init__(self, project: Project, settings: Settings, model: str) -> None:
+    def __init__(self, project: ProjectDir, settings: Settings, model: str) -> None:
         from hrag_cli.core.llm import query_client
 
         llm = replace(settings.llm, model=model, api_base=settings.query.rerank_api_base)
@@ -81,7 +81,7 @@ class ModelReranker:
         self.client.close()
 
 
-def make_reranker(project: Project, settings: Settings) -> Any:
+def make_reranker(project: ProjectDir, settings: Settings) -> Any:
     """The reranker `query.rerank` names, or None when it is empty."""
     spec = settings.query.rerank.strip()
     if not spec:

@@ -134,6 +134,29 @@ def _top_chunks(ix: QueryIndex, scores: np.ndarray, limit: int) -> list[RankedCh
     return _ranked(ix, (ids[i] for i in order), (scores[i] for i in order), limit)
 
 
+def capped_order(doc_ids: Sequence[str], cap: int) -> list[int]:
+    """Positions of a ranked list with at most `cap` items of one document ahead of every other document's
+    items: a document's extra items keep their order behind the rest (cap 0: the list as it is)."""
+    if cap <= 0:
+        return list(range(len(doc_ids)))
+    seen: dict[str, int] = {}
+    first: list[int] = []
+    later: list[int] = []
+    for i, d in enumerate(doc_ids):
+        seen[d] = seen.get(d, 0) + 1
+        (first if seen[d] <= cap else later).append(i)
+    return first + later
+
+
+def _top_chunks_capped(ix: QueryIndex, scores: np.ndarray, limit: int, cap: int) -> list[RankedChunk]:
+    """`_top_chunks` with `capped_order` over a deeper pool, so a flooding document's chunks give way to the
+    next documents' (their scores stay their own: the list is no longer sorted by score past the cap)."""
+    if cap <= 0:
+        return _top_chunks(ix, scores, limit)
+    pool = _top_chunks(ix, scores, min(len(scores), limit * 4 + 10))
+    return [pool[i] for i in capped_order([c.doc_id for c in pool], cap)][:limit]
+
+
 def _passage_scores(ix: QueryIndex, query: str, qvec: np.ndarray, s: QuerySettings, r: Retrieval) -> np.ndarray:
     return _passage_and_lexical(ix, query, qvec, s, r)[0]
 
@@ -173,12 +196,17 @@ def retrieve_bm25(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, li
 # --------------------------------------------------------------------------------------------------- ppr
 
 _TOKEN = re.compile(r"\S+")
+COMMON_NAME_MIN_CHUNKS = 10
+_INITIALS = re.compile(r"^(?:\w\.)+$")
 _EDGE_PUNCT = "\"'`“”‘’«»()[]{}<>,.;:!?"
 
 
 def _query_words(query: str) -> list[str]:
     words = []
     for w in _TOKEN.findall(query):
+        if _INITIALS.match(w):          # "M." in "Frances M. Vega": the name keeps its full stop
+            words.append(w)
+            continue
         w = w.strip(_EDGE_PUNCT)
         for suffix in ("'s", "’s"):
             if w.lower().endswith(suffix):
@@ -190,9 +218,10 @@ def _query_words(query: str) -> list[str]:
 
 def _looks_like_a_name(words: list[str], start: int) -> bool:
     """A run of query words that reads as a proper name: some word (not the question's first) starts with a
-    capital or a digit. OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those
-    from every question that uses the word only adds noise."""
-    return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or len(words) == 1)
+    capital or a digit (the question's first word only when more than its first letter is: "PCRE2", not "Users").
+    OpenIE graphs hold entities such as "state", "author" or "currency", and seeding those from every question
+    that uses the word only adds noise."""
+    return any((w[:1].isupper() or w[:1].isdigit()) and (start + i > 0 or (len(words) == 1 and not w[1:].islower()))
                for i, w in enumerate(words))
 
 
@@ -289,6 +318,16 @@ def _fused_head(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | Non
     return cand[np.lexsort((cand, -fused))[:head]]
 
 
+def lexical_fusion(passage: np.ndarray, lexical: np.ndarray | None, s: QuerySettings) -> np.ndarray:
+    """The ranking ppr's first ranks give when the walk has no share, for every rank: a reciprocal-rank fusion
+    of the passage scores with BM25 (share `fusion_lexical` where BM25 matched)."""
+    lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
+    if lw <= 0:
+        return passage
+    k = max(s.fusion_k, 1e-6)
+    return _fused([all_ranks(passage), all_ranks(passage), all_ranks(lexical)], lexical > 0, 0.0, lw, k)
+
+
 def walk_share(s: QuerySettings, rules_graph: bool, seeds: SeedWeights, fact_scores: list[float]) -> float:
     """How much the walk's ranking counts in the head fusion: `walk_weight` on a graph from an LLM or
     imported OpenIE, `rules_walk_weight` on one from the rules extractor, whose co-occurrence edges make
@@ -352,40 +391,59 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
             seeds.entity[v] = seeds.entity.get(v, 0.0) + weight / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
     if s.entity_name_seeds and s.entity_seed_weight > 0:
+        # a name most of the corpus mentions ("Flask" in Flask's manual) seeds the walk but says nothing about
+        # which passages the question is about: it does not make the seeds strong (`walk_share`)
+        # (a name in at most COMMON_NAME_MIN_CHUNKS chunks still points at them, however small the corpus)
+        common = (max(s.common_name_share * len(ix.chunk_ids), COMMON_NAME_MIN_CHUNKS) if s.common_name_share > 0
+                  else float("inf"))
         for eid in name_seeds(ix, query):
             v = graph.vertex(eid)
             if v is None:
                 continue
-            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
-            seeds.sources.setdefault(v, []).append("name in query")
+            count = ix.entity_chunk_counts.get(eid, 1)
+            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / count
+            seeds.sources.setdefault(v, []).append("name in query" if count <= common else "common name in query")
     seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
     r.timings["seed_ms"] = _ms(t0)
 
     if not seeds.entity or graph.ecount() == 0:
         why = "no facts or entity names matched the query" if not seeds.entity else "the graph has no edges"
         r.notes.append(f"{why}: fell back to dense chunk ranking")
-        r.chunks = _top_chunks(ix, passage, limit)
+        r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
         return
 
+    rules_graph = is_rules_graph(ix.extractor)
+    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
+    full = min(s.rules_walk_weight if rules_graph else s.walk_weight, 1.0)
+    if w <= 0 < full:
+        # the question names nothing the graph holds in a few chunks: a walk from loosely matching facts (or
+        # from a name half the corpus mentions) ranks noise, so every rank is what the first ranks are without it
+        r.notes.append("weak seeds: the question names nothing the graph holds in a few chunks only, so ranked by "
+                       "passage similarity fused with BM25, not by the walk")
+        r.chunks = _top_chunks_capped(ix, lexical_fusion(passage, lexical, s), limit, s.doc_cap)
+        _list_seeds(ix, seeds, r)
+        return
     t0 = time.perf_counter()
     cv = ix.chunk_vertices
     ok = cv >= 0
     reset, floor = build_reset(seeds, cv[ok], passage[ok] * s.passage_node_weight,
                                s.passage_node_top_k)
-    rules_graph = is_rules_graph(ix.extractor)
     scale = walk_scale(rules_graph, s.rules_synonym_weight)
     if floor > 0:
         load_chunk_prior(ix.project, graph, s.damping, scale)
     walk = np.full(len(cv), -1.0)
     walk[ok] = passage_walk(graph, reset, floor, s.damping, scale, vertices=cv[ok])
     r.timings["ppr_ms"] = _ms(t0)
-    w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
-    full = s.rules_walk_weight if rules_graph else s.walk_weight
-    if w < min(full, 1.0):
-        r.notes.append(f"weak seeds: the walk's share of the first ranks is {w:.2f} (of {full:.2f})")
-    r.chunks = _top_chunks(ix, fuse_ranks(walk, passage, lexical, w, s), limit)
+    if w < full:
+        r.notes.append(f"weak seeds: the walk counts {w:.2f} of its usual {full:.2f} in the first ranks")
+    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s), limit, s.doc_cap)
+    _list_seeds(ix, seeds, r)
+
+
+def _list_seeds(ix: QueryIndex, seeds: SeedWeights, r: Retrieval) -> None:
+    """The seed entities, strongest first, with what seeded each (fact ids, "name in query")."""
     for v in sorted(seeds.entity, key=lambda v: -seeds.entity[v]):
-        e = ix.entities.get(graph.key(v))
+        e = ix.entities.get(ix.walk.key(v))
         if e is not None:
             r.entities.append({"id": e.id, "name": e.name, "type": e.type, "description": e.description,
                                "score": round(seeds.entity[v], 6), "seeded_by": seeds.sources.get(v, [])})

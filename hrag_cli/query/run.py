@@ -32,7 +32,6 @@ Timings present depend on the mode; `total_ms` includes loading whatever this qu
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from typing import Any
 from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.query.context import build_context, relation_arrow
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.retrieval import retrieve
@@ -97,7 +96,7 @@ def read_history(path: Path) -> list[dict]:
 class QuerySession:
     """One loaded index (and, if needed, one LLM client) answering many queries."""
 
-    def __init__(self, project: Project, settings: Settings, *, history: list[dict] | None = None) -> None:
+    def __init__(self, project: ProjectDir, settings: Settings, *, history: list[dict] | None = None) -> None:
         self.project = project
         self.settings = settings
         self.history = history or []
@@ -163,7 +162,7 @@ class QuerySession:
             self._reranker.close()
 
 
-def _as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
+def as_json(r: Retrieval, extra: dict, qid: str | None = None) -> dict:
     obj = r.to_json()
     if qid is not None:
         obj = {"id": qid, **obj}
@@ -224,34 +223,3 @@ def print_table(r: Retrieval, extra: dict) -> None:
         console.print(printable(extra["answer"]), markup=False, highlight=False)
         for c in extra["citations"]:
             console.print(printable(f"  [{c['n']}] {c.get('where') or c['path']}"), markup=False, highlight=False)
-
-
-def run_query_command(project: Project, settings: Settings, *, text: str | None, file: Path | None,
-                      want_context: bool, want_answer: bool, json_output: bool,
-                      history: Path | None = None) -> None:
-    if (text is None) == (file is None):
-        raise UsageError("give either a question or --file QUERIES")
-    if history is not None and not want_answer:
-        raise UsageError("--history gives the answer earlier turns: add --answer")
-    queries = read_queries(file) if file is not None else [("1", text or "")]
-    turns = read_history(history) if history is not None else None
-    session = QuerySession(project, settings, history=turns)
-    try:
-        if file is not None:
-            for qid, q in queries:
-                r, extra = session.run(q, want_context=want_context, want_answer=want_answer)
-                sys.stdout.write(store.dumps(_as_json(r, extra, qid)).decode("utf-8") + "\n")
-                sys.stdout.flush()
-            return
-        r, extra = session.run(queries[0][1], want_context=want_context, want_answer=want_answer)
-        if json_output:
-            sys.stdout.write(store.dumps(_as_json(r, extra)).decode("utf-8") + "\n")
-        elif want_context and not want_answer:
-            from hrag_cli.core.redact import printable
-
-            context = extra["context"]
-            sys.stdout.write((printable(context) if sys.stdout.isatty() else context) + "\n")
-        else:
-            print_table(r, extra)
-    finally:
-        session.close()

@@ -31,7 +31,7 @@ from itertools import islice
 
 from hrag_cli.core import store
 from hrag_cli.core.normalize import normalize_name
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractionRecord
 
 PLACEHOLDER_TYPES = frozenset({"", "unknown", "other"})
@@ -244,7 +244,7 @@ def plan_merges(records: Iterable[ExtractionRecord]) -> MergeKeys:
 STATUS_LINES = 10
 
 
-def merges_status(project: Project) -> dict:
+def merges_status(project: ProjectDir) -> dict:
     """The first lines of graph/merges.jsonl as `hrag status` shows them ("ibm <- ibm + international business
     machines"; "jordan: split into jordan / jordan (person)"); nothing when no name was joined or split."""
     lines = []

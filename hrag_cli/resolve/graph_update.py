@@ -34,7 +34,7 @@ from hrag_cli.graph.model import (
 from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.chunk.stage import added_since, load_chunk_refs, load_documents
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document
 
 _REL, _MEN, _SYN = EDGE_KINDS.index("RELATION"), EDGE_KINDS.index("MENTIONED_IN"), EDGE_KINDS.index(SYNONYM)
@@ -525,7 +525,7 @@ class GraphInputs:
     walk_ok: bool = False           # walk.npz is the one recorded with `old` (`graph.intact`): it may be spliced
 
 
-def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
+def graph_inputs(project: ProjectDir, mark: dict | None) -> GraphInputs:
     """The saved graph (when `mark` is not None: a run that may update it; {} for a last run that left no mark)
     and what was added since `mark` (the `chunk.stage.chunk_mark` of the resolve that made it), when docs.jsonl and
     chunks.jsonl were only appended to since and the graph holds as many documents and chunks as the mark says;
@@ -555,7 +555,7 @@ def graph_inputs(project: Project, mark: dict | None) -> GraphInputs:
     return GraphInputs(load_documents(project), chunks, chunks, old)
 
 
-def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
+def every_input(project: ProjectDir, inputs: GraphInputs) -> GraphInputs:
     """`inputs` without the saved graph, for a build from every item: every document and chunk."""
     if inputs.old is None:
         return inputs
@@ -563,7 +563,7 @@ def every_input(project: Project, inputs: GraphInputs) -> GraphInputs:
     return GraphInputs(docs, inputs.chunks, inputs.chunks)
 
 
-def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
+def updated_graph(project: ProjectDir, inputs: GraphInputs, entities: list[GraphEntity], relations: list[GraphRelation],
                   mentions: list[tuple[str, str, int]], totals: tuple[int, int, int], reporter: Reporter
                   ) -> tuple[GraphColumns, Splice | None] | None:
     """`spliced_columns` on the saved graph (`update_columns` given every document and chunk; `mentions`: the
@@ -590,14 +590,14 @@ def updated_graph(project: Project, inputs: GraphInputs, entities: list[GraphEnt
         return None
 
 
-def save_updated(project: Project, cols: GraphColumns, sp: Splice | None) -> None:
+def save_updated(project: ProjectDir, cols: GraphColumns, sp: Splice | None) -> None:
     """graph.pkl of `cols`, and walk.npz spliced from the saved one (made from `cols` without a splice: the saved
     one damaged or not the saved graph's)."""
     store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
     _write_walk(project, _spliced_saved(project, cols, sp) if sp is not None else walk_arrays(cols))
 
 
-def _spliced_saved(project: Project, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
+def _spliced_saved(project: ProjectDir, cols: GraphColumns, sp: Splice) -> dict[str, np.ndarray]:
     old_walk = saved_walk(project)
     try:
         arrays = spliced_walk(old_walk, sp.old, cols, sp) if old_walk is not None else None

@@ -45,7 +45,7 @@ from hrag_cli.graph.model import edge_counts, graph_columns, save_graph
 from hrag_cli.resolve.graph_update import every_input, graph_inputs, save_updated, updated_graph
 from hrag_cli.core.normalize import clean_surface, normalize_name
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, StageOutcome, fingerprint
+from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.records import ChunkRef, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from hrag_cli.resolve.merge_records import (
     UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record, fact_record, live, relation_record)
@@ -403,7 +403,7 @@ def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, st
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-def load_records(project: Project, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
+def load_records(project: ProjectDir, settings: Settings | None = None) -> Iterator[ExtractionRecord]:
     """The records resolve merges, one at a time in chunk_id order: the extract stage owns which record is
     current, and prune.py prunes it under `settings` when given."""
     if settings is None:
@@ -415,7 +415,7 @@ def load_records(project: Project, settings: Settings | None = None) -> Iterator
     return iter_pruned(project, settings)
 
 
-def load_inputs(project: Project, settings: Settings | None = None
+def load_inputs(project: ProjectDir, settings: Settings | None = None
                 ) -> tuple[list[Document], list[ChunkRef], Callable[[], Iterator[ExtractionRecord]]]:
     """Documents, chunks, and what merge_records reads the records through (they are never all held)."""
     docs = load_documents(project)
@@ -425,7 +425,7 @@ def load_inputs(project: Project, settings: Settings | None = None
 # ----------------------------------------------------------------------------------------------- stage
 
 
-def _merge_current(project: Project, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
+def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
                    ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
     """The current records merged: into the saved state when `use_state` and adding is all that happened
     (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
@@ -488,7 +488,7 @@ def _facts_naming(merged: Merged, eids: set[str], records_of: Callable[[set[str]
     return {f for f in again.facts if f[0] in eids or f[2] in eids}
 
 
-def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str, int]
+def _since_state(project: ProjectDir, reporter: Reporter, base: str, now: dict[str, int]
                  ) -> tuple[resolve_state.Head, set[str], set[str], int | None] | None:
     """When adding is all that happened since the saved state: its header (read_header's answer, for the
     load), the chunks its delta merged after it was saved, the chunks neither has (`now`: chunk id -> offset
@@ -516,7 +516,7 @@ def _since_state(project: Project, reporter: Reporter, base: str, now: dict[str,
             delta.unknown if delta else None)
 
 
-def _load_state(project: Project, reporter: Reporter, head: resolve_state.Head) -> tuple[Merged, int] | None:
+def _load_state(project: ProjectDir, reporter: Reporter, head: resolve_state.Head) -> tuple[Merged, int] | None:
     try:
         return resolve_state.load(project.resolve_state_path, Merged, head)
     except resolve_state.Damaged as exc:
@@ -543,7 +543,7 @@ def _record_digest(h: "hashlib._Hash", path) -> None:
         _file_digest(h, path)
 
 
-def write_outputs(project: Project, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
+def write_outputs(project: ProjectDir, resolved: Resolved, docs: list[Document], chunks: list[ChunkRef]) -> Any:
     """Each file atomically (orjson serialises the dataclasses directly; asdict would dominate at scale); the
     graph is built once the record files are out, so the fact accumulators are gone before its lists exist,
     and `resolved` is emptied before the graph is pickled (on a large corpus each copy is gigabytes).
@@ -574,14 +574,14 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def run_resolve(project: Project, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
+def run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> StageOutcome:
     """Rebuild graph/entities.jsonl, relations.jsonl, facts.jsonl, merges.jsonl and graph.pkl from the current
     records."""
     with gc_paused():
         return _run_resolve(project, settings, reporter)
 
 
-def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None) -> StageOutcome:
+def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | None) -> StageOutcome:
     reporter = reporter or Reporter("quiet")
     before = project.stage("resolve")     # its output digest names the record files a patch starts from
     changed: dict[str, list[str]] | None = None
@@ -686,7 +686,7 @@ def _run_resolve(project: Project, settings: Settings, reporter: Reporter | None
     return StageOutcome(counts=counts, output_digest=digest)
 
 
-def _write_changed(project: Project, changed: dict[str, list[str]] | None, before: str, after: str) -> None:
+def _write_changed(project: ProjectDir, changed: dict[str, list[str]] | None, before: str, after: str) -> None:
     """graph/changed_ids.json after a patch: the ids of the records added or made again between the outputs
     whose digest was `before` and these (`after`), so a later stage can sync only them (additions never
     remove a record). A merge from scratch removes the file: what changed is then unknown."""

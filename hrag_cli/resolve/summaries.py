@@ -19,7 +19,7 @@ from hrag_cli.chunk.chunking import count_tokens, get_encoder
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import Project, fingerprint
+from hrag_cli.core.project import ProjectDir, fingerprint
 
 # Tokens kept free for the chat template and rounding, on top of the measured prompt overhead.
 _MARGIN_TOKENS = 64
@@ -75,7 +75,7 @@ class SummaryJob:
 class Summarizer:
     """Decides per item between joining and summarising, and runs the LLM jobs with the summary cache."""
 
-    def __init__(self, project: Project, settings: Settings, reporter: Reporter | None = None) -> None:
+    def __init__(self, project: ProjectDir, settings: Settings, reporter: Reporter | None = None) -> None:
         self.project = project
         self.settings = settings
         self.rs = settings.resolve

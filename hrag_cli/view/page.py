@@ -23,7 +23,7 @@ import orjson
 
 from hrag_cli.core import store
 from hrag_cli.core.errors import UsageError
-from hrag_cli.core.project import Project
+from hrag_cli.core.project import ProjectDir
 from hrag_cli.export.model import EDGE_TYPES, ExportGraph, Node
 from hrag_cli.export.run import load_export_graph, select_subgraph
 
@@ -265,7 +265,7 @@ def render_html(data: dict[str, Any], title: str) -> str:
     return head + blob + tail
 
 
-def _check_output(project: Project, output: Path) -> Path:
+def _check_output(project: ProjectDir, output: Path) -> Path:
     out = Path(output)
     root, target = project.root.resolve(), out.resolve()
     if target == root or root in target.parents:
@@ -275,7 +275,7 @@ def _check_output(project: Project, output: Path) -> Path:
     return out
 
 
-def run_view(project: Project, options: ViewOptions) -> dict[str, Any]:
+def run_view(project: ProjectDir, options: ViewOptions) -> dict[str, Any]:
     """Write the page; open it in the user's browser when asked. Returns a summary."""
     output = _check_output(project, options.output)
     project.require()

@@ -1,0 +1,183 @@
+"""Offline extraction quality: are the rules extractor's entities names a reader would call names?
+
+1. MuSiQue (../shared/bench, 1,890 passages): the extractor runs on each passage (title + text, what gpt-3.5
+   saw) and its entity names are compared, casefolded, with the named entities gpt-3.5-turbo extracted from the
+   same passages (the OpenIE file's `extracted_entities`): micro precision / recall / F1 over (passage, name)
+   pairs; the UNKNOWN share of entity rows; the share of names that are one lowercase word or a bare number
+   (for the extractor and for gpt-3.5); CPU seconds per passage of the extraction alone.
+2. A documentation folder (default ../shared/bench/docs-mixed/corpus) indexed offline as a user would
+   (`hrag index DOCS`, rules extractor, builtin embedder): the top entities by chunk count with their types,
+   the function words and common words among the top 100 (a common word: a one-word name whose lowercase form
+   the corpus uses more often than the capitalised one, such as "Update" in release notes), and the synonym
+   pairs whose two names are function words.
+
+    .venv/bin/python bench/extraction_quality.py                       # both parts, table
+    .venv/bin/python bench/extraction_quality.py --skip-docs --json    # MuSiQue only, one JSON object
+    .venv/bin/python bench/extraction_quality.py --docs FOLDER --top 30
+    .venv/bin/python bench/extraction_quality.py --extractor package.module:function   # another extractor
+
+`--extractor` takes any function (chunk_id, text) -> ExtractionRecord, so a candidate replacement is measured on
+the same work; the docs part always measures the pipeline's own offline extractor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from harness import data_dir, hrag, parse_args
+from hrag_cli.core.records import ExtractionRecord
+from hrag_cli.core.store import read_jsonl
+from hrag_cli.core.textnorm import STOP_WORDS
+
+OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+# Words no reader calls a name: the stop words plus the pronouns, determiners, prepositions, conjunctions and
+# auxiliaries they leave out. Used only to judge, never by the extractor (which must not depend on this list).
+FUNCTION_WORDS = STOP_WORDS | set("""
+    across along although among amongst anybody anyone anything around away became become becomes beside besides
+    beyond can cannot could despite either else elsewhere enough etc ever every everybody everyone everything
+    here hereby herein however how-to indeed instead less let like many may maybe might much must neither
+    never nevertheless nobody none nothing now often onto otherwise per perhaps rather regardless several
+    shall since somebody someone something sometimes somewhere still thereby therefore though thus toward towards
+    unless unlike upon us via whatever whenever wherever whether whichever whoever will within without yet
+    """.split())
+_TRIVIAL_RE = re.compile(r"^(?:[a-z][\w'’\-]*|[\d.,]+)$")
+
+
+def trivial(name: str) -> bool:
+    """One lowercase word or a bare number: rarely what a reader calls a name."""
+    return bool(_TRIVIAL_RE.match(name.strip()))
+
+
+def load_extractor(spec: str) -> Callable[[str, str], ExtractionRecord]:
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def musique(extract: Callable[[str, str], ExtractionRecord], data: Path) -> dict:
+    docs = json.loads((data / OPENIE).read_text(encoding="utf-8"))["docs"]
+    tp = n_pred = n_true = rows = unknown = triv = gold_rows = gold_triv = 0
+    types: Counter[str] = Counter()
+    t0 = time.process_time()
+    records = [extract(f"m{i}", d["passage"]) for i, d in enumerate(docs)]
+    cpu = time.process_time() - t0
+    for d, rec in zip(docs, records):
+        names = {e for e in d["extracted_entities"] if isinstance(e, str) and e.strip()}
+        gold = {e.casefold() for e in names}
+        pred = {e.name.casefold() for e in rec.entities}
+        tp += len(gold & pred)
+        n_pred += len(pred)
+        n_true += len(gold)
+        rows += len(rec.entities)
+        unknown += sum(1 for e in rec.entities if e.type.lower() == "unknown")
+        triv += sum(1 for e in rec.entities if trivial(e.name))
+        types.update(e.type for e in rec.entities)
+        gold_rows += len(names)
+        gold_triv += sum(1 for g in names if trivial(g))
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_true if n_true else 0.0
+    return {
+        "passages": len(docs), "precision": round(p, 3), "recall": round(r, 3),
+        "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0,
+        "entity_rows": rows, "unknown_share": round(unknown / max(rows, 1), 3),
+        "trivial_share": round(triv / max(rows, 1), 3), "gold_trivial_share": round(gold_triv / max(gold_rows, 1), 3),
+        "cpu_ms_per_passage": round(1000 * cpu / len(docs), 2),
+        "types": dict(types.most_common(12)),
+    }
+
+
+def _corpus_case_counts(docs: Path) -> tuple[Counter[str], Counter[str]]:
+    """How often each word is written lowercase and capitalised in the folder's text files."""
+    lower: Counter[str] = Counter()
+    cap: Counter[str] = Counter()
+    for path in docs.rglob("*"):
+        if not path.is_file() or path.suffix.lower() in (".png", ".svg", ".pdf", ".jpg", ".gif"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for w in re.findall(r"[A-Za-z][A-Za-z\-]+", text):
+            (lower if w.islower() else cap)[w.lower()] += 1
+    return lower, cap
+
+
+def docs_folder(docs: Path, top: int, work: Path) -> dict:
+    proj = work / "project"
+    env = dict(os.environ, HRAG_EMBED_MODEL="", HRAG_LLM_MODEL="")
+    wall = hrag("index", docs, "-p", proj, "--extractor", "rules", "-q", "--json", env=env).wall_s
+    ents = list(read_jsonl(proj / "graph" / "entities.jsonl"))
+    ents.sort(key=lambda e: (-len(e.get("source_ids") or []), e["name"]))
+    lower, cap = _corpus_case_counts(docs)
+
+    def common(name: str) -> bool:
+        w = name.lower()
+        return " " not in w and lower[w] > cap[w]
+
+    head = ents[:100]
+    bad_function = [e["name"] for e in head if e["name"].casefold() in FUNCTION_WORDS]
+    bad_common = [e["name"] for e in head if common(e["name"]) and e["name"].casefold() not in FUNCTION_WORDS]
+    pairs = list(read_jsonl(proj / "graph" / "synonyms.jsonl"))
+    fw_pairs = [p for p in pairs if p["a"].casefold() in FUNCTION_WORDS and p["b"].casefold() in FUNCTION_WORDS]
+    any_fw = [p for p in pairs if p["a"].casefold() in FUNCTION_WORDS or p["b"].casefold() in FUNCTION_WORDS]
+    chunks = sum(1 for _ in read_jsonl(proj / "chunks.jsonl"))
+    return {
+        "docs": str(docs), "chunks": chunks, "entities": len(ents), "index_wall_s": round(wall, 1),
+        "unknown_share": round(sum(1 for e in ents if e["type"].lower() == "unknown") / max(len(ents), 1), 3),
+        "top": [{"name": e["name"], "type": e["type"], "chunks": len(e.get("source_ids") or [])}
+                for e in ents[:top]],
+        "top100_function_words": bad_function, "top100_common_words": bad_common,
+        "synonym_pairs": len(pairs), "function_word_pairs": len(fw_pairs),
+        "pairs_with_a_function_word": len(any_fw),
+        "function_word_pair_examples": [(p["a"], p["b"], p["similarity"]) for p in fw_pairs[:5]],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--extractor", default="hrag_cli.extract.rules:extract_rules")
+    ap.add_argument("--docs", type=Path, default=None, help="default: docs-mixed/corpus in the data folder")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--skip-docs", action="store_true")
+    ap.add_argument("--skip-musique", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = parse_args(ap)
+    args.data, args.docs = data_dir(), args.docs or data_dir() / "docs-mixed" / "corpus"
+    result: dict = {"extractor": args.extractor}
+    if not args.skip_musique:
+        result["musique"] = musique(load_extractor(args.extractor), args.data)
+    if not args.skip_docs:
+        with tempfile.TemporaryDirectory(prefix="hrag-xq-") as tmp:
+            result["docs"] = docs_folder(args.docs, args.top, Path(tmp))
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return
+    m = result.get("musique")
+    if m:
+        print(f"MuSiQue {m['passages']} passages vs gpt-3.5 named entities ({args.extractor})")
+        print(f"  precision {m['precision']:.3f}  recall {m['recall']:.3f}  F1 {m['f1']:.3f}")
+        print(f"  entity rows {m['entity_rows']}, UNKNOWN {100 * m['unknown_share']:.1f} %, one lowercase word or "
+              f"bare number {100 * m['trivial_share']:.1f} % (gpt-3.5: {100 * m['gold_trivial_share']:.1f} %)")
+        print(f"  CPU {m['cpu_ms_per_passage']:.2f} ms per passage; types {m['types']}")
+    d = result.get("docs")
+    if d:
+        print(f"\n{d['docs']}: {d['chunks']} chunks, {d['entities']} entities, UNKNOWN "
+              f"{100 * d['unknown_share']:.1f} %, indexed in {d['index_wall_s']} s")
+        print(f"  top {len(d['top'])} entities by chunk count:")
+        for i, e in enumerate(d["top"], 1):
+            print(f"  {i:3d}. {e['name'][:40]:40s} {e['type']:14s} {e['chunks']}")
+        print(f"  top 100: function words {d['top100_function_words']}, common words {d['top100_common_words']}")
+        print(f"  synonym pairs {d['synonym_pairs']}: both names function words {d['function_word_pairs']} "
+              f"{d['function_word_pair_examples']}, one of them {d['pairs_with_a_function_word']}")
+
+
+if __name__ == "__main__":
+    main()

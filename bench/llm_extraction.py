@@ -1,0 +1,178 @@
+"""What a small local model extracts, per answer format, against the rules extractor and gpt-3.5's entities.
+
+Takes MuSiQue questions in order and, for each, all of its supporting (gold) passages, until --passages
+passages are covered; the gpt-3.5-turbo-1106 named entities of the same passages (the HippoRAG OpenIE file)
+are the reference. For each format (delimited, json) it serves Qwen2.5-Coder-1.5B-Instruct on loopback
+(bench/local_server.py) and runs `hrag index --stop-after extract` over those passages, one per document, then
+prints: answers parsed (records whose answer gave rows without a format drop), rows dropped by reason,
+answers that ran to the token cap, entity precision / recall / F1 (names compared case- and blank-folded,
+micro-averaged over passages) and seconds per chunk. The rules extractor is scored on the same passages.
+
+With --retrieval it also indexes the covered passages three ways (the local model's JSON answers, the rules
+extractor, the gpt-3.5 OpenIE import) and runs `hrag eval` for the questions whose gold passages are all in:
+Recall@2/5 over that small corpus.
+
+    .venv/bin/python bench/llm_extraction.py [--passages 8] [--formats delimited json] [--retrieval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import harness
+from harness import Run
+from hrag_cli.core import store
+from hrag_cli.core.records import ExtractionRecord
+from hrag_cli.extract.rules import extract_rules
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
+
+OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning")
+
+
+def norm(name: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", name.casefold()).split())
+
+
+def pick(n: int, data: Path) -> tuple[list[dict], list[dict]]:
+    """(passages, questions): questions in order with all their gold passages, until n passages."""
+    questions = json.loads((data / "musique_train.json").read_text(encoding="utf-8"))
+    openie = {d["passage"]: d for d in json.loads((data / OPENIE).read_text(encoding="utf-8"))["docs"]}
+    passages: dict[str, dict] = {}
+    chosen = []
+    for q in questions:
+        gold = [f"{p['title']}\n{p['paragraph_text']}" for p in q["paragraphs"] if p["is_supporting"]]
+        if not all(g in openie for g in gold):
+            continue
+        if len(passages) + len([g for g in gold if g not in passages]) > n:
+            break
+        for g in gold:
+            passages.setdefault(g, openie[g])
+        chosen.append(q)
+    return list(passages.values()), chosen
+
+
+def score(found: list[set[str]], truth: list[set[str]]) -> dict:
+    tp = sum(len(f & t) for f, t in zip(found, truth))
+    nf, nt = sum(map(len, found)), sum(map(len, truth))
+    p, r = tp / max(nf, 1), tp / max(nt, 1)
+    return {"precision": round(p, 3), "recall": round(r, 3), "f1": round(2 * p * r / max(p + r, 1e-9), 3)}
+
+
+def hrag(*args: str) -> tuple[Run, float]:
+    """One command with the user's own HRAG_ settings left out; (the run, its wall seconds)."""
+    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
+    return run, run.wall_s
+
+
+def write_docs(passages: list[dict], folder: Path) -> dict[str, int]:
+    """One .txt per passage; returns file name -> passage index."""
+    folder.mkdir(parents=True)
+    names = {}
+    for i, p in enumerate(passages):
+        name = f"p{i:03d}.txt"
+        (folder / name).write_text(p["passage"], encoding="utf-8")
+        names[name] = i
+    return names
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [r for r in store.read_jsonl(path) if isinstance(r, dict)]    # compressed or not
+
+
+def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, work: Path) -> dict:
+    docs = work / f"docs-{fmt}"
+    names = write_docs(passages, docs)
+    proj = work / f"proj-{fmt}"
+    proj.mkdir()
+    (proj / "hrag.toml").write_text(f'[extract]\nformat = "{fmt}"\n')
+    proc, seconds = hrag("index", str(docs), "-p", str(proj), "--llm-model", MODEL_NAME, "--llm-api-base", url,
+                         "--stop-after", "extract", "--json")
+    chunks = {c["chunk_id"]: c for c in read_jsonl(proj / "chunks.jsonl")}
+    doc_names = {d["doc_id"]: Path(d["path"]).name for d in read_jsonl(proj / "docs.jsonl")}
+    answers = {r["key"]: r for r in read_jsonl(proj / "cache" / "llm.jsonl")}
+    found = [set() for _ in passages]
+    dropped: dict[str, int] = {}
+    parsed = capped = n_answers = records = 0
+    for rec in read_jsonl(proj / "cache" / "extractions.jsonl"):
+        chunk = chunks.get(rec["chunk_id"])
+        if chunk is None:
+            continue
+        records += 1
+        idx = names[doc_names[chunk["doc_id"]]]
+        for k, v in (rec.get("dropped") or {}).items():
+            dropped[k] = dropped.get(k, 0) + v
+        turns = [answers[k] for k in rec.get("llm_keys", []) if k in answers]
+        n_answers += len(turns)
+        capped += sum(t.get("finish_reason") == "length" for t in turns)
+        format_drops = sum((rec.get("dropped") or {}).get(k, 0) for k in FORMAT_DROPS)
+        parsed += rec["status"] != "failed" and not format_drops
+        found[idx] |= {norm(e.name) for e in ExtractionRecord.from_json(rec).entities}
+    return {"format": fmt, "exit": proc.returncode, "chunks": len(chunks), "records": records, "answers": n_answers,
+            "parsed": parsed, "parsed_share": round(parsed / max(records, 1), 3), "capped_answers": capped,
+            "dropped": dropped, "seconds_per_chunk": round(seconds / max(len(chunks), 1), 1),
+            **score(found, truth), "project": str(proj), "docs": str(docs)}
+
+
+def retrieval(passages: list[dict], questions: list[dict], llm_proj: Path, work: Path, data: Path) -> None:
+    """Recall@2/5 of `hrag eval` for the chosen questions over the covered passages, three extractions."""
+    corpus = work / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"title": p["title"], "text": p["text"]}) + "\n" for p in passages))
+    qa = work / "qa.jsonl"
+    qa.write_text("".join(json.dumps({"question": q["question"], "gold":
+                                      [p["title"] for p in q["paragraphs"] if p["is_supporting"]]}) + "\n"
+                          for q in questions))
+    print(f"\nretrieval: {len(questions)} questions over their {len(passages)} gold passages (see hrag eval)")
+    for label, extra in (("rules", ["--extractor", "rules"]), ("gpt-3.5 OpenIE", ["--import-openie", str(data / OPENIE)])):
+        proj = work / f"ret-{label.split()[0]}"
+        proc, _ = hrag("index", str(corpus), "-p", str(proj), *extra, "-q")
+        ev, _ = hrag("eval", str(qa), "-p", str(proj), "--json")
+        print(f"  {label}: index exit {proc.returncode}; eval {ev.stdout.strip()[:400] or ev.stderr.strip()[-300:]}")
+    ev, _ = hrag("eval", str(qa), "-p", str(llm_proj), "--json")
+    print(f"  local model (json): eval {ev.stdout.strip()[:400] or ev.stderr.strip()[-300:]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--passages", type=int, default=8)
+    ap.add_argument("--formats", nargs="+", default=["delimited", "json"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--retrieval", action="store_true")
+    args = harness.parse_args(ap)
+    args.data = harness.data_dir()
+
+    passages, questions = pick(args.passages, args.data)
+    truth = [{norm(e) for e in p["extracted_entities"] if isinstance(e, str)} for p in passages]
+    print(f"{len(passages)} passages (the gold passages of {len(questions)} MuSiQue questions), "
+          f"{sum(map(len, truth))} gpt-3.5 entities; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    rules = [{norm(e.name) for e in extract_rules(str(i), p["passage"]).entities} for i, p in enumerate(passages)]
+    print(f"rules extractor: {score(rules, truth)}")
+    work = Path(tempfile.mkdtemp(prefix="hrag-llm-extraction-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    log = work / "server.log"
+    server = start_server(model_file(), port, args.threads, 4096, log)
+    results = []
+    try:
+        print(f"model server ready in {wait_ready(url, server, log):.0f} s ({model_file().name})")
+        for fmt in args.formats:
+            res = run_format(fmt, passages, truth, url, work)
+            results.append(res)
+            print(json.dumps({k: v for k, v in res.items() if k not in ("project", "docs")}))
+    finally:
+        stop(server)
+    if args.retrieval and results:
+        retrieval(passages, questions, Path(results[-1]["project"]), work, args.data)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Structured (JSON) extraction answers and the delimited format, through the real CLI and the stub server:
+which format a provider gets, what the request carries, and that both formats parse, glean, continue,
+cache and re-parse alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hrag_cli.core.config import ExtractSettings, LLMSettings
+from hrag_cli.core.llm import supports_schema
+from hrag_cli.extract.json_answer import NOT_JSON, parse_json_extraction
+from hrag_cli.extract.llm_extractor import answer_format
+from tests.stub_server import CHAT, StubReply, wants_schema
+from tests.test_index_e2e import extraction_lines, fake_extraction, index, is_gleaning, run, summary
+
+TEXT = ("Mara Quint built the Selby Lighthouse for the Harbour Trust of Oldport in 1901, with stone from the "
+        "Calder Quarry.")
+
+
+def corpus(tmp_path: Path, toml: str = "", n: int = 2) -> tuple[Path, Path]:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(n):
+        (docs / f"d{i}.txt").write_text(TEXT.replace("1901", str(1901 + i)))
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "hrag.toml").write_text("[llm]\nmax_retries = 1\nbackoff_base = 0.01\n" + toml)
+    return docs, proj
+
+
+def chats(stub) -> list[dict]:
+    return [body for path, body in stub.requests if path == CHAT]
+
+
+def test_the_provider_decides_the_format_under_auto() -> None:
+    auto = ExtractSettings()
+    assert supports_schema(LLMSettings(model="openai/m", api_base="http://127.0.0.1:8080/v1"))
+    assert supports_schema(LLMSettings(model="ollama/qwen2.5"))
+    assert supports_schema(LLMSettings(model="gpt-4o-mini"))            # litellm's model list says so
+    assert not supports_schema(LLMSettings(model="openai/m"))           # no server named: litellm's list
+    assert answer_format(auto, LLMSettings(model="openai/m", api_base="http://127.0.0.1:8080/v1")) == "json"
+    assert answer_format(ExtractSettings(format="delimited"), LLMSettings(model="ollama/x")) == "delimited"
+    assert answer_format(ExtractSettings(format="json"), LLMSettings(model="openai/m")) == "json"
+
+
+def test_json_answers_through_the_stub_carry_the_schema_and_build_records(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path, '[extract]\nentity_types = ["person", "place"]\n')
+    proc = index(docs, proj, stub)
+    assert proc.returncode == 0, proc.stderr
+    first = chats(stub)[0]
+    schema = wants_schema(first)
+    assert first["response_format"]["type"] == "json_schema"
+    entity = schema["properties"]["entities"]["items"]["properties"]
+    assert entity["type"]["enum"] == ["person", "place"] and schema["properties"]["entities"]["maxItems"] >= 12
+    assert "JSON object" in first["messages"][0]["content"]
+    recs = extraction_lines(proj)
+    assert [r["status"] for r in recs] == ["ok", "ok"] and all(len(r["entities"]) >= 5 for r in recs)
+    assert summary(proc)["extract"]["dropped_rows"] == 0
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert "(JSON answers)" in status["built_with"]
+
+
+def test_a_schema_files_types_are_the_enums_of_the_answer_schema(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path, n=1)
+    schema_file = tmp_path / "schema.toml"
+    schema_file.write_text('[entities.person]\ndescription = "A human being."\n[entities.place]\ndescription = "A '
+                           'named place."\n[relations.lives_in]\ndescription = "Where a person lives."\n'
+                           'patterns = [["person", "place"]]\n')
+    proc = index(docs, proj, stub, "--schema", str(schema_file), "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+    schema = wants_schema(chats(stub)[0])
+    assert schema["properties"]["entities"]["items"]["properties"]["type"]["enum"] == ["person", "place"]
+    assert schema["properties"]["relations"]["items"]["properties"]["relation_type"]["enum"] == ["lives_in"]
+    assert "lives_in" in chats(stub)[0]["messages"][0]["content"]
+
+
+def test_delimited_format_sends_no_schema(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path, '[extract]\nformat = "delimited"\n')
+    proc = index(docs, proj, stub)
+    assert proc.returncode == 0, proc.stderr
+    assert all("response_format" not in body for body in chats(stub))
+    assert all(r["status"] == "ok" and len(r["entities"]) >= 5 for r in extraction_lines(proj))
+
+
+def test_a_server_that_refuses_json_schema_gets_llama_cpp_pythons_form(stub, tmp_path: Path) -> None:
+    stub.json_shapes = {"json_object"}
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+    kinds = [body["response_format"]["type"] for body in chats(stub)]
+    assert kinds == ["json_object", "json_object"]      # the refused request never reached the responder
+    assert wants_schema(chats(stub)[0])["required"] == ["entities", "relations"]
+
+
+def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: Path) -> None:
+    def respond(body: dict):
+        if len(body["messages"]) > 2:       # the continuation round
+            return {"entities": [{"name": "Calder Quarry", "type": "location", "description": "A quarry."}],
+                    "relations": []}
+        cut = ('{"entities": [{"name": "Mara Quint", "type": "person", "description": "Builder."}, '
+               '{"name": "Selby Lighthouse", "type": "artifact", "descr')
+        return StubReply(content=cut, finish_reason="length")
+
+    stub.set_chat(respond)
+    docs, proj = corpus(tmp_path, n=1)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = extraction_lines(proj)
+    assert rec["status"] == "ok" and rec["continuations"] == 1 and rec["dropped"] == {"truncated": 1}
+    assert len(rec["entities"]) == 2      # Mara Quint, Calder Quarry (the grounding check keeps both)
+    assert "JSON object" in chats(stub)[1]["messages"][-1]["content"]
+
+
+def test_gleaning_in_json_asks_for_more_and_reads_empty_lists_as_done(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path, "[extract]\nglean_min_tokens = 0\n", n=1)
+    proc = index(docs, proj, stub, "--max-gleanings", "2")
+    assert proc.returncode == 0, proc.stderr
+    bodies = chats(stub)
+    assert len(bodies) == 2 and is_gleaning(bodies[1]) and wants_schema(bodies[1]) is not None
+    (rec,) = extraction_lines(proj)
+    assert rec["status"] == "ok" and rec["gleaning_rounds"] == 1
+
+
+def test_cached_answers_of_either_format_reparse_without_the_network(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path)
+    assert index(docs, proj, stub, "--max-gleanings", "0").returncode == 0          # JSON answers
+    (proj / "hrag.toml").write_text((proj / "hrag.toml").read_text() + '[extract]\nformat = "delimited"\n')
+    sent = stub.count(CHAT)
+    again = index(docs, proj, stub, "--max-gleanings", "0", "--reparse")
+    assert again.returncode == 0, again.stderr
+    assert stub.count(CHAT) == sent                   # the JSON answers were read back, nothing was sent
+    assert summary(again)["extract"]["reparse_from_earlier"] == 2
+    assert all(len(r["entities"]) >= 5 for r in extraction_lines(proj)[-2:])
+
+
+def test_json_parser_reads_fences_bad_items_and_prose() -> None:
+    fenced = '```json\n{"entities": [{"name": "A", "type": "person", "description": "x"}, "B"], "relations": []}\n```'
+    result, truncated = parse_json_extraction(fenced, ["person"])
+    assert [e.name for e in result.entities] == ["A"] and result.dropped == {"bad_item": 1} and result.complete
+    prose, _ = parse_json_extraction("I could not find any entities.", ["person"])
+    assert prose.dropped == {NOT_JSON: 1}
+    rel = ('{"entities": [], "relations": [{"source": "A", "target": "A", "predicate": "is", "keywords": "",'
+           ' "description": "", "strength": 3}, {"source": "A", "target": "B", "predicate": "knows",'
+           ' "keywords": "k", "description": "d", "strength": 12}]}')
+    got, _ = parse_json_extraction(rel, ["person"])
+    assert got.dropped == {"self_relation": 1} and got.relations[0].strength == 10.0
