@@ -46,6 +46,17 @@ class Hit:
     doc_id: str
 
 
+def _import_source(lightrag: str | Path | None, graphrag: str | Path | None) -> Any:
+    """The folder another tool wrote (LightRAG's working directory, GraphRAG's output) that is the corpus."""
+    if lightrag is not None and graphrag is not None:
+        raise UsageError("give --import-lightrag or --import-graphrag, not both")
+    from hrag_cli.extract.imported import ImportSource
+
+    if lightrag is not None:
+        return ImportSource("lightrag", Path(lightrag))
+    return ImportSource("graphrag", Path(graphrag)) if graphrag is not None else None
+
+
 class Project:
     """One hrag project directory (default: $HRAG_PROJECT or ./.hrag) and the settings given for this use of it."""
 
@@ -77,7 +88,7 @@ class Project:
     def index(self, docs: Iterable[str | Path] | None = None, *, stop_after: str | None = None,
               dry_run: bool = False, max_cost: float | None = None, reparse: bool = False,
               retry_failed: bool = False, rehash: bool = False, import_openie: str | Path | None = None,
-              import_lightrag: str | Path | None = None) -> IndexResult:
+              import_lightrag: str | Path | None = None, import_graphrag: str | Path | None = None) -> IndexResult:
         """Load, chunk and extract `docs` (default: those indexed last time), then bring resolve and synonyms
         up to date (`hrag index`)."""
         if max_cost is not None and not (max_cost >= 0 and math.isfinite(max_cost)):
@@ -98,7 +109,7 @@ class Project:
         options = IndexOptions(docs=[Path(d) for d in docs or []], stop_after=stop_after, dry_run=dry_run,
                                max_cost=max_cost, reparse=reparse, retry_failed=retry_failed,
                                import_openie=Path(import_openie) if import_openie is not None else None,
-                               import_lightrag=Path(import_lightrag) if import_lightrag is not None else None,
+                               imported=_import_source(import_lightrag, import_graphrag),
                                rehash=rehash)
         return run_index(self.dir, settings, self.reporter, options)
 

@@ -38,7 +38,7 @@ def describe_built_with(values: dict) -> str:
     kind = values.get("extract.extractor", "")
     schema = f" with the schema {values['extract.schema']}" if values.get("extract.schema") else ""
     if kind != "llm":
-        return {"auto": "imported extractions (--import-openie / --import-lightrag)"}.get(kind, f"the {kind} extractor") + schema
+        return {"auto": "imported extractions"}.get(kind, f"the {kind} extractor") + schema
     where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
     answers = " (JSON answers)" if values.get("extract.format") == "json" else ""
     return f"the LLM {values.get('llm.model', '')}{where}{answers}{schema}"

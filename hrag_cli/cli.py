@@ -146,6 +146,7 @@ def index(
     rehash: Annotated[bool, typer.Option("--rehash", help="Read every document file again, even those whose size, times and inode are unchanged.")] = False,
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     import_lightrag: Annotated[Optional[Path], typer.Option("--import-lightrag", help="Build the project from a LightRAG working directory (its documents, chunks and cached extractions; no LLM call) instead of DOCS.")] = None,
+    import_graphrag: Annotated[Optional[Path], typer.Option("--import-graphrag", help="Build the project from a GraphRAG output folder (documents, text units, entities, relationships tables; needs hrag[graphrag]) instead of DOCS.")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="Extract on a Ray cluster: auto (the one this machine joined) or its address; remembered ('' for this process only). Needs pip install 'hrag[ray]'.", show_default=False)] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
@@ -165,7 +166,8 @@ def index(
     p = _project(project, overrides, quiet, json_output)
     result = p.index(
         docs, stop_after=stop_after, dry_run=dry_run, max_cost=max_cost, reparse=reparse,
-        retry_failed=retry_failed, rehash=rehash, import_openie=import_openie, import_lightrag=import_lightrag)
+        retry_failed=retry_failed, rehash=rehash, import_openie=import_openie, import_lightrag=import_lightrag,
+        import_graphrag=import_graphrag)
     if json_output:
         from hrag_cli.pipeline import index_failure
 

@@ -19,6 +19,7 @@ from hrag_cli.core.errors import (EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIA
                                    UsageError)
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome
+from hrag_cli.extract.imported import ImportSource
 from hrag_cli.stages import ORDER, STAGES, Stage, StageContext, StageOptions, expected_fingerprint
 
 
@@ -31,7 +32,7 @@ class IndexOptions:
     reparse: bool = False
     retry_failed: bool = False
     import_openie: Path | None = None
-    import_lightrag: Path | None = None   # a LightRAG working directory instead of DOCS
+    imported: ImportSource | None = None   # another tool's folder instead of DOCS (--import-lightrag, ...)
     rehash: bool = False     # read every document file, even those whose stat stamp is unchanged
 
 
@@ -124,14 +125,13 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
         raise UsageError("--stop-after takes chunk, extract or resolve")
     summary: dict[str, Any] = {}
     roots = list(options.docs)
-    lightrag = options.import_lightrag
-    if lightrag is not None and roots:
-        raise UsageError("give DOCS or --import-lightrag DIR, not both (the imported directory is the corpus)")
-    if lightrag is None and not roots:   # a project imported from LightRAG imports it again
-        recorded_dir = project.recorded("chunk", "lightrag_dir")
-        lightrag = Path(recorded_dir) if recorded_dir else None
-    if lightrag is not None:
-        roots = [lightrag]
+    imported = options.imported
+    if imported is not None and roots:
+        raise UsageError(f"give DOCS or {imported.flag} DIR, not both (the imported folder is the corpus)")
+    if imported is None and not roots:   # a project imported from another tool imports it again
+        imported = ImportSource.from_json(project.recorded("chunk", "imported_from"))
+    if imported is not None:
+        roots = [imported.path]
     if not roots:   # the roots of the last run (a damaged manifest: from project.json)
         recorded = project.recorded("chunk", "roots") or []
         if not recorded:
@@ -141,14 +141,14 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
         from hrag_cli.extract.stage import estimate
 
         ctx = StageContext(project, settings, reporter,
-                           StageOptions(roots=roots, write=False, import_lightrag=lightrag), summary)
+                           StageOptions(roots=roots, write=False, imported=imported), summary)
         chunked = STAGES["chunk"].run(ctx)
         summary["chunk"] = chunked.counts
         summary["estimate"] = estimate(project, settings, chunked.payload)
         return IndexResult(summary, EXIT_OK)
     opts = StageOptions(roots=roots, rehash=options.rehash, reparse=options.reparse,
                         retry_failed=options.retry_failed, max_cost=options.max_cost,
-                        import_openie=options.import_openie, import_lightrag=lightrag)
+                        import_openie=options.import_openie, imported=imported)
     created = not project.root.exists()
     try:
         return _index(StageContext(project, settings, reporter, opts, summary), options.stop_after)

@@ -130,7 +130,7 @@ def _add(table: dict[str, TypeSeen], name: str, desc: str, pattern: tuple[str, s
 
 async def _ask_all(client, texts: list[str], out: Suggestion, reporter: Reporter) -> None:
     from hrag_cli.extract.prompts import build_schema_messages
-    from hrag_cli.core.llm import LLMError, failure_cause
+    from hrag_cli.core.llm_retry import LLMError, failure_cause
 
     async def one(text: str) -> str | None:
         try:

@@ -22,6 +22,7 @@ from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.stage_list import DECLARED
+from hrag_cli.extract.imported import ImportSource
 
 
 @dataclass
@@ -36,8 +37,8 @@ class StageOptions:
     retry_failed: bool = False       # extract: extract failed chunks again
     max_cost: float | None = None    # extract: stop (resumably) at this LLM spend, USD
     import_openie: Path | None = None   # extract: take extractions from this OpenIE file
-    import_lightrag: Path | None = None  # chunk and extract: take documents, chunks and extractions from this
-                                         # LightRAG working directory
+    imported: ImportSource | None = None   # chunk and extract: take documents, chunks and extractions from
+                                           # another tool's folder (LightRAG, GraphRAG)
     review_path: Path | None = None  # synonyms: write candidate pairs here and change nothing
     accept_path: Path | None = None  # synonyms: apply this reviewed file
 
@@ -101,8 +102,8 @@ def _run_chunk(ctx: StageContext) -> StageOutcome:
     from hrag_cli.extract.stage import taken_ids
 
     project, settings, opts = ctx.project, ctx.settings, ctx.options
-    if opts.import_lightrag is not None:
-        return _import_lightrag_chunks(ctx)
+    if opts.imported is not None:
+        return _import_chunks(ctx, opts.imported)
     if not opts.write:   # a dry run: every chunk, for the estimate
         out = run_chunk(project, settings, ctx.reporter, opts.roots, write=False,
                         reuse=chunks_reusable(project, settings))
@@ -117,19 +118,22 @@ def _run_chunk(ctx: StageContext) -> StageOutcome:
     return StageOutcome(out.counts, out.output_digest, payload=ChunksHanded(chunks, added=out.appended and current))
 
 
-def _import_lightrag_chunks(ctx: StageContext) -> StageOutcome:
-    """--import-lightrag: LightRAG's own chunks, one for one, instead of chunking the documents again."""
+def _import_chunks(ctx: StageContext, source: ImportSource) -> StageOutcome:
+    """--import-lightrag / --import-graphrag: the other tool's own chunks, one for one, instead of chunking the
+    documents again."""
     from hrag_cli.chunk.stage import ChunksHanded, write_imported
-    from hrag_cli.extract.lightrag import check_dir, read_corpus
+    from hrag_cli.extract.imported import importer
 
-    path = check_dir(ctx.options.import_lightrag)
-    corpus = read_corpus(path)
+    mod = importer(source.kind)
+    path = mod.check_dir(source.path)
+    corpus = mod.read_corpus(path)
     if not corpus.chunks:
-        raise UsageError(f"--import-lightrag: {path} holds no chunks (LightRAG has indexed nothing there)")
+        raise UsageError(f"{source.flag}: {path} holds no chunks (nothing was indexed there)")
     if not ctx.options.write:
         return StageOutcome({"docs": len(corpus.documents), "chunks": len(corpus.chunks)}, "",
                             payload=ChunksHanded(corpus.chunks))
-    out = write_imported(ctx.project, corpus.documents, corpus.chunks, path, corpus.counts)
+    out = write_imported(ctx.project, corpus.documents, corpus.chunks, ImportSource(source.kind, path),
+                         corpus.counts)
     return StageOutcome(out.counts, out.output_digest, payload=ChunksHanded(out.chunks))
 
 
@@ -153,14 +157,12 @@ def _run_extract(ctx: StageContext) -> StageOutcome:
 
         cache_index.entries(project, full=True)
     # imported chunks take the imported extractions unless an extractor is asked for by name
-    import_lightrag = opts.import_lightrag if settings.extract.extractor == "auto" else None
-    import_openie = None if import_lightrag else opts.import_openie or previous_import(project, settings,
-                                                                                         ctx.reporter)
-    remember(project, settings, ctx.reporter, ctx.summary,
-             openie=import_openie is not None or import_lightrag is not None)
+    imported = opts.imported if settings.extract.extractor == "auto" else None
+    import_openie = None if imported else opts.import_openie or previous_import(project, settings, ctx.reporter)
+    remember(project, settings, ctx.reporter, ctx.summary, openie=import_openie is not None or imported is not None)
     handed = ctx.handed if isinstance(ctx.handed, ChunksHanded) else ChunksHanded(None)
     return run_extract(project, settings, ctx.reporter, reparse=opts.reparse, retry_failed=opts.retry_failed,
-                       max_cost=opts.max_cost, import_openie=import_openie, import_lightrag=import_lightrag,
+                       max_cost=opts.max_cost, import_openie=import_openie, imported=imported,
                        chunks=handed.chunks,
                        added=handed.added)
 

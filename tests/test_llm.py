@@ -14,7 +14,8 @@ import pytest
 
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.core.errors import BudgetExceeded, UsageError
-from hrag_cli.core.llm import LLMClient, LLMError, is_run_level, retry_after, spend_summary, with_retries
+from hrag_cli.core.llm import LLMClient, spend_summary
+from hrag_cli.core.llm_retry import LLMError, is_run_level, retry_after, with_retries
 from hrag_cli.core.project import ProjectDir
 from tests.stub_server import CHAT, StubReply
 
@@ -369,7 +370,7 @@ def test_connection_refused_on_this_machine_is_reported_without_retries(project)
 def test_an_unreachable_remote_server_gets_a_short_bounded_retry():
     import httpx
 
-    from hrag_cli.core.llm import CONNECT_RETRIES, with_retries
+    from hrag_cli.core.llm_retry import CONNECT_RETRIES, with_retries
 
     calls = []
 
@@ -393,7 +394,7 @@ def test_final_timeout_is_reported_as_timed_out(stub, project):
 
 def test_failure_causes_name_what_to_fix(stub, project, monkeypatch):
     """Each way a real server fails maps to one cause; run-level ones stop a run at once."""
-    from hrag_cli.core.llm import failure_cause
+    from hrag_cli.core.llm_retry import failure_cause
     from tests.stub_server import context_exceeded, refused_port
 
     def cause_of(s: LLMSettings, reply: StubReply | None = None):

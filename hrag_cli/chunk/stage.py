@@ -330,9 +330,10 @@ def _rechunk(project: ProjectDir, settings: Settings, reporter: Reporter, roots:
                         chunks=chunks, documents=documents)
 
 
-def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Path,
+def write_imported(project: ProjectDir, documents: list[Document], chunks: list[Chunk], source: Any,
                    more: dict[str, Any]) -> ChunkOutcome:
-    """The chunk stage for documents and chunks another tool cut (--import-lightrag): written whole when they
+    """The chunk stage for documents and chunks another tool cut (`source`: an extract.imported.ImportSource,
+    remembered so a plain `hrag index` imports it again): written whole when they
     differ from what the files hold; an unchanged import keeps its digest, so nothing downstream runs again."""
     prev = project.stage("chunk")
     old_docs, old_chunks = load_documents(project), load_chunks(project)
@@ -347,6 +348,6 @@ def write_imported(project: ProjectDir, documents: list[Document], chunks: list[
     counts = {"docs": len(documents), "chunks": len(chunks), "tokens": sum(ch.n_tokens for ch in chunks),
               "new_chunks": len({ch.chunk_id for ch in chunks} - {ch.chunk_id for ch in old_chunks}),
               "removed_chunks": len({ch.chunk_id for ch in old_chunks} - {ch.chunk_id for ch in chunks}),
-              **more, "roots": [str(source)], "lightrag_dir": str(source), "epoch": epoch}
+              **more, "roots": [str(source.path)], "imported_from": source.to_json(), "epoch": epoch}
     return ChunkOutcome(counts=counts, output_digest=prev.output_digest if unchanged else digest,
                         chunks=chunks, documents=documents)

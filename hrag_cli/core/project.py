@@ -37,7 +37,7 @@ DEFAULT_PROJECT = ".hrag"
 GEN_ENTRIES = ("manifest.json", "docs.jsonl", "chunks.jsonl", "files.json", "graph", "vectors")
 # What a plain `hrag index` needs from the manifest, also kept in project.json at the root (outside every
 # generation), so a damaged or deleted manifest is rebuilt without the user giving DOCS again.
-DURABLE = {"chunk": ("roots", "lightrag_dir"), "extract": ("extractor", "openie_file")}
+DURABLE = {"chunk": ("roots", "imported_from"), "extract": ("extractor", "openie_file")}
 
 
 def fingerprint(*parts: Any) -> str:

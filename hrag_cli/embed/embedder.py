@@ -17,7 +17,7 @@ Back-end, chosen by `embed.model` (`--embed-model`, HRAG_EMBED_MODEL):
 - `st:NAME_OR_FOLDER`: a sentence-transformers model (extra `hrag[local]`), loaded offline (HF_HUB_OFFLINE=1),
   run under bfloat16 autocast unless embed.precision is float32 (the model_id then ends in +bf16).
 - anything else: a litellm embedding model (`litellm.aembedding`), api_base embed.api_base, batches of
-  embed.batch_size, embed.concurrency batches in flight, retries through hrag_cli.core.llm.with_retries.
+  embed.batch_size, embed.concurrency batches in flight, retries through hrag_cli.core.llm_retry.with_retries.
 
 The cache (cache/embeddings/; st: and litellm models, builtin keeps none): per model_id three files, named by a
 slug plus a hash of the model_id: `<m>.json` {model_id, dim} (atomic), `<m>.keys` (16-byte binary text hashes,
@@ -327,8 +327,8 @@ class LiteLLMBackend(_Backend):
     async def _aencode(self, texts: list[str], reporter: Reporter | None) -> np.ndarray:
         import asyncio
 
-        from hrag_cli.core.llm import (
-            QUERY_CONNECT_TIMEOUT, REMOTE_TIMEOUT, import_litellm, request_timeout, with_retries)
+        from hrag_cli.core.llm import QUERY_CONNECT_TIMEOUT, REMOTE_TIMEOUT, import_litellm, request_timeout
+        from hrag_cli.core.llm_retry import with_retries
 
         litellm = import_litellm()
         es = self.settings.embed

@@ -22,18 +22,18 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.progress import Reporter
-from hrag_cli.core.project import fingerprint, text_hash
-from hrag_cli.core.records import Chunk, Document, ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.core.project import fingerprint
+from hrag_cli.core.records import Chunk, ExtractedEntity, ExtractedRelation, ExtractionRecord
+from hrag_cli.extract.imported import ForeignDoc, ImportedCorpus, build_corpus
 from hrag_cli.extract.parser import (DEFAULT_PREDICATE, PARSER_VERSION, UNKNOWN_TYPE, ParseResult, clean_name,
                                      clean_type, merge_gleaning, parse_extraction)
 
-__all__ = ["EXTRACTOR_PREFIX", "LightragCorpus", "check_dir", "import_records", "read_corpus"]
+__all__ = ["EXTRACTOR_PREFIX", "check_dir", "import_records", "read_corpus"]
 
 IMPORT_VERSION = "lightrag-import-v1"
 EXTRACTOR_PREFIX = "lightrag:"
@@ -44,14 +44,6 @@ GRAPH_FILE = "graph_chunk_entity_relation.graphml"
 GRAPH_SEP = "<SEP>"          # LightRAG joins merged descriptions and source ids with it
 _WS = re.compile(r"\s+")
 _KEY_CHARS = 48              # a chunk is looked for in a prompt by its first this many (whitespace-folded) chars
-
-
-@dataclass
-class LightragCorpus:
-    documents: list[Document]
-    chunks: list[Chunk]
-    ids: dict[str, str]      # LightRAG chunk id -> chunk id here
-    counts: dict[str, int] = field(default_factory=dict)
 
 
 def _fold(text: str) -> str:
@@ -92,7 +84,7 @@ def importer_id(path: Path) -> str:
     return f"{EXTRACTOR_PREFIX}{fingerprint(IMPORT_VERSION, h.hexdigest())}"
 
 
-def read_corpus(path: Path) -> LightragCorpus:
+def read_corpus(path: Path) -> ImportedCorpus:
     """Documents and chunks: documents in LightRAG's id order, each one's chunks in `chunk_order_index` order."""
     docs = _load(path / DOCS_FILE)
     raw_chunks = _load(path / CHUNKS_FILE)
@@ -104,40 +96,17 @@ def read_corpus(path: Path) -> LightragCorpus:
             continue
         order = ch.get("chunk_order_index")
         by_doc[str(ch.get("full_doc_id", ""))].append((order if isinstance(order, int) else 0, cid, ch))
-    documents: list[Document] = []
-    chunks: list[Chunk] = []
-    ids: dict[str, str] = {}
-    used: set[str] = set()
-    paths: set[str] = set()
-    for lr_doc in sorted(set(docs) | set(by_doc)):
-        meta = docs.get(lr_doc) if isinstance(docs.get(lr_doc), dict) else {}
-        parts = sorted(by_doc.get(lr_doc, []), key=lambda p: (p[0], p[1]))
-        if not parts:
-            continue
-        content = meta.get("content") if isinstance(meta.get("content"), str) else \
-            "\n".join(ch["content"] for _, _, ch in parts)
+    foreign = []
+    for key in sorted(by_doc):
+        meta = docs.get(key) if isinstance(docs.get(key), dict) else {}
         src = meta.get("file_path")
-        rel = src if isinstance(src, str) and src and src != "unknown_source" and src not in paths else lr_doc
-        paths.add(rel)
-        raw = content.encode("utf-8")
-        doc = Document(doc_id=text_hash(rel), path=rel, sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw),
-                       metadata={"lightrag_id": lr_doc})
-        order = 0
-        for _, lr_chunk, ch in parts:
-            text = ch["content"]
-            cid = text_hash(text)
-            if cid in used:       # the same text twice: salted as the chunk stage salts it
-                cid = text_hash(f"{doc.doc_id}\n{text}\n{order}")
-            used.add(cid)
-            ids[lr_chunk] = cid
-            tokens = ch.get("tokens")
-            chunks.append(Chunk(chunk_id=cid, doc_id=doc.doc_id, order=order, text=text,
-                                n_tokens=tokens if isinstance(tokens, int) else len(text.split())))
-            order += 1
-        doc.n_chunks = order
-        documents.append(doc)
-    return LightragCorpus(documents, chunks, ids, {"lightrag_docs": len(documents), "lightrag_chunks": len(chunks),
-                                                   "lightrag_skipped_chunks": skipped})
+        parts = sorted(by_doc[key], key=lambda p: (p[0], p[1]))
+        foreign.append(ForeignDoc(key, src if isinstance(src, str) and src != "unknown_source" else "",
+                                  meta.get("content") if isinstance(meta.get("content"), str) else "",
+                                  [(cid, ch["content"], ch.get("tokens")) for _, cid, ch in parts]))
+    corpus = build_corpus(foreign)
+    corpus.counts["skipped_chunks"] = skipped
+    return corpus
 
 
 # ------------------------------------------------------------------------------------------- the cache
@@ -199,7 +168,7 @@ class _TextFinder:
         return None
 
 
-def _answers(path: Path, corpus: LightragCorpus, counts: dict[str, int]) -> dict[str, list[str]]:
+def _answers(path: Path, corpus: ImportedCorpus, counts: dict[str, int]) -> dict[str, list[str]]:
     """chunk id here -> its answers, the first answer before the gleaning rounds."""
     cache = _load(path / CACHE_FILE, default={})
     entries = _entries(cache)
@@ -290,7 +259,7 @@ def read_graph(path: Path) -> tuple[dict[str, ExtractionRecord], dict[str, int]]
 # ------------------------------------------------------------------------------------------- records
 
 
-def import_records(path: Path, corpus: LightragCorpus,
+def import_records(path: Path, corpus: ImportedCorpus,
                    reporter: Reporter | None = None) -> tuple[str, list[ExtractionRecord], dict[str, Any]]:
     """(extractor id, one record per chunk that has answers or graph rows, counts)."""
     extractor = importer_id(path)

@@ -196,7 +196,7 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     CONTINUATIONS), else a gleaning round when the last answer was finished and gave rows. A lost round, or
     an answer still cut when the continuations run out, makes the record "partial" (its rows are kept;
     --retry-failed completes it)."""
-    from hrag_cli.core.llm import LLMError, failure_cause
+    from hrag_cli.core.llm_retry import LLMError, failure_cause
 
     frame = frame_of(settings, answer_format(settings, client.settings))
     messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt)

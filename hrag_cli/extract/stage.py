@@ -192,7 +192,7 @@ def _summary_counts(chunks: list[Chunk], latest: Latest, extractor: str) -> tupl
 
 def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, reparse: bool = False,
                 retry_failed: bool = False, max_cost: float | None = None,
-                import_openie: Path | None = None, import_lightrag: Path | None = None,
+                import_openie: Path | None = None, imported: Any = None,
                 chunks: list[Chunk] | None = None, added: bool = False) -> StageOutcome:
     """Extract every current chunk that has no record for the current extractor (plus failed ones with
     `retry_failed`); `reparse` first rebuilds existing LLM records from cached answers. Raises
@@ -200,7 +200,7 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
     the chunk stage just wrote to chunks.jsonl, when the caller has it; `added`: only the chunks it appended,
     the stage's record having covered every other one when the run began. Only the chunks appended since the
     files the record covered (its chunk mark, else `added`) are looked at, when that is all that changed."""
-    if not (reparse or retry_failed or import_openie is not None or import_lightrag is not None):
+    if not (reparse or retry_failed or import_openie is not None or imported is not None):
         prev = project.stage("extract")
         since = _chunks_since(project, prev) if prev is not None else None
         if since is None and added:
@@ -209,13 +209,13 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
         if outcome is not None:
             return outcome
     chunks = load_chunks(project) if chunks is None or added else chunks
-    imported: dict[str, Any] = {}
+    imported_counts: dict[str, Any] = {}
     if import_openie is not None:
-        extractor, imported = _import(project, chunks, Path(import_openie), reporter)
+        extractor, imported_counts = _import(project, chunks, Path(import_openie), reporter)
         kind = "openie"
-    elif import_lightrag is not None:
-        extractor, imported = _import_lightrag(project, chunks, Path(import_lightrag), reporter)
-        kind = "lightrag"
+    elif imported is not None:   # an extract.imported.ImportSource
+        extractor, imported_counts = _import_corpus(project, chunks, imported, reporter)
+        kind = imported.kind
     else:
         kind = extractor_kind(settings)
         extractor = settings_fingerprint(settings)
@@ -233,12 +233,12 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
         # chunks the file has no passage for are not resumable work: they just have no extraction
         counts["unmatched"] = counts.pop("pending")
         counts["pending"] = 0
-        counts.update({f"openie_{k}": v for k, v in imported.items()})
+        counts.update({f"openie_{k}": v for k, v in imported_counts.items()})
         counts["openie_file"] = str(Path(import_openie).resolve())   # a later plain `hrag index` re-imports it
-    if kind == "lightrag":   # a chunk with neither an answer nor graph rows has nothing to extract later either
+    if imported is not None:   # a chunk the import gives no rows has nothing to extract later either
         counts["without_extraction"] = counts.pop("pending")
         counts["pending"] = 0
-        counts.update({f"lightrag_{k}": v for k, v in imported.items()})
+        counts.update({f"{kind}_{k}": v for k, v in imported_counts.items()})
     if budget is not None:
         raise budget
     if counts["failed"] or counts["partial"]:
@@ -558,10 +558,10 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     """Schedule every chunk, a bounded window at a time (the client bounds requests in flight), and save
     each record as soon as its chunk completes. A run-wide failure (llm.FailureCause) stops the run with
     RunStopped, one line naming cause and fix; the chunks it hit stay pending."""
-    from hrag_cli.core.llm import FailureCause, LLMError, failure_cause
+    from hrag_cli.core.llm_retry import FailureCause, LLMError, failure_cause
     from hrag_cli.extract.llm_extractor import extract_chunk
 
-    from hrag_cli.core.llm import is_local
+    from hrag_cli.core.llm_retry import is_local
 
     # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
     # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
@@ -693,15 +693,16 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
     return extractor, counts
 
 
-def _import_lightrag(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Reporter) -> tuple[str, dict]:
-    """--import-lightrag: the working directory's cached extraction answers (else its graph's rows) as this
-    project's extractions, for the chunks the chunk stage imported from it."""
-    from hrag_cli.extract.lightrag import check_dir, import_records, read_corpus
+def _import_corpus(project: ProjectDir, chunks: list[Chunk], source: Any, reporter: Reporter) -> tuple[str, dict]:
+    """--import-lightrag / --import-graphrag: the folder's extractions as this project's, for the chunks the
+    chunk stage imported from it."""
+    from hrag_cli.extract.imported import importer
 
-    path = check_dir(path)
-    corpus = read_corpus(path)
+    mod = importer(source.kind)
+    path = mod.check_dir(source.path)
+    corpus = mod.read_corpus(path)
     mine = {ch.chunk_id for ch in chunks}
-    extractor, records, counts = import_records(path, corpus, reporter)
+    extractor, records, counts = mod.import_records(path, corpus, reporter)
     _append_imported(project, extractor, [r for r in records if r.chunk_id in mine])
     return extractor, counts
 
