@@ -20,7 +20,8 @@ from typing import Any
 
 from hrag_cli.core import llm
 from hrag_cli.core.config import LLMSettings
-from hrag_cli.core.llm import LLMClient, LLMError, _LoopState, _status, backoff_delay
+from hrag_cli.core.llm import LLMClient, _LoopState
+from hrag_cli.core.llm_retry import LLMError, _status, backoff_delay
 from hrag_cli.core.openai_http import ServerError
 from hrag_cli.core.project import ProjectDir
 
