@@ -12,6 +12,7 @@ from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir
 
 EMBED_KEYS = ("embed.model", "embed.api_base", "embed.precision")
+WHERE_KEYS = ("cluster.ray",)      # where the work runs, not what it makes: no change to announce
 
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
@@ -24,7 +25,8 @@ def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     return {"extract.extractor": kind, **fmt,
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
             **({"extract.schema": settings.extract.schema} if settings.extract.schema else {}),
-            **embedded_with(settings)}
+            **embedded_with(settings),
+            **({"cluster.ray": settings.cluster.ray} if settings.cluster.ray else {})}
 
 
 def embedded_with(settings: Settings) -> dict[str, str]:
@@ -60,7 +62,7 @@ def remember(project: ProjectDir, settings: Settings, reporter: Reporter, summar
         summary["built_with"] = describe_built_with(now)
     if before == now:
         return
-    extract_keys = [k for k in now if k not in EMBED_KEYS]
+    extract_keys = [k for k in now if k not in EMBED_KEYS + WHERE_KEYS]
     if before and any(before.get(k) != now.get(k) for k in extract_keys):
         reporter.info(f"extracting with {describe_built_with(now)} from now on, as given "
                       f"(was {describe_built_with(before)})")

@@ -147,6 +147,7 @@ def index(
     import_openie: Annotated[Optional[Path], typer.Option("--import-openie", help="Take extractions from a HippoRAG openie_results_ner_*.json instead of an extractor.")] = None,
     import_lightrag: Annotated[Optional[Path], typer.Option("--import-lightrag", help="Build the project from a LightRAG working directory (its documents, chunks and cached extractions; no LLM call) instead of DOCS.")] = None,
     import_graphrag: Annotated[Optional[Path], typer.Option("--import-graphrag", help="Build the project from a GraphRAG output folder (documents, text units, entities, relationships tables; needs hrag[graphrag]) instead of DOCS.")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Extract on a Ray cluster: auto (the one this machine joined) or its address; remembered ('' for this process only). Needs pip install 'hrag[ray]'.", show_default=False)] = None,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -159,7 +160,7 @@ def index(
         "extract.glean_min_tokens": glean_min_tokens,
         "extract.entity_types": entity_types, "extract.language": language,
         "extract.schema": schema,
-        "embed.model": embed_model, "embed.api_base": embed_api_base,
+        "embed.model": embed_model, "embed.api_base": embed_api_base, "cluster.ray": ray,
     }
     t0 = time.monotonic()
     p = _project(project, overrides, quiet, json_output)

@@ -186,6 +186,12 @@ class QuerySettings:
 
 
 @dataclass
+class ClusterSettings:
+    # "" = this process only; "auto" = the Ray cluster this machine belongs to (ray start); else its address
+    ray: str = ""
+
+
+@dataclass
 class Settings:
     documents: DocumentSettings = field(default_factory=DocumentSettings)
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
@@ -197,6 +203,7 @@ class Settings:
     vectors: VectorSettings = field(default_factory=VectorSettings)
     synonyms: SynonymSettings = field(default_factory=SynonymSettings)
     query: QuerySettings = field(default_factory=QuerySettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def section(self, name: str) -> Any:
         return getattr(self, name)

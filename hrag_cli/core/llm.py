@@ -301,12 +301,7 @@ class LLMClient:
                      state: _LoopState, schema: dict | None = None) -> dict:
         self._check_budget()
         s = self.settings
-        if self.direct:
-            text, finish, prompt_tokens, completion_tokens, cost = await self._fetch_http(
-                messages, max_tokens, state, schema)
-        else:
-            text, finish, prompt_tokens, completion_tokens, cost = await self._fetch_litellm(
-                messages, max_tokens, state, schema)
+        text, finish, prompt_tokens, completion_tokens, cost = await self._answer(messages, max_tokens, state, schema)
         rec = {"key": key, "model": s.model, "messages_hash": fingerprint(messages), "purpose": purpose,
                "response": text, "finish_reason": finish, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
                "cost": cost, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -316,6 +311,14 @@ class LLMClient:
         self.stats.completion_tokens += completion_tokens
         self.stats.cost += cost
         return rec
+
+    async def _answer(self, messages: list[dict], max_tokens: int, state: _LoopState,
+                      schema: dict | None) -> tuple[str, str, int, int, float]:
+        """One request through the shared retry policy: (text, finish reason, prompt and completion tokens,
+        cost). The one place a request leaves this process (cluster.ray_llm sends it from another node)."""
+        if self.direct:
+            return await self._fetch_http(messages, max_tokens, state, schema)
+        return await self._fetch_litellm(messages, max_tokens, state, schema)
 
     async def _fetch_http(self, messages: list[dict], max_tokens: int, state: _LoopState,
                           schema: dict | None) -> tuple[str, str, int, int, float]:

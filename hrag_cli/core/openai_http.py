@@ -27,6 +27,10 @@ class ServerError(Exception):
         self.message = message
         self.headers = headers
 
+    def __reduce__(self) -> tuple:
+        # pickled whole (a Ray worker hands it back to the driver): the default would call __init__(message)
+        return (ServerError, (self.status_code, self.message, dict(self.headers) if self.headers else None))
+
 
 def uses_http(model: str, api_base: str) -> bool:
     """Whether LLMClient talks to this model itself: an OpenAI-compatible server at a known address."""

@@ -247,7 +247,7 @@ class ProjectDir:
 
     # -- what the project was built with ----------------------------------------------------------------
     REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
-                  "embed.precision")
+                  "embed.precision", "cluster.ray")
 
     def remembered(self) -> dict[str, Any]:
         """The extractor, LLM model and API base, and the embedder, the project was last built with (never a key): a plain

@@ -54,6 +54,9 @@ def extractor_kind(settings: Settings) -> str:
 def check_settings(settings: Settings) -> None:
     """Fail fast on extractor settings before any stage writes anything (numeric ranges: config.RANGES)."""
     extractor_kind(settings)
+    from hrag_cli.cluster import require_ray
+
+    require_ray(settings.cluster.ray)
     e = settings.extract
     if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
         raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
@@ -268,12 +271,11 @@ def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: 
     if kind == "llm":
         _note_schema_change(project, settings, counts, reporter, len(todo) if not reparse else 0)
     budget: BudgetExceeded | None = None
+    cluster = _cluster(project, settings, reporter) if todo else None
     if kind == "rules":
-        _run_rules(project, todo, latest, reporter, counts)
+        _run_rules(project, todo, latest, reporter, counts, cluster)
     elif kind == "llm" and (todo or reparse):
-        from hrag_cli.core.llm import LLMClient  # reads the whole response cache: only when there is work
-
-        with LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter) as client:
+        with _llm_client(project, settings, max_cost, reporter, cluster) as client:
             try:
                 if reparse:
                     from hrag_cli.extract.llm_extractor import answer_format, frame_of
@@ -296,6 +298,38 @@ def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: 
                               prompt_tokens=st.prompt_tokens, completion_tokens=st.completion_tokens,
                               cost=round(st.cost, 6))
     return counts, budget
+
+
+@dataclass
+class _Cluster:
+    ray: Any        # the ray module, connected
+    nodes: int
+
+
+def _cluster(project: ProjectDir, settings: Settings, reporter: Reporter) -> _Cluster | None:
+    """The Ray cluster this run extracts on ([cluster] ray, --ray), checked to share the project directory;
+    None for this process only (Ray is then never imported)."""
+    from hrag_cli import cluster
+
+    if not cluster.wanted(settings.cluster.ray):
+        return None
+    ray = cluster.connect(settings.cluster.ray)
+    nodes = cluster.check_shared(ray, project.root)
+    reporter.info(f"extracting on the Ray cluster at {settings.cluster.ray} ({nodes} node(s))")
+    return _Cluster(ray, nodes)
+
+
+def _llm_client(project: ProjectDir, settings: Settings, max_cost: float | None, reporter: Reporter,
+                cluster: _Cluster | None) -> Any:
+    """The run's LLM client (it reads the whole response cache: made only when there is work); on a cluster
+    its requests leave from the cluster's nodes under one cap (cluster/ray_llm.py)."""
+    if cluster is None:
+        from hrag_cli.core.llm import LLMClient
+
+        return LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter)
+    from hrag_cli.cluster.ray_llm import cluster_client
+
+    return cluster_client(cluster.ray, project, settings.llm, cluster.nodes, max_cost=max_cost, reporter=reporter)
 
 
 SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions", "dropped_rows", "retyped",
@@ -443,18 +477,32 @@ RULES_BATCH = 256          # chunks per job of the forked rules extractor
 RULES_PARALLEL_MIN = 2048  # fewer chunks than this are extracted in this process (a pool costs a fork)
 
 
+def _rules_of(chunks: list[Chunk]) -> list[dict]:
+    return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in chunks]
+
+
 def _rules_batch(todo: list[Chunk], span: tuple[int, int]) -> list[dict]:
-    return [extract_rules(ch.chunk_id, ch.text).to_json() for ch in todo[span[0]:span[1]]]
+    return _rules_of(todo[span[0]:span[1]])
+
+
+RULES_WINDOW_PER_NODE = 8   # batches in flight per node on a cluster: enough to keep its cores busy
 
 
 def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter: Reporter,
-               counts: dict) -> None:
+               counts: dict, cluster: _Cluster | None = None) -> None:
     """The rules extractor over `todo`, RULES_BATCH chunks per job in one forked worker per core (pure Python:
-    one core would do a large folder alone); records are appended in `todo` order, as one process would."""
+    one core would do a large folder alone), or as Ray tasks across a cluster; records are appended in `todo`
+    order, as one process would."""
     if not todo:
         return
     spans = ranges(len(todo), RULES_BATCH)
-    jobs = forked_map(_rules_batch, todo, spans, parallel=len(todo) >= RULES_PARALLEL_MIN)
+    if cluster is not None:
+        from hrag_cli.cluster import ordered_map
+
+        jobs = ordered_map(cluster.ray, _rules_of, (todo[a:b] for a, b in spans),
+                           RULES_WINDOW_PER_NODE * cluster.nodes)
+    else:
+        jobs = forked_map(_rules_batch, todo, spans, parallel=len(todo) >= RULES_PARALLEL_MIN)
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         for recs in jobs:
             for rec in recs:
