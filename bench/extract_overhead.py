@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -29,33 +28,12 @@ from hrag_cli.core import offline
 offline.setup()
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
 
-D = "<|#|>"
-
-
-def respond(body: dict) -> str | dict:
-    msgs = body["messages"]
-    structured = body.get("response_format") is not None
-    if len(msgs) > 2:          # a gleaning round
-        return {"entities": [], "relations": []} if structured else "<|COMPLETE|>"
-    passage = msgs[-1]["content"].split("Passage:\n", 1)[-1]
-    words = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{3,}\b", passage)))[:15]
-    if structured:
-        return {"entities": [{"name": w, "type": "concept", "description": f"{w} appears in the passage."}
-                             for w in words],
-                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
-                               "description": f"{a} and {b} appear together.", "strength": 5}
-                              for a, b in zip(words, words[1:])]}
-    rows = [f"entity{D}{w}{D}concept{D}{w} appears in the passage." for w in words]
-    rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
-             for a, b in zip(words, words[1:])]
-    return "\n".join(rows + ["<|COMPLETE|>"])
-
 
 def serve(port: int) -> None:
-    from tests.stub_server import StubServer
+    from tests.stub_server import StubServer, fake_extraction
 
     stub = StubServer(port=port, record=False)
-    stub.set_chat(respond)
+    stub.set_chat(lambda body: fake_extraction(body, limit=15))
     stub._httpd.serve_forever(poll_interval=0.05)
 
 

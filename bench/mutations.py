@@ -108,13 +108,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     _m("citations-sorted", "hrag_cli/query/run.py", "for n in cited]}", "for n in sorted(cited)]}",
        QUERY, "citations lose the order the answer gave them"),
     # -- the dry-run estimate
-    Mutation("completion-ratios-swapped", "hrag_cli/extract/stage.py",
+    Mutation("completion-ratios-swapped", "hrag_cli/extract/estimate.py",
              (("COMPLETION_RATIO = 1.5", "COMPLETION_RATIO = 0.8"),
               ("GLEAN_COMPLETION_RATIO = 0.8", "GLEAN_COMPLETION_RATIO = 1.5")),
              ("tests/test_llm_runs.py",), "the first answer and the gleaning round swap their completion ratios"),
-    _m("first-answer-ratio-off", "hrag_cli/extract/stage.py", "COMPLETION_RATIO = 1.5\n", "COMPLETION_RATIO = 1.4\n",
+    _m("first-answer-ratio-off", "hrag_cli/extract/estimate.py", "COMPLETION_RATIO = 1.5\n", "COMPLETION_RATIO = 1.4\n",
        ("tests/test_llm_runs.py",), "the first answer's completion ratio drifts"),
-    _m("estimate-counts-gleaning-for-every-chunk", "hrag_cli/extract/stage.py",
+    _m("estimate-counts-gleaning-for-every-chunk", "hrag_cli/extract/estimate.py",
        "for _ in range(glean_rounds_for(ch, settings.extract)):", "for _ in range(settings.extract.max_gleanings):",
        ("tests/test_index_e2e.py",), "the estimate counts a gleaning round for chunks too small to get one"),
 )

@@ -138,7 +138,7 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
             raise UsageError("no DOCS given and nothing indexed before: hrag index DOCS")
         roots = [Path(r) for r in recorded]
     if options.dry_run:   # reads the project, writes nothing, needs no lock
-        from hrag_cli.extract.stage import estimate
+        from hrag_cli.extract.estimate import estimate
 
         ctx = StageContext(project, settings, reporter,
                            StageOptions(roots=roots, write=False, imported=imported), summary)

@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 import struct
 import threading
 import time
@@ -126,6 +127,43 @@ def wants_schema(body: dict) -> dict | None:
     if rf.get("type") == "json_object":
         return rf.get("schema") or {}
     return None
+
+
+D = "<|#|>"   # the delimited format's field separator
+
+
+def passage_of(body: dict) -> str:
+    """The chunk text inside an extraction request (our prompt puts it after 'Passage:')."""
+    for m in body["messages"]:
+        if m["role"] == "user" and "Passage:\n" in m["content"]:
+            return m["content"].split("Passage:\n", 1)[1].rsplit("\n\nOutput:", 1)[0]
+    return ""
+
+
+def is_gleaning(body: dict) -> bool:
+    return body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2
+
+
+def fake_extraction(body: dict, limit: int = 12) -> str | dict:
+    """Capitalised words of the passage become entities; each is related to the next one (a JSON object when
+    the request asks for a schema)."""
+    if is_gleaning(body):
+        return {"entities": [], "relations": []} if wants_schema(body) is not None else "<|COMPLETE|>"
+    words = []
+    for w in re.findall(r"\b[A-Z][a-z]{3,}\b", passage_of(body)):
+        if w not in words:
+            words.append(w)
+    words = words[:limit]
+    if wants_schema(body) is not None:
+        return {"entities": [{"name": w, "type": "concept", "description": f"{w} is mentioned in the passage."}
+                             for w in words],
+                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
+                               "description": f"{a} and {b} appear together.", "strength": 5}
+                              for a, b in zip(words, words[1:])]}
+    rows = [f"entity{D}{w}{D}concept{D}{w} is mentioned in the passage." for w in words]
+    rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
+             for a, b in zip(words, words[1:])]
+    return "\n".join(rows + ["<|COMPLETE|>"])
 
 
 def citing(*numbers: int) -> Callable[[dict], str]:

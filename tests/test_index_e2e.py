@@ -16,7 +16,6 @@ import gzip
 import io
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -31,50 +30,15 @@ from hrag_cli.core import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractionRecord
-from tests.stub_server import StubReply, wants_schema
+from tests.stub_server import D, StubReply, fake_extraction, is_gleaning, passage_of  # noqa: F401 (other test files import them from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 HRAG = str(ROOT / ".venv" / "bin" / "hrag")
 SAMPLE = ROOT / "sample_corpus"
-D = "<|#|>"
 CHAT = "/chat/completions"
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-def passage_of(body: dict) -> str:
-    """The chunk text inside an extraction request (our prompt puts it after 'Passage:')."""
-    for m in body["messages"]:
-        if m["role"] == "user" and "Passage:\n" in m["content"]:
-            return m["content"].split("Passage:\n", 1)[1].rsplit("\n\nOutput:", 1)[0]
-    return ""
-
-
-def is_gleaning(body: dict) -> bool:
-    return body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2
-
-
-def fake_extraction(body: dict) -> str | dict:
-    """Capitalised words of the passage become entities; each is related to the next one (a JSON object when
-    the request asks for a schema)."""
-    if is_gleaning(body):
-        return {"entities": [], "relations": []} if wants_schema(body) is not None else "<|COMPLETE|>"
-    words = []
-    for w in re.findall(r"\b[A-Z][a-z]{3,}\b", passage_of(body)):
-        if w not in words:
-            words.append(w)
-    words = words[:12]
-    if wants_schema(body) is not None:
-        return {"entities": [{"name": w, "type": "concept", "description": f"{w} is mentioned in the passage."}
-                             for w in words],
-                "relations": [{"source": a, "target": b, "predicate": "appears with", "keywords": "co-occurrence",
-                               "description": f"{a} and {b} appear together.", "strength": 5}
-                              for a, b in zip(words, words[1:])]}
-    rows = [f"entity{D}{w}{D}concept{D}{w} is mentioned in the passage." for w in words]
-    rows += [f"relation{D}{a}{D}{b}{D}appears with{D}co-occurrence{D}{a} and {b} appear together.{D}5"
-             for a, b in zip(words, words[1:])]
-    return "\n".join(rows + ["<|COMPLETE|>"])
 
 
 def small_corpus(tmp: Path, n: int = 6) -> Path:
@@ -227,6 +191,13 @@ def test_add_change_delete_only_new_chunks_requested(stub, tmp_path: Path) -> No
     assert not any(deleted_text.strip()[:80] in t for t in chunk_texts)
 
 
+def _extract_only(docs: Path, proj: Path, url: str, *, concurrency: int, chunk_tokens: int, out: str) -> list[str]:
+    """`hrag index` arguments for a run against the stub that stops after extraction (the runs a signal cuts)."""
+    return ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", url,
+            "--stop-after", "extract", "--concurrency", str(concurrency), "--max-gleanings", "0",
+            "--chunk-tokens", str(chunk_tokens), "--chunk-overlap", "10", out]
+
+
 def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     def slow(body: dict):
         return StubReply(content=fake_extraction(body), delay=0.15)
@@ -234,9 +205,7 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     stub.set_chat(slow)
     docs = small_corpus(tmp_path, 8)
     proj = tmp_path / "proj"
-    args = ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
-            "--stop-after", "extract", "--concurrency", "2", "--max-gleanings", "0", "--chunk-tokens", "120",
-            "--chunk-overlap", "10", "-q"]
+    args = _extract_only(docs, proj, stub.url, concurrency=2, chunk_tokens=120, out="-q")
     proc = subprocess.Popen([HRAG, *args], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ex_path = proj / "cache" / "extractions.jsonl"
     deadline = time.monotonic() + 60
@@ -284,9 +253,7 @@ def test_ctrl_c_mid_extraction_exits_130_and_the_same_command_asks_nothing_twice
     stub.set_chat(slow)
     docs = small_corpus(tmp_path, 6)
     proj = tmp_path / "proj"
-    args = ["index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
-            "--stop-after", "extract", "--concurrency", "1", "--max-gleanings", "0", "--chunk-tokens", "150",
-            "--chunk-overlap", "10", "--json"]
+    args = _extract_only(docs, proj, stub.url, concurrency=1, chunk_tokens=150, out="--json")
     proc = subprocess.Popen([HRAG, *args], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:

@@ -8,7 +8,6 @@ the extract stage its records, so resolve and synonyms run on them as on hrag's 
 from __future__ import annotations
 
 import hashlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -16,7 +15,7 @@ from types import ModuleType
 from hrag_cli.core.project import text_hash
 from hrag_cli.core.records import Chunk, Document
 
-IMPORTERS = {"lightrag": "hrag_cli.extract.lightrag", "graphrag": "hrag_cli.extract.graphrag"}
+IMPORTERS = ("lightrag", "graphrag")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,14 @@ class ImportSource:
 
 
 def importer(kind: str) -> ModuleType:
-    return importlib.import_module(IMPORTERS[kind])
+    """The importer module, imported only when a run imports (explicit imports, so tools can follow them)."""
+    if kind == "lightrag":
+        from hrag_cli.extract import lightrag
+
+        return lightrag
+    from hrag_cli.extract import graphrag
+
+    return graphrag
 
 
 @dataclass
