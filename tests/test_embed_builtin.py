@@ -97,6 +97,7 @@ def test_idf_table_round_trip_and_fingerprint(tmp_path: Path) -> None:
     assert len(fp) == 12 and fp == IdfTable.fit(list(TEXTS)).fingerprint()  # stable
     assert IdfTable.fit(TEXTS[:-1]).fingerprint() != fp  # content-sensitive
     assert IdfTable.fit(iter(TEXTS), batch_size=2).fingerprint() == fp  # batching-independent
+    assert IdfTable.fit(iter(TEXTS), batch_chars=40).fingerprint() == fp  # batches cut by text size too
     p = tmp_path / "idf" / "table.npz"
     table.save(p)
     table.save(p)  # overwrite is fine

@@ -40,6 +40,7 @@ DEFAULT_DIM = 2048  # fewer buckets lose recall to hash collisions; 8 KB a dense
 IDF_BITS = 20  # df is counted in 2**20 hash buckets, far finer than the output dim, so IDF stays sharp
 _IDF_MASK = (1 << IDF_BITS) - 1
 _BATCH = 1024  # texts per internal block: bounds the (block x dim) float64 accumulator
+_FIT_CHARS = 1 << 22  # characters of text per IdfTable.fit batch (bounds its token strings)
 _MAX_VOCAB = 1_000_000  # word-feature cache is dropped and rebuilt past this many words
 _Q = float(1 << 24)  # accumulation quantum (see _Featurizer.dense)
 
@@ -274,12 +275,16 @@ class IdfTable:
 
     @classmethod
     def fit(
-        cls, texts: Iterable[str], config: FeatureConfig = DEFAULT_CONFIG, batch_size: int = 4096
+        cls, texts: Iterable[str], config: FeatureConfig = DEFAULT_CONFIG, batch_size: int = 4096,
+        batch_chars: int = _FIT_CHARS,
     ) -> "IdfTable":
-        """Count, per bucket, the documents containing any feature hashed there (one pass)."""
+        """Count, per bucket, the documents containing any feature hashed there (one pass). A batch ends at
+        `batch_size` texts or `batch_chars` characters: each of its tokens is a Python string while it is
+        counted, so long chunks in batches of a fixed count would hold hundreds of MB. Counts are per
+        document, so the batching never changes the table."""
         fz = _Featurizer(config)
         df = np.zeros(1 << IDF_BITS, dtype=np.int64)
-        n = 0
+        n = chars = 0
         buf: list[str] = []
 
         def flush() -> None:
@@ -291,9 +296,10 @@ class IdfTable:
         for t in texts:
             buf.append(t)
             n += 1
-            if len(buf) >= batch_size:
+            chars += len(t)
+            if len(buf) >= batch_size or chars >= batch_chars:
                 flush()
-                buf = []
+                buf, chars = [], 0
         if buf:
             flush()
         return cls(n_docs=n, df=df.astype(np.uint32), config_tag=config.tag())

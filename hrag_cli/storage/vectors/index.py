@@ -157,7 +157,9 @@ class VectorIndex:
         gone[kept_rows] = False
         n_gone = int(gone.sum())
 
-        rows_store = self._store(n, todo, is_new, old_row, first, blocks)
+        head = [first]      # handed over, not kept here: each dense block goes once it is stored
+        del first
+        rows_store = self._store(n, todo, is_new, old_row, head, blocks)
         rebuilt = 0
         old_labels = self.labels
         labels = np.full(n, -1, dtype=np.int64)
@@ -277,7 +279,9 @@ class VectorIndex:
         enc = [i.encode("utf-8") for i in ids]
         if self._rows.kind == "sparse" and self._saved is not None and \
                 (first is None or isinstance(first, SparseRows) or mostly_zero(_as_matrix(first, self.dim))):
-            new = join_sparse(list(self._incoming(len(pos), first, blocks, True)), self.dim)
+            head = [first]
+            del first
+            new = join_sparse(list(self._incoming(len(pos), head, blocks, True)), self.dim)
             patch = (self._patch if self._patch is not None else self._empty_patch()).spliced(
                 pos, old_rows, moved, enc, [h.encode("utf-8") for h in hashes], new)
             if len(patch):                   # nothing to put in: the index stays as it is
@@ -291,7 +295,9 @@ class VectorIndex:
         old_of = np.full(n, -1, dtype=np.int64)
         old_of[moved] = np.arange(n_old, dtype=np.int64)
         old_of[pos] = -1
-        rows_store = self._store(n, pos, is_new, old_of, first, blocks)
+        head = [first]
+        del first
+        rows_store = self._store(n, pos, is_new, old_of, head, blocks)
         old_fixed = self.id_array()
         blob, off, order = self._keys                                           # type: ignore[misc]
         keys = splice_keys(blob, off, order, is_new, old_of, moved, pos, ins, enc, old_fixed)
@@ -334,28 +340,36 @@ class VectorIndex:
         self._keys, self._hash_array, self._fixed = keys, hashes, None
         self._rows, self._lut, self._pos = rows, None, None
 
-    def _incoming(self, count: int, first, blocks, sparse: bool) -> Iterator[SparseRows | np.ndarray]:
+    def _incoming(self, count: int, head: list, blocks, sparse: bool) -> Iterator[SparseRows | np.ndarray]:
         """The `count` rows to add, yielded block by block as unit rows (sparse rows, or dense blocks) so a dense
-        build writes each block as it arrives; the counts are checked as they come and once the blocks end."""
+        build writes each block as it arrives; the counts are checked as they come and once the blocks end.
+        `head` holds the first block, taken out here: no block, nor its dense unit copy, is still referenced
+        while the next one is embedded."""
         done = 0
-        block = first
+        block = head.pop()
         while block is not None:
             if isinstance(block, SparseRows) and block.dim != self.dim:
                 raise ValueError(f"expected vectors of dimension {self.dim}, got {block.dim}")
             b = block if isinstance(block, SparseRows) and sparse else _unit(_as_matrix(
                 block.dense(np.arange(len(block))) if isinstance(block, SparseRows) else block, self.dim))
+            del block
             if done + len(b) > count:
                 raise ValueError(f"index {self.name}: more vectors than the {count} rows to add")
-            yield (b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b
+            out = (b if isinstance(b, SparseRows) else sparse_rows(b)) if sparse else b
             done += len(b)
+            del b
+            yield out
+            del out
             block = next(blocks, None)
         if done != count:
             raise ValueError(f"index {self.name}: {count} rows to add, {done} vectors given")
 
-    def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, first, blocks
+    def _store(self, n: int, todo: np.ndarray, is_new: np.ndarray, old_row: np.ndarray, head: list, blocks
                ) -> DenseRows | SparseRows:
-        """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks.
-        Sparse when the first incoming block (else the current store) is `mostly_zero`."""
+        """The new rows in `ids` order: kept rows from the current store, the rest from the incoming blocks
+        (`head`: the first, handed on to `_incoming`). Sparse when the first incoming block (else the current
+        store) is `mostly_zero`."""
+        first = head.pop()
         if isinstance(first, SparseRows):
             b0, sparse = first, True
         elif first is not None:
@@ -377,7 +391,9 @@ class VectorIndex:
             for s in range(0, len(kept), dense_rows(self.dim)):   # kept rows, in blocks (old may be a memmap)
                 pos = kept[s:s + dense_rows(self.dim)]
                 dense_out[pos] = self._rows.dense(old_row[pos])
-        got = self._incoming(len(todo), b0, blocks, sparse)
+        head.append(b0)
+        del first, b0
+        got = self._incoming(len(todo), head, blocks, sparse)
         if sparse:
             return merge_rows(is_new, old_rows, old_of, join_sparse(list(got), self.dim))  # type: ignore[arg-type]
         for b in got:                                 # each dense block written as it arrives
