@@ -1,0 +1,100 @@
+"""LLM-bound extraction, one process against a Ray cluster: chunks/s with the stub LLM answering each request
+after --delay seconds (a provider's latency).
+
+One process is bounded by its own requests in flight (--concurrency; 8 by default for a remote provider); on
+a cluster the same flag is one cap for every node together, and requests leave from the nodes' workers. The
+cluster here is a head and --nodes - 1 more nodes as processes on this machine (ray.cluster_utils.Cluster),
+so it shows the cap and the fan-out, not more network or CPU than one machine has.
+
+    python bench/ray_extract.py --chunks 1000 --delay 0.2 --cap 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.stub_server import StubServer  # noqa: E402
+from tests.test_index_e2e import HRAG, child_env, fake_extraction  # noqa: E402
+
+WORDS = ["Mara", "Quint", "Tobiah", "Renn", "Ilse", "Varga", "Selby", "Harbour", "Calder", "Oldport"]
+
+
+def corpus(folder: Path, n: int) -> Path:
+    """n one-sentence documents, one chunk each (one request each with --max-gleanings 0)."""
+    docs = folder / "docs"
+    docs.mkdir(parents=True)
+    for i in range(n):
+        a, b = WORDS[i % len(WORDS)], WORDS[(i * 7 + 3) % len(WORDS)]
+        (docs / f"d{i:06d}.txt").write_text(f"{a} Number{i} met {b} at the Selby Lighthouse in {1800 + i % 200}.")
+    return docs
+
+
+def extract_rate(docs: Path, proj: Path, stub: StubServer, extra: list[str]) -> tuple[int, float, float]:
+    """(chunks, seconds the extract stage took by its own report, CPU seconds of the driver process)."""
+    args = [HRAG, "index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base",
+            stub.url, "--max-gleanings", "0", "--stop-after", "extract", *extra]
+    proc = subprocess.run(["/usr/bin/time", "-f", "CPU %U %S", *args], env=child_env(), capture_output=True,
+                          text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"hrag index failed: {proc.stderr[-2000:]}")
+    m = re.findall(r"extract: (\d+)/\d+ in ([\d.]+)s", proc.stderr)
+    cpu = re.findall(r"CPU ([\d.]+) ([\d.]+)", proc.stderr)
+    if not m:
+        raise SystemExit(f"no extract timing in: {proc.stderr[-2000:]}")
+    return int(m[-1][0]), float(m[-1][1]), sum(map(float, cpu[-1])) if cpu else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--chunks", type=int, default=1000)
+    ap.add_argument("--delay", type=float, default=0.2, help="seconds the stub takes per request")
+    ap.add_argument("--cap", type=int, default=32, help="requests in flight: the cluster-wide cap")
+    ap.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (head included)")
+    args = ap.parse_args()
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    def answer(body: dict) -> str:
+        time.sleep(args.delay)
+        return fake_extraction(body)
+
+    with tempfile.TemporaryDirectory() as tmp, StubServer(record=False) as stub:
+        stub.set_chat(answer)
+        docs = corpus(Path(tmp), args.chunks)
+        rows = []
+        for label, extra in (("one process, --concurrency 8 (the default)", ["--concurrency", "8"]),
+                             (f"one process, --concurrency {args.cap}", ["--concurrency", str(args.cap)])):
+            n, secs, cpu = extract_rate(docs, Path(tmp) / f"p{len(rows)}", stub, extra)
+            rows.append((label, n, secs, cpu, stub.max_in_flight))
+            stub.reset()
+            stub.set_chat(answer)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                                "object_store_memory": 80 * 2**20})
+        for _ in range(args.nodes - 1):
+            cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
+        cluster.wait_for_nodes()
+        try:
+            n, secs, cpu = extract_rate(docs, Path(tmp) / "ray", stub,
+                                        ["--ray", cluster.address, "--concurrency", str(args.cap)])
+            rows.append((f"Ray, {args.nodes} nodes, cap {args.cap}", n, secs, cpu, stub.max_in_flight))
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+    print(f"stub delay {args.delay * 1000:.0f} ms a request, {args.chunks} chunks, one request each")
+    print(f"{'run':<44} {'chunks':>7} {'extract s':>10} {'chunks/s':>9} {'driver CPU s':>13} {'max in flight':>14}")
+    for label, n, secs, cpu, peak in rows:
+        print(f"{label:<44} {n:>7} {secs:>10.1f} {n / secs:>9.1f} {cpu:>13.1f} {peak:>14}")
+
+
+if __name__ == "__main__":
+    main()
