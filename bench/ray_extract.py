@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.stub_server import StubServer  # noqa: E402
-from tests.test_index_e2e import HRAG, child_env, fake_extraction  # noqa: E402
+from harness import hrag
+from tests.stub_server import StubServer
+from tests.test_index_e2e import child_env, fake_extraction
 
 WORDS = ["Mara", "Quint", "Tobiah", "Renn", "Ilse", "Varga", "Selby", "Harbour", "Calder", "Oldport"]
 
@@ -40,17 +36,12 @@ def corpus(folder: Path, n: int) -> Path:
 
 def extract_rate(docs: Path, proj: Path, stub: StubServer, extra: list[str]) -> tuple[int, float, float]:
     """(chunks, seconds the extract stage took by its own report, CPU seconds of the driver process)."""
-    args = [HRAG, "index", str(docs), "-p", str(proj), "--llm-model", "openai/stub-model", "--llm-api-base",
-            stub.url, "--max-gleanings", "0", "--stop-after", "extract", *extra]
-    proc = subprocess.run(["/usr/bin/time", "-f", "CPU %U %S", *args], env=child_env(), capture_output=True,
-                          text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise SystemExit(f"hrag index failed: {proc.stderr[-2000:]}")
-    m = re.findall(r"extract: (\d+)/\d+ in ([\d.]+)s", proc.stderr)
-    cpu = re.findall(r"CPU ([\d.]+) ([\d.]+)", proc.stderr)
+    run = hrag("index", docs, "-p", proj, "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
+               "--max-gleanings", "0", "--stop-after", "extract", *extra, env=child_env())
+    m = re.findall(r"extract: (\d+)/\d+ in ([\d.]+)s", run.stderr)
     if not m:
-        raise SystemExit(f"no extract timing in: {proc.stderr[-2000:]}")
-    return int(m[-1][0]), float(m[-1][1]), sum(map(float, cpu[-1])) if cpu else float("nan")
+        raise SystemExit(f"no extract timing in: {run.stderr[-2000:]}")
+    return int(m[-1][0]), float(m[-1][1]), run.cpu_s
 
 
 def main() -> None:
