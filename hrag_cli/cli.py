@@ -93,7 +93,6 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def _print_summary(title: str, summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -276,7 +275,6 @@ def status(project: ProjectOpt = None, json_output: JsonOpt = False,
     if json_output:
         _print_json(info)
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 

@@ -19,7 +19,7 @@ from typing import Any
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.project import ProjectDir
-from hrag_cli.query.types import RankedChunk, Retrieval
+from hrag_cli.query.types import Retrieval
 
 PIECE_OVERLAP = 32   # tokens shared by consecutive pieces, so a sentence cut at a border is whole in one
 

@@ -178,7 +178,6 @@ def _first_line(text: str, width: int = 90, heading: str = "") -> str:
 
 
 def print_table(r: Retrieval, extra: dict) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
