@@ -81,6 +81,7 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out_tmp:
         out = open(stdout_path, "wb") if stdout_path is not None else out_tmp
+        proc: subprocess.Popen | None = None
         try:
             proc = subprocess.Popen([sys.executable, "-m", "hrag_cli.cli", *argv], stdout=out,
                                     stderr=subprocess.PIPE, env=env, cwd=cwd)
@@ -94,6 +95,9 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
             _, status, ru = os.wait4(proc.pid, 0)
             proc.returncode = code = os.waitstatus_to_exitcode(status)
         finally:
+            if proc is not None and proc.returncode is None:    # the benchmark was stopped: stop hrag too
+                proc.terminate()
+                proc.wait()
             if stdout_path is not None:
                 out.close()
         out_tmp.seek(0)

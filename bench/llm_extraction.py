@@ -6,13 +6,17 @@ are the reference. For each format (delimited, json) it serves Qwen2.5-Coder-1.5
 (bench/local_server.py) and runs `hrag index --stop-after extract` over those passages, one per document, then
 prints: answers parsed (records whose answer gave rows without a format drop), rows dropped by reason,
 answers that ran to the token cap, entity precision / recall / F1 (names compared case- and blank-folded,
-micro-averaged over passages) and seconds per chunk. The rules extractor is scored on the same passages.
+micro-averaged over passages), wall seconds per chunk and the model server's CPU seconds per chunk. The rules
+extractor is scored on the same passages. --hints sets [extract] hints (default: hrag's default).
 
-With --retrieval it also indexes the covered passages three ways (the local model's JSON answers, the rules
-extractor, the gpt-3.5 OpenIE import) and runs `hrag eval` for the questions whose gold passages are all in:
-Recall@2/5 over that small corpus.
+With --retrieval it also indexes the covered passages three ways (the local model's answers in the last format
+run, the rules extractor, the gpt-3.5 OpenIE import) and runs `hrag eval` for the questions whose gold passages
+are all in: Recall@2/5 over that small corpus.
 
-    .venv/bin/python bench/llm_extraction.py [--passages 8] [--formats delimited json] [--retrieval]
+SIGTERM, SIGHUP and Ctrl-C stop the model server and the running hrag too.
+
+    .venv/bin/python bench/llm_extraction.py [--passages 8] [--formats delimited json] [--hints rules|none]
+        [--retrieval]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from harness import Run
 from hrag_cli.core import store
 from hrag_cli.core.records import ExtractionRecord
 from hrag_cli.extract.rules import extract_rules
-from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, stop_on_signals, wait_ready
 
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning")
@@ -42,7 +46,7 @@ def norm(name: str) -> str:
 
 
 def pick(n: int, data: Path) -> tuple[list[dict], list[dict]]:
-    """(passages, questions): questions in order with all their gold passages, until n passages."""
+    """(passages, questions): questions in order with all their gold passages, as long as they fit in n."""
     questions = json.loads((data / "musique_train.json").read_text(encoding="utf-8"))
     openie = {d["passage"]: d for d in json.loads((data / OPENIE).read_text(encoding="utf-8"))["docs"]}
     passages: dict[str, dict] = {}
@@ -51,8 +55,10 @@ def pick(n: int, data: Path) -> tuple[list[dict], list[dict]]:
         gold = [f"{p['title']}\n{p['paragraph_text']}" for p in q["paragraphs"] if p["is_supporting"]]
         if not all(g in openie for g in gold):
             continue
-        if len(passages) + len([g for g in gold if g not in passages]) > n:
+        if len(passages) == n:
             break
+        if len(passages) + len([g for g in gold if g not in passages]) > n:
+            continue        # a later question's passages may still fit
         for g in gold:
             passages.setdefault(g, openie[g])
         chosen.append(q)
@@ -87,12 +93,22 @@ def read_jsonl(path: Path) -> list[dict]:
     return [r for r in store.read_jsonl(path) if isinstance(r, dict)]    # compressed or not
 
 
-def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, work: Path) -> dict:
-    docs = work / f"docs-{fmt}"
-    names = write_docs(passages, docs)
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, work: Path,
+               hints: str | None, server_pid: int) -> dict:
+    docs = work / "docs"
+    names = {f"p{i:03d}.txt": i for i in range(len(passages))}
+    if not docs.exists():
+        write_docs(passages, docs)
     proj = work / f"proj-{fmt}"
     proj.mkdir()
-    (proj / "hrag.toml").write_text(f'[extract]\nformat = "{fmt}"\n')
+    (proj / "hrag.toml").write_text(f'[extract]\nformat = "{fmt}"\n' + (f'hints = "{hints}"\n' if hints else ""))
+    cpu0 = cpu_seconds(server_pid)
     proc, seconds = hrag("index", str(docs), "-p", str(proj), "--llm-model", MODEL_NAME, "--llm-api-base", url,
                          "--stop-after", "extract", "--json")
     chunks = {c["chunk_id"]: c for c in read_jsonl(proj / "chunks.jsonl")}
@@ -118,25 +134,31 @@ def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, 
     return {"format": fmt, "exit": proc.returncode, "chunks": len(chunks), "records": records, "answers": n_answers,
             "parsed": parsed, "parsed_share": round(parsed / max(records, 1), 3), "capped_answers": capped,
             "dropped": dropped, "seconds_per_chunk": round(seconds / max(len(chunks), 1), 1),
-            **score(found, truth), "project": str(proj), "docs": str(docs)}
+            "server_cpu_s_per_chunk": round((cpu_seconds(server_pid) - cpu0) / max(len(chunks), 1), 1),
+            "hrag_cpu_s": round(proc.cpu_s, 1), "load_average": round(os.getloadavg()[0], 1),
+            **score(found, truth), "project": str(proj), "docs": str(docs),
+            "found": [sorted(f) for f in found]}
 
 
-def retrieval(passages: list[dict], questions: list[dict], llm_proj: Path, work: Path, data: Path) -> None:
-    """Recall@2/5 of `hrag eval` for the chosen questions over the covered passages, three extractions."""
-    corpus = work / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"title": p["title"], "text": p["text"]}) + "\n" for p in passages))
+def retrieval(questions: list[dict], llm_proj: Path, work: Path, data: Path) -> None:
+    """Recall@2/5 of `hrag eval` for the chosen questions over the covered passages (the same documents in
+    each project), three extractions. The LLM project is finished by a plain `hrag index`, which keeps the
+    remembered model and server (still running) and the cached extractions."""
     qa = work / "qa.jsonl"
     qa.write_text("".join(json.dumps({"question": q["question"], "gold":
                                       [p["title"] for p in q["paragraphs"] if p["is_supporting"]]}) + "\n"
                           for q in questions))
-    print(f"\nretrieval: {len(questions)} questions over their {len(passages)} gold passages (see hrag eval)")
-    for label, extra in (("rules", ["--extractor", "rules"]), ("gpt-3.5 OpenIE", ["--import-openie", str(data / OPENIE)])):
-        proj = work / f"ret-{label.split()[0]}"
-        proc, _ = hrag("index", str(corpus), "-p", str(proj), *extra, "-q")
+    docs = work / "docs"
+    print(f"\nretrieval: {len(questions)} questions over their gold passages (hrag eval, default modes)")
+    projects = [("local model", llm_proj, ["index", "-p", str(llm_proj), "-q"]),
+                ("rules", work / "ret-rules", ["index", str(docs), "-p", str(work / "ret-rules"), "--extractor",
+                                               "rules", "-q"]),
+                ("gpt-3.5 OpenIE", work / "ret-openie", ["index", str(docs), "-p", str(work / "ret-openie"),
+                                                         "--import-openie", str(data / OPENIE), "-q"])]
+    for label, proj, index_args in projects:
+        proc, _ = hrag(*index_args)
         ev, _ = hrag("eval", str(qa), "-p", str(proj), "--json")
-        print(f"  {label}: index exit {proc.returncode}; eval {ev.stdout.strip()[:400] or ev.stderr.strip()[-300:]}")
-    ev, _ = hrag("eval", str(qa), "-p", str(llm_proj), "--json")
-    print(f"  local model (json): eval {ev.stdout.strip()[:400] or ev.stderr.strip()[-300:]}")
+        print(f"  {label}: index exit {proc.returncode}; eval {ev.stdout.strip()[:600] or ev.stderr.strip()[-300:]}")
 
 
 def main() -> int:
@@ -144,7 +166,9 @@ def main() -> int:
     ap.add_argument("--passages", type=int, default=8)
     ap.add_argument("--formats", nargs="+", default=["delimited", "json"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hints", choices=["rules", "none"], default=None)
     ap.add_argument("--retrieval", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="also write the figures (and each passage's names) here")
     args = harness.parse_args(ap)
     args.data = harness.data_dir()
 
@@ -153,24 +177,29 @@ def main() -> int:
     print(f"{len(passages)} passages (the gold passages of {len(questions)} MuSiQue questions), "
           f"{sum(map(len, truth))} gpt-3.5 entities; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     rules = [{norm(e.name) for e in extract_rules(str(i), p["passage"]).entities} for i, p in enumerate(passages)]
-    print(f"rules extractor: {score(rules, truth)}")
+    print(f"rules extractor: {score(rules, truth)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="hrag-llm-extraction-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     log = work / "server.log"
+    stop_on_signals()
     server = start_server(model_file(), port, args.threads, 4096, log)
     results = []
     try:
         print(f"model server ready in {wait_ready(url, server, log):.0f} s ({model_file().name})")
         for fmt in args.formats:
-            res = run_format(fmt, passages, truth, url, work)
+            res = run_format(fmt, passages, truth, url, work, args.hints, server.pid)
             results.append(res)
-            print(json.dumps({k: v for k, v in res.items() if k not in ("project", "docs")}))
+            print(json.dumps({k: v for k, v in res.items() if k not in ("project", "docs", "found")}), flush=True)
+            if args.out is not None:
+                args.out.write_text(json.dumps({"titles": [p["passage"].split("\n", 1)[0] for p in passages],
+                                                "truth": [sorted(t) for t in truth],
+                                                "rules": [sorted(r) for r in rules], "results": results}, indent=1))
+        if args.retrieval and results:
+            retrieval(questions, Path(results[-1]["project"]), work, args.data)
     finally:
         stop(server)
-    if args.retrieval and results:
-        retrieval(passages, questions, Path(results[-1]["project"]), work, args.data)
-    shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
