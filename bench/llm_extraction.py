@@ -9,14 +9,18 @@ answers that ran to the token cap, entity precision / recall / F1 (names compare
 micro-averaged over passages), wall seconds per chunk and the model server's CPU seconds per chunk. The rules
 extractor is scored on the same passages. --hints sets [extract] hints (default: hrag's default).
 
-With --retrieval it also indexes the covered passages three ways (the local model's answers in the last format
-run, the rules extractor, the gpt-3.5 OpenIE import) and runs `hrag eval` for the questions whose gold passages
-are all in: Recall@2/5 over that small corpus.
+--minutes M stops each format's extraction after M minutes (as Ctrl-C would: hrag keeps the finished chunks)
+and scores the passages it finished, the rules extractor on the same ones; --answers FILE seeds the project
+with an earlier run's cache/llm.jsonl, so a stopped run continues without asking anything twice.
+
+With --retrieval it also indexes the extracted passages three ways (the local model's answers in the last
+format run, reused from its cache; the rules extractor; the gpt-3.5 OpenIE import) and runs `hrag eval` for
+the questions whose gold passages were all extracted: Recall@2/5 over that small corpus.
 
 SIGTERM, SIGHUP and Ctrl-C stop the model server and the running hrag too.
 
     .venv/bin/python bench/llm_extraction.py [--passages 8] [--formats delimited json] [--hints rules|none]
-        [--retrieval]
+        [--minutes M] [--answers LLM_JSONL] [--retrieval] [--out FIGURES_JSON]
 """
 
 from __future__ import annotations
@@ -72,9 +76,10 @@ def score(found: list[set[str]], truth: list[set[str]]) -> dict:
     return {"precision": round(p, 3), "recall": round(r, 3), "f1": round(2 * p * r / max(p + r, 1e-9), 3)}
 
 
-def hrag(*args: str) -> tuple[Run, float]:
+def hrag(*args: str, interrupt_after: float | None = None) -> tuple[Run, float]:
     """One command with the user's own HRAG_ settings left out; (the run, its wall seconds)."""
-    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")})
+    run = harness.hrag(*args, check=False, env={k: v for k, v in os.environ.items() if not k.startswith("HRAG_")},
+                       interrupt_after=interrupt_after)
     return run, run.wall_s
 
 
@@ -99,30 +104,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, work: Path,
-               hints: str | None, server_pid: int) -> dict:
+def run_format(fmt: str, passages: list[dict], truth: list[set[str]], rules: list[set[str]], url: str, work: Path,
+               args: argparse.Namespace, server_pid: int) -> dict:
+    """Index the passages with the model in one format and score what it extracted. With --minutes the run is
+    interrupted (as by Ctrl-C: the finished chunks are kept) and only the finished passages are scored, for
+    the model and the rules extractor alike."""
     docs = work / "docs"
     names = {f"p{i:03d}.txt": i for i in range(len(passages))}
     if not docs.exists():
         write_docs(passages, docs)
     proj = work / f"proj-{fmt}"
-    proj.mkdir()
-    (proj / "hrag.toml").write_text(f'[extract]\nformat = "{fmt}"\n' + (f'hints = "{hints}"\n' if hints else ""))
+    (proj / "cache").mkdir(parents=True)
+    hints = f'hints = "{args.hints}"\n' if args.hints else ""
+    (proj / "hrag.toml").write_text(f'[extract]\nformat = "{fmt}"\n{hints}')
+    seeded: set[str] = set()
+    if args.answers is not None:        # an earlier run's answers: the same requests are not sent again
+        shutil.copyfile(args.answers, proj / "cache" / "llm.jsonl")
+        seeded = {r["key"] for r in read_jsonl(args.answers)}
     cpu0 = cpu_seconds(server_pid)
     proc, seconds = hrag("index", str(docs), "-p", str(proj), "--llm-model", MODEL_NAME, "--llm-api-base", url,
-                         "--stop-after", "extract", "--json")
+                         "--stop-after", "extract", "--json",
+                         interrupt_after=args.minutes * 60 if args.minutes else None)
+    server_cpu = cpu_seconds(server_pid) - cpu0
     chunks = {c["chunk_id"]: c for c in read_jsonl(proj / "chunks.jsonl")}
     doc_names = {d["doc_id"]: Path(d["path"]).name for d in read_jsonl(proj / "docs.jsonl")}
     answers = {r["key"]: r for r in read_jsonl(proj / "cache" / "llm.jsonl")}
     found = [set() for _ in passages]
+    done: set[int] = set()
     dropped: dict[str, int] = {}
-    parsed = capped = n_answers = records = 0
+    parsed = capped = n_answers = records = fresh = 0
     for rec in read_jsonl(proj / "cache" / "extractions.jsonl"):
         chunk = chunks.get(rec["chunk_id"])
         if chunk is None:
             continue
         records += 1
+        fresh += not set(rec.get("llm_keys", [])) <= seeded      # asked in this run, not answered from --answers
         idx = names[doc_names[chunk["doc_id"]]]
+        done.add(idx)
         for k, v in (rec.get("dropped") or {}).items():
             dropped[k] = dropped.get(k, 0) + v
         turns = [answers[k] for k in rec.get("llm_keys", []) if k in answers]
@@ -131,34 +149,53 @@ def run_format(fmt: str, passages: list[dict], truth: list[set[str]], url: str, 
         format_drops = sum((rec.get("dropped") or {}).get(k, 0) for k in FORMAT_DROPS)
         parsed += rec["status"] != "failed" and not format_drops
         found[idx] |= {norm(e.name) for e in ExtractionRecord.from_json(rec).entities}
-    return {"format": fmt, "exit": proc.returncode, "chunks": len(chunks), "records": records, "answers": n_answers,
+    kept = sorted(done)
+    return {"format": fmt, "exit": proc.returncode, "chunks": len(chunks), "records": records,
+            "passages_done": len(kept), "answers": n_answers,
             "parsed": parsed, "parsed_share": round(parsed / max(records, 1), 3), "capped_answers": capped,
-            "dropped": dropped, "seconds_per_chunk": round(seconds / max(len(chunks), 1), 1),
-            "server_cpu_s_per_chunk": round((cpu_seconds(server_pid) - cpu0) / max(len(chunks), 1), 1),
+            "dropped": dropped, "asked_now": fresh, "seconds_per_chunk": round(seconds / max(fresh, 1), 1),
+            "server_cpu_s_per_chunk": round(server_cpu / max(fresh, 1), 1),
             "hrag_cpu_s": round(proc.cpu_s, 1), "load_average": round(os.getloadavg()[0], 1),
-            **score(found, truth), "project": str(proj), "docs": str(docs),
-            "found": [sorted(f) for f in found]}
+            **score([found[i] for i in kept], [truth[i] for i in kept]),
+            "rules_same_passages": score([rules[i] for i in kept], [truth[i] for i in kept]),
+            "project": str(proj), "done": kept, "found": [sorted(f) for f in found]}
 
 
-def retrieval(questions: list[dict], llm_proj: Path, work: Path, data: Path) -> None:
-    """Recall@2/5 of `hrag eval` for the chosen questions over the covered passages (the same documents in
-    each project), three extractions. The LLM project is finished by a plain `hrag index`, which keeps the
-    remembered model and server (still running) and the cached extractions."""
+def retrieval(passages: list[dict], questions: list[dict], res: dict, work: Path, data: Path) -> None:
+    """Recall@2/5 of `hrag eval` for the chosen questions whose gold passages were all extracted by the model,
+    over those passages (the same documents in each project), three extractions. The model's graph is a fresh
+    project over those documents seeded with the model's cached answers, so no request is sent again."""
+    done = set(res["done"])
+    titles = {passages[i]["passage"].split("\n", 1)[0]: i for i in range(len(passages))}
+    chosen = [q for q in questions if all(titles.get(p["title"]) in done
+                                          for p in q["paragraphs"] if p["is_supporting"])]
+    if not chosen:
+        print("\nretrieval: no question has all its gold passages extracted")
+        return
+    docs = work / "ret-docs"
+    docs.mkdir()
+    for i in sorted(done):
+        (docs / f"p{i:03d}.txt").write_text(passages[i]["passage"], encoding="utf-8")
     qa = work / "qa.jsonl"
     qa.write_text("".join(json.dumps({"question": q["question"], "gold":
                                       [p["title"] for p in q["paragraphs"] if p["is_supporting"]]}) + "\n"
-                          for q in questions))
-    docs = work / "docs"
-    print(f"\nretrieval: {len(questions)} questions over their gold passages (hrag eval, default modes)")
-    projects = [("local model", llm_proj, ["index", "-p", str(llm_proj), "-q"]),
-                ("rules", work / "ret-rules", ["index", str(docs), "-p", str(work / "ret-rules"), "--extractor",
-                                               "rules", "-q"]),
-                ("gpt-3.5 OpenIE", work / "ret-openie", ["index", str(docs), "-p", str(work / "ret-openie"),
-                                                         "--import-openie", str(data / OPENIE), "-q"])]
-    for label, proj, index_args in projects:
-        proc, _ = hrag(*index_args)
+                          for q in chosen))
+    llm_proj = work / "ret-model"
+    (llm_proj / "cache").mkdir(parents=True)
+    shutil.copyfile(Path(res["project"]) / "hrag.toml", llm_proj / "hrag.toml")
+    shutil.copyfile(Path(res["project"]) / "cache" / "llm.jsonl", llm_proj / "cache" / "llm.jsonl")
+    model = ["--llm-model", MODEL_NAME, "--llm-api-base", res["url"]]
+    print(f"\nretrieval: {len(chosen)} questions over their {len(done)} gold passages (hrag eval, default modes)")
+    projects = [(f"local model ({res['format']})", llm_proj, model),
+                ("rules", work / "ret-rules", ["--extractor", "rules"]),
+                ("gpt-3.5 OpenIE", work / "ret-openie", ["--import-openie", str(data / OPENIE)])]
+    for label, proj, extra in projects:
+        proc, _ = hrag("index", str(docs), "-p", str(proj), *extra, "--json")
+        sent = (json.loads(proc.stdout or "{}").get("extract") or {}).get("llm_requests", "") \
+            if proc.returncode == 0 else ""
         ev, _ = hrag("eval", str(qa), "-p", str(proj), "--json")
-        print(f"  {label}: index exit {proc.returncode}; eval {ev.stdout.strip()[:600] or ev.stderr.strip()[-300:]}")
+        print(f"  {label}: index exit {proc.returncode}{f', {sent} requests sent' if sent != '' else ''}; "
+              f"eval {ev.stdout.strip()[:600] or ev.stderr.strip()[-300:]}", flush=True)
 
 
 def main() -> int:
@@ -167,6 +204,9 @@ def main() -> int:
     ap.add_argument("--formats", nargs="+", default=["delimited", "json"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--hints", choices=["rules", "none"], default=None)
+    ap.add_argument("--minutes", type=float, default=None, help="stop each format's extraction after this long "
+                    "and score the passages it finished")
+    ap.add_argument("--answers", type=Path, default=None, help="cache/llm.jsonl of an earlier run to reuse")
     ap.add_argument("--retrieval", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures (and each passage's names) here")
     args = harness.parse_args(ap)
@@ -188,15 +228,16 @@ def main() -> int:
     try:
         print(f"model server ready in {wait_ready(url, server, log):.0f} s ({model_file().name})")
         for fmt in args.formats:
-            res = run_format(fmt, passages, truth, url, work, args.hints, server.pid)
+            res = {**run_format(fmt, passages, truth, rules, url, work, args, server.pid), "url": url}
             results.append(res)
-            print(json.dumps({k: v for k, v in res.items() if k not in ("project", "docs", "found")}), flush=True)
+            print(json.dumps({k: v for k, v in res.items() if k not in ("project", "done", "found", "url")}),
+                  flush=True)
             if args.out is not None:
                 args.out.write_text(json.dumps({"titles": [p["passage"].split("\n", 1)[0] for p in passages],
                                                 "truth": [sorted(t) for t in truth],
                                                 "rules": [sorted(r) for r in rules], "results": results}, indent=1))
         if args.retrieval and results:
-            retrieval(questions, Path(results[-1]["project"]), work, args.data)
+            retrieval(passages, questions, results[-1], work, args.data)
     finally:
         stop(server)
         shutil.rmtree(work, ignore_errors=True)
