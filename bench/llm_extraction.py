@@ -104,6 +104,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def newest(proj: Path, name: str) -> Path:
+    """A stage file of the project's newest generation: an interrupted run's chunks are in a generation that
+    never became `current`."""
+    gens = sorted(proj.glob(f"gens/*/{name}"), key=lambda p: int(p.parent.name))
+    return gens[-1] if gens else proj / name
+
+
 def run_format(fmt: str, passages: list[dict], truth: list[set[str]], rules: list[set[str]], url: str, work: Path,
                args: argparse.Namespace, server_pid: int) -> dict:
     """Index the passages with the model in one format and score what it extracted. With --minutes the run is
@@ -126,8 +133,8 @@ def run_format(fmt: str, passages: list[dict], truth: list[set[str]], rules: lis
                          "--stop-after", "extract", "--json",
                          interrupt_after=args.minutes * 60 if args.minutes else None)
     server_cpu = cpu_seconds(server_pid) - cpu0
-    chunks = {c["chunk_id"]: c for c in read_jsonl(proj / "chunks.jsonl")}
-    doc_names = {d["doc_id"]: Path(d["path"]).name for d in read_jsonl(proj / "docs.jsonl")}
+    chunks = {c["chunk_id"]: c for c in read_jsonl(newest(proj, "chunks.jsonl"))}
+    doc_names = {d["doc_id"]: Path(d["path"]).name for d in read_jsonl(newest(proj, "docs.jsonl"))}
     answers = {r["key"]: r for r in read_jsonl(proj / "cache" / "llm.jsonl")}
     found = [set() for _ in passages]
     done: set[int] = set()
@@ -163,8 +170,9 @@ def run_format(fmt: str, passages: list[dict], truth: list[set[str]], rules: lis
 
 def retrieval(passages: list[dict], questions: list[dict], res: dict, work: Path, data: Path) -> None:
     """Recall@2/5 of `hrag eval` for the chosen questions whose gold passages were all extracted by the model,
-    over those passages (the same documents in each project), three extractions. The model's graph is a fresh
-    project over those documents seeded with the model's cached answers, so no request is sent again."""
+    over those passages (the same documents in each project, no LLM at query time), three extractions. The
+    model's graph is a fresh project over those documents seeded with the model's cached answers, so no request
+    is sent again."""
     done = set(res["done"])
     titles = {passages[i]["passage"].split("\n", 1)[0]: i for i in range(len(passages))}
     chosen = [q for q in questions if all(titles.get(p["title"]) in done
@@ -193,7 +201,8 @@ def retrieval(passages: list[dict], questions: list[dict], res: dict, work: Path
         proc, _ = hrag("index", str(docs), "-p", str(proj), *extra, "--json")
         sent = (json.loads(proc.stdout or "{}").get("extract") or {}).get("llm_requests", "") \
             if proc.returncode == 0 else ""
-        ev, _ = hrag("eval", str(qa), "-p", str(proj), "--json")
+        # the graphs are compared, not query-time help: no model picks the query's keywords in any of them
+        ev, _ = hrag("eval", str(qa), "-p", str(proj), "--llm-model", "", "--json")
         print(f"  {label}: index exit {proc.returncode}{f', {sent} requests sent' if sent != '' else ''}; "
               f"eval {ev.stdout.strip()[:600] or ev.stderr.strip()[-300:]}", flush=True)
 
