@@ -186,6 +186,10 @@ class QuerySettings:
     # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
     # the question's subject (0 = every named entity counts)
     common_name_share: float = 0.05
+    # ppr on a rules-extractor graph, when the question names an entity (one in at most common_name_share of the
+    # chunks): the facts that seed the walk are those of the best this many that touch a named entity (0 = the
+    # best fact_top_k, whatever they touch). Chosen on the dev sets and docs-mixed (bench/retrieval.py)
+    rules_anchor_fact_top_k: int = 10
 
 
 @dataclass
@@ -246,7 +250,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
     "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
-    "query.common_name_share": (0, 1),
+    "query.common_name_share": (0, 1), "query.rules_anchor_fact_top_k": (0, 100_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
