@@ -32,7 +32,7 @@ def _upper_chars() -> str:
 
 
 _UP = "[" + re.escape(_upper_chars()) + "]"
-_WORD_TAIL = rf"[\w'’\-]*(?:\+{_UP}[\w'’\-]*)*"        # "Springer Science+Business Media"
+_WORD_TAIL = rf"[\w'’\-]*(?:[+&]{_UP}[\w'’\-]*)*"        # "Springer Science+Business Media"
 _TOK_REST = rf"{_WORD_TAIL}(?:\.(?:{_UP}\.)*)?"
 _CAP = rf"{_UP}{_TOK_REST}"
 _CONNECTORS = ("of", "de", "del", "della", "der", "den", "van", "von", "la", "le", "du", "da", "di", "the",
@@ -341,6 +341,9 @@ _ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms."
 _NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
                  "four", "five", "next", "all", "little", "little"}
 _STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
+_PREPOSITIONS = {"after", "before", "in", "on", "at", "from", "since", "during", "under", "over", "between",
+                 "among", "within", "without", "near", "by", "with", "as", "to", "of", "for", "into", "through",
+                 "until", "upon", "across", "against", "throughout", "following", "despite"}
 # A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
 # function words end titles ("Changed It", "Come Dance With Me").
 _TRAILING_WORDS = {"the", "a", "an"}
@@ -577,10 +580,11 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     at_start = base + toks[0][0] <= lead
     i, j = 0, len(toks)
     quoted_title = j > 1 and base + toks[0][0] > 0 and sentence[base + toks[0][0] - 1] in _QUOTES_OPEN
-    while (not quoted_title and i < j and (at_start or j - i > 1) and not toks[i][2].endswith(".")
-           and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
+    # inside a sentence a capitalised opener belongs to a title ("Where It All Began", "The Hague"), unless it
+    # is a preposition: the sentence cut was missed there ("... 1945 After World War II")
+    while (not quoted_title and i < j and (at_start or j - i > 1 and toks[i][2].lower() in _PREPOSITIONS)
+           and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
-        at_start = False
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
     while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
