@@ -477,6 +477,7 @@ def _code_spans(sentence: str, ctx: _Context) -> list[_Span]:
 
 _QUOTED_RE = re.compile(r"[\"“]([^\"“”\n]{1,160}?)[\"”]")
 MAX_QUOTED_WORDS = 8
+_LOWER_LONG_WORD_RE = re.compile(r"(?<![\w'’\-])[a-z]{4,}")
 
 
 def _whole_spans(sentence: str, ctx: _Context) -> list[_Span]:
@@ -501,8 +502,9 @@ def _whole_spans(sentence: str, ctx: _Context) -> list[_Span]:
                 s += 1
             name = sentence[s:e]
             if (s == e or not (name[0].isupper() or name[0].isdigit()) or " " not in name
-                    or name.count(" ") >= MAX_QUOTED_WORDS or any(a < e and s < b for a, b in taken)):
-                continue
+                    or name.count(" ") >= MAX_QUOTED_WORDS or any(a < e and s < b for a, b in taken)
+                    or len(_LOWER_LONG_WORD_RE.findall(name)) > 1):
+                continue        # a quoted phrase or saying, not a title: lowercase words of four letters
             prev = sentence[max(0, s - 24):s].split()
             prev_word = prev[-1].lower().strip(".,;:\"“") if prev else ""
             out.append(_Span(s, e, name, _classify_name(name, prev_word, True)))
@@ -610,7 +612,7 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
                 or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
             return None
-        if ctx.common(name) and (ctx.technical or s <= lead):
+        if ctx.common(name):
             # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
             # (or anywhere in documentation, whose headings and bullets capitalise verbs: "Update", "Fix")
             return None
