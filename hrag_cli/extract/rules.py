@@ -701,13 +701,14 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                 if not sp.initial:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
-    # capitalises it elsewhere or it is a known surname
+    # capitalises it elsewhere, or it is a known surname or place
     # a chunk that lists many years or quantities (a chronology, a climate table) makes each a hub joining
     # unrelated chunks: there only full dates and names stay
     years = {sp.name for _, spans in sentences for sp in spans if sp.type == "date" and _YEAR_RE.match(sp.name)}
     many_years = len(years) >= MAX_CHUNK_FIGURES
     many_figures = sum(1 for _, spans in sentences for sp in spans if sp.type == "quantity") >= MAX_CHUNK_FIGURES
-    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames)
+    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames
+                                                or sp.name.lower() in PLACES)
                          and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
     for sentence, spans in sentences:
