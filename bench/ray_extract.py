@@ -12,6 +12,7 @@ so it shows the cap and the fan-out, not more network or CPU than one machine ha
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import tempfile
 import time
@@ -34,14 +35,15 @@ def corpus(folder: Path, n: int) -> Path:
     return docs
 
 
-def extract_rate(docs: Path, proj: Path, stub: StubServer, extra: list[str]) -> tuple[int, float, float]:
-    """(chunks, seconds the extract stage took by its own report, CPU seconds of the driver process)."""
+def extract_rate(docs: Path, proj: Path, stub: StubServer, extra: list[str]) -> tuple[int, float, float, float]:
+    """(chunks, seconds the extract stage took by its own report, CPU seconds of the driver process, wall
+    seconds of the whole command: start-up, chunking and connecting included)."""
     run = hrag("index", docs, "-p", proj, "--llm-model", "openai/stub-model", "--llm-api-base", stub.url,
                "--max-gleanings", "0", "--stop-after", "extract", *extra, env=child_env())
     m = re.findall(r"extract: (\d+)/\d+ in ([\d.]+)s", run.stderr)
     if not m:
         raise SystemExit(f"no extract timing in: {run.stderr[-2000:]}")
-    return int(m[-1][0]), float(m[-1][1]), run.cpu_s
+    return int(m[-1][0]), float(m[-1][1]), run.cpu_s, run.wall_s
 
 
 def main() -> None:
@@ -65,8 +67,8 @@ def main() -> None:
         rows = []
         for label, extra in (("one process, --concurrency 8 (the default)", ["--concurrency", "8"]),
                              (f"one process, --concurrency {args.cap}", ["--concurrency", str(args.cap)])):
-            n, secs, cpu = extract_rate(docs, Path(tmp) / f"p{len(rows)}", stub, extra)
-            rows.append((label, n, secs, cpu, stub.max_in_flight))
+            n, secs, cpu, wall = extract_rate(docs, Path(tmp) / f"p{len(rows)}", stub, extra)
+            rows.append((label, n, secs, wall, cpu, stub.max_in_flight))
             stub.reset()
             stub.set_chat(answer)
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
@@ -75,16 +77,18 @@ def main() -> None:
             cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
         cluster.wait_for_nodes()
         try:
-            n, secs, cpu = extract_rate(docs, Path(tmp) / "ray", stub,
-                                        ["--ray", cluster.address, "--concurrency", str(args.cap)])
-            rows.append((f"Ray, {args.nodes} nodes, cap {args.cap}", n, secs, cpu, stub.max_in_flight))
+            n, secs, cpu, wall = extract_rate(docs, Path(tmp) / "ray", stub,
+                                              ["--ray", cluster.address, "--concurrency", str(args.cap)])
+            rows.append((f"Ray, {args.nodes} nodes, cap {args.cap}", n, secs, wall, cpu, stub.max_in_flight))
         finally:
             ray.shutdown()
             cluster.shutdown()
     print(f"stub delay {args.delay * 1000:.0f} ms a request, {args.chunks} chunks, one request each")
-    print(f"{'run':<44} {'chunks':>7} {'extract s':>10} {'chunks/s':>9} {'driver CPU s':>13} {'max in flight':>14}")
-    for label, n, secs, cpu, peak in rows:
-        print(f"{label:<44} {n:>7} {secs:>10.1f} {n / secs:>9.1f} {cpu:>13.1f} {peak:>14}")
+    print(f"{'run':<44} {'chunks':>7} {'extract s':>10} {'chunks/s':>9} {'command s':>10} {'driver CPU s':>13} "
+          f"{'max in flight':>14}")
+    for label, n, secs, wall, cpu, peak in rows:
+        print(f"{label:<44} {n:>7} {secs:>10.1f} {n / secs:>9.1f} {wall:>10.1f} {cpu:>13.1f} {peak:>14}")
+    print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -89,7 +90,15 @@ class ClusterLLMClient(LLMClient):
 
     def __init__(self, project: ProjectDir, settings: LLMSettings, pool_of: Any, **kw: Any) -> None:
         super().__init__(project, settings, **kw)
+        # the driver prices each answer from litellm's local price list: imported while the senders start (a
+        # wait on the cluster), not on the first answer, where its seconds would stall every request in flight
+        pricing = threading.Thread(target=llm.import_litellm, daemon=True) \
+            if self.direct and self.settings.model not in llm._unpriced else None
+        if pricing is not None:
+            pricing.start()
         self.pool: SenderPool = pool_of(self.settings)
+        if pricing is not None:
+            pricing.join()
         self._pause_until = 0.0
 
     async def _answer(self, messages: list[dict], max_tokens: int, state: _LoopState,

@@ -429,13 +429,17 @@ class JsonlAppender:
         self._fh = open(self.path, "ab")
         self._fsync = fsync
 
-    def append(self, record: Any) -> None:
+    def append(self, record: Any) -> int:
+        """Write one record; returns the byte offset its line starts at (where `read_jsonl_at` finds it: the
+        file position after the write, an appending one, less the line), so a caller need not hold it."""
+        line = orjson.dumps(record, option=_DUMP_OPTS) + b"\n"
         try:
-            self._fh.write(self._lead + orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+            self._fh.write(self._lead + line)
             self._lead = b""
             self._fh.flush()
             if self._fsync:
                 os.fsync(self._fh.fileno())
+            return self._fh.tell() - len(line)
         except OSError as exc:   # a torn tail is cut by the next writer; the message names the file
             _raise_named(exc, self.path)
             raise

@@ -506,8 +506,7 @@ def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter:
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         for recs in jobs:
             for rec in recs:
-                out.append(rec)
-                latest[(rec["chunk_id"], rec["extractor"])] = seen_of(rec, keep=True)
+                latest[(rec["chunk_id"], rec["extractor"])] = seen_of(rec, out.append(rec))
             counts["extracted_now"] += len(recs)
             task.advance(len(recs))
 
@@ -574,8 +573,7 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     streak = _Streak(min(STREAK, len(todo)))
 
     def save(rec: dict) -> None:
-        out.append(rec)
-        latest[(rec["chunk_id"], extractor)] = seen_of(rec, keep=True)
+        latest[(rec["chunk_id"], extractor)] = seen_of(rec, out.append(rec))
         counts["extracted_now"] += 1
 
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
@@ -655,8 +653,7 @@ def _reparse(project: ProjectDir, client: Any, chunks: list[Chunk], latest: Late
             reparsed += 1
             rec = new.to_json()
             if rec != old:
-                out.append(rec)
-                latest[(ch.chunk_id, extractor)] = seen_of(rec, keep=True)
+                latest[(ch.chunk_id, extractor)] = seen_of(rec, out.append(rec))
                 changed += 1
             if old.get("extractor") != extractor:
                 created.add(ch.chunk_id)
