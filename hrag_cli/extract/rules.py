@@ -364,27 +364,7 @@ _FUNCTION_WORDS = _COMMON_STARTERS | {
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
-# Plural nouns whose possessive makes a name with what follows ("Children's Book Fair", "People's Party").
-_PLURAL_OWNERS = {"children", "people", "peoples", "women", "men", "workers", "veterans", "soldiers", "farmers"}
-
-
-def _possessive_inside(toks: list[tuple[int, int, str]], start: int, k: int, ctx: _Context) -> bool:
-    """Whether the possessive word toks[k] is inside one name ("Jehovah's Witnesses", "St Paul's Cathedral",
-    "Bologna Children's Book Fair") rather than an owner before the name it owns ("Egypt's Gamal Abdel
-    Nasser", "Leonard Bernstein's Candide"): it is when its owner is one word that is no place, a saint, or a
-    plural such as "Children's"; never before an article."""
-    if toks[k + 1][2].lower() in _STRIP_WORDS:
-        return False
-    owner = toks[k][2][:-2].lower()
-    if owner in _PLURAL_OWNERS:
-        return True
-    first = toks[start][2].lower().rstrip(".")
-    if k > start:
-        return first in ("st", "saint", "ste", "sainte") and k == start + 1
-    return owner not in PLACES and not ctx.named_alone(toks[k][2][:-2])
-
-
-def _groups(toks: list[tuple[int, int, str]], ctx: _Context) -> list[tuple[int, int]]:
+def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     """Cut a run of capitalised tokens into names: after a possessive ("Virginia Tech's Kimballton ...") and
     after a dotted word that is neither an initial nor a title abbreviation ("Paris." at a missed sentence end),
     and before a sentence opener that follows an abbreviation ("the U.S. The war")."""
@@ -393,7 +373,7 @@ def _groups(toks: list[tuple[int, int, str]], ctx: _Context) -> list[tuple[int, 
     for k, (_, _, w) in enumerate(toks[:-1]):
         cut = False
         if w.endswith(("'s", "’s")):
-            cut = not _possessive_inside(toks, start, k, ctx)
+            cut = True
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
@@ -427,10 +407,9 @@ def _repeated_titles(text: str) -> list[str]:
 class _Context:
     """What the whole chunk says about its words: which it writes in lowercase, whether it is technical
     (code names, options, rst roles), and the kinds its roles give to code names."""
-    __slots__ = ("lower_words", "technical", "roles", "cap_counts", "titles", "text")
+    __slots__ = ("lower_words", "technical", "roles", "cap_counts", "titles")
 
     def __init__(self, text: str) -> None:
-        self.text = text
         self.lower_words = Counter(re.findall(r"\b[a-z][a-z'’\-]+\b", text))
         self.titles: list[str] = []
         self.roles: dict[str, str] = {}
@@ -449,11 +428,6 @@ class _Context:
                     self.roles[body.removesuffix("()")] = code_type(body, m.group(1) or "")
         else:                       # documentation's headings name sections, not things
             self.titles = _repeated_titles(text)
-
-    def named_alone(self, word: str) -> bool:
-        """Does the chunk write this word as a name of its own, not only before "'s" ("Chubby" beside
-        "Chubby's API"; never "Jehovah" beside "Jehovah's Witnesses")?"""
-        return re.search(rf"(?<![\w'’]){re.escape(word)}(?![\w'’])", self.text) is not None
 
     def common(self, word: str) -> bool:
         """Is this capitalised word an ordinary word of the chunk ("Update" beside "update")?"""
@@ -530,7 +504,7 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
                 spans.append(_Span(s, e, text, "quantity"))
             continue
         all_toks = [(w.start(), w.end(), w.group(0)) for w in _SPACE_SPLIT_RE.finditer(text)]
-        for gi, gj in _groups(all_toks, ctx):
+        for gi, gj in _groups(all_toks):
             sp = _one_name(sentence, m.start(), all_toks[gi:gj], lead, ctx)
             if sp is not None:
                 spans.append(sp)
