@@ -556,9 +556,13 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     at_start = base + toks[0][0] <= lead
     i, j = 0, len(toks)
     quoted_title = j > 1 and base + toks[0][0] > 0 and sentence[base + toks[0][0] - 1] in _QUOTES_OPEN
-    # inside a sentence a capitalised opener belongs to a title ("Where It All Began", "The Hague"), unless it
-    # is a preposition: the sentence cut was missed there ("... 1945 After World War II")
-    while (not quoted_title and i < j and (at_start or j - i > 1 and toks[i][2].lower() in _PREPOSITIONS)
+    # in running prose (after a lowercase word or a comma) a capitalised opener belongs to a title ("starring in
+    # The Karate Kid", "the album Where It All Began"); a preposition, a word in capitals ("LAMPSON, AND
+    # LISKOV") or one after other punctuation opens a sentence the cut missed
+    before = sentence[:base + toks[0][0]].rstrip()[-1:]
+    in_prose = (before == "," or before.islower()) and not toks[0][2].isupper()
+    while (not quoted_title and i < j and (at_start or j - i > 1 and (
+                not in_prose or i > 0 or toks[i][2].lower() in _PREPOSITIONS or toks[i][2] == "I"))
            and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
