@@ -184,6 +184,33 @@ def test_rules_graph_walk_without_synonym_edges(sample_project: Path) -> None:
     assert [c.score for c in on.chunks] != [c.score for c in off.chunks]
 
 
+def test_rules_facts_seed_when_they_touch_a_named_entity(sample_project: Path) -> None:
+    from hrag_cli.query.retrieval import _fact_ends
+
+    project = ProjectDir(sample_project)
+    ix = QueryIndex(project, project.settings())
+    assert ix.extractor.startswith("rules")
+
+    def touching(r, named: set[str]) -> list[bool]:
+        return [bool(named.intersection(_fact_ends(ix, ix.facts.get(f["id"])))) for f in r.facts]
+
+    anchored = retrieve(ix, Q, _settings(project), mode="ppr")
+    loose = retrieve(ix, Q, _settings(project, rules_anchor_fact_top_k=0), mode="ppr")
+    named = {e["id"] for e in anchored.entities if "name in query" in e["seeded_by"]}
+    assert named == {"port ellery"}
+    assert anchored.facts and all(touching(anchored, named))
+    assert not all(touching(loose, named)) and len(loose.facts) == project.settings().query.fact_top_k
+    # it looks past the best fact_top_k facts for the named entity's own
+    assert {f["id"] for f in anchored.facts} - {f["id"] for f in loose.facts}
+    # a name most chunks mention names nothing: the facts are the best fact_top_k, as without anchoring
+    common = retrieve(ix, Q, _settings(project, common_name_share=0.05), mode="ppr")
+    assert [f["id"] for f in common.facts] == [f["id"] for f in loose.facts]
+    # a graph from an LLM or imported OpenIE: its facts are relations, every one of the best seeds
+    ix.__dict__["extractor"] = "openie:test"
+    other = retrieve(ix, Q, _settings(project), mode="ppr")
+    assert [f["id"] for f in other.facts] == [f["id"] for f in loose.facts]
+
+
 # -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------
 
 def test_parse_kept() -> None:
