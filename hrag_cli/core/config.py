@@ -69,6 +69,9 @@ class ExtractSettings:
     # schema: OpenAI-compatible servers, Ollama, hosted APIs that litellm knows to), delimited (our line format,
     # for any model), or auto (json where the provider takes a schema); remembered with the project
     format: str = "auto"
+    # candidate names given to the model with each chunk, for it to check, correct and complete: "rules" (the
+    # offline rules extractor's names: a small model misses names it is not shown) or "none"; remembered
+    hints: str = "rules"
 
 
 @dataclass
@@ -345,6 +348,8 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     settings = Settings()
     for key, value in (remembered or {}).items():
         apply(settings, key, value)
+    if remembered and remembered.get("extract.extractor") == "llm" and "extract.hints" not in remembered:
+        settings.extract.hints = "none"    # remembered without hints: built without them, its extractions stay
     explicit: set[str] = set()
     if toml_path is not None and Path(toml_path).exists():
         try:
