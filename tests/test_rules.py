@@ -222,3 +222,10 @@ def test_words_opening_a_sentence_need_a_cue() -> None:
     assert "CHSJ-FM" in e and "Tennessee" in e
     assert "Memphis" not in e                      # no cue: neither named again nor a known place
     assert "Society" not in e and "Society of Friends" in e
+
+
+def test_a_title_line_confirms_the_name_it_is() -> None:
+    e = ents("Illusions (1982 film)\n\nIllusions is a 1982 film directed by Julie Dash.")
+    assert e["Illusions"] and e["Julie Dash"] == "person"
+    e = ents("Atomic bombings of Hiroshima\n\nAtomic weapons were used in 1945.")
+    assert "Atomic" not in e                        # the title's first word alone is not the title

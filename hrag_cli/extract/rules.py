@@ -654,6 +654,9 @@ def is_name(text: str) -> bool:
     return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
 
 
+_TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
     ctx = _Context(text)
@@ -673,10 +676,13 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
         spans = _name_spans(sentence, ctx)
         if spans:
             sentences.append((sentence, spans))
+            # a chunk's first line that is a name alone, but for a note in brackets or a place after a comma
+            # ("Illusions (1982 film)", "Nithiravilai"), is a title: it names what the chunk is about
+            title = _TITLE_NOTE_RE.sub("", sentence) if a == 0 and text[b:b + 1] == "\n" else ""
             for sp in spans:
                 if sp.type == "person" and " " in sp.name:
                     person_surnames.setdefault(sp.name.split()[-1], sp.name)
-                if not sp.initial:
+                if not sp.initial or sp.name == title:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
     # capitalises it elsewhere, or it is a known surname or place
