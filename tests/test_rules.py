@@ -214,6 +214,8 @@ def test_legal_forms_numbers_and_months_at_a_names_edge() -> None:
     assert e["King Albert II"] == "person" and e["94.1 FM"] == "quantity"
     e = ents("See Table 3 and Volume 59 for the figures.")
     assert "Table 3" not in e and "Volume 59" not in e
+    e = ents("Run `flask --app hello run --port 80` with create_app() to serve it.")
+    assert e["--port"] == "option" and "--port 80" not in e           # a code name takes no number
 
 
 def test_words_opening_a_sentence_need_a_cue() -> None:

@@ -531,6 +531,9 @@ _NAME_TAIL_RE = re.compile(r",?\s(?:D\.C\.|Inc\.|Ltd\.?|LLC|L\.P\.|PLC|plc|Co\.|
                            rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])")
 
 
+_NO_TAIL_TYPES = {"date", "quantity", "constant", "identifier", *_ROLE_TYPES.values()}
+
+
 def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]:
     """Each name with its tail (above); a figure after a name in a table row is a cell of its own."""
     out: list[_Span] = []
@@ -538,7 +541,7 @@ def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]
     for sp in spans:
         if sp.start < skip_to:
             continue
-        if sp.type not in ("date", "quantity"):
+        if sp.type not in _NO_TAIL_TYPES:           # a code name takes no tail: "--port 80" is an option and 80
             m = _NAME_TAIL_RE.match(sentence, sp.end)
             figure = m is not None and m.group(0)[-1].isdigit()
             if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in _DOCUMENT_PARTS)) and (
