@@ -137,6 +137,12 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False, base
     return n
 
 
+def write_lines(fh: BinaryIO, records: Iterable[Any]) -> int:
+    """write_jsonl's plain lines into an open file (one written in parts: a caller's atomic_writer); returns the
+    number of lines."""
+    return _write_lines(fh, records, False)
+
+
 def _write_lines(fh: BinaryIO, records: Iterable[Any], compress: bool, at: int = 0, n: int = 0,
                  offsets: list[int] | None = None, firsts: list[int] | None = None, head: bytes = b"") -> int:
     """write_jsonl's lines into `fh`; a compressed file goes on from a state `extend_jsonl` read back: its

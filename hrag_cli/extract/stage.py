@@ -60,6 +60,9 @@ def check_settings(settings: Settings) -> None:
     e = settings.extract
     if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
         raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
+    from hrag_cli.extract.llm_extractor import hint_source
+
+    hint_source(e)
     if e.max_gleanings < 0:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
@@ -70,8 +73,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.llm_extractor import answer_format
-    from hrag_cli.extract.prompts import JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.llm_extractor import answer_format, hint_source
+    from hrag_cli.extract.prompts import HINTS_PROMPT_VERSION, JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
@@ -81,6 +84,8 @@ def settings_fingerprint(settings: Settings) -> str:
         ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
     if answer_format(e, settings.llm) == "json":   # delimited fingerprints stay what they always were
         what = (*what, JSON_PROMPT_VERSION)
+    if hint_source(e) != "none":                    # so are fingerprints without hints
+        what = (*what, HINTS_PROMPT_VERSION, hint_source(e))
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
