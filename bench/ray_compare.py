@@ -122,6 +122,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parse_args(ap)
 
+    # Ray starts its workers 15 steps nicer than their node: on a node of their own that costs nothing, but
+    # here they share 2 cores with this script, the stub and other jobs, and would get what those leave
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
     from ray.cluster_utils import Cluster
 
@@ -166,8 +169,9 @@ def main() -> None:
             if killed.returncode == 0:
                 raise SystemExit("the driver finished before it was killed: use more --passages")
             before = answer.reset()
-            answered = {r["messages_hash"] for r in store.read_jsonl(work / "driver-killed" / "cache" / "llm.jsonl")
-                        if isinstance(r, dict)}
+            cache = work / "driver-killed" / "cache"     # the driver's appends and the senders' journals
+            answered = {r["messages_hash"] for path in [cache / "llm.jsonl", *(cache / "llm.journal").glob("*.jsonl")]
+                        for r in store.read_jsonl(path) if isinstance(r, dict)}
             again = build(docs, work / "driver-killed", stub, args.cap, on_ray)
             after = answer.reset()
             resumed = row("Ray, driver killed at 1/2, same command again", again, work / "driver-killed", after)
