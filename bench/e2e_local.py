@@ -24,7 +24,7 @@ import harness
 from harness import Run
 from hrag_cli.core import store
 from hrag_cli.core.records import ExtractionRecord
-from local_server import MODEL_NAME, free_port, model_file, start_server, stop, wait_ready
+from local_server import MODEL_NAME, free_port, model_file, start_server, stop, stop_on_signals, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["orgs/harrowgate_institute.txt", "people/marisol_venkat.txt", "events/great_flood_1987.txt",
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     log = work / "server.log"
     print(f"model {model.name} ({model.stat().st_size / 1e6:.0f} MB), server on {url}, {args.threads} threads, "
           f"n_ctx {args.n_ctx}, OMP_WAIT_POLICY=PASSIVE")
+    stop_on_signals()
     server = start_server(model, port, args.threads, args.n_ctx, log)
     try:
         print(f"server ready in {wait_ready(url, server, log):.1f} s")

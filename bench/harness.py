@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,21 +76,28 @@ def measured(*args: str | Path, stdout_path: Path | None = None) -> dict[str, fl
 
 def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = None, cwd: Path | None = None,
          stdout_path: Path | None = None, on_stderr_line: Callable[[str], None] | None = None,
-         on_start: Callable[[subprocess.Popen], None] | None = None) -> Run:
+         interrupt_after: float | None = None, on_start: Callable[[subprocess.Popen], None] | None = None) -> Run:
     """Run `hrag ARGS` in a fresh process and measure it. `check`: a non-zero exit ends the benchmark with the
     command and the end of its stderr. `stdout_path`: its stdout goes to that file (batch output) instead of
     `Run.stdout`. `on_stderr_line`: called with each stderr line as it is written (progress timing).
+    `interrupt_after`: seconds after which it gets a SIGINT, as from Ctrl-C (hrag keeps what it finished).
     `on_start`: called with the process once started (a script that kills it mid-run keeps it)."""
     argv = [str(a) for a in args]
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out_tmp:
         out = open(stdout_path, "wb") if stdout_path is not None else out_tmp
+        proc: subprocess.Popen | None = None
+        timer: threading.Timer | None = None
         try:
             proc = subprocess.Popen([sys.executable, "-m", "hrag_cli.cli", *argv], stdout=out,
                                     stderr=subprocess.PIPE, env=env, cwd=cwd)
             if on_start is not None:
                 on_start(proc)
             assert proc.stderr is not None
+            if interrupt_after is not None:
+                timer = threading.Timer(interrupt_after, proc.send_signal, (signal.SIGINT,))
+                timer.daemon = True
+                timer.start()
             lines = []
             for raw in proc.stderr:     # read to the end before reaping, so a full pipe never blocks it
                 line = raw.decode("utf-8", errors="replace")
@@ -98,6 +107,11 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
             _, status, ru = os.wait4(proc.pid, 0)
             proc.returncode = code = os.waitstatus_to_exitcode(status)
         finally:
+            if timer is not None:
+                timer.cancel()
+            if proc is not None and proc.returncode is None:    # the benchmark was stopped: stop hrag too
+                proc.terminate()
+                proc.wait()
             if stdout_path is not None:
                 out.close()
         out_tmp.seek(0)

@@ -9,6 +9,7 @@ starves everything else on a shared 2-core machine, so the server runs with OMP_
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +39,19 @@ def start_server(model: Path, port: int, threads: int, n_ctx: int, log: Path) ->
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
            "--n_threads_batch", str(threads)]
-    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    # its own process group, so stop() ends the server with everything it started, whatever ends the benchmark
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def stop_on_signals() -> None:
+    """Make SIGTERM and SIGHUP end the benchmark like Ctrl-C does, through its `finally: stop(server)`, so a
+    killed benchmark never leaves a model server running."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
 
 
 def wait_ready(url: str, proc: subprocess.Popen, log: Path, limit: float = 300.0) -> float:
@@ -81,11 +94,17 @@ def join_parts() -> Path:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    """End the server's process group: SIGTERM, then SIGKILL after 20 s."""
+    for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ WHERE_KEYS = ("cluster.ray",)      # where the work runs, not what it makes: no 
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     """What a project remembers of a run's settings (ProjectDir.remember): never an API key."""
-    from hrag_cli.extract.llm_extractor import answer_format
+    from hrag_cli.extract.llm_extractor import answer_format, hint_source
     from hrag_cli.extract.stage import extractor_kind
 
     kind = "auto" if openie else extractor_kind(settings)
-    fmt = {"extract.format": answer_format(settings.extract, settings.llm)} if kind == "llm" else {}
+    fmt = {"extract.format": answer_format(settings.extract, settings.llm),
+           "extract.hints": hint_source(settings.extract)} if kind == "llm" else {}
     return {"extract.extractor": kind, **fmt,
             "llm.model": settings.llm.model, "llm.api_base": settings.llm.api_base,
             **({"extract.schema": settings.extract.schema} if settings.extract.schema else {}),
@@ -41,7 +42,9 @@ def describe_built_with(values: dict) -> str:
         return {"auto": "imported extractions"}.get(kind, f"the {kind} extractor") + schema
     where = f" at {values['llm.api_base']}" if values.get("llm.api_base") else ""
     answers = " (JSON answers)" if values.get("extract.format") == "json" else ""
-    return f"the LLM {values.get('llm.model', '')}{where}{answers}{schema}"
+    source = values.get("extract.hints", "none")
+    hints = f", shown the {source} extractor's names" if source != "none" else ""
+    return f"the LLM {values.get('llm.model', '')}{where}{answers}{hints}{schema}"
 
 
 def describe_embedder(values: dict) -> str:

@@ -151,3 +151,44 @@ def test_json_parser_reads_fences_bad_items_and_prose() -> None:
            ' "keywords": "k", "description": "d", "strength": 12}]}')
     got, _ = parse_json_extraction(rel, ["person"])
     assert got.dropped == {"self_relation": 1} and got.relations[0].strength == 10.0
+
+
+def test_hints_show_the_rules_extractors_names_and_are_remembered(stub, tmp_path: Path) -> None:
+    stub.set_chat(fake_extraction)
+    docs, proj = corpus(tmp_path, '[extract]\nhints = "rules"\n', n=1)
+    proc = index(docs, proj, stub, "--max-gleanings", "0")
+    assert proc.returncode == 0, proc.stderr
+    (first,) = chats(stub)
+    user = first["messages"][-1]["content"]
+    candidates = user.split("Candidates: ", 1)[1].split("\n", 1)[0].split("; ")
+    assert "Mara Quint" in candidates and "Calder Quarry" in candidates
+    assert user.index("Candidates: ") < user.index("Passage:")       # the passage stays last, as before
+    assert "rule-based tagger" in first["messages"][0]["content"]
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert "shown the rules extractor's names" in status["built_with"]
+    hinted = extraction_lines(proj)[0]["extractor"]
+    # switching them off is another extraction: the chunk is asked again, without candidates
+    (proj / "hrag.toml").write_text((proj / "hrag.toml").read_text().replace('"rules"', '"none"'))
+    again = index(docs, proj, stub, "--max-gleanings", "0")
+    assert again.returncode == 0, again.stderr
+    assert len(chats(stub)) == 2 and "Candidates" not in json.dumps(chats(stub)[1]["messages"])
+    assert extraction_lines(proj)[-1]["extractor"] != hinted
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert "names" not in status["built_with"]
+
+
+def test_a_project_remembered_without_hints_keeps_extracting_without_them() -> None:
+    from hrag_cli.core.config import load_settings
+
+    assert load_settings(None).extract.hints == "rules"
+    older = {"extract.extractor": "llm", "llm.model": "openai/m"}
+    assert load_settings(None, remembered=older).extract.hints == "none"
+    assert load_settings(None, remembered={**older, "extract.hints": "rules"}).extract.hints == "rules"
+    assert load_settings(None, {"extract.hints": "rules"}, remembered=older).extract.hints == "rules"
+
+
+def test_an_unknown_hint_source_is_a_usage_error(stub, tmp_path: Path) -> None:
+    docs, proj = corpus(tmp_path, '[extract]\nhints = "gazetteer"\n', n=1)
+    proc = index(docs, proj, stub)
+    assert proc.returncode == 2 and "[extract] hints takes rules, none" in proc.stderr
+    assert stub.count(CHAT) == 0

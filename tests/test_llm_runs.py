@@ -388,7 +388,8 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     assert first.returncode == 0, first.stderr
     llm_extractor = summary(first)["extract"]["extractor"]
     manifest = json.loads((proj / "manifest.json").read_text())
-    assert manifest["built_with"] == {"extract.extractor": "llm", "extract.format": "json", "llm.model": "openai/stub-model",
+    assert manifest["built_with"] == {"extract.extractor": "llm", "extract.format": "json", "extract.hints": "rules",
+                                      "llm.model": "openai/stub-model",
                                       "llm.api_base": stub.url, "embed.model": "builtin", "embed.api_base": "",
                                       "embed.precision": "bf16"}
     assert "key" not in json.dumps(manifest).lower()
@@ -399,7 +400,8 @@ def test_the_project_remembers_its_model_and_switching_is_explicit(stub, tmp_pat
     status = run(["status", "-p", str(proj), "--json"], inprocess=True)
     info = json.loads(status.stdout)
     assert info["stages"]["extract"]["state"] == "fresh"
-    assert info["built_with"] == f"the LLM openai/stub-model at {stub.url} (JSON answers)"
+    assert info["built_with"] == (f"the LLM openai/stub-model at {stub.url} (JSON answers), shown the rules "
+                                  "extractor's names")
 
     switched = run(["index", "-p", str(proj), "--stop-after", "extract", "--json", "--extractor", "rules"],
                    inprocess=True)

@@ -155,14 +155,15 @@ def test_bad_schema_exits_2_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_no_schema_keeps_the_extractor_fingerprint() -> None:
-    """Without a schema the prompt and the extractor id are what they were before schemas existed (a
-    changed id would re-extract every cached chunk)."""
+    """Without a schema (and without candidate names) the prompt and the extractor id are what they were
+    before schemas existed (a changed id would re-extract every cached chunk)."""
     from hrag_cli.extract.prompts import PROMPT_VERSION
     from hrag_cli.core.project import fingerprint
 
     s = Settings()
     s.llm.model = "openai/stub-model"
     e = s.extract
+    e.hints = "none"
     before = fingerprint(s.llm.model, PROMPT_VERSION, e.entity_types, e.language, e.max_gleanings,
                          e.glean_min_tokens, s.llm.temperature, s.llm.max_tokens, e.answer_tokens_min,
                          e.answer_tokens_per_token)     # the inputs it had before schemas existed

@@ -101,6 +101,18 @@ def test_appender_without_lock_never_truncates(tmp_path: Path) -> None:
     assert [r["i"] for r in store.read_jsonl(path)] == [0, 2, 3]
 
 
+def test_append_returns_where_the_record_is(tmp_path: Path) -> None:
+    """The offset an append returns reads that record back, after a torn tail cut or skipped, and on reopening."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"i": 0}\n{"i": 1, "half')
+    at = []
+    with store.JsonlAppender(path, exclusive=False) as app:
+        at += [app.append({"i": 2}), app.append({"i": 3})]
+    with store.JsonlAppender(path) as app:
+        at.append(app.append({"i": 4, "s": "ünï"}))
+    assert [r["i"] for r in store.read_jsonl_at(path, at)] == [2, 3, 4]
+
+
 def test_compressed_jsonl_reads_like_plain_and_a_cut_one_ends_cleanly(tmp_path: Path) -> None:
     import gzip
 

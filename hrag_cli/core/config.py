@@ -69,6 +69,9 @@ class ExtractSettings:
     # schema: OpenAI-compatible servers, Ollama, hosted APIs that litellm knows to), delimited (our line format,
     # for any model), or auto (json where the provider takes a schema); remembered with the project
     format: str = "auto"
+    # candidate names given to the model with each chunk, for it to check, correct and complete: "rules" (the
+    # offline rules extractor's names: a small model misses names it is not shown) or "none"; remembered
+    hints: str = "rules"
 
 
 @dataclass
@@ -183,6 +186,14 @@ class QuerySettings:
     # ppr: an entity the query names that more than this share of the chunks mention does not count as naming
     # the question's subject (0 = every named entity counts)
     common_name_share: float = 0.05
+    # ppr on a rules-extractor graph, when the question names an entity (one in at most common_name_share of the
+    # chunks): the facts that seed the walk are those of the best this many that touch a named entity (0 = the
+    # best fact_top_k, whatever they touch). Chosen on the dev sets and docs-mixed (bench/retrieval.py)
+    rules_anchor_fact_top_k: int = 10
+    # ppr: when the question names an entity (as above) that at most this many chunks mention, the first ranks
+    # fuse the walk from the seeds alone, without the passage weights, and then the whole walk's picks (0 = the
+    # whole walk's only). Chosen on the dev sets and docs-mixed (bench/retrieval.py)
+    head_seed_chunks: int = 1
 
 
 @dataclass
@@ -243,7 +254,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.fact_seed_sharpness": (0, 100),
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
     "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
-    "query.common_name_share": (0, 1),
+    "query.common_name_share": (0, 1), "query.rules_anchor_fact_top_k": (0, 100_000),
+    "query.head_seed_chunks": (0, 1_000_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 
@@ -336,6 +348,8 @@ def load_settings(toml_path: Path | None, overrides: dict[str, Any] | None = Non
     settings = Settings()
     for key, value in (remembered or {}).items():
         apply(settings, key, value)
+    if remembered and remembered.get("extract.extractor") == "llm" and "extract.hints" not in remembered:
+        settings.extract.hints = "none"    # remembered without hints: built without them, its extractions stay
     explicit: set[str] = set()
     if toml_path is not None and Path(toml_path).exists():
         try:

@@ -246,7 +246,8 @@ class ProjectDir:
         return load_settings(self.toml_path, overrides, remembered=self.remembered())
 
     # -- what the project was built with ----------------------------------------------------------------
-    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "embed.model", "embed.api_base",
+    REMEMBERED = ("extract.extractor", "llm.model", "llm.api_base", "extract.schema", "extract.format", "extract.hints",
+                  "embed.model", "embed.api_base",
                   "embed.precision", "cluster.ray")
 
     def remembered(self) -> dict[str, Any]:

@@ -137,6 +137,12 @@ def write_jsonl(path: Path, records: Iterable[Any], compress: bool = False, base
     return n
 
 
+def write_lines(fh: BinaryIO, records: Iterable[Any]) -> int:
+    """write_jsonl's plain lines into an open file (one written in parts: a caller's atomic_writer); returns the
+    number of lines."""
+    return _write_lines(fh, records, False)
+
+
 def _write_lines(fh: BinaryIO, records: Iterable[Any], compress: bool, at: int = 0, n: int = 0,
                  offsets: list[int] | None = None, firsts: list[int] | None = None, head: bytes = b"") -> int:
     """write_jsonl's lines into `fh`; a compressed file goes on from a state `extend_jsonl` read back: its
@@ -429,13 +435,17 @@ class JsonlAppender:
         self._fh = open(self.path, "ab")
         self._fsync = fsync
 
-    def append(self, record: Any) -> None:
+    def append(self, record: Any) -> int:
+        """Write one record; returns the byte offset its line starts at (where `read_jsonl_at` finds it: the
+        file position after the write, an appending one, less the line), so a caller need not hold it."""
+        line = orjson.dumps(record, option=_DUMP_OPTS) + b"\n"
         try:
-            self._fh.write(self._lead + orjson.dumps(record, option=_DUMP_OPTS) + b"\n")
+            self._fh.write(self._lead + line)
             self._lead = b""
             self._fh.flush()
             if self._fsync:
                 os.fsync(self._fh.fileno())
+            return self._fh.tell() - len(line)
         except OSError as exc:   # a torn tail is cut by the next writer; the message names the file
             _raise_named(exc, self.path)
             raise

@@ -39,10 +39,10 @@ _MEMO: dict[Path, tuple[tuple[int, int, int], list[list], bool]] = {}
 
 @dataclass(slots=True)
 class Seen:
-    """What the extract stage needs of one record without parsing it again; `record` holds it whole when it
-    was made in this run (it has no offset yet)."""
+    """What the extract stage needs of one record without parsing it again (the record itself is read back at
+    its offset when needed: held whole, a large run's records would be gigabytes of Python objects)."""
 
-    at: int             # byte offset in the cache (-1: made in this run)
+    at: int             # byte offset in the cache
     status: str
     digest: str         # fingerprint of the record (the extract stage's output digest is made of these)
     entities: int
@@ -51,7 +51,6 @@ class Seen:
     retyped: int
     llm_keys: bool
     parser: int
-    record: dict | None = None
 
 
 def count(value: Any) -> int:
@@ -68,16 +67,14 @@ def record_dropped(rec: dict) -> dict[str, int]:
     return {"reason_not_recorded": n} if n else {}
 
 
-def seen_of(rec: dict, at: int = -1, keep: bool = False) -> Seen:
+def seen_of(rec: dict, at: int) -> Seen:
     return Seen(at, str(rec.get("status", "ok")), fingerprint(rec), len(rec.get("entities") or []),
                 len(rec.get("relations") or []), record_dropped(rec), count(rec.get("retyped")),
-                bool(rec.get("llm_keys")), count(rec.get("parser")), rec if keep else None)
+                bool(rec.get("llm_keys")), count(rec.get("parser")))
 
 
 def full_record(project: ProjectDir, seen: Seen) -> dict:
     """The whole record `seen` describes (read back at its offset)."""
-    if seen.record is not None:
-        return seen.record
     return next(store.read_jsonl_at(project.extractions_path, [seen.at]))
 
 
@@ -90,7 +87,7 @@ def _entry(at: int, end: int, crc: int, rec: dict | None) -> list:
     then tile the cache, which is what lets a lost entry be noticed."""
     if rec is None:
         return [at, end, crc, None, None, "", "", 0, 0, {}, 0, False, 0]
-    s = seen_of(rec)
+    s = seen_of(rec, at)
     return [at, end, crc, rec["chunk_id"], rec["extractor"], s.status, s.digest, s.entities, s.relations,
             s.dropped, s.retyped, s.llm_keys, s.parser]
 

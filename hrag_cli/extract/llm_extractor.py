@@ -87,6 +87,27 @@ def answer_format(extract: ExtractSettings, llm: LLMSettings) -> str:
     return "json" if llm.model and supports_schema(llm) else "delimited"
 
 
+HINT_SOURCES = ("rules", "none")
+
+
+def hint_source(extract: ExtractSettings) -> str:
+    """[extract] hints: where the candidate names shown to the model come from ("rules"), or "none"."""
+    choice = (extract.hints or "none").strip().lower()
+    if choice not in HINT_SOURCES:
+        raise UsageError(f"[extract] hints takes {', '.join(HINT_SOURCES)}, not '{extract.hints}'")
+    return choice
+
+
+def chunk_hints(text: str, extract: ExtractSettings) -> list[str] | None:
+    """The candidate names shown with a chunk: the offline rules extractor's entity names (it finds most names
+    of a passage, with false ones the model is asked to drop), or None when hints are off."""
+    if hint_source(extract) == "none":
+        return None
+    from hrag_cli.extract.rules import extract_rules
+
+    return [e.name for e in extract_rules("", text).entities]
+
+
 def frame_of(settings: ExtractSettings, fmt: str = "delimited") -> Frame:
     schema = schema_of(settings)
     return Frame(schema.entity_names if schema is not None else settings.entity_types, schema, fmt)
@@ -183,7 +204,8 @@ def first_request(chunk: Chunk, settings: ExtractSettings, llm: LLMSettings, att
     """A chunk's first extraction request: (frame, messages, max_tokens, answer schema). Its cache key tells
     whether the chunk was asked before (a cluster's driver keeps such chunks, whose answers it holds)."""
     frame = frame_of(settings, answer_format(settings, llm))
-    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt)
+    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt,
+                                         chunk_hints(chunk.text, settings))
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
     return frame, messages, answer_budget(chunk, settings, llm.max_tokens), frame.answer_schema(chunk.n_tokens)

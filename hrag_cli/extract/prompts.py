@@ -190,29 +190,33 @@ Output:
 
 def build_extraction_messages(
     chunk_text: str, entity_types: list[str], language: str = "English", schema: Any = None,
-    fmt: str = "delimited",
+    fmt: str = "delimited", hints: list[str] | None = None,
 ) -> list[dict]:
     """System + user messages asking for the entity/relation lines of one chunk (our `<|#|>` format), or for
     one JSON object (`fmt` "json"); with a schema (extract/schema.Schema) the system message carries its types
-    and relation rows a relation type."""
+    and relation rows a relation type. `hints` (a list, even empty): candidate names for the model to check,
+    correct and complete, given before the passage."""
+    hint = f"{hints_line(hints)}\n\n" if hints is not None else ""
     if fmt == "json":
         types_line = (f"Allowed types (the schema):\n{_schema_listing(schema)}" if schema is not None else
                       "Allowed types: " + (", ".join(t.strip() for t in entity_types if t.strip())
                                            or ", ".join(DEFAULT_ENTITY_TYPES)))
-        system = _json_system(types_line, bool(schema is not None and schema.relations))
-        user = (f"Write descriptions, predicates and keywords in {language}; keep names exactly as they appear "
-                f"in the passage.\n\nPassage:\n{chunk_text}\n\nOutput:")
+        system = _json_system(types_line, bool(schema is not None and schema.relations), hints is not None)
+        user = (f"Write descriptions and predicates in {language}; keep names exactly as they appear "
+                f"in the passage.\n\n{hint}Passage:\n{chunk_text}\n\nOutput:")
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     if schema is not None:
         head, system = "", _schema_system(schema)
     else:
         types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
         head, system = f"Allowed types: {types}\n", _EXTRACTION_SYSTEM
+    if hints is not None:
+        system = f"{system}\nCANDIDATES\n{_HINTS_RULE}\n"
     user = (
         f"{head}"
         f"Write every DESCRIPTION, PREDICATE and KEYWORDS field in {language}; keep NAMES exactly as they "
         f"appear in the passage.\n\n"
-        f"Passage:\n{chunk_text}\n\n"
+        f"{hint}Passage:\n{chunk_text}\n\n"
         f"Output:"
     )
     return [
@@ -222,38 +226,59 @@ def build_extraction_messages(
 
 
 # -- the JSON format (structured output) -------------------------------------------------------------------------
-JSON_PROMPT_VERSION: str = "hrag-extract-json-v1"
+JSON_PROMPT_VERSION: str = "hrag-extract-json-v2"
 
-# The worked example's rows as the JSON answer shows them (the same made-up facts as the delimited example).
+# The worked example as the JSON answer shows it (the same made-up facts as the delimited example). Short entity
+# descriptions and three fields a relation: every answer token costs a small local model a fraction of a second.
 _JSON_EXAMPLE = {
     "entities": [
-        {"name": "Marta Vidal", "type": "person", "description": "Engineer who lit the first lamp of the Corvo Point lighthouse in 1911."},
-        {"name": "Corvo Point lighthouse", "type": "artifact", "description": "Lighthouse of the Harbour Board of Santa Luzia, first lit in 1911."},
-        {"name": "Harbour Board of Santa Luzia", "type": "organization", "description": "Port authority the lighthouse served."},
-        {"name": "Irmãos Faria", "type": "organization", "description": "Glassworks in Braga that ground the lighthouse's lens.", "aliases": ["Faria Brothers"]},
-        {"name": "Braga", "type": "location", "description": "Town of the glassworks Irmãos Faria."},
+        {"name": "Marta Vidal", "type": "person", "description": "engineer who lit the lighthouse's first lamp"},
+        {"name": "1911", "type": "date", "description": "year the lighthouse was first lit"},
+        {"name": "Corvo Point lighthouse", "type": "artifact", "description": "lighthouse of the Harbour Board of Santa Luzia"},
+        {"name": "Harbour Board of Santa Luzia", "type": "organization", "description": "port authority the lighthouse served"},
+        {"name": "Irmãos Faria", "type": "organization", "description": "glassworks in Braga that ground the lens", "aliases": ["Faria Brothers"]},
+        {"name": "Braga", "type": "location", "description": "town of the glassworks"},
+        {"name": "40 kilometres", "type": "quantity", "description": "distance from which the light could be seen"},
     ],
     "relations": [
-        {"source": "Marta Vidal", "target": "Corvo Point lighthouse", "predicate": "lit the first lamp of", "keywords": "engineering", "description": "Marta Vidal put the lighthouse into service in 1911.", "strength": 9},
-        {"source": "Irmãos Faria", "target": "Corvo Point lighthouse", "predicate": "ground the lens of", "keywords": "manufacturing, optics", "description": "The glassworks made the lighthouse's lens.", "strength": 8},
-        {"source": "Irmãos Faria", "target": "Braga", "predicate": "is located in", "keywords": "location", "description": "The glassworks is in Braga.", "strength": 6},
+        {"source": "Marta Vidal", "predicate": "lit the first lamp of", "target": "Corvo Point lighthouse"},
+        {"source": "Corvo Point lighthouse", "predicate": "was first lit in", "target": "1911"},
+        {"source": "Irmãos Faria", "predicate": "ground the lens of", "target": "Corvo Point lighthouse"},
+        {"source": "Irmãos Faria", "predicate": "is located in", "target": "Braga"},
     ],
 }
 
+# What a rule-based tagger might propose for the example passage: a name cut short, two run together, a
+# common word, a wrong split; the answer above shows them corrected.
+_EXAMPLE_HINTS = ["Marta Vidal", "Corvo Point", "Harbour Board", "Santa Luzia", "Irmãos Faria", "Faria Brothers",
+                  "Braga", "1911", "The"]
 
-def _json_system(types_line: str, typed: bool) -> str:
+HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v1"
+
+_HINTS_RULE = """The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names but is often wrong: it picks up ordinary capitalised words, cuts names short or runs two together, and misses some. Check each candidate against the passage: keep it when it names one particular thing, with its full span as the passage writes it; drop it otherwise; then add every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
+
+
+def hints_line(names: list[str]) -> str:
+    """The candidate names put before the passage when [extract] hints is on."""
+    return "Candidates: " + ("; ".join(names) if names else "(none)")
+
+
+def _json_system(types_line: str, typed: bool, hints: bool) -> str:
     rel_type = ('"relation_type" (the schema relation type it is an instance of, fitting the types of both '
                 'ends), ') if typed else ""
     example = json.dumps(_JSON_EXAMPLE, ensure_ascii=False)
-    return f"""You build a knowledge graph from text. Read the passage the user gives you and answer with one JSON object with two lists: "entities" and "relations".
+    rule = f"\n{_HINTS_RULE}" if hints else ""
+    shown = f"\n{hints_line(_EXAMPLE_HINTS)}" if hints else ""
+    return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding two lists, "entities" and "relations".
 
-Each entity: "name" (copied exactly as the passage writes it, its fullest form, the same form every time), "type" (one of the allowed types), "description" (one sentence of what the passage says about it), and "aliases" (other names the passage uses for the same entity; leave it out when there are none).
-Each relation: "source" and "target" (names from your entity list, written identically), {rel_type}"predicate" (a short verb phrase read from source to target, such as "founded" or "was born in"), "keywords" (a few comma-separated theme words), "description" (one sentence, from the passage) and "strength" (1 = incidental to 10 = central and explicit).
-
-Rules: list every named thing the passage mentions, even once: people, organizations, places, works (books, films, songs, journals), events, dates and years, numbers with units. List each entity and each relation once. Use only facts the passage states. Do not relate an entity to itself.
+"entities": every named thing in the passage, each listed once: people, organizations, places, creative works (books, films, songs, albums, journals), events, awards and titles, dates and years, and numbers with units. Copy each name exactly as the passage writes it, in its fullest form. Give each a "type" (one of the allowed types) and a short "description" (at most 12 words) of what the passage says about it; add "aliases" only for other names the passage uses for the same thing.
+"relations": facts the passage states between two of your entities, each as "source", {rel_type}"predicate" (a short verb phrase such as "was born in" or "founded") and "target". Source and target must be names from your entity list, written the same way.
+Use only what the passage says.{rule}
 {types_line}
-Example passage: {_EXAMPLE_TEXT}
-Example answer: {example}"""
+
+Example{shown}
+Passage: {_EXAMPLE_TEXT}
+Answer: {example}"""
 
 
 def extraction_schema(types: list[str], relation_types: list[str] | None = None, items: int = 40) -> dict:
@@ -262,17 +287,14 @@ def extraction_schema(types: list[str], relation_types: list[str] | None = None,
     entity = {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 120},
         "type": {"type": "string", "enum": list(types)},
-        "description": {"type": "string", "maxLength": 400},
+        "description": {"type": "string", "maxLength": 120},
         "aliases": {"type": "array", "items": {"type": "string", "maxLength": 120}, "maxItems": 5}},
         "required": ["name", "type", "description"]}
-    rel_props: dict[str, Any] = {"source": {"type": "string", "maxLength": 120},
-                                 "target": {"type": "string", "maxLength": 120}}
+    rel_props: dict[str, Any] = {"source": {"type": "string", "maxLength": 120}}
     if relation_types:
         rel_props["relation_type"] = {"type": "string", "enum": list(relation_types)}
     rel_props.update({"predicate": {"type": "string", "maxLength": 80},
-                      "keywords": {"type": "string", "maxLength": 120},
-                      "description": {"type": "string", "maxLength": 400},
-                      "strength": {"type": "integer", "minimum": 1, "maximum": 10}})
+                      "target": {"type": "string", "maxLength": 120}})
     relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
     return {"type": "object",
             "properties": {"entities": {"type": "array", "items": entity, "maxItems": items},

@@ -61,6 +61,9 @@ def check_settings(settings: Settings) -> None:
     e = settings.extract
     if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
         raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
+    from hrag_cli.extract.llm_extractor import hint_source
+
+    hint_source(e)
     if e.max_gleanings < 0:
         raise UsageError("--max-gleanings must be 0 or more")
     if not [t for t in e.entity_types if t.strip()]:
@@ -71,8 +74,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.llm_extractor import answer_format
-    from hrag_cli.extract.prompts import JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
+    from hrag_cli.extract.llm_extractor import answer_format, hint_source
+    from hrag_cli.extract.prompts import HINTS_PROMPT_VERSION, JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
     e = settings.extract
@@ -82,6 +85,8 @@ def settings_fingerprint(settings: Settings) -> str:
         ([], SCHEMA_PROMPT_VERSION, schema.fingerprint)
     if answer_format(e, settings.llm) == "json":   # delimited fingerprints stay what they always were
         what = (*what, JSON_PROMPT_VERSION)
+    if hint_source(e) != "none":                    # so are fingerprints without hints
+        what = (*what, HINTS_PROMPT_VERSION, hint_source(e))
     digest = fingerprint(settings.llm.model, PROMPT_VERSION, *what,
                          e.language, e.max_gleanings, e.glean_min_tokens, settings.llm.temperature,
                          settings.llm.max_tokens, e.answer_tokens_min, e.answer_tokens_per_token)
@@ -509,8 +514,7 @@ def _run_rules(project: ProjectDir, todo: list[Chunk], latest: Latest, reporter:
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
         for recs in jobs:
             for rec in recs:
-                out.append(rec)
-                latest[(rec["chunk_id"], rec["extractor"])] = seen_of(rec, keep=True)
+                latest[(rec["chunk_id"], rec["extractor"])] = seen_of(rec, out.append(rec))
             counts["extracted_now"] += len(recs)
             task.advance(len(recs))
 
@@ -579,8 +583,7 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     streak = _Streak(min(STREAK, len(todo)))
 
     def save(rec: dict) -> None:
-        out.append(rec)
-        latest[(rec["chunk_id"], extractor)] = seen_of(rec, keep=True)
+        latest[(rec["chunk_id"], extractor)] = seen_of(rec, out.append(rec))
         counts["extracted_now"] += 1
 
     with store.JsonlAppender(project.extractions_path) as out, reporter.task("extract", len(todo)) as task:
@@ -660,8 +663,7 @@ def _reparse(project: ProjectDir, client: Any, chunks: list[Chunk], latest: Late
             reparsed += 1
             rec = new.to_json()
             if rec != old:
-                out.append(rec)
-                latest[(ch.chunk_id, extractor)] = seen_of(rec, keep=True)
+                latest[(ch.chunk_id, extractor)] = seen_of(rec, out.append(rec))
                 changed += 1
             if old.get("extractor") != extractor:
                 created.add(ch.chunk_id)

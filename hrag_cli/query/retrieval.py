@@ -26,7 +26,7 @@ from hrag_cli.query.context import apply_budgets
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.recognition import check_fact_filter, filter_enabled, recognize
 from hrag_cli.graph.chunk_prior import is_rules_graph, load_chunk_prior, walk_scale
-from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk
+from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk, seed_walk
 from hrag_cli.query.types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
@@ -260,18 +260,46 @@ def _fact_entity(ix: QueryIndex, name: str, relation_id: str, end: str) -> str |
     return eid if eid in ix.entities else None
 
 
-def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings) -> np.ndarray:
+def _fact_ends(ix: QueryIndex, fact: Any) -> tuple[str | None, str | None]:
+    """The entities a fact's subject and object name (None where neither the name nor the relation resolves)."""
+    return (_fact_entity(ix, fact.subject, fact.relation_id, "src"),
+            _fact_entity(ix, fact.object, fact.relation_id, "tgt"))
+
+
+def _seed_facts(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, anchors: set[str]) -> list[tuple[str, float, Any]]:
+    """The facts that seed the walk, best first, as (id, score, fact): the best `fact_top_k`; with `anchors`
+    (on a rules graph, the entities the question names) and `rules_anchor_fact_top_k` > 0, those of the best
+    `rules_anchor_fact_top_k` that touch one of them. A rules fact is two names that share a sentence, found
+    by the words it shares with the question: one that touches none of the question's names seeds an entity
+    the question is not about, while a named entity's own facts lead to its neighbours, the second hop
+    (bench/retrieval.py compares the settings)."""
+    anchored = bool(anchors) and s.fact_top_k > 0 and s.rules_anchor_fact_top_k > 0
+    k = s.rules_anchor_fact_top_k if anchored else s.fact_top_k
+    facts = [(fid, score, fact) for fid, score in (ix.search("facts", qvec, k) if k > 0 else [])
+             if (fact := ix.facts.get(fid)) is not None]
+    if anchored:
+        facts = [f for f in facts if anchors.intersection(_fact_ends(ix, f[2]))]
+    return facts
+
+
+def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings,
+               seeds_only: np.ndarray | None = None) -> np.ndarray:
     """The final ppr scores: the first `fusion_head` ranks go to the best of a weighted reciprocal-rank
     fusion of the walk (share `w`) with the passage scores and BM25 (`fusion_lexical` of the rest), the
     ranks below them follow the walk. Ranks, not scores, because PageRank mass, cosine and BM25 live on
     scales that change from query to query. Why a head: on multi-hop questions the first gold passage is
-    usually the one naming the question's entity, which lexical/dense scoring places well, and the second
-    hop is what the walk finds (bench/retrieval.py)."""
+    usually the one naming the question's entity, which lexical/dense scoring place well, and the second
+    hop is what the walk finds (bench/retrieval.py). With `seeds_only` (the walk from the seeds alone,
+    `ppr.seed_walk`), the head is that walk's fusion, then the whole walk's picks it does not hold."""
     if w >= 1.0 or s.fusion_head <= 0:
         return walk
     k = max(s.fusion_k, 1e-6)
     lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
-    head = _fused_head(walk, passage, lexical if lw > 0 else None, max(w, 0.0), lw, k, s.fusion_head)
+    lex = lexical if lw > 0 else None
+    head = _fused_head(walk, passage, lex, max(w, 0.0), lw, k, s.fusion_head)
+    if seeds_only is not None:
+        first = _fused_head(seeds_only, passage, lex, max(w, 0.0), lw, k, s.fusion_head)
+        head = np.concatenate([first, head[~np.isin(head, first)]])
     out = minmax(walk)                          # below the head: the walk's order, scores in [0, 0.5]
     out *= 0.5
     out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
@@ -371,8 +399,15 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     t0 = time.perf_counter()
     seeds = SeedWeights()
     graph = ix.walk
-    hits = ix.search("facts", qvec, s.fact_top_k) if s.fact_top_k > 0 else []
-    facts = [(fid, score, fact) for fid, score in hits if (fact := ix.facts.get(fid)) is not None]
+    rules_graph = is_rules_graph(ix.extractor)
+    # a name most of the corpus mentions ("Flask" in Flask's manual) seeds the walk but says nothing about
+    # which passages the question is about: it does not make the seeds strong (`walk_share`)
+    # (a name in at most COMMON_NAME_MIN_CHUNKS chunks still points at them, however small the corpus)
+    common = (max(s.common_name_share * len(ix.chunk_ids), COMMON_NAME_MIN_CHUNKS) if s.common_name_share > 0
+              else float("inf"))
+    names = name_seeds(ix, query) if s.entity_name_seeds and s.entity_seed_weight > 0 else []
+    named = {eid for eid in names if ix.entity_chunk_counts.get(eid, 1) <= common}
+    facts = _seed_facts(ix, qvec, s, named if rules_graph else set())
     if facts and fact_filter is not None:
         t1 = time.perf_counter()
         kept = recognize(fact_filter, query, [(f.subject, f.predicate, f.object) for _, _, f in facts], r.notes)
@@ -382,27 +417,18 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
     for (fid, score, fact), weight in zip(facts, weights):
         r.facts.append({"id": fid, "subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
                         "score": round(score, 4)})
-        ends = (_fact_entity(ix, fact.subject, fact.relation_id, "src"),
-                _fact_entity(ix, fact.object, fact.relation_id, "tgt"))
-        for eid in ends:
+        for eid in _fact_ends(ix, fact):
             v = graph.vertex(eid) if eid else None
             if v is None:
                 continue
             seeds.entity[v] = seeds.entity.get(v, 0.0) + weight / ix.entity_chunk_counts.get(eid, 1)
             seeds.sources.setdefault(v, []).append(fid)
-    if s.entity_name_seeds and s.entity_seed_weight > 0:
-        # a name most of the corpus mentions ("Flask" in Flask's manual) seeds the walk but says nothing about
-        # which passages the question is about: it does not make the seeds strong (`walk_share`)
-        # (a name in at most COMMON_NAME_MIN_CHUNKS chunks still points at them, however small the corpus)
-        common = (max(s.common_name_share * len(ix.chunk_ids), COMMON_NAME_MIN_CHUNKS) if s.common_name_share > 0
-                  else float("inf"))
-        for eid in name_seeds(ix, query):
-            v = graph.vertex(eid)
-            if v is None:
-                continue
-            count = ix.entity_chunk_counts.get(eid, 1)
-            seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / count
-            seeds.sources.setdefault(v, []).append("name in query" if count <= common else "common name in query")
+    for eid in names:
+        v = graph.vertex(eid)
+        if v is None:
+            continue
+        seeds.entity[v] = seeds.entity.get(v, 0.0) + s.entity_seed_weight / ix.entity_chunk_counts.get(eid, 1)
+        seeds.sources.setdefault(v, []).append("name in query" if eid in named else "common name in query")
     seeds.entity = {v: w for v, w in seeds.entity.items() if w > 0}
     r.timings["seed_ms"] = _ms(t0)
 
@@ -412,7 +438,6 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         r.chunks = _top_chunks_capped(ix, passage, limit, s.doc_cap)
         return
 
-    rules_graph = is_rules_graph(ix.extractor)
     w = walk_share(s, rules_graph, seeds, [sc for _, sc, _ in facts])
     full = min(s.rules_walk_weight if rules_graph else s.walk_weight, 1.0)
     if w <= 0 < full:
@@ -433,10 +458,17 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         load_chunk_prior(ix.project, graph, s.damping, scale)
     walk = np.full(len(cv), -1.0)
     walk[ok] = passage_walk(graph, reset, floor, s.damping, scale, vertices=cv[ok])
+    # a name the graph holds in very few chunks points at them, and the walk from it at their neighbours: the
+    # passage weights in the whole walk's reset only blur that, and the head fuses the passage scores anyway
+    specific = s.head_seed_chunks > 0 and any(ix.entity_chunk_counts.get(e, 1) <= s.head_seed_chunks for e in named)
+    alone = None
+    if specific and w < 1.0 and s.fusion_head > 0:
+        alone = np.full(len(cv), -1.0)
+        alone[ok] = seed_walk(graph, seeds, s.damping, scale, vertices=cv[ok])
     r.timings["ppr_ms"] = _ms(t0)
     if w < full:
         r.notes.append(f"weak seeds: the walk counts {w:.2f} of its usual {full:.2f} in the first ranks")
-    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s), limit, s.doc_cap)
+    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s, alone), limit, s.doc_cap)
     _list_seeds(ix, seeds, r)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from hrag_cli.resolve import partition
 from hrag_cli.resolve import patch as resolve_patch
 from hrag_cli.resolve import state as resolve_state
 from hrag_cli.core import base_patch, line_patch, store
@@ -425,12 +426,20 @@ def load_inputs(project: ProjectDir, settings: Settings | None = None
 # ----------------------------------------------------------------------------------------------- stage
 
 
+@dataclass
+class Fresh:
+    """What a merge from scratch reads: the current records, afresh on each call, in chunk_id order."""
+
+    records: Callable[[], Iterator[ExtractionRecord]]
+    count: int
+
+
 def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, use_state: bool, chunks: list[ChunkRef]
-                   ) -> tuple[Merged, resolve_state.StateHeader, Callable[[], Merged], resolve_state.Delta | None]:
-    """The current records merged: into the saved state when `use_state` and adding is all that happened
-    (then `merged.touched` says what changed since the last run), else from scratch; the header to save the
-    result under; the merge from scratch, for when the saved outputs turn out not to match the state; and
-    the delta to write instead of saving the state whole (None: save it whole)."""
+                   ) -> tuple[Merged | None, resolve_state.StateHeader, Fresh, resolve_state.Delta | None]:
+    """The current records merged into the saved state, when `use_state` and adding is all that happened
+    (then `merged.touched` says what changed since the last run), else None (merge from scratch); the header
+    to save the result under; the records a merge from scratch reads (also when the saved outputs turn out not
+    to match the state); and the delta to write instead of saving the state whole (None: save it whole)."""
     from hrag_cli.extract.stage import CurrentRecords, current_extractor, current_records
     from hrag_cli.extract.prune import iter_pruned, prune_spec
 
@@ -443,8 +452,7 @@ def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, 
     header = resolve_state.StateHeader(base, dict(zip(current.ids, current.offsets)),
                                        *resolve_state.cache_mark(project.extractions_path))
 
-    def full() -> Merged:
-        return merge_records(lambda: iter_pruned(project, settings, current))
+    fresh = Fresh(lambda: iter_pruned(project, settings, current), len(current.ids))
 
     since = _since_state(project, reporter, base, header.offsets) if use_state else None
     saved = _load_state(project, reporter, since[0]) if since is not None else None
@@ -470,8 +478,8 @@ def _merge_current(project: ProjectDir, settings: Settings, reporter: Reporter, 
             small = not base_patch.RESOLVE_STATE.folds(len(added), len(state.offsets))
             delta = resolve_state.Delta(resolve_state.header_id(state), {c: header.offsets[c] for c in added},
                                         header.unknown) if small else None
-            return merged, header, full, delta
-    return full(), header, full, None
+            return merged, header, fresh, delta
+    return None, header, fresh, None
 
 
 def _facts_naming(merged: Merged, eids: set[str], records_of: Callable[[set[str]], Iterable[ExtractionRecord]]
@@ -593,15 +601,12 @@ def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | N
     last = (before.counts.get("chunk_mark") or {}) if before and not summarizer.enabled else None
     inputs = graph_inputs(project, last)
     chunks = inputs.chunks
-    merged, header, full, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
-    # an LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
-    # each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)
-    keep = not summarizer.enabled and not merged.keys.node_ids and not merged.keys.alias_only
+    merged, header, fresh, delta = _merge_current(project, settings, reporter, not summarizer.enabled, chunks)
     # graph.pkl is about to lose its SYNONYM edges: the synonyms stage must rerun even when this output's
     # digest comes out unchanged (otherwise a stopped or failed synonyms run leaves it "fresh" forever)
     project.forget_stage("synonyms")
     graph = None
-    if merged.touched is not None:
+    if merged is not None and merged.touched is not None:
         reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks, "
                       f"{merged.touched.records} new ones merged into the saved state")
         try:
@@ -611,7 +616,7 @@ def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | N
             reporter.warn(f"the resolve outputs do not match {project.resolve_state_path.name} ({exc}); "
                           "merging every record again")
             inputs = every_input(project, inputs)       # the saved graph let go before the merge
-            merged, changed = full(), None
+            merged, changed = None, None
         else:
             header.unknown += unknown
             totals = merged.totals()
@@ -624,7 +629,7 @@ def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | N
             graph = update[0] if update is not None else None
             if update is None:
                 inputs = every_input(project, inputs)
-                merged, changed = full(), None
+                merged, changed = None, None
             else:
                 sizes = {k: totals[k] for k in ("entities", "relations", "facts")}
                 stats = {**_stats(merged, header.unknown, 0), "records_merged": merged.touched.records}
@@ -648,20 +653,8 @@ def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | N
     else:       # merged from scratch: the saved graph is not updated
         inputs = every_input(project, inputs)
     if graph is None:
-        reporter.info(f"resolve: {merged.records} extraction records over {len(chunks)} chunks")
-        keys = resolve_state.sorted_keys(merged)
-        if keep:
-            header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
-            resolve_state.save(project.resolve_state_path, header, merged, keys)
-        else:
-            project.resolve_state_path.unlink(missing_ok=True)
-        resolve_state.drop_delta(project.resolve_state_path)
-        resolved = finalize(merged, summarizer, keys)
-        del keys, merged
-        sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
-                 "facts": resolved.fact_count}
-        stats = {**resolved.stats, "records_merged": resolved.records}
-        graph = write_outputs(project, resolved, inputs.docs, chunks)
+        del merged
+        graph, sizes, stats = _from_scratch(project, reporter, summarizer, header, fresh, inputs)
 
     h = hashlib.sha256()
     for path in (project.entities_path, project.relations_path, project.facts_path):
@@ -684,6 +677,78 @@ def _run_resolve(project: ProjectDir, settings: Settings, reporter: Reporter | N
         "chunk_mark": mark,     # the documents and chunks the graph holds (the next run's `graph_inputs`)
     }
     return StageOutcome(counts=counts, output_digest=digest)
+
+
+def _from_scratch(project: ProjectDir, reporter: Reporter, summarizer: Summarizer, header: resolve_state.StateHeader,
+                  fresh: Fresh, inputs: Any) -> tuple[Any, dict[str, int], dict]:
+    """Every current record merged, and every output written (the state file only when the project keeps one):
+    in memory when one partition holds the records' mentions, else in partitions spilled to disk
+    (resolve/partition.py). Returns the graph, the item counts and the stats."""
+    cuts = partition.bounds(fresh.records(), fresh.count, _ident)
+    if cuts:
+        return _partitioned(project, reporter, summarizer, header, fresh, inputs, cuts)
+    merged = merge_records(fresh.records)
+    reporter.info(f"resolve: {merged.records} extraction records over {len(inputs.chunks)} chunks")
+    keys = resolve_state.sorted_keys(merged)
+    if _keeps_state(summarizer, merged.keys):
+        header.unknown = sum(_vote_type(acc.types) == UNKNOWN for acc in merged.entities.values())
+        resolve_state.save(project.resolve_state_path, header, merged, keys)
+    else:
+        project.resolve_state_path.unlink(missing_ok=True)
+    resolve_state.drop_delta(project.resolve_state_path)
+    resolved = finalize(merged, summarizer, keys)
+    del keys, merged
+    sizes = {"entities": len(resolved.entities), "relations": len(resolved.relations),
+             "facts": resolved.fact_count}
+    stats = {**resolved.stats, "records_merged": resolved.records}
+    return write_outputs(project, resolved, inputs.docs, inputs.chunks), sizes, stats
+
+
+def _keeps_state(summarizer: Summarizer, keys: MergeKeys) -> bool:
+    """An LLM may summarise: descriptions are decided over every item, so such a project merges from scratch
+    each time and keeps no state; nor does a merge planned by aliases (its plan is over every record)."""
+    return not summarizer.enabled and not keys.node_ids and not keys.alias_only
+
+
+def _partitioned(project: ProjectDir, reporter: Reporter, summarizer: Summarizer, header: resolve_state.StateHeader,
+                 fresh: Fresh, inputs: Any, cuts: partition.Cuts) -> tuple[Any, dict[str, int], dict]:
+    """`_from_scratch` in the partitions of `cuts`. The old state file goes first (a run killed before the new
+    one is written whole then merges from scratch again), and the spill folder is removed however the run
+    ends."""
+    folder = partition.spill_folder(project)
+    project.resolve_state_path.unlink(missing_ok=True)
+    resolve_state.drop_delta(project.resolve_state_path)
+    spooled = None
+    try:
+        b = None
+        for planned in (False, True):
+            partition.clear(folder)
+            folder.mkdir(parents=True)
+            b = partition.bucket(fresh.records(), plan_merges(fresh.records()) if planned else None, cuts, folder,
+                                 _ident, _phrase, _strength)
+            if b is not None:
+                break
+        assert b is not None        # a merge with keys never stops for a plan
+        _ident_str.cache_clear()    # (up to a million names: the partitions' accumulators use the room)
+        _phrase.cache_clear()
+        reporter.info(f"resolve: {b.records} extraction records over {len(inputs.chunks)} chunks, merged in "
+                      f"{b.ents.parts} + {b.rels.parts} partitions")
+        if _keeps_state(summarizer, b.keys):
+            spooled = resolve_state.Spooled(project.resolve_state_path, header)
+        built = partition.build(project, b, summarizer, inputs.docs, inputs.chunks, spooled,
+                                resolve_patch.COMPRESSED)
+        if spooled is not None:
+            header.unknown = built.unknown
+            spooled.finish(b, b.n_mentions)
+        store.write_jsonl(project.merges_path, built.merges)
+        save_graph(project, built.graph)
+    finally:
+        if spooled is not None:
+            spooled.close()
+        partition.clear(folder)
+    sizes = {"entities": built.entities, "relations": built.relations, "facts": built.facts}
+    stats = {**_stats(b, built.unknown, built.summaries), "records_merged": b.records}  # type: ignore[arg-type]
+    return built.graph, sizes, stats
 
 
 def _write_changed(project: ProjectDir, changed: dict[str, list[str]] | None, before: str, after: str) -> None:

@@ -49,6 +49,7 @@ import hashlib
 import itertools
 import marshal
 import mmap
+import shutil
 import struct
 import sys
 import zlib
@@ -238,6 +239,57 @@ def save(path: Path, header: StateHeader, merged: Any, keys: dict[str, list]) ->
             accs = getattr(merged, s)
             w.section(s, ((k, _saved_fields(accs[k])) for k in keys[s]))
         w.finish()
+
+
+class Spooled:
+    """The state file of a merge done in partitions (resolve/partition.py): each section's (key, fields) come in
+    key order over many calls and go to a spool file of that section in the blocks `save` makes; `finish` then
+    writes the header (known only at the end), the three spools and the index as one file, atomically: the file
+    `save` of the whole merge writes (the same blocks, keys and accumulators; marshal's bytes may differ where it
+    marks a string that other objects share)."""
+
+    def __init__(self, path: Path, header: StateHeader) -> None:
+        self.path, self.header = path, header
+        self.chunks = sorted(header.offsets)
+        number = _numbered(self.chunks)
+        self.spools = {s: open(path.with_name(f".{path.name}.{s}.spool"), "w+b") for s in SECTIONS}
+        self.writers = {s: _Writer(self.spools[s], number) for s in SECTIONS}
+        self.pending: dict[str, tuple[list, list]] = {s: ([], []) for s in SECTIONS}
+        self.counts = dict.fromkeys(SECTIONS, 0)
+
+    def add(self, section: str, key: Any, fields: tuple) -> None:
+        keys, items = self.pending[section]
+        w = self.writers[section]
+        keys.append(key)
+        items.append(w.item(section, fields))
+        self.counts[section] += 1
+        if len(keys) >= BLOCK[section]:
+            w.block(section, keys, items)
+            self.pending[section] = ([], [])
+
+    def finish(self, merged: Any, mentions: int) -> None:
+        """`merged`: the counters the header keeps (records, dropped_rows, self_loops, inexact)."""
+        self.header.counts = {**self.counts, "mentions": mentions}
+        with store.atomic_writer(self.path) as fh:
+            w = _Writer(fh, {})
+            w.frame(_header_frame(self.header, merged, self.chunks))
+            for s in SECTIONS:
+                keys, items = self.pending[s]
+                if keys:
+                    self.writers[s].block(s, keys, items)
+                spool, base = self.spools[s], w.at
+                firsts, places, sizes = self.writers[s].index[s]
+                w.index[s] = (firsts, [base + at for at in places], sizes)
+                spool.seek(0)
+                shutil.copyfileobj(spool, fh, 1 << 20)
+                w.at += self.writers[s].at
+            w.finish()
+        self.close()
+
+    def close(self) -> None:
+        for s, fh in self.spools.items():
+            fh.close()
+            Path(fh.name).unlink(missing_ok=True)
 
 
 def fold(path: Path, header: StateHeader, merged: Any) -> None:
