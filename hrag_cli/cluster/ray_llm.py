@@ -35,7 +35,7 @@ from hrag_cli.core.config import ExtractSettings, LLMSettings
 from hrag_cli.core.llm import LLMClient, LLMStats, _LoopState
 from hrag_cli.core.llm_retry import LLMError, _status, backoff_delay
 from hrag_cli.core.openai_http import ServerError
-from hrag_cli.core.project import ProjectDir
+from hrag_cli.core.project import ProjectDir, fingerprint
 from hrag_cli.core.records import Chunk, ExtractionRecord
 
 ACTORS_PER_NODE = 1     # senders per node: one event loop keeps hundreds of requests open
@@ -258,6 +258,8 @@ class ClusterLLMClient(LLMClient):
         self._extract_chunk, self._first_request = extract_chunk, first_request
         self.journal_dir = project.root / "cache" / JOURNAL
         self.fold_journals()
+        # with nothing answered before this run, no chunk's first request can be in the cache but a twin's
+        self._asked_before = bool(self._cache)
         # the driver prices each answer from litellm's local price list: imported while the senders start (a
         # wait on the cluster), not on the first answer, where its seconds would stall every request in flight
         pricing = threading.Thread(target=llm.import_litellm, daemon=True) \
@@ -269,7 +271,7 @@ class ClusterLLMClient(LLMClient):
             pricing.join()
         self._pause_until = 0.0
         self._queue: list[tuple[Chunk, ExtractSettings, str, dict, asyncio.Future]] = []
-        self._asking: dict[str, asyncio.Future] = {}    # first-request key -> its chunk's record, this run
+        self._asking: dict[str, asyncio.Future] = {}    # (text, attempt) -> its chunk's record, this run
         self._kick_due = False
         self._abandoned = False     # a batch was left running (a stopped run): its sender may still journal
 
@@ -303,12 +305,12 @@ class ClusterLLMClient(LLMClient):
         """What llm_extractor.extract_chunk(self, chunk, ...) returns, extracted by a sender; a chunk asked
         before (answers in the cache), or whose first request another chunk is asking now, is extracted here
         from the answers instead."""
-        _, messages, budget, schema = self._first_request(chunk, settings, self.settings, kw.get("attempt", 1))
-        key = self.request_key(messages, max_tokens=budget, schema=schema)
+        attempt = kw.get("attempt", 1)
+        key = fingerprint(chunk.text, attempt)      # the same text and attempt: the same first request
         twin = self._asking.get(key)
         if twin is not None:
             await asyncio.wait({twin})
-        if twin is not None or key in self._cache:
+        if twin is not None or (self._asked_before and self._first_key(chunk, settings, attempt) in self._cache):
             return await self._extract_chunk(self, chunk, settings, extractor, **kw)
         self._check_budget()
         fut = asyncio.get_running_loop().create_future()
@@ -320,6 +322,11 @@ class ClusterLLMClient(LLMClient):
         finally:
             self._asking.pop(key, None)
         return ExtractionRecord.from_json(out)
+
+    def _first_key(self, chunk: Chunk, settings: ExtractSettings, attempt: int) -> str:
+        """The cache key of a chunk's first request (building its prompt: with hints, a rules extraction)."""
+        _, messages, budget, schema = self._first_request(chunk, settings, self.settings, attempt)
+        return self.request_key(messages, max_tokens=budget, schema=schema)
 
     def _kick(self) -> None:
         """Send what is queued once the chunks started in this turn of the loop are all in (batches)."""
