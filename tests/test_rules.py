@@ -214,6 +214,8 @@ def test_legal_forms_numbers_and_months_at_a_names_edge() -> None:
     assert e["King Albert II"] == "person" and e["94.1 FM"] == "quantity"
     e = ents("See Table 3 and Volume 59 for the figures.")
     assert "Table 3" not in e and "Volume 59" not in e
+    e = ents("Run `flask --app hello run --port 80` with create_app() to serve it.")
+    assert e["--port"] == "option" and "--port 80" not in e           # a code name takes no number
 
 
 def test_words_opening_a_sentence_need_a_cue() -> None:
@@ -222,3 +224,10 @@ def test_words_opening_a_sentence_need_a_cue() -> None:
     assert "CHSJ-FM" in e and "Tennessee" in e
     assert "Memphis" not in e                      # no cue: neither named again nor a known place
     assert "Society" not in e and "Society of Friends" in e
+
+
+def test_a_title_line_confirms_the_name_it_is() -> None:
+    e = ents("Illusions (1982 film)\n\nIllusions is a 1982 film directed by Julie Dash.")
+    assert e["Illusions"] and e["Julie Dash"] == "person"
+    e = ents("Atomic bombings of Hiroshima\n\nAtomic weapons were used in 1945.")
+    assert "Atomic" not in e                        # the title's first word alone is not the title

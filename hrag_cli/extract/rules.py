@@ -531,6 +531,9 @@ _NAME_TAIL_RE = re.compile(r",?\s(?:D\.C\.|Inc\.|Ltd\.?|LLC|L\.P\.|PLC|plc|Co\.|
                            rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])")
 
 
+_NO_TAIL_TYPES = {"date", "quantity", "constant", "identifier", *_ROLE_TYPES.values()}
+
+
 def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]:
     """Each name with its tail (above); a figure after a name in a table row is a cell of its own."""
     out: list[_Span] = []
@@ -538,7 +541,7 @@ def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]
     for sp in spans:
         if sp.start < skip_to:
             continue
-        if sp.type not in ("date", "quantity"):
+        if sp.type not in _NO_TAIL_TYPES:           # a code name takes no tail: "--port 80" is an option and 80
             m = _NAME_TAIL_RE.match(sentence, sp.end)
             figure = m is not None and m.group(0)[-1].isdigit()
             if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in _DOCUMENT_PARTS)) and (
@@ -654,6 +657,9 @@ def is_name(text: str) -> bool:
     return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
 
 
+_TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
     ctx = _Context(text)
@@ -673,10 +679,13 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
         spans = _name_spans(sentence, ctx)
         if spans:
             sentences.append((sentence, spans))
+            # a chunk's first line that is a name alone, but for a note in brackets or a place after a comma
+            # ("Illusions (1982 film)", "Nithiravilai"), is a title: it names what the chunk is about
+            title = _TITLE_NOTE_RE.sub("", sentence) if a == 0 and text[b:b + 1] == "\n" else ""
             for sp in spans:
                 if sp.type == "person" and " " in sp.name:
                     person_surnames.setdefault(sp.name.split()[-1], sp.name)
-                if not sp.initial:
+                if not sp.initial or sp.name == title:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
     # capitalises it elsewhere, or it is a known surname or place
