@@ -91,12 +91,13 @@ def _interrupt(proc: subprocess.Popen, grace: float = 60.0) -> None:
 
 def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = None, cwd: Path | None = None,
          stdout_path: Path | None = None, on_stderr_line: Callable[[str], None] | None = None,
-         interrupt_after: float | None = None) -> Run:
+         interrupt_after: float | None = None, on_start: Callable[[subprocess.Popen], None] | None = None) -> Run:
     """Run `hrag ARGS` in a fresh process and measure it. `check`: a non-zero exit ends the benchmark with the
     command and the end of its stderr. `stdout_path`: its stdout goes to that file (batch output) instead of
     `Run.stdout`. `on_stderr_line`: called with each stderr line as it is written (progress timing).
     `interrupt_after`: seconds after which it gets a SIGINT, as from Ctrl-C (hrag keeps what it finished), and
-    a SIGTERM a minute later if it is still waiting on a request then."""
+    a SIGTERM a minute later if it is still waiting on a request then.
+    `on_start`: called with the process once started (a script that kills it mid-run keeps it)."""
     argv = [str(a) for a in args]
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out_tmp:
@@ -106,6 +107,8 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
         try:
             proc = subprocess.Popen([sys.executable, "-m", "hrag_cli.cli", *argv], stdout=out,
                                     stderr=subprocess.PIPE, env=env, cwd=cwd)
+            if on_start is not None:
+                on_start(proc)
             assert proc.stderr is not None
             if interrupt_after is not None:
                 timer = threading.Timer(interrupt_after, _interrupt, (proc,))

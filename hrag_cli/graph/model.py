@@ -201,17 +201,26 @@ def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
     cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
     n, el, weight = cols.n, cols.edges, cols.weight
     kind = _codes_in(cols.eattrs["kind"], EDGE_KINDS) if cols.m else np.zeros(0, np.uint8)
-    rows = np.concatenate([el[:, 0], el[:, 1]])
-    order = np.argsort(rows, kind="stable")
+    # each edge is an entry of both its ends' rows: entry j < m is edge j seen from its first end, m + j from its
+    # second. Built in int32 and in place where it can be (a large graph's temporaries are its peak memory)
+    m = len(el)
+    ends = np.empty(2 * m, dtype=np.int32 if n < 2 ** 31 else np.int64)
+    ends[:m], ends[m:] = el[:, 0], el[:, 1]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=n))]).astype(np.int64)
+    order = np.argsort(ends, kind="stable")
+    ends[:m], ends[m:] = el[:, 1], el[:, 0]
+    other = ends[order].astype(np.int32, copy=False)
+    del ends
+    order[order >= m] -= m          # the edge of each entry
     key = cols.vattrs["key"] if n else Column([], np.zeros(0, np.int32))
     blobs = [k.encode("utf-8") for k in key.values()]
     koff = np.zeros(n + 1, dtype=np.int64)
     np.cumsum([len(b) for b in blobs], out=koff[1:])
     return {
-        "indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64),
-        "cols": np.concatenate([el[:, 1], el[:, 0]])[order].astype(np.int32),
-        "weight": np.concatenate([weight, weight])[order],
-        "kind": np.concatenate([kind, kind])[order],
+        "indptr": indptr,
+        "cols": other,
+        "weight": weight[order],
+        "kind": kind[order],
         "vkind": _codes_in(cols.vattrs["kind"], VERTEX_KINDS) if n else np.zeros(0, np.uint8),
         "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
         "koff": koff,
