@@ -231,3 +231,11 @@ def test_a_title_line_confirms_the_name_it_is() -> None:
     assert e["Illusions"] and e["Julie Dash"] == "person"
     e = ents("Atomic bombings of Hiroshima\n\nAtomic weapons were used in 1945.")
     assert "Atomic" not in e                        # the title's first word alone is not the title
+
+
+def test_what_the_sentence_says_a_name_is_types_it() -> None:
+    e = ents("Illusions (1982 film)\n\nIllusions is a 1982 film written and directed by Julie Dash.")
+    assert e["Illusions"] == "work" and e["Julie Dash"] == "person"
+    e = ents("Marlow Creek is a 2004 American comedy film directed by Ruth Calloway. Ruth Calloway is a film "
+             "director from Ohio.")
+    assert e["Marlow Creek"] == "work" and e["Ruth Calloway"] == "person"

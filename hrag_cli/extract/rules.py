@@ -221,10 +221,22 @@ _GROUP_ENDINGS = ("ans", "ians", "ists", "ites", "ers", "ese", "ars")
 _ADJECTIVE_ENDINGS = ("ian", "ean", "ese", "ish", "ic", "al", "ous", "ary", "ive", "born", "language")
 
 
+# What the sentence says a name is: "X is a 1982 American comedy film directed by ...", "X (1982 film)"
+_WORK_KINDS = ("film|song|album|novel|book|single|series|play|opera|musical|episode|poem|painting|magazine|"
+               "newspaper|documentary|sitcom|video game|short story|EP")
+_WORK_RE = re.compile(rf"\s*\((?:[^()]*\s)?(?:{_WORK_KINDS})\)|\s*(?:\([^()]*\)\s*)?(?:is|was)\s+(?:an?|the)\s+"
+                      rf"(?:[\w\-']+\s+){{0,5}}?(?:{_WORK_KINDS})(?=[.,;]|\s+(?:directed|written|produced|by|from|"
+                      r"released|starring|about|that|which|in|of|and|based|recorded|performed|composed|published|"
+                      r"created|developed|for|set|with))")
+
+
 def _next_cue(after: str) -> str:
-    """'life' when a birth or death date follows a name, 'adjective' when a lowercase content word does."""
+    """'life' when a birth or death date follows a name, 'work' when the sentence says it is a film, a song, a
+    book ..., 'adjective' when a lowercase content word follows."""
     if _LIFE_RE.match(after):
         return "life"
+    if _WORK_RE.match(after):
+        return "work"
     m = _NEXT_WORD_RE.match(after)
     if m and m.group(1) in _PERSON_VERBS:
         return "verb"
@@ -260,7 +272,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     of = low.index("of") if "of" in low else len(low)
     if any(w in _AWARD_WORDS for w in low[:of]):
         return "award"
-    if quoted:                  # a quoted title in running text: a song, album, film, book, episode
+    if quoted or next_cue == "work":    # a quoted title in running text, or one the sentence calls a film
         return "work"
     if next_cue == "life":
         return "person"
@@ -464,7 +476,7 @@ def _whole_spans(sentence: str, ctx: _Context) -> list[_Span]:
         while at >= 0:
             end = at + len(title)
             if not (sentence[at - 1:at].isalnum() or sentence[end:end + 1].isalnum()):
-                out.append(_Span(at, end, title, _classify_name(title, "", False, _next_cue(sentence[end:end + 24]))))
+                out.append(_Span(at, end, title, _classify_name(title, "", False, _next_cue(sentence[end:end + 96]))))
                 taken.append((at, end))
             at = sentence.find(title, end)
     if not ctx.technical and ("“" in sentence or '"' in sentence):     # quotes in code hold strings
@@ -607,7 +619,7 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     prev_word = _POSSESSIVE_RE.sub("", prev[-1].lower().strip(".,;:")) if prev else ""
     quoted = s > 0 and sentence[s - 1] in _QUOTES_OPEN and sentence[e:e + 1] in _QUOTES_CLOSE
     type_ = "person" if title else ctx.roles.get(name) or _classify_name(
-        name, prev_word, quoted, _next_cue(sentence[e:e + 24]), ctx.technical)
+        name, prev_word, quoted, _next_cue(sentence[e:e + 96]), ctx.technical)
     # a word with a capital past its first letter ("CHSJ-FM", "McCartney") opening a sentence is no common
     # word capitalised there: it needs no second mention, unless it is the whole line (a heading: "SYNOPSIS")
     return _Span(s, e, name, type_, initial=len(words) == 1 and s <= lead and not (

@@ -703,7 +703,7 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
 def _import_corpus(project: ProjectDir, chunks: list[Chunk], source: Any, reporter: Reporter) -> tuple[str, dict]:
     """--import-lightrag / --import-graphrag: the folder's extractions as this project's, for the chunks the
     chunk stage imported from it."""
-    from hrag_cli.extract.imported import importer
+    from hrag_cli.extract.importers import importer
 
     mod = importer(source.kind)
     path = mod.check_dir(source.path)
