@@ -42,7 +42,7 @@ from hrag_cli.extract.rules import extract_rules
 from local_server import MODEL_NAME, free_port, model_file, start_server, stop, stop_on_signals, wait_ready
 
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
-FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning")
+FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning", "shifted_fields")
 
 
 def norm(name: str) -> str:
@@ -217,7 +217,8 @@ def main() -> int:
                     "and score the passages it finished")
     ap.add_argument("--answers", type=Path, default=None, help="cache/llm.jsonl of an earlier run to reuse")
     ap.add_argument("--retrieval", action="store_true")
-    ap.add_argument("--out", type=Path, default=None, help="also write the figures (and each passage's names) here")
+    ap.add_argument("--out", type=Path, default=None, help="also write the figures (and each passage's names) here, "
+                    "and each format's answers beside it (OUT.FORMAT.jsonl, for --answers)")
     args = harness.parse_args(ap)
     args.data = harness.data_dir()
 
@@ -245,6 +246,8 @@ def main() -> int:
                 args.out.write_text(json.dumps({"titles": [p["passage"].split("\n", 1)[0] for p in passages],
                                                 "truth": [sorted(t) for t in truth],
                                                 "rules": [sorted(r) for r in rules], "results": results}, indent=1))
+                # the answers too, so that a stopped run can be continued with --answers
+                shutil.copyfile(Path(res["project"]) / "cache" / "llm.jsonl", args.out.with_suffix(f".{fmt}.jsonl"))
         if args.retrieval and results:
             retrieval(passages, questions, results[-1], work, args.data)
     finally:

@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (head included)")
     args = ap.parse_args()
 
+    # Ray starts its workers 15 steps nicer than their node: on a node of their own that costs nothing, but
+    # here they share 2 cores with this script, the stub and other jobs, and would get what those leave
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
     from ray.cluster_utils import Cluster
 

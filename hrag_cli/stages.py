@@ -122,7 +122,7 @@ def _import_chunks(ctx: StageContext, source: ImportSource) -> StageOutcome:
     """--import-lightrag / --import-graphrag: the other tool's own chunks, one for one, instead of chunking the
     documents again."""
     from hrag_cli.chunk.stage import ChunksHanded, write_imported
-    from hrag_cli.extract.imported import importer
+    from hrag_cli.extract.importers import importer
 
     mod = importer(source.kind)
     path = mod.check_dir(source.path)

@@ -219,6 +219,30 @@ def test_a_whole_pass_in_worker_processes_matches_one_process(monkeypatch) -> No
         assert np.allclose(a.sim, b.sim, atol=1e-6)
 
 
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_pass_joined_in_parts_matches_one_join(monkeypatch, pooled: bool) -> None:
+    """Queried rows joined a few at a time (bounded candidates): the same lists and the same offers, full and
+    then incremental, in this process and in forked workers (cosines equal up to float rounding: a matrix
+    product of other shape may sum in another order, as across worker processes)."""
+    rng = np.random.default_rng(11)
+    m = planted(rng, 600)
+    ids, hashes = [f"e{i:03d}" for i in range(600)], [f"h{i}" for i in range(600)]
+    m2, ids2, hashes2, _ = edit(rng, m, ids, hashes)
+    first, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
+    whole, queried = update_knn(first, ids2, hashes2, m2, K, QUIET, *CELLS)
+    if pooled:
+        monkeypatch.setattr("os.cpu_count", lambda: 2)
+        monkeypatch.setattr("hrag_cli.storage.cells.PARALLEL_MIN", 0)
+    monkeypatch.setattr("hrag_cli.embed.knn.JOIN_PART_BYTES", 37 * CELLS[0] * K * 8)     # 37 rows a part
+    pfirst, _ = update_knn(KnnLists(K, "model"), ids, hashes, m, K, QUIET, *CELLS)
+    parts, pqueried = update_knn(pfirst, ids2, hashes2, m2, K, QUIET, *CELLS)
+    assert pqueried == queried > 37
+    for a, b in ((first, pfirst), (whole, parts)):
+        assert np.array_equal(a.cells, b.cells) and np.array_equal(a.nbr, b.nbr)
+        assert np.allclose(a.sim, b.sim, atol=1e-6)
+    assert np.array_equal(first.joined, pfirst.joined)
+
+
 def test_spans_split_cost_evenly_and_cover_every_cell() -> None:
     assert spans(np.array([5, 5, 5, 5]), 2) == [(0, 2), (2, 4)]
     assert spans(np.array([100, 1, 1, 1]), 4) == [(0, 1), (1, 4)]

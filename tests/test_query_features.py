@@ -211,6 +211,52 @@ def test_rules_facts_seed_when_they_touch_a_named_entity(sample_project: Path) -
     assert [f["id"] for f in other.facts] == [f["id"] for f in loose.facts]
 
 
+def test_seed_walk_is_the_walk_of_the_seeds_alone(sample_project: Path) -> None:
+    from hrag_cli.query.ppr import seed_walk
+
+    project = ProjectDir(sample_project)
+    walk = QueryIndex(project, project.settings()).walk
+    vs = sorted(walk.keys_of_kind("entity").values())[:3]
+    seeds = SeedWeights({vs[2]: 0.5, vs[0]: 2.0, vs[1]: 1.0})
+    reset = np.zeros(walk.vcount())
+    reset[vs] = [2.0, 1.0, 0.5]
+    whole = personalized_pagerank(walk, reset, 0.5)
+    np.testing.assert_allclose(seed_walk(walk, seeds, 0.5), whole, rtol=1e-3, atol=1e-6)   # push: to PUSH_EPS
+    chunks = np.array(sorted(walk.keys_of_kind("chunk").values()))
+    np.testing.assert_allclose(seed_walk(walk, seeds, 0.5, vertices=chunks), whole[chunks], rtol=1e-3, atol=1e-6)
+
+
+def test_fuse_ranks_head_from_the_seed_walk_then_the_whole_walk(sample_project: Path) -> None:
+    s = replace(ProjectDir(sample_project).settings().query, fusion_head=2, fusion_k=1.0, fusion_lexical=0.0)
+    walk = np.array([0.9, 0.8, 0.1, 0.0, 0.7, 0.6])
+    alone = np.array([0.9, 0.0, 0.8, 0.1, 0.2, 0.3])
+    passage = np.array([0.5, 0.4, 0.45, 0.0, 0.1, 0.2])
+    plain = np.argsort(-fuse_ranks(walk, passage, None, 0.5, s), kind="stable")
+    assert plain[:2].tolist() == [0, 1]
+    fused = np.argsort(-fuse_ranks(walk, passage, None, 0.5, s, alone), kind="stable")
+    # the seed walk's head (0, 2), then the whole walk's head chunk it lacks (1), then the walk's order
+    assert fused.tolist() == [0, 2, 1, 4, 5, 3]
+
+
+def test_a_name_in_one_chunk_heads_the_ranking_by_the_seed_walk(sample_project: Path, monkeypatch) -> None:
+    import hrag_cli.query.retrieval as retrieval
+
+    project = ProjectDir(sample_project)
+    ix = QueryIndex(project, project.settings())
+    q = "Where was Colm Farrant born?"
+    assert [ix.entity_chunk_counts.get(e) for e in retrieval.name_seeds(ix, q)] == [1]
+    calls = []
+    real = retrieval.seed_walk
+    monkeypatch.setattr(retrieval, "seed_walk", lambda *a, **k: calls.append(1) or real(*a, **k))
+    on = retrieve(ix, q, _settings(project), mode="ppr")
+    assert calls == [1]
+    off = retrieve(ix, q, _settings(project, head_seed_chunks=0), mode="ppr")
+    assert calls == [1]                     # 0: the whole walk heads the ranking, no second walk
+    assert {c.chunk_id for c in on.chunks} and len(on.chunks) == len(off.chunks)
+    retrieve(ix, Q, _settings(project), mode="ppr")     # Port Ellery: in 11 chunks
+    assert calls == [1]
+
+
 # -- HippoRAG 2 recognition memory -----------------------------------------------------------------------------
 
 def test_parse_kept() -> None:

@@ -6,6 +6,7 @@ killed mid-run is resumed by the same command without asking anything that was a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import pytest
 
 from hrag_cli.core import store
 from hrag_cli.core.project import ProjectDir, fingerprint
-from tests.stub_server import StubServer
+from tests.stub_server import StubReply, StubServer
 from tests.test_index_e2e import CHAT, HRAG, SAMPLE, child_env, fake_extraction, run, summary
 from tests.test_llm_runs import corpus
 
@@ -66,6 +67,9 @@ def cluster():
     """A head node and one more, each with one CPU, and this process connected as a driver."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
+
+    # Ray runs workers 15 steps nicer than their node; on a busy CI machine they would starve next to the stub
+    os.environ.setdefault("RAY_worker_niceness", "0")
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20,
                                                       "include_dashboard": False})
@@ -146,6 +150,31 @@ def test_the_cap_holds_across_the_cluster(cluster, stub, tmp_path: Path) -> None
 
 
 @pytest.mark.ray
+def test_a_429_pauses_every_node(cluster, stub, tmp_path: Path) -> None:
+    """One refused request (Retry-After 3 s) pauses the senders of both nodes, not only the refused one:
+    nothing is sent during the pause (a sender on its own would go on every 0.2 s), then every chunk is done."""
+    docs, proj = tmp_path / "docs", tmp_path / "proj"
+    docs.mkdir()
+    for i in range(12):
+        (docs / f"d{i}.txt").write_text(f"Keeper{i} Quint built the Selby Lighthouse for the Harbour Trust in 19{i:02d}.")
+    arrivals: list[float] = []
+
+    def answer(body: dict) -> str:
+        arrivals.append(time.monotonic())
+        time.sleep(0.2)
+        return fake_extraction(body)
+
+    stub.set_chat(answer)
+    stub.enqueue(CHAT, StubReply(429, content="slow down", headers={"Retry-After": "3"}))
+    proc = run(llm_args(docs, proj, stub, "--ray", cluster.address, "--concurrency", "4", *ONE_ROUND), inprocess=True)
+    assert proc.returncode == 0, proc.stderr
+    ex = summary(proc)["extract"]
+    assert ex["extracted_now"] == 12 and ex["failed"] == 0 and stub.count(CHAT) == 13
+    first = min(arrivals)       # the refused request came first (a scripted reply is served first)
+    assert [round(t - first, 2) for t in arrivals if first + 0.5 < t < first + 2.5] == []
+
+
+@pytest.mark.ray
 def test_a_node_lost_mid_run_costs_only_its_requests_in_flight(cluster, stub, tmp_path: Path) -> None:
     docs, proj = corpus(tmp_path, n=6)
     gate = threading.Event()
@@ -193,7 +222,10 @@ def test_a_killed_driver_is_resumed_without_asking_anything_answered(cluster, st
         if driver.poll() is None:
             driver.kill()
     assert stub.count(CHAT) >= 3, "the driver never reached its third request"
-    answered = {rec["messages_hash"] for rec in store.read_jsonl(proj / "cache" / "llm.jsonl")}
+    # what the driver appended, and what the senders journaled but had not handed back yet
+    answered = {rec["messages_hash"] for path in [proj / "cache" / "llm.jsonl",
+                                                  *(proj / "cache" / "llm.journal").glob("*.jsonl")]
+                for rec in store.read_jsonl(path)}
     assert 2 <= len(answered) < 6
     stub.reset()
     stub.set_chat(fake_extraction)
@@ -205,6 +237,9 @@ def test_a_killed_driver_is_resumed_without_asking_anything_answered(cluster, st
     assert ex["pending"] == 0 and ex["failed"] == 0
     ids = [r["chunk_id"] for r in store.read_jsonl(proj / "cache" / "extractions.jsonl")]
     assert len(ids) == len(set(ids)) == 6
+    # every answer is in cache/llm.jsonl now (the journals folded in and removed)
+    assert {r["messages_hash"] for r in store.read_jsonl(proj / "cache" / "llm.jsonl")} >= answered
+    assert not list((proj / "cache" / "llm.journal").glob("*.jsonl"))
 
 
 @pytest.mark.ray

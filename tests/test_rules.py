@@ -188,3 +188,54 @@ def test_author_initials_and_document_parts_are_not_names() -> None:
     e = ents("M. Burrows and A. Smith wrote it, as Figure 3 and Table 2 show. E. Codd agreed.")
     assert e["M. Burrows"] == "person" and e["A. Smith"] == "person" and e["E. Codd"] == "person"
     assert not {"M.", "A.", "E.", "Figure", "Table"} & set(e), e
+
+
+def test_names_taken_whole_where_the_text_shows_their_extent() -> None:
+    # a title line the text repeats word for word is one name, lowercase words and "and" included
+    e = ents("Fractional Calculus and Applied Analysis\nFractional Calculus and Applied Analysis is a journal "
+             "published by Springer Science+Business Media in Sofia.")
+    assert "Fractional Calculus and Applied Analysis" in e and "Applied Analysis" not in e
+    assert "Springer Science+Business Media" in e
+    # a title in double quotes (or TeX quotes) is one work; a quoted saying is not a name
+    e = ents('It was released on the album "American Stars \'N Bars" and ``Will to Love \'\' followed. '
+             'Her motto was "With God, all things are possible" in Ellery.')
+    assert e["American Stars 'N Bars"] == "work" and e["Will to Love"] == "work"
+    assert not any("possible" in n for n in e)
+    # "and" joins no two names: a list stays a list
+    e = ents("To the east is the Colorado Desert and the Colorado River.")
+    assert "Colorado Desert" in e and "Colorado River" in e
+
+
+def test_legal_forms_numbers_and_months_at_a_names_edge() -> None:
+    e = ents("Publix Super Markets, Inc. runs stores along U.S. Route 119 in Washington, D.C. As of October "
+             "2012, King Albert II ruled; the station broadcasts at 94.1 FM.")
+    assert "Publix Super Markets, Inc." in e and "U.S. Route 119" in e and "Washington, D.C." in e
+    assert e["October 2012"] == "date" and "As of October" not in e
+    assert e["King Albert II"] == "person" and e["94.1 FM"] == "quantity"
+    e = ents("See Table 3 and Volume 59 for the figures.")
+    assert "Table 3" not in e and "Volume 59" not in e
+    e = ents("Run `flask --app hello run --port 80` with create_app() to serve it.")
+    assert e["--port"] == "option" and "--port 80" not in e           # a code name takes no number
+
+
+def test_words_opening_a_sentence_need_a_cue() -> None:
+    e = ents("CHSJ-FM is a radio station. Memphis is a city. Tennessee is a state. The society met.\n"
+             "The Society of Friends met in Ellery; Society members came.")
+    assert "CHSJ-FM" in e and "Tennessee" in e
+    assert "Memphis" not in e                      # no cue: neither named again nor a known place
+    assert "Society" not in e and "Society of Friends" in e
+
+
+def test_a_title_line_confirms_the_name_it_is() -> None:
+    e = ents("Illusions (1982 film)\n\nIllusions is a 1982 film directed by Julie Dash.")
+    assert e["Illusions"] and e["Julie Dash"] == "person"
+    e = ents("Atomic bombings of Hiroshima\n\nAtomic weapons were used in 1945.")
+    assert "Atomic" not in e                        # the title's first word alone is not the title
+
+
+def test_what_the_sentence_says_a_name_is_types_it() -> None:
+    e = ents("Illusions (1982 film)\n\nIllusions is a 1982 film written and directed by Julie Dash.")
+    assert e["Illusions"] == "work" and e["Julie Dash"] == "person"
+    e = ents("Marlow Creek is a 2004 American comedy film directed by Ruth Calloway. Ruth Calloway is a film "
+             "director from Ohio.")
+    assert e["Marlow Creek"] == "work" and e["Ruth Calloway"] == "person"

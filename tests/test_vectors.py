@@ -800,6 +800,17 @@ def test_fixed_width_pads_ragged_ids_and_views_even_ones() -> None:
     assert len(fixed_width(np.zeros(0, np.uint8), np.zeros(1, np.int64))) == 0
 
 
+def test_id_arrays_are_the_bytes_end_to_end_and_their_byte_order() -> None:
+    from hrag_cli.storage.vectors.ids import IdKeys, fixed_bytes
+
+    ids = ["b", "", "ab", "a", "\u00e9t\u00e9", "\u4e2d", "a" * 40, "Zz", "a b"]
+    blob, off, order = IdKeys.arrays(ids)
+    enc = [i.encode("utf-8") for i in ids]
+    assert bytes(blob) == b"".join(enc) and off.tolist() == [0, *np.cumsum([len(e) for e in enc]).tolist()]
+    assert order.dtype == np.int64 and order.tolist() == sorted(range(len(ids)), key=enc.__getitem__)
+    assert fixed_bytes(ids).tolist() == enc and fixed_bytes([]).shape == (0,)
+
+
 def test_scratch_arrays_are_kept_and_filled_only_when_made() -> None:
     from hrag_cli.storage.scratch import scratch
 

@@ -190,6 +190,10 @@ class QuerySettings:
     # chunks): the facts that seed the walk are those of the best this many that touch a named entity (0 = the
     # best fact_top_k, whatever they touch). Chosen on the dev sets and docs-mixed (bench/retrieval.py)
     rules_anchor_fact_top_k: int = 10
+    # ppr: when the question names an entity (as above) that at most this many chunks mention, the first ranks
+    # fuse the walk from the seeds alone, without the passage weights, and then the whole walk's picks (0 = the
+    # whole walk's only). Chosen on the dev sets and docs-mixed (bench/retrieval.py)
+    head_seed_chunks: int = 1
 
 
 @dataclass
@@ -251,6 +255,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "query.chunk_pick_boost": (0, 1_000_000), "query.builtin_chunk_pick_boost": (0, 1_000_000),
     "query.chunk_top_k": (1, 100_000), "query.rules_synonym_weight": (0, 1_000_000), "query.doc_cap": (0, 100_000),
     "query.common_name_share": (0, 1), "query.rules_anchor_fact_top_k": (0, 100_000),
+    "query.head_seed_chunks": (0, 1_000_000),
     "query.rerank_top_k": (1, 100_000), "query.rerank_chunk_tokens": (16, 1_000_000),
 }
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from hrag_cli.core import base_patch, forkpool, line_patch, store
 from hrag_cli.core.progress import Reporter
-from hrag_cli.storage.cells import CellPlan, cell_count, fit_cells, join, nearest_cells
+from hrag_cli.storage.cells import CellPlan, cell_count, fit_cells, join, members, nearest_cells
 from hrag_cli.storage.vectors.ids import fixed_bytes, fixed_width, rows_in
 
 
@@ -306,6 +306,7 @@ def _group_offers(target: np.ndarray, src: np.ndarray, sim: np.ndarray, k: int
 
 
 _BEST_K_BATCH = 25_000       # queried rows per ranking task
+JOIN_PART_BYTES = 1 << 27    # candidates (8 bytes each) of the queried rows joined at a time
 _BEST_K_PARALLEL = 1 << 22     # candidates (rows x slots) from which their ranking runs in forked workers
 
 
@@ -368,21 +369,36 @@ def update_knn(prev: KnnLists, ids: Sequence[str] | np.ndarray, hashes: Sequence
     query[kept[lost]] = True
     # A queried entity q also belongs in the list of a kept entity x when x ranks q in its top k, which q's own
     # top k need not show (x may be 12th for q), so the join offers q to the kept entities of its cells.
-    with reporter.task("synonyms: nearest entities", total=int(query.sum()) * out.cells.shape[1]) as task:
-        found = join(matrix, out.cells, plan.cells, query, k, out.sim[:, k - 1], on_cell=task.advance,
-                     min_sim=min_sim)
-    spans = forkpool.ranges(len(found.rows), _BEST_K_BATCH)
-    for s, (nbr, sim) in forkpool.run_tasks(_best_of, (found.nbr, found.sim, k), spans,
-                                            found.nbr.size >= _BEST_K_PARALLEL):
-        rows = found.rows[s:s + len(nbr)]
-        out.nbr[rows], out.sim[rows] = nbr, sim
-    out.joined[found.rows] = True
-    if len(found.offer_to):
-        targets, osrc, osim = _group_offers(found.offer_to, found.offer_from, found.offer_sim, k)
+    # the queried rows are joined a part at a time: a row's candidates (k from each of its cells) are ranked to
+    # its k best before the next part's are made, so the candidates held are bounded, not a row's-worth each
+    qrows = np.flatnonzero(query)
+    part = max(1, JOIN_PART_BYTES // (out.cells.shape[1] * k * 8))
+    floor = out.sim[:, k - 1].copy()            # the kept rows' k-th cosines, which only the offers change
+    cell_members = members(out.cells, plan.cells)
+    offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    queried = 0
+    with reporter.task("synonyms: nearest entities", total=len(qrows) * out.cells.shape[1]) as task:
+        for a, b in forkpool.ranges(len(qrows), part) or [(0, 0)]:
+            listed = np.zeros(n, dtype=bool)
+            listed[qrows[a:b]] = True
+            found = join(matrix, out.cells, plan.cells, query, k, floor, on_cell=task.advance, min_sim=min_sim,
+                         listed=listed, cell_members=cell_members)
+            spans = forkpool.ranges(len(found.rows), _BEST_K_BATCH)
+            for s, (nbr, sim) in forkpool.run_tasks(_best_of, (found.nbr, found.sim, k), spans,
+                                                    found.nbr.size >= _BEST_K_PARALLEL):
+                rows = found.rows[s:s + len(nbr)]
+                out.nbr[rows], out.sim[rows] = nbr, sim
+            out.joined[found.rows] = True
+            queried += len(found.rows)
+            offers.append((found.offer_to, found.offer_from, found.offer_sim))
+            del found
+    offer_to, offer_from, offer_sim = (np.concatenate(x) for x in zip(*offers))
+    if len(offer_to):
+        targets, osrc, osim = _group_offers(offer_to, offer_from, offer_sim, k)
         nbr, sim = best_k(np.concatenate([out.nbr[targets], osrc], axis=1),
                           np.concatenate([out.sim[targets], osim], axis=1), k)
         out.nbr[targets], out.sim[targets] = nbr, sim
         # a slot holding an offered row took the offer's cosine unless its own was higher: either way the slot
         # is marked (re-scoring a cosine that already was exact gives it again, bit for bit)
         out.joined[targets] |= (nbr[:, :, None] == np.where(osrc >= 0, osrc, -2)[:, None, :]).any(axis=2)
-    return out, len(found.rows)
+    return out, queried

@@ -107,6 +107,7 @@ def run_synonyms(project: ProjectDir, settings: Settings, reporter: Reporter, re
     counts, digests = done.counts, done.digests
     counts.update(sync_bm25(project, chunks, done.appended, reporter, counts["vectors_chunks"]))
     counts.update(idf)
+    del chunks                 # every chunk's text, read for the chunk index and BM25: not held through the join
 
     # -- synonym edges --
     s = settings.synonyms

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 from hrag_cli.core.project import text_hash
 from hrag_cli.core.records import Chunk, Document
@@ -35,17 +34,6 @@ class ImportSource:
         if isinstance(data, dict) and data.get("kind") in IMPORTERS and isinstance(data.get("dir"), str):
             return ImportSource(data["kind"], Path(data["dir"]))
         return None
-
-
-def importer(kind: str) -> ModuleType:
-    """The importer module, imported only when a run imports (explicit imports, so tools can follow them)."""
-    if kind == "lightrag":
-        from hrag_cli.extract import lightrag
-
-        return lightrag
-    from hrag_cli.extract import graphrag
-
-    return graphrag
 
 
 @dataclass

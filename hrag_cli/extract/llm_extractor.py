@@ -199,6 +199,18 @@ def _should_glean(answer: Answer) -> bool:
     return bool(r.entities or r.relations) and r.complete and not answer.cut
 
 
+def first_request(chunk: Chunk, settings: ExtractSettings, llm: LLMSettings, attempt: int = 1
+                  ) -> tuple[Frame, list[dict], int, dict | None]:
+    """A chunk's first extraction request: (frame, messages, max_tokens, answer schema). Its cache key tells
+    whether the chunk was asked before (a cluster's driver keeps such chunks, whose answers it holds)."""
+    frame = frame_of(settings, answer_format(settings, llm))
+    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt,
+                                         chunk_hints(chunk.text, settings))
+    if attempt > 1:
+        messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
+    return frame, messages, answer_budget(chunk, settings, llm.max_tokens), frame.answer_schema(chunk.n_tokens)
+
+
 # Continuation rounds per attempt for an answer cut at max_tokens; a chunk still cut after them is "partial",
 # and --retry-failed continues the same conversation for this many more (new requests, never a cached one).
 CONTINUATIONS = 2
@@ -219,13 +231,7 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
     --retry-failed completes it)."""
     from hrag_cli.core.llm_retry import LLMError, failure_cause
 
-    frame = frame_of(settings, answer_format(settings, client.settings))
-    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt,
-                                         chunk_hints(chunk.text, settings))
-    schema = frame.answer_schema(chunk.n_tokens)
-    if attempt > 1:
-        messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
-    budget = answer_budget(chunk, settings, client.settings.max_tokens)
+    frame, messages, budget, schema = first_request(chunk, settings, client.settings, attempt)
     continuations = CONTINUATIONS if continuations is None else continuations
     keys: list[str] = []
     try:

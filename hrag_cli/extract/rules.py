@@ -17,7 +17,7 @@ from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, Extraction
 from hrag_cli.core.textnorm import STOP_WORDS
 from hrag_cli.extract.gazetteer import DEMONYMS, GIVEN_NAMES, PLACES
 
-RULES_FINGERPRINT = "rules-v4"
+RULES_FINGERPRINT = "rules-v5"
 
 MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
@@ -32,11 +32,11 @@ def _upper_chars() -> str:
 
 
 _UP = "[" + re.escape(_upper_chars()) + "]"
-_WORD_TAIL = r"[\w'’\-]*"
+_WORD_TAIL = rf"[\w'’\-]*(?:[+&]{_UP}[\w'’\-]*)*"        # "Springer Science+Business Media"
 _TOK_REST = rf"{_WORD_TAIL}(?:\.(?:{_UP}\.)*)?"
 _CAP = rf"{_UP}{_TOK_REST}"
 _CONNECTORS = ("of", "de", "del", "della", "der", "den", "van", "von", "la", "le", "du", "da", "di", "the",
-               "y", "al", "el", "for", "and the", "&", "v.", "vs.")
+               "y", "al", "el", "for", "&", "v.", "vs.")
 _CONN = "(?:" + "|".join(re.escape(c) for c in sorted(_CONNECTORS, key=len, reverse=True)) + ")"
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
@@ -44,10 +44,11 @@ _MONTHS = ("January|February|March|April|May|June|July|August|September|October|
 _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|meters|metre|meter|cm|mm|ft|feet|"
           "foot|inches|kg|kilograms|g|grams|tonnes|tons|tonne|ton|lb|lbs|pounds|litres|liters|l|ml|"
           "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|sq mi|"
-          "knots|mph|km/h|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
+          "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
           "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
           "million|billion|thousand|hundred")
 
+_DATE_AHEAD = rf"(?:{_MONTHS})\.?\s\d"     # a month and its day or year: a date, never the tail of a name
 _CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
 _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 
@@ -66,7 +67,7 @@ _ALTERNATIVES = [
     ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
     ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
     ("year", "[12]", r"(?<![\w.,][12])(?:(?<=1)\d{3}|(?<=2)0\d\d)\b(?![\w.,]\d)"),          # 1987
-    ("name", _UP, rf"(?<![\w'’]{_UP}){_TOK_REST}(?:(?:\s+{_CONN})*\s+{_CAP})*"),          # Bank of Ellery
+    ("name", _UP, rf"(?<![\w'’]{_UP}){_TOK_REST}(?:(?:\s+{_CONN})*\s+(?!{_DATE_AHEAD}){_CAP})*"),  # Bank of Ellery
 ]
 _TOKEN_RE = re.compile(
     r"[\d$£€¥" + _UP[1:-1] + "](?:"
@@ -153,6 +154,10 @@ _PERSON_TITLES = {
     "rev", "reverend", "general", "colonel", "governor", "senator", "chancellor", "minister", "bishop",
     "duke", "duchess", "countess", "baron", "baroness", "emperor", "empress",
 }
+# Royal and noble styles are part of how a person is named ("King Albert II", "Sir Henry Wellcome"); offices
+# and forms of address are not ("President Bill Clinton", "Mr. Collins").
+_STYLES = {"king", "queen", "prince", "princess", "lord", "lady", "sir", "dame", "duke", "duchess", "emperor",
+           "empress", "baron", "baroness", "countess"}
 # Titles that open a name ("Archduke Leopold of Austria"), and regnal numbers ("Maximilian I of Mexico").
 _NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", "infante", "pope", "tsar", "czar",
                                  "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
@@ -216,10 +221,22 @@ _GROUP_ENDINGS = ("ans", "ians", "ists", "ites", "ers", "ese", "ars")
 _ADJECTIVE_ENDINGS = ("ian", "ean", "ese", "ish", "ic", "al", "ous", "ary", "ive", "born", "language")
 
 
+# What the sentence says a name is: "X is a 1982 American comedy film directed by ...", "X (1982 film)"
+_WORK_KINDS = ("film|song|album|novel|book|single|series|play|opera|musical|episode|poem|painting|magazine|"
+               "newspaper|documentary|sitcom|video game|short story|EP")
+_WORK_RE = re.compile(rf"\s*\((?:[^()]*\s)?(?:{_WORK_KINDS})\)|\s*(?:\([^()]*\)\s*)?(?:is|was)\s+(?:an?|the)\s+"
+                      rf"(?:[\w\-']+\s+){{0,5}}?(?:{_WORK_KINDS})(?=[.,;]|\s+(?:directed|written|produced|by|from|"
+                      r"released|starring|about|that|which|in|of|and|based|recorded|performed|composed|published|"
+                      r"created|developed|for|set|with))")
+
+
 def _next_cue(after: str) -> str:
-    """'life' when a birth or death date follows a name, 'adjective' when a lowercase content word does."""
+    """'life' when a birth or death date follows a name, 'work' when the sentence says it is a film, a song, a
+    book ..., 'adjective' when a lowercase content word follows."""
     if _LIFE_RE.match(after):
         return "life"
+    if _WORK_RE.match(after):
+        return "work"
     m = _NEXT_WORD_RE.match(after)
     if m and m.group(1) in _PERSON_VERBS:
         return "verb"
@@ -255,7 +272,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     of = low.index("of") if "of" in low else len(low)
     if any(w in _AWARD_WORDS for w in low[:of]):
         return "award"
-    if quoted:                  # a quoted title in running text: a song, album, film, book, episode
+    if quoted or next_cue == "work":    # a quoted title in running text, or one the sentence calls a film
         return "work"
     if next_cue == "life":
         return "person"
@@ -329,15 +346,22 @@ def _clean_phrase(phrase: str) -> list[str]:
 
 
 _INITIALS_RE = re.compile(rf"^(?:{_UP}\.)+$")         # "J." "U.S."
+_INNER_CAP_RE = re.compile(rf"^.[^\s]*{_UP}")
 _ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms.", "gen.", "col.", "capt.", "lt.",
                   "rev.", "co.", "inc.", "bros.", "no.", "ltd.", "corp.", "sgt.", "prof.", "hon."}
 # Adjectives that open names ("New York", "First World War", "Great Britain"): dropped only when alone.
 _NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
                  "four", "five", "next", "all", "little", "little"}
 _STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
+_PREPOSITIONS = {"after", "before", "in", "on", "at", "from", "since", "during", "under", "over", "between",
+                 "among", "within", "without", "near", "by", "with", "as", "to", "of", "for", "into", "through",
+                 "until", "upon", "across", "against", "throughout", "following", "despite"}
 # A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
 # function words end titles ("Changed It", "Come Dance With Me").
 _TRAILING_WORDS = {"the", "a", "an"}
+# The parts of a document: "Table 3", "Volume 59" refer to a place in a text, not to a thing.
+_DOCUMENT_PARTS = {"figure", "fig", "fig.", "table", "section", "chapter", "appendix", "page", "part", "volume",
+                   "vol", "vol.", "issue", "no", "no.", "contents", "step", "line", "lines", "equation", "eq"}
 # Words that are never a name alone, in any case ("NEVER", "Also"): function words, modals, quantifiers.
 _FUNCTION_WORDS = _COMMON_STARTERS | {
     "never", "always", "ever", "may", "might", "must", "shall", "can", "cannot", "will", "would", "should",
@@ -372,13 +396,34 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out if a < b]
 
 
+_TITLE_LINE_RE = re.compile(rf"^[ \t]*({_UP}[^\n]{{2,100}}?)[ \t]*$", re.MULTILINE)
+
+
+def _repeated_titles(text: str) -> list[str]:
+    """Title lines (a line of two to ten words without a sentence's final punctuation: a document's or a
+    section's title) that the text repeats word for word: where the prose writes the title again, that run is
+    one name, whatever its capitals and inner words ("Fractional Calculus and Applied Analysis is a journal")."""
+    out = []
+    for m in _TITLE_LINE_RE.finditer(text):
+        title = m.group(1)
+        if title[-1] in ".!?:;," or not 2 <= title.count(" ") + 1 <= 10:
+            continue
+        at = text.find(title, m.end())
+        while at >= 0 and (text[at - 1:at].isalnum() or text[at + len(title):at + len(title) + 1].isalnum()):
+            at = text.find(title, at + 1)
+        if at >= 0 and title not in out:
+            out.append(title)
+    return out
+
+
 class _Context:
     """What the whole chunk says about its words: which it writes in lowercase, whether it is technical
     (code names, options, rst roles), and the kinds its roles give to code names."""
-    __slots__ = ("lower_words", "technical", "roles", "cap_counts")
+    __slots__ = ("lower_words", "technical", "roles", "cap_counts", "titles")
 
     def __init__(self, text: str) -> None:
         self.lower_words = Counter(re.findall(r"\b[a-z][a-z'’\-]+\b", text))
+        self.titles: list[str] = []
         self.roles: dict[str, str] = {}
         self.technical = len(_CODE_HINT_RE.findall(text, 0, 20000)) >= 2
         self.cap_counts: Counter[str] = Counter()
@@ -393,6 +438,8 @@ class _Context:
                 body = body.lstrip("!.")
                 if len(body) > 1 and body.lower() not in _LITERALS:
                     self.roles[body.removesuffix("()")] = code_type(body, m.group(1) or "")
+        else:                       # documentation's headings name sections, not things
+            self.titles = _repeated_titles(text)
 
     def common(self, word: str) -> bool:
         """Is this capitalised word an ordinary word of the chunk ("Update" beside "update")?"""
@@ -411,6 +458,42 @@ def _code_spans(sentence: str, ctx: _Context) -> list[_Span]:
         if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in _FUNCTION_WORDS:
             continue                                    # "e.g", "i.e", a function named "about"
         out.append(_Span(m.start(), m.end(), name, ctx.roles.get(name) or code_type(tok)))
+    return out
+
+
+_QUOTED_RE = re.compile(r"[\"“]([^\"“”\n]{1,160}?)[\"”]")
+MAX_QUOTED_WORDS = 8
+_LOWER_LONG_WORD_RE = re.compile(r"(?<![\w'’\-])[a-z]{4,}")
+
+
+def _whole_spans(sentence: str, ctx: _Context) -> list[_Span]:
+    """Names taken whole, inner words and capitals as written: the chunk's repeated titles, and titles in
+    double quotes (a song, a film, a book: "Will to Love", "The Good, the Bad and the Ugly")."""
+    out: list[_Span] = []
+    taken: list[tuple[int, int]] = []
+    for title in ctx.titles:
+        at = sentence.find(title)
+        while at >= 0:
+            end = at + len(title)
+            if not (sentence[at - 1:at].isalnum() or sentence[end:end + 1].isalnum()):
+                out.append(_Span(at, end, title, _classify_name(title, "", False, _next_cue(sentence[end:end + 96]))))
+                taken.append((at, end))
+            at = sentence.find(title, end)
+    if not ctx.technical and ("“" in sentence or '"' in sentence):     # quotes in code hold strings
+        for m in _QUOTED_RE.finditer(sentence):
+            s, e = m.span(1)
+            while e > s and sentence[e - 1] in " ,.":
+                e -= 1
+            while s < e and sentence[s] == " ":
+                s += 1
+            name = sentence[s:e]
+            if (s == e or not (name[0].isupper() or name[0].isdigit()) or " " not in name
+                    or name.count(" ") >= MAX_QUOTED_WORDS or any(a < e and s < b for a, b in taken)
+                    or len(_LOWER_LONG_WORD_RE.findall(name)) > 1):
+                continue        # a quoted phrase or saying, not a title: lowercase words of four letters
+            prev = sentence[max(0, s - 24):s].split()
+            prev_word = prev[-1].lower().strip(".,;:\"“") if prev else ""
+            out.append(_Span(s, e, name, _classify_name(name, prev_word, True)))
     return out
 
 
@@ -437,12 +520,48 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
             sp = _one_name(sentence, m.start(), all_toks[gi:gj], lead, ctx)
             if sp is not None:
                 spans.append(sp)
+    whole = _whole_spans(sentence, ctx)
+    if whole:
+        # a regex name that holds a whole one entirely is the longer name ("Michigan State University" with the
+        # title "Michigan State"); any other regex name overlapping it is a piece of it
+        spans = [sp for sp in spans if not any(w.start < sp.end and sp.start < w.end and not (
+            sp.start <= w.start and w.end <= sp.end) for w in whole)]
+        spans += [w for w in whole if not any(sp.start <= w.start and w.end <= sp.end for sp in spans)]
+        spans.sort(key=lambda sp: sp.start)
     if ctx.technical:
         code = _code_spans(sentence, ctx)
         if code:
             spans = [sp for sp in spans if not any(c.start < sp.end and sp.start < c.end for c in code)] + code
             spans.sort(key=lambda sp: sp.start)
-    return _merge_year_names(sentence, spans)
+    return _merge_year_names(sentence, _extend_names(sentence, spans, table))
+
+
+# What continues a name past its capitalised words: a company's legal form or a generation after a comma
+# ("Publix Super Markets, Inc.", "Peter Williams, Jr.", "Washington, D.C."), a number ("U.S. Route 119", "Apollo 11",
+# "Country 97 FM") unless a month follows it (a date: "Bahamas 4 July") or it is a year.
+_NAME_TAIL_RE = re.compile(r",?\s(?:D\.C\.|Inc\.|Ltd\.?|LLC|L\.P\.|PLC|plc|Co\.|Corp\.|Jr\.|Sr\.|S\.A\.|GmbH|AG)(?!\w)"
+                           rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])")
+
+
+_NO_TAIL_TYPES = {"date", "quantity", "constant", "identifier", *_ROLE_TYPES.values()}
+
+
+def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]:
+    """Each name with its tail (above); a figure after a name in a table row is a cell of its own."""
+    out: list[_Span] = []
+    skip_to = -1
+    for sp in spans:
+        if sp.start < skip_to:
+            continue
+        if sp.type not in _NO_TAIL_TYPES:           # a code name takes no tail: "--port 80" is an option and 80
+            m = _NAME_TAIL_RE.match(sentence, sp.end)
+            figure = m is not None and m.group(0)[-1].isdigit()
+            if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in _DOCUMENT_PARTS)) and (
+                    sp.name.endswith("Washington") or not m.group(0).endswith("D.C.")):
+                sp = _Span(sp.start, m.end(), sentence[sp.start:m.end()], sp.type)
+                skip_to = m.end()
+        out.append(sp)
+    return out
 
 
 def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: int,
@@ -452,10 +571,15 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     at_start = base + toks[0][0] <= lead
     i, j = 0, len(toks)
     quoted_title = j > 1 and base + toks[0][0] > 0 and sentence[base + toks[0][0] - 1] in _QUOTES_OPEN
-    while (not quoted_title and i < j and (at_start or j - i > 1) and not toks[i][2].endswith(".")
-           and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
+    # in running prose (after a lowercase word or a comma) a capitalised opener belongs to a title ("starring in
+    # The Karate Kid", "the album Where It All Began"); a preposition, a word in capitals ("LAMPSON, AND
+    # LISKOV") or one after other punctuation opens a sentence the cut missed
+    before = sentence[:base + toks[0][0]].rstrip()[-1:]
+    in_prose = (before == "," or before.islower()) and not toks[0][2].isupper()
+    while (not quoted_title and i < j and (at_start or j - i > 1 and (
+                not in_prose or i > 0 or toks[i][2].lower() in _PREPOSITIONS or toks[i][2] == "I"))
+           and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
-        at_start = False
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
     while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
@@ -464,11 +588,12 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     if i >= j:
         return None
     title = j - i > 1 and toks[i][2].lower().rstrip(".") in _PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
-    if title:                                          # "Mrs Calloway" -> person "Calloway"
+    if title and toks[i][2].lower() not in _STYLES:    # "Mrs Calloway" -> person "Calloway"
         i += 1
     words = [t[2] for t in toks[i:j]]
     last = words[-1]
-    if last.endswith(".") and not _INITIALS_RE.match(last) and last.lower() not in ("jr.", "inc.", "co.", "sr."):
+    if last.endswith(".") and (len(words) > 1 and last in ("I.", "V.", "X.") or not _INITIALS_RE.match(last)) and (
+            last.lower() not in ("jr.", "inc.", "co.", "sr.")):     # "World War I." ends its sentence
         last = last[:-1]
     last = _POSSESSIVE_RE.sub("", last) or last
     trim = len(words[-1]) - len(last)
@@ -480,7 +605,7 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
                 or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
             return None
-        if ctx.common(name) and (ctx.technical or s <= lead):
+        if ctx.common(name):
             # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
             # (or anywhere in documentation, whose headings and bullets capitalise verbs: "Update", "Fix")
             return None
@@ -494,8 +619,11 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     prev_word = _POSSESSIVE_RE.sub("", prev[-1].lower().strip(".,;:")) if prev else ""
     quoted = s > 0 and sentence[s - 1] in _QUOTES_OPEN and sentence[e:e + 1] in _QUOTES_CLOSE
     type_ = "person" if title else ctx.roles.get(name) or _classify_name(
-        name, prev_word, quoted, _next_cue(sentence[e:e + 24]), ctx.technical)
-    return _Span(s, e, name, type_, initial=len(words) == 1 and s <= lead)
+        name, prev_word, quoted, _next_cue(sentence[e:e + 96]), ctx.technical)
+    # a word with a capital past its first letter ("CHSJ-FM", "McCartney") opening a sentence is no common
+    # word capitalised there: it needs no second mention, unless it is the whole line (a heading: "SYNOPSIS")
+    return _Span(s, e, name, type_, initial=len(words) == 1 and s <= lead and not (
+        _INNER_CAP_RE.search(name) and sentence[e:].strip(" .:")))
 
 
 def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
@@ -529,6 +657,7 @@ def _role_text(m: re.Match[str]) -> str:
     return "`" + (body.rsplit(".", 1)[-1] if m.group(1) else body) + "`"
 
 
+_LATEX_QUOTES_RE = re.compile(r"``\s?([^`\n]{1,200}?)\s?''")     # ``Title'' (quotes typed as in TeX)
 _FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|bce?|ce|ad|st|nd|rd|th|century|s)\b[\W\d_]*)*$",
                         re.IGNORECASE)
 
@@ -538,6 +667,9 @@ def is_name(text: str) -> bool:
     word. Synonym edges join only names."""
     low = text.strip().lower()
     return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
+
+
+_TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
 
 
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
@@ -551,7 +683,7 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     for a, b in _sentence_spans(text):
         raw = text[a:b]
         if "`" in raw:
-            raw = _ROLE_TEXT_RE.sub(_role_text, raw)
+            raw = _ROLE_TEXT_RE.sub(_role_text, _LATEX_QUOTES_RE.sub(r"“\1” ", raw))
         sentence = _MARKUP_RE.sub(" ", raw).strip()
         sentence = _BULLET_RE.sub("", sentence, count=1)
         if len(sentence) < 2 or raw.lstrip().startswith("#") or _is_heading(sentence):
@@ -559,19 +691,23 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
         spans = _name_spans(sentence, ctx)
         if spans:
             sentences.append((sentence, spans))
+            # a chunk's first line that is a name alone, but for a note in brackets or a place after a comma
+            # ("Illusions (1982 film)", "Nithiravilai"), is a title: it names what the chunk is about
+            title = _TITLE_NOTE_RE.sub("", sentence) if a == 0 and text[b:b + 1] == "\n" else ""
             for sp in spans:
                 if sp.type == "person" and " " in sp.name:
                     person_surnames.setdefault(sp.name.split()[-1], sp.name)
-                if not sp.initial:
+                if not sp.initial or sp.name == title:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
-    # capitalises it elsewhere or it is a known surname
+    # capitalises it elsewhere, or it is a known surname or place
     # a chunk that lists many years or quantities (a chronology, a climate table) makes each a hub joining
     # unrelated chunks: there only full dates and names stay
     years = {sp.name for _, spans in sentences for sp in spans if sp.type == "date" and _YEAR_RE.match(sp.name)}
     many_years = len(years) >= MAX_CHUNK_FIGURES
     many_figures = sum(1 for _, spans in sentences for sp in spans if sp.type == "quantity") >= MAX_CHUNK_FIGURES
-    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames)
+    sentences = [(sent, [sp for sp in spans if (not sp.initial or sp.name in confirmed or sp.name in person_surnames
+                                                or sp.name.lower() in PLACES)
                          and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
     for sentence, spans in sentences:

@@ -10,6 +10,7 @@ done; a budget stop lets the requests in flight finish and saves them before Bud
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -333,8 +334,10 @@ def _llm_client(project: ProjectDir, settings: Settings, max_cost: float | None,
 
         return LLMClient(project, settings.llm, max_cost=max_cost, reporter=reporter)
     from hrag_cli.cluster.ray_llm import cluster_client
+    from hrag_cli.extract.llm_extractor import extract_chunk, first_request
 
-    return cluster_client(cluster.ray, project, settings.llm, cluster.nodes, max_cost=max_cost, reporter=reporter)
+    return cluster_client(cluster.ray, project, settings.llm, cluster.nodes, extract_chunk=extract_chunk,
+                          first_request=first_request, max_cost=max_cost, reporter=reporter)
 
 
 SUMMED = ("failed", "partial", "pending", "entity_mentions", "relation_mentions", "dropped_rows", "retyped",
@@ -570,6 +573,8 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
     # chunks started ahead of a free request slot keep a remote API busy; a server on this machine answers one
     # at a time, and a chunk queued there would be sent before a run-wide stop (a streak) is seen
     window = max(1, client.settings.concurrency) * (1 if is_local(client.settings) else 2)
+    # a cluster's client extracts whole chunks on its nodes (cluster/ray_llm.py); otherwise this process does
+    extract = getattr(client, "extract_chunk", None) or functools.partial(extract_chunk, client)
     queue = iter(todo)
     running: dict[asyncio.Task, Chunk] = {}
     budget: BudgetExceeded | None = None
@@ -589,7 +594,7 @@ async def _run_llm(project: ProjectDir, client: Any, todo: list[Chunk], settings
                     if ch is None:
                         break
                     running[asyncio.ensure_future(
-                        extract_chunk(client, ch, settings.extract, extractor, **attempts.get(ch.chunk_id, {})))] = ch
+                        extract(ch, settings.extract, extractor, **attempts.get(ch.chunk_id, {})))] = ch
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -698,7 +703,7 @@ def _import(project: ProjectDir, chunks: list[Chunk], path: Path, reporter: Repo
 def _import_corpus(project: ProjectDir, chunks: list[Chunk], source: Any, reporter: Reporter) -> tuple[str, dict]:
     """--import-lightrag / --import-graphrag: the folder's extractions as this project's, for the chunks the
     chunk stage imported from it."""
-    from hrag_cli.extract.imported import importer
+    from hrag_cli.extract.importers import importer
 
     mod = importer(source.kind)
     path = mod.check_dir(source.path)

@@ -19,7 +19,7 @@ from hrag_cli.graph.push import PUSH_EPS, Reset, push
 from hrag_cli.graph.walk import Scale, WalkGraph
 from hrag_cli.storage.vectors.search import top_order
 
-__all__ = ["passage_walk", "minmax", "SeedWeights", "build_reset"]
+__all__ = ["passage_walk", "seed_walk", "minmax", "SeedWeights", "build_reset"]
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -70,6 +70,17 @@ class SeedWeights:
 
     entity: dict[int, float] = field(default_factory=dict)     # vertex -> weight
     sources: dict[int, list[str]] = field(default_factory=dict)  # vertex -> fact ids / "name" that seeded it
+
+
+def seed_walk(graph: WalkGraph, seeds: SeedWeights, damping: float, scale: Scale = None,
+              vertices: np.ndarray | None = None) -> np.ndarray:
+    """The walk from the seed entities alone, no passage weights (summing to 1; `vertices`: the scores of those
+    alone): the graph's own evidence, which ppr's fused first ranks set beside the passage scores without
+    counting those twice. A local walk (a few seeds); it never makes a batch's table."""
+    order = sorted(seeds.entity)
+    reset = Reset(np.asarray(order, dtype=np.intp), np.asarray([seeds.entity[v] for v in order], dtype=np.float64))
+    walked = push(graph, reset, damping, scale, PUSH_EPS)
+    return walked.mass(vertices) / walked.mass_sum()
 
 
 def build_reset(seeds: SeedWeights, chunk_vertices: np.ndarray, chunk_weights: np.ndarray,

@@ -26,7 +26,7 @@ from hrag_cli.query.context import apply_budgets
 from hrag_cli.query.index import QueryIndex
 from hrag_cli.query.recognition import check_fact_filter, filter_enabled, recognize
 from hrag_cli.graph.chunk_prior import is_rules_graph, load_chunk_prior, walk_scale
-from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk
+from hrag_cli.query.ppr import SeedWeights, build_reset, minmax, passage_walk, seed_walk
 from hrag_cli.query.types import RankedChunk, Retrieval
 
 MODES = ("ppr", "local", "global", "hybrid", "naive", "mix", "bm25")
@@ -282,18 +282,24 @@ def _seed_facts(ix: QueryIndex, qvec: np.ndarray, s: QuerySettings, anchors: set
     return facts
 
 
-def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings) -> np.ndarray:
+def fuse_ranks(walk: np.ndarray, passage: np.ndarray, lexical: np.ndarray | None, w: float, s: QuerySettings,
+               seeds_only: np.ndarray | None = None) -> np.ndarray:
     """The final ppr scores: the first `fusion_head` ranks go to the best of a weighted reciprocal-rank
     fusion of the walk (share `w`) with the passage scores and BM25 (`fusion_lexical` of the rest), the
     ranks below them follow the walk. Ranks, not scores, because PageRank mass, cosine and BM25 live on
     scales that change from query to query. Why a head: on multi-hop questions the first gold passage is
-    usually the one naming the question's entity, which lexical/dense scoring places well, and the second
-    hop is what the walk finds (bench/retrieval.py)."""
+    usually the one naming the question's entity, which lexical/dense scoring place well, and the second
+    hop is what the walk finds (bench/retrieval.py). With `seeds_only` (the walk from the seeds alone,
+    `ppr.seed_walk`), the head is that walk's fusion, then the whole walk's picks it does not hold."""
     if w >= 1.0 or s.fusion_head <= 0:
         return walk
     k = max(s.fusion_k, 1e-6)
     lw = min(max(s.fusion_lexical, 0.0), 1.0) if lexical is not None else 0.0
-    head = _fused_head(walk, passage, lexical if lw > 0 else None, max(w, 0.0), lw, k, s.fusion_head)
+    lex = lexical if lw > 0 else None
+    head = _fused_head(walk, passage, lex, max(w, 0.0), lw, k, s.fusion_head)
+    if seeds_only is not None:
+        first = _fused_head(seeds_only, passage, lex, max(w, 0.0), lw, k, s.fusion_head)
+        head = np.concatenate([first, head[~np.isin(head, first)]])
     out = minmax(walk)                          # below the head: the walk's order, scores in [0, 0.5]
     out *= 0.5
     out[head] = 1.0 - np.arange(len(head)) / (2.0 * max(len(head), 1))   # the head: above every walk score
@@ -452,10 +458,17 @@ def retrieve_ppr(ix: QueryIndex, query: str, s: QuerySettings, r: Retrieval, lim
         load_chunk_prior(ix.project, graph, s.damping, scale)
     walk = np.full(len(cv), -1.0)
     walk[ok] = passage_walk(graph, reset, floor, s.damping, scale, vertices=cv[ok])
+    # a name the graph holds in very few chunks points at them, and the walk from it at their neighbours: the
+    # passage weights in the whole walk's reset only blur that, and the head fuses the passage scores anyway
+    specific = s.head_seed_chunks > 0 and any(ix.entity_chunk_counts.get(e, 1) <= s.head_seed_chunks for e in named)
+    alone = None
+    if specific and w < 1.0 and s.fusion_head > 0:
+        alone = np.full(len(cv), -1.0)
+        alone[ok] = seed_walk(graph, seeds, s.damping, scale, vertices=cv[ok])
     r.timings["ppr_ms"] = _ms(t0)
     if w < full:
         r.notes.append(f"weak seeds: the walk counts {w:.2f} of its usual {full:.2f} in the first ranks")
-    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s), limit, s.doc_cap)
+    r.chunks = _top_chunks_capped(ix, fuse_ranks(walk, passage, lexical, w, s, alone), limit, s.doc_cap)
     _list_seeds(ix, seeds, r)
 
 

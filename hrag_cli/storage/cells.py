@@ -47,13 +47,15 @@ def cell_count(n: int, per_vector: int, cell_size: int) -> int:
     return math.ceil(n * per_vector / cell_size)
 
 
-def _centred(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
+def _centred(x: np.ndarray, mean: np.ndarray, in_place: bool = False) -> np.ndarray:
     """Rows less the mean, re-normalised. Sentence embeddings share a common direction; on raw vectors the
     centroids near it are among the nearest of nearly every row and their cells swell, and the join's work with
-    them. Centring moves no vector relative to another, so near pairs stay near."""
-    y = x - mean
+    them. Centring moves no vector relative to another, so near pairs stay near. `in_place`: in `x` itself (a
+    copy the caller made), so no second sample-sized array is held."""
+    y = np.subtract(x, mean, out=x if in_place else None)
     norms = np.linalg.norm(y, axis=1, keepdims=True)
-    return y / np.where(norms > 0, norms, 1)
+    y /= np.where(norms > 0, norms, 1)
+    return y
 
 
 def fit_cells(matrix: np.ndarray, per_vector: int, cell_size: int, seed: int = 0, sample: int = 100_000,
@@ -67,7 +69,7 @@ def fit_cells(matrix: np.ndarray, per_vector: int, cell_size: int, seed: int = 0
     mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)
     if c == 1:
         return CellPlan(np.zeros((0, dim), dtype=np.float32), mean, n)
-    x = _centred(x, mean)
+    x = _centred(x, mean, in_place=True)
     cent = x[rng.choice(len(x), size=c, replace=False)].copy()
     for _ in range(rounds):
         near = nearest_cells(x, CellPlan(cent, np.zeros(dim, np.float32), n), 1)[:, 0]
@@ -158,6 +160,7 @@ class _Join:
     writes the candidate slots of its own (row, cell) pairs into `nbr` and `sim` (shared arrays when forked)."""
     matrix: np.ndarray
     query: np.ndarray
+    listed: np.ndarray        # the queried rows whose candidates this join lists (and offers to the others)
     qpos: np.ndarray          # row -> its row in nbr/sim (-1: not queried)
     rows_in: np.ndarray
     slot_in: np.ndarray
@@ -188,7 +191,8 @@ def _join_cells(j: _Join, span: tuple[int, int]) -> tuple[int, list[tuple[np.nda
         b0, b1 = j.bounds[c], j.bounds[c + 1]
         mem, mslot = j.rows_in[b0:b1], j.slot_in[b0:b1]
         qmask = query[mem]
-        q, qslot = mem[qmask], mslot[qmask]
+        lmask = j.listed[mem]
+        q, qslot = mem[lmask], mslot[lmask]
         done += len(q)
         if len(q) == 0 or len(mem) < 2:
             continue
@@ -236,7 +240,8 @@ def spans(cost: np.ndarray, parts: int) -> list[tuple[int, int]]:
 
 def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray, k: int, floor: np.ndarray,
          on_cell: Callable[[int], None] | None = None, min_sim: float = -np.inf,
-         parallel_min: int | None = None) -> Joined:
+         parallel_min: int | None = None, listed: np.ndarray | None = None,
+         cell_members: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Joined:
     """Compare each queried row (`query`, a bool mask) with every row sharing one of its cells. An unqueried
     member x of a cell is offered the k best queried rows of that cell that beat floor[x] (its k-th neighbour
     so far: a later run adds a few entities to cells of thousands, and most members need none of them).
@@ -244,11 +249,15 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
     join pick candidates with one comparison per cosine instead of a partition of every row (a large part of
     the join). A join of at least `parallel_min` cosines (default PARALLEL_MIN) runs its cells in
     forked workers, one per core (forkpool.py), each writing the slots of its own (row, cell) pairs.
+    `listed` (a bool mask within `query`, default all of it): only these queried rows are compared and offered,
+    so a caller can join a large query in parts (`join_parts`), holding one part's candidates at a time;
+    `cell_members`: `members(cells, n_cells)`, when the caller made it once for its parts.
     `on_cell(done_rows)` reports progress."""
     n = len(matrix)
-    qrows = np.nonzero(query)[0]
-    rows_in, slot_in, bounds = members(cells, n_cells)
-    upto = np.concatenate([[0], np.cumsum(query[rows_in], dtype=np.int64)])
+    listed = query if listed is None else listed
+    qrows = np.nonzero(listed)[0]
+    rows_in, slot_in, bounds = cell_members or members(cells, n_cells)
+    upto = np.concatenate([[0], np.cumsum(listed[rows_in], dtype=np.int64)])
     cost = (upto[bounds[1:]] - upto[bounds[:-1]]) * np.diff(bounds)     # per cell: queried rows x members
     parallel = int(cost.sum()) >= (PARALLEL_MIN if parallel_min is None else parallel_min) and forkpool.workers() > 1
     shape = (len(qrows), cells.shape[1] * k)
@@ -256,15 +265,15 @@ def join(matrix: np.ndarray, cells: np.ndarray, n_cells: int, query: np.ndarray,
     sim = forkpool.shared_array(shape, np.float32, -np.inf) if parallel else np.full(shape, -np.inf, np.float32)
     qpos = np.full(n, -1, dtype=np.int64)
     qpos[qrows] = np.arange(len(qrows))
-    work = _Join(matrix, query, qpos, rows_in, slot_in, bounds, k, floor, min_sim, nbr, sim)
+    work = _Join(matrix, query, listed, qpos, rows_in, slot_in, bounds, k, floor, min_sim, nbr, sim)
     tasks = spans(cost, TASKS_PER_WORKER * max(2, forkpool.workers()))    # in-process too: progress per range
     offers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for done, found in forkpool.run_tasks(_join_cells, work, tasks, parallel):
         offers.extend(found)
         if on_cell is not None:
             on_cell(done)
-    if parallel:     # out of the shared mappings, which the workers are done with
-        nbr, sim = np.array(nbr), np.array(sim)
+    # a forked join's candidates stay in the shared mappings (the caller ranks them, then lets them go): a copy
+    # out of them would hold the largest arrays of the pass twice
     if offers:
         return Joined(qrows, nbr, sim, *(np.concatenate(x) for x in zip(*offers)))
     none = np.zeros(0, dtype=np.int64)

@@ -295,31 +295,45 @@ def join_sparse(parts: list[SparseRows], dim: int) -> SparseRows:
                       np.concatenate([p.bands for p in parts]), np.concatenate([p.data for p in parts]), dim)
 
 
+POSTING_BLOCK_VALUES = 1 << 20     # values per block of `build_postings` (each takes a few int64 temporaries)
+
+
+def _value_spans(indptr: np.ndarray, n: int, max_rows: int, max_values: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges [s, e) of at most `max_rows` rows and `max_values` values (a longer row alone)."""
+    out, s = [], 0
+    while s < n:
+        fit = int(np.searchsorted(indptr, int(indptr[s]) + max_values, side="right")) - 1
+        e = max(s + 1, min(n, s + max_rows, fit))
+        out.append((s, e))
+        s = e
+    return out
+
+
 def build_postings(rows: SparseRows) -> tuple[np.ndarray, ...]:
     """Column postings of sparse rows: (ptr int64 (dim + 1), low two bytes of each row uint16, per column the
     count of its entries in each band of 65,536 rows uint32 (dim, bands), float16 values); column c's entries
     are at ptr[c]:ptr[c + 1], rows ascending. 4 bytes a value, as the rows' 3 (+ band counts). A counting
-    sort, block by block of rows (a stable sort of 16-bit columns is a radix sort): linear in the values,
-    temporaries of a few MB."""
+    sort, block by block of rows (a stable sort of 16-bit columns is a radix sort): linear in the values; a
+    block holds at most POSTING_BLOCK_VALUES values (a chunk's row holds hundreds), so its temporaries stay a
+    few tens of MB."""
     n, dim, total = len(rows), rows.dim, len(rows.data)
     nb = max(1, -(-n // ROW_BAND))
-    step = SCAN_ROWS // 4
+    spans = _value_spans(np.asarray(rows.indptr), n, SCAN_ROWS // 4, POSTING_BLOCK_VALUES)
 
-    def block(s: int) -> tuple[int, int, np.ndarray]:
-        e = min(n, s + step)
+    def block(s: int, e: int) -> tuple[int, np.ndarray]:
         p0, p1 = int(rows.indptr[s]), int(rows.indptr[e])
-        return e, p0, rows.cols_of(rows.bands[s:e], rows.low[p0:p1]).astype(np.uint16)
+        return p0, rows.cols_of(rows.bands[s:e], rows.low[p0:p1]).astype(np.uint16)
 
     bands = np.zeros((dim, nb), dtype=np.int64)
-    for s in range(0, n, step):
-        e, _, cols = block(s)
+    for s, e in spans:
+        _, cols = block(s, e)
         row = np.repeat(np.arange(s, e, dtype=np.int64), np.diff(np.asarray(rows.indptr[s:e + 1])))
         bands += np.bincount(cols.astype(np.int64) * nb + row // ROW_BAND, minlength=dim * nb).reshape(dim, nb)
     ptr = np.concatenate([[0], np.cumsum(bands.sum(axis=1))]).astype(np.int64)
     cursor = ptr[:-1].copy()
     plow, pdata = np.empty(total, dtype=np.uint16), np.empty(total, dtype=DTYPE)
-    for s in range(0, n, step):
-        e, p0, cols = block(s)
+    for s, e in spans:
+        p0, cols = block(s, e)
         order = np.argsort(cols, kind="stable")
         c = cols[order].astype(np.intp)
         cnt = np.bincount(c, minlength=dim)[:dim]
