@@ -7,6 +7,7 @@ turn one accumulator into its entity, relation or fact. Both a full resolve and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hrag_cli.core.project import fingerprint
@@ -130,3 +131,15 @@ def relation_type(types: dict[str, int] | None) -> str:
 def fact_record(fkey: tuple[str, str, str], facc: _FactAcc, subject: str, obj: str, relation_id: str) -> Fact:
     return Fact(id=fingerprint("fact", *fkey), subject=subject, predicate=_top(facc.predicates), object=obj,
                 relation_id=relation_id, source_ids=facc.sources)
+
+
+def relation_ends(r: Any, ident: Callable[[Any], tuple[str, str]], row_ids: dict[str, str],
+                  entity_id: Callable[[str], str]) -> tuple[str, str, str, str] | None:
+    """A relation row's endpoints as (source id, its surface form, target id, its surface form), None when an end
+    names nothing; an end written as a name or alias of an entity row of the same chunk is that entity. One rule
+    for the in-memory merge and the partitioned one, so both give the same graph."""
+    s, s_sf = ident(r.src)
+    t, t_sf = ident(r.tgt)
+    if not s or not t:
+        return None
+    return row_ids.get(s) or entity_id(s), s_sf, row_ids.get(t) or entity_id(t), t_sf

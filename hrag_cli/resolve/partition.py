@@ -42,7 +42,8 @@ from hrag_cli.graph.pickle_format import Column, GraphColumns
 from hrag_cli.resolve import state as resolve_state
 from hrag_cli.resolve.aliases import MergeKeys, needs_plan
 from hrag_cli.resolve.merge_records import (
-    UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, relation_id, relation_record)
+    UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, relation_ends, relation_id,
+    relation_record)
 from hrag_cli.resolve.summaries import SummaryJob, Summarizer
 
 # mention events (entity rows, relation endpoints, relations, facts) merged at once: an event's share of the
@@ -183,13 +184,11 @@ def bucket(records: Iterable[ExtractionRecord], keys: MergeKeys | None, cuts: Cu
                             row_ids.setdefault(akey, eid)
                 ent_add(part(ent_cuts, eid), (eid, chunk_id, sf, t, d, aliases))
             for r in rec.relations:
-                s, s_sf = ident(r.src)
-                t, t_sf = ident(r.tgt)
-                if not s or not t:
+                ends = relation_ends(r, ident, row_ids, entity_id)
+                if ends is None:
                     dropped += 1
                     continue
-                s = row_ids.get(s) or entity_id(s)
-                t = row_ids.get(t) or entity_id(t)
+                s, s_sf, t, t_sf = ends
                 for eid, sf in (((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))):
                     per_chunk[eid] = per_chunk.get(eid, 0) + 1
                     ent_add(part(ent_cuts, eid), (eid, chunk_id, sf))

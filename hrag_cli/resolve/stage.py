@@ -49,7 +49,8 @@ from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome, fingerprint
 from hrag_cli.core.records import ChunkRef, Document, Entity, ExtractionRecord, Fact, Relation, to_dict
 from hrag_cli.resolve.merge_records import (
-    UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record, fact_record, live, relation_record)
+    UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, _vote_type, entity_record, fact_record, live, relation_ends,
+    relation_record)
 from hrag_cli.resolve.summaries import SummaryJob, Summarizer, summary_prompt_version
 from hrag_cli.chunk.stage import chunk_mark, load_chunk_refs, load_documents
 
@@ -217,13 +218,11 @@ def _merge(records: Iterable[ExtractionRecord], keys: MergeKeys | None, into: Me
                         acc.aliases.add(asf)
                         row_ids.setdefault(akey, eid)   # an endpoint written with it, in this chunk: this entity
         for r in rec.relations:
-            s, s_sf = ident(r.src)
-            t, t_sf = ident(r.tgt)
-            if not s or not t:
+            ends = relation_ends(r, ident, row_ids, entity_id)
+            if ends is None:
                 dropped += 1
                 continue
-            s = row_ids.get(s) or entity_id(s)
-            t = row_ids.get(t) or entity_id(t)
+            s, s_sf, t, t_sf = ends
             ends = ((s, s_sf),) if s == t else ((s, s_sf), (t, t_sf))
             for eid, sf in ends:  # endpoints are mentions; a self-loop row names its entity once
                 acc = ents.get(eid)
