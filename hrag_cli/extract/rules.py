@@ -376,6 +376,10 @@ _FUNCTION_WORDS = _COMMON_STARTERS | {
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
+_GROUP_POSSESSORS = {"people", "children", "women", "men", "king", "queen"}
+_SAINTS = {"st", "st.", "saint", "ste", "ste."}
+
+
 def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     """Cut a run of capitalised tokens into names: after a possessive ("Virginia Tech's Kimballton ...") and
     after a dotted word that is neither an initial nor a title abbreviation ("Paris." at a missed sentence end),
@@ -385,7 +389,9 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     for k, (_, _, w) in enumerate(toks[:-1]):
         cut = False
         if w.endswith(("'s", "’s")):
-            cut = True
+            # a descriptive possessive stays inside the name: a plural ("People's Republic", "Children's
+            # Hospital"), a saint ("St Paul's Cathedral"), a title standing for the Crown ("King's College")
+            cut = not (w[:-2].lower() in _GROUP_POSSESSORS or k > 0 and toks[k - 1][2].lower() in _SAINTS)
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
@@ -533,7 +539,7 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
         if code:
             spans = [sp for sp in spans if not any(c.start < sp.end and sp.start < c.end for c in code)] + code
             spans.sort(key=lambda sp: sp.start)
-    return _merge_year_names(sentence, _extend_names(sentence, spans, table))
+    return _merge_year_names(sentence, _join_complements(sentence, _extend_names(sentence, spans, table)))
 
 
 # What continues a name past its capitalised words: a company's legal form or a generation after a comma
@@ -626,15 +632,60 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         _INNER_CAP_RE.search(name) and sentence[e:].strip(" .:")))
 
 
-def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
-    """"the 1964 Summer Olympics", "2011 Census": a year written right before an event's name is part of it."""
+# Heads whose complement after "on" belongs to the name: "Treaty on European Union", "Committee on Antarctic
+# Names", "War on Terror". After other words "on" starts a phrase of its own ("Smith on Monday").
+_ON_HEADS = {"treaty", "convention", "committee", "commission", "board", "conference", "council", "war",
+             "agreement", "declaration", "protocol", "act", "institute", "center", "centre", "campaign", "panel",
+             "symposium", "workshop", "forum", "task", "force", "subcommittee"}
+_COMPLEMENT_RE = re.compile(r" on (?:the )?$")
+
+
+def _join_complements(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """A name whose head takes a complement after "on" runs on to the complement's name (see _ON_HEADS)."""
     out: list[_Span] = []
     for sp in spans:
         prev = out[-1] if out else None
+        if prev is not None and sp.type not in ("date", "quantity") and prev.type not in ("date", "quantity"):
+            gap = sentence[prev.end:sp.start]
+            low = prev.name.lower().split()
+            if ((low[-1] in _ON_HEADS and _COMPLEMENT_RE.match(gap))
+                    or (gap == " and " and _coordinated(low, sp.name.lower().split()))):
+                out[-1] = _Span(prev.start, sp.end, sentence[prev.start:sp.end], prev.type)
+                continue
+        out.append(sp)
+    return out
+
+
+def _coordinated(a: list[str], b: list[str]) -> bool:
+    """Two names joined by "and" that are one: the second completes the first's "of" phrase ("Ministry of
+    Environment and Forests": the first an institution, the second a plain noun phrase, no institution, person or
+    place of its own), or the first shares the second's head ("Liverpool and Manchester Railway", "Liberal and
+    Country Party": the first has no head word of its own)."""
+    heads = _ORG_WORDS | _ARTIFACT_WORDS
+    of = a.index("of") if "of" in a else a.index("for") if "for" in a else -1
+    if of > 0:
+        return (of < len(a) - 1 and any(w in _ORG_WORDS for w in a[:of]) and len(b) <= 3 and b[-1] not in heads
+                and b[0] not in GIVEN_NAMES and " ".join(b) not in PLACES)
+    return b[-1] in heads and a[-1] not in heads and a[-1] not in _LOC_WORDS
+
+
+_ORDINAL_BEFORE_RE = re.compile(r"(?<![\w.,])\d{1,3}(?:st|nd|rd|th)\s$")
+
+
+def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """"the 1964 Summer Olympics", "2011 Census": a year written right before an event's name is part of it;
+    so is an ordinal ("14th Lok Sabha", "35th Chess Olympiad", "1st Battalion"): it says which one."""
+    out: list[_Span] = []
+    for sp in spans:
+        m = _ORDINAL_BEFORE_RE.search(sentence, max(0, sp.start - 6), sp.start)
+        if m and sp.type not in ("date", "quantity"):
+            sp = _Span(m.start(), sp.end, sentence[m.start():sp.end], sp.type)
+        prev = out[-1] if out else None
         if (prev is not None and prev.type == "date" and len(prev.name) == 4 and prev.name.isdigit()
-                and sentence[prev.end:sp.start] == " " and sp.type in ("event", "unknown", "award")
+                and sentence[prev.end:sp.start] == " " and sp.type not in ("date", "quantity")
+                and sp.name.split(None, 1)[0].lower() not in GIVEN_NAMES
                 and (sp.type == "event" or sentence[max(0, prev.start - 4):prev.start].lower() == "the ")):
-            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", "event")
+            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", "event" if sp.type in ("unknown", "person", "location") else sp.type)
             continue
         out.append(sp)
     return out
