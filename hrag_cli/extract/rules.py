@@ -395,11 +395,35 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
+        else:
+            cut = _two_names(toks, start, k)
         if cut:
             out.append((start, k + 1))
             start = k + 1
     out.append((start, len(toks)))
     return [(a, b) for a, b in out if a < b]
+
+
+# Two demonyms that name one denomination or people: "Roman Catholic", "African American".
+_COMPOUND_DEMONYMS = {("roman", "catholic"), ("anglo", "saxon"), ("greek", "orthodox"), ("russian", "orthodox")} | {
+    (d, "american") for d in DEMONYMS}
+
+
+def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool:
+    """Whether a run of capitalised words holds two names that meet between word k and the next."""
+    w, nxt = toks[k][2], toks[k + 1][2]
+    low, nlow = w.lower(), nxt.lower()
+    last = k + 1 == len(toks) - 1
+    if k == start and low in DEMONYMS and (nlow in GIVEN_NAMES or last and (
+            (_ACRONYM_RE.match(nxt) and len(nxt) > 2) or (nlow in DEMONYMS and (low, nlow) not in _COMPOUND_DEMONYMS))):
+        return True     # "American MTV", "Venetian John Cabot", "English Puritan": a nationality, then a name
+    if last and nxt.rstrip(".").replace(".", "") in _POSTNOMINALS and k - start >= 1:
+        return True     # "Mark Achtman FRS": honours after a person's name are not part of it
+    return False
+
+
+_POSTNOMINALS = {"CBE", "OBE", "MBE", "KBE", "GBE", "DBE", "FRS", "FRSE", "FBA", "QC", "KC", "VC", "PC", "MP",
+                 "MEP", "AC", "AO", "CIE", "CSI", "KCB", "GCB", "DSO", "MC", "JP", "MVO", "KCMG", "GCMG", "CMG"}
 
 
 _TITLE_LINE_RE = re.compile(rf"^[ \t]*({_UP}[^\n]{{2,100}}?)[ \t]*$", re.MULTILINE)
