@@ -753,6 +753,7 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str], ExtractedRelation] = {}
     person_surnames: dict[str, str] = {}
+    person_given: dict[str, str] = {}       # "David" -> "David Jones": a given name alone, after the full name
     confirmed: set[str] = set()
     sentences: list[tuple[str, list[_Span]]] = []
     for a, b in _sentence_spans(text):
@@ -772,6 +773,9 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
             for sp in spans:
                 if sp.type == "person" and " " in sp.name:
                     person_surnames.setdefault(sp.name.split()[-1], sp.name)
+                    first = sp.name.split()[0]
+                    if first.lower() in GIVEN_NAMES:
+                        person_given.setdefault(first, sp.name)
                 if not sp.initial or sp.name == title:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
@@ -791,6 +795,8 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
             # a lone surname after the full name in the same chunk is that person
             if " " not in sp.name and sp.name in person_surnames:
                 sp.name, sp.type = person_surnames[sp.name], "person"
+            elif " " not in sp.name and sp.name in person_given:
+                sp.name, sp.type = person_given[sp.name], "person"
             key = sp.name.casefold()
             if key not in entities:
                 entities[key] = ExtractedEntity(name=sp.name, type=sp.type, description=desc)
