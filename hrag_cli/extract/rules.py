@@ -44,9 +44,7 @@ _MONTHS = ("January|February|March|April|May|June|July|August|September|October|
 _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|meters|metre|meter|cm|mm|ft|feet|"
           "foot|inches|kg|kilograms|g|grams|tonnes|tons|tonne|ton|lb|lbs|pounds|litres|liters|l|ml|"
           "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|sq mi|"
-          "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
-          "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
-          "million|billion|thousand|hundred")
+          "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute")
 
 _DATE_AHEAD = rf"(?:{_MONTHS})\.?\s\d"     # a month and its day or year: a date, never the tail of a name
 _CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
