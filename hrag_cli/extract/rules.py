@@ -745,8 +745,13 @@ def is_name(text: str) -> bool:
 _TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
 
 
+# No-break and thin spaces ("5\u00a0km") are spaces: a name is the same name whichever space the text typed.
+_SPACES = str.maketrans({"\u00a0": " ", "\u2007": " ", "\u2009": " ", "\u202f": " "})
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
+    text = text.translate(_SPACES)
     ctx = _Context(text)
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str], ExtractedRelation] = {}
