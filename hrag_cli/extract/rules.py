@@ -60,7 +60,7 @@ _ALTERNATIVES = [
     ("date", r"\d", r"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\b(?!\.?,?\s\d)".replace("{_MONTHS}", _MONTHS)),  # 16 August
     ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
     ("date", r"\d", r"(?<![\w.,]\d)\d?(?:st|nd|rd|th)[\s\-]century(?:\s(?:BCE|BC|CE|AD)\b)?"),  # 17th century
-    ("date", "[12]", r"(?<![\w.,][12])\d{3}\s?[–—\-]\s?(?:[12]\d{3}|\d\d)\b(?![\w.,]\d)"),       # 1910–1942
+    ("date", "[12]", rf"(?<![\w.,][12])\d{{3}}\s?[–—\-]\s?(?:[12]\d{{3}}|\d\d)\b(?![\w.,\-–]\d|\s(?:{_MONTHS})\b)"),  # 1910–42
     ("date", r"\d", r"(?<![\w.,]\d)\d{0,3}\s?(?:BCE|BC|CE|AD)\b"),                          # 500 BC
     ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
     ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
