@@ -630,6 +630,8 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     name = " ".join(words)
     low0 = words[0].lower()
     if len(words) == 1:
+        if low0 in _WEEKDAYS:
+            return _Span(s, e, name, "date")        # "on Wednesday": a day, as much a date as "16 August"
         if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
                 or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
             return None
