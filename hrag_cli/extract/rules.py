@@ -58,6 +58,7 @@ _ALTERNATIVES = [
     ("date", r"\d", rf"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b"),               # 8 May 1936
     ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s(?:\d{{1,2}},?\s)?\d{{4}}\b"),  # March 1987
     ("date", r"\d", r"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\b(?!\.?,?\s\d)".replace("{_MONTHS}", _MONTHS)),  # 16 August
+    ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s[0-3]?\d(?:st|nd|rd|th)?\b(?![\d.,:\-–])"),  # August 6
     ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
     ("date", r"\d", r"(?<![\w.,]\d)\d?(?:st|nd|rd|th)[\s\-]century(?:\s(?:BCE|BC|CE|AD)\b)?"),  # 17th century
     ("date", "[12]", rf"(?<![\w.,][12])\d{{3}}\s?[–—\-]\s?(?:[12]\d{{3}}|\d\d)\b(?![\w.,\-–]\d|\s(?:{_MONTHS})\b)"),  # 1910–42
