@@ -670,22 +670,31 @@ def _join_complements(sentence: str, spans: list[_Span]) -> list[_Span]:
     out: list[_Span] = []
     for sp in spans:
         prev = out[-1] if out else None
-        if prev is not None and sp.type not in ("date", "quantity") and prev.type not in ("date", "quantity"):
+        if prev is not None and prev.type not in ("date", "quantity") and sp.type != "quantity":
             gap = sentence[prev.end:sp.start]
             low = prev.name.lower().split()
-            if ((low[-1] in _ON_HEADS and _COMPLEMENT_RE.match(gap))
-                    or (gap == " and " and _coordinated(low, sp.name.lower().split()))):
+            if sp.type == "date":
+                # "Naturalization Act of 1790", "War of 1812": the year says which act, which war
+                join = gap == " of " and prev.type != "person" and sp.name[-4:].isdigit()
+            else:
+                join = ((low[-1] in _ON_HEADS and _COMPLEMENT_RE.match(gap) is not None)
+                        or (gap in (" and ", " and the ") and _coordinated(low, gap, sp.name.lower().split())))
+            if join:
                 out[-1] = _Span(prev.start, sp.end, sentence[prev.start:sp.end], prev.type)
                 continue
         out.append(sp)
     return out
 
 
-def _coordinated(a: list[str], b: list[str]) -> bool:
+def _coordinated(a: list[str], gap: str, b: list[str]) -> bool:
     """Two names joined by "and" that are one: the second completes the first's "of" phrase ("Ministry of
     Environment and Forests": the first an institution, the second a plain noun phrase, no institution, person or
     place of its own), or the first shares the second's head ("Liverpool and Manchester Railway", "Liberal and
     Country Party": the first has no head word of its own)."""
+    if f"{a[-1]}{gap}{' '.join(b)}" in PLACES:
+        return True         # a country named so: "Trinidad and Tobago", "Saint Vincent and the Grenadines"
+    if gap != " and ":
+        return False
     heads = _ORG_WORDS | _ARTIFACT_WORDS
     of = a.index("of") if "of" in a else a.index("for") if "for" in a else -1
     if of > 0:
