@@ -397,7 +397,8 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         else:
             cut = _two_names(toks, start, k)
         if cut:
-            out.append((start, k + 1))
+            if cut != "office":         # an office before a person's name is a title, dropped as "Mr." is
+                out.append((start, k + 1))
             start = k + 1
     out.append((start, len(toks)))
     return [(a, b) for a, b in out if a < b]
@@ -408,7 +409,7 @@ _COMPOUND_DEMONYMS = {("roman", "catholic"), ("anglo", "saxon"), ("greek", "orth
     (d, "american") for d in DEMONYMS}
 
 
-def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool:
+def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool | str:
     """Whether a run of capitalised words holds two names that meet between word k and the next."""
     w, nxt = toks[k][2], toks[k + 1][2]
     low, nlow = w.lower(), nxt.lower()
@@ -416,11 +417,19 @@ def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool:
     if k == start and low in DEMONYMS and (nlow in GIVEN_NAMES or last and (
             (_ACRONYM_RE.match(nxt) and len(nxt) > 2) or (nlow in DEMONYMS and (low, nlow) not in _COMPOUND_DEMONYMS))):
         return True     # "American MTV", "Venetian John Cabot", "English Puritan": a nationality, then a name
+    if (k > start and low.rstrip(".") in _ROLE_NOUNS and len(toks) - k > 2 and nxt not in _CONNECTORS
+            and not any(t[2].lower() in _ORG_WORDS or t[2].lower() in _LOC_WORDS for t in toks[k + 1:])):
+        return "office"     # "Prime Minister Margaret Thatcher", "Treasury Secretary Alexander Hamilton": an office, a person
     if last and nxt.rstrip(".").replace(".", "") in _POSTNOMINALS and k - start >= 1:
         return True     # "Mark Achtman FRS": honours after a person's name are not part of it
     return False
 
 
+_ROLE_NOUNS = {"president", "minister", "secretary", "governor", "senator", "senators", "justice", "premier",
+               "premiers", "chancellor", "leader", "chairman", "chairwoman", "ambassador", "mayor", "judge",
+               "commissioner", "director", "representative", "congressman", "congresswoman", "speaker", "treasurer",
+               "admiral", "coach", "manager", "owner", "founder", "ceo", "starring", "presidents",
+               "ministers", "governors", "judges", "mayors", "directors", "captain", "marshal", "sheriff"}
 _POSTNOMINALS = {"CBE", "OBE", "MBE", "KBE", "GBE", "DBE", "FRS", "FRSE", "FBA", "QC", "KC", "VC", "PC", "MP",
                  "MEP", "AC", "AO", "CIE", "CSI", "KCB", "GCB", "DSO", "MC", "JP", "MVO", "KCMG", "GCMG", "CMG"}
 
@@ -593,6 +602,12 @@ def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]
     return out
 
 
+# Nouns that open an article's title about something else: "History of Maryland" is about Maryland.
+_TOPIC_NOUNS = {"list", "lists", "history", "economy", "climate", "geography", "demographics", "politics", "culture",
+                "timeline", "outline", "index", "glossary", "music", "sport", "sports", "religion", "transport",
+                "education", "tourism"}
+
+
 def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: int,
               ctx: _Context) -> _Span | None:
     """One capitalised run as a name: sentence openers and dangling connectors dropped, possessives and a
@@ -610,6 +625,10 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
            and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
+            i += 1
+    if j - i > 2 and toks[i + 1][2] == "of" and toks[i][2].lower() in _TOPIC_NOUNS:
+        i += 2          # "History of Maryland", "List of Olympic Games": a topic of an article, the name is Maryland
+        while i < j and toks[i][2] in _CONNECTORS:
             i += 1
     while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
             toks[j - 1][2].lower() in _TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
