@@ -823,6 +823,9 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                                                 or sp.name.lower() in PLACES)
                          and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
+    # a chunk titled "The Laramie Project" names it so in its text too, where "The" opens the sentence
+    head = _TITLE_NOTE_RE.sub("", text.lstrip().split("\n", 1)[0].strip())
+    article_title = head if head.startswith("The ") and "\n" in text.strip() else ""
     for sentence, spans in sentences:
         desc = sentence if len(sentence) <= MAX_DESCRIPTION_CHARS else sentence[:MAX_DESCRIPTION_CHARS - 1] + "…"
         for sp in spans:
@@ -831,6 +834,8 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                 sp.name, sp.type = person_surnames[sp.name], "person"
             elif " " not in sp.name and sp.name in person_given:
                 sp.name, sp.type = person_given[sp.name], "person"
+            if article_title and sp.name == article_title[4:]:
+                sp.name = article_title
             key = sp.name.casefold()
             if key not in entities:
                 entities[key] = ExtractedEntity(name=sp.name, type=sp.type, description=desc)
