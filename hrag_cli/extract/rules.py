@@ -123,7 +123,9 @@ _ORG_WORDS = {
     "assembly", "commission", "federation", "league", "group", "service", "police", "army", "navy",
     "hospital", "academy", "laboratory", "observatory", "consortium", "partners", "brothers", "co",
     "institution", "bureau", "senate", "government", "firm", "yard", "shipyard", "mill", "mills", "railway",
-    "railways", "line", "lines", "hotels", "resorts", "records", "studios", "airlines", "orchestra", "theatre", "theater", "newspaper", "review", "journal",
+    "railways", "line", "lines", "hotels", "resorts", "records", "studios", "airlines", "orchestra", "theatre",
+    "theater", "newspaper", "review", "journal", "organisation", "organization", "alliance", "confederation",
+    "coalition", "movement", "directorate", "secretariat", "division", "centre", "center",
 }
 _LOC_WORDS = {
     "island", "islands", "isle", "river", "port", "bay", "lake", "mount", "mountain", "mountains", "street",
