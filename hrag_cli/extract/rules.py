@@ -578,9 +578,11 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
 
 # What continues a name past its capitalised words: a company's legal form or a generation after a comma
 # ("Publix Super Markets, Inc.", "Peter Williams, Jr.", "Washington, D.C."), a number ("U.S. Route 119", "Apollo 11",
-# "Country 97 FM") unless a month follows it (a date: "Bahamas 4 July") or it is a year.
+# "Country 97 FM") unless a month follows it (a date: "Bahamas 4 July"), a year that says which edition or which
+# law ("Tokyo 2020", "South Africa Act 1909") unless a name follows it ("Mexico City 1968 Summer Olympics").
 _NAME_TAIL_RE = re.compile(r",?\s(?:D\.C\.|Inc\.|Ltd\.?|LLC|L\.P\.|PLC|plc|Co\.|Corp\.|Jr\.|Sr\.|S\.A\.|GmbH|AG)(?!\w)"
-                           rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])")
+                           rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])"
+                           rf"|\s(?:1[5-9]|20)\d\d(?![\w,.:]?\s?\d)(?![\w%°\-–])(?!\s+{_UP})")
 
 
 _NO_TAIL_TYPES = {"date", "quantity", "constant", "identifier", *_ROLE_TYPES.values()}
