@@ -16,8 +16,13 @@ from functools import lru_cache
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from hrag_cli.core.textnorm import STOP_WORDS
 from hrag_cli.extract.gazetteer import DEMONYMS, GIVEN_NAMES, PLACES
+from hrag_cli.extract.lexicon import (
+    ARTIFACT_WORDS, AWARD_WORDS, COMMON_STARTERS, COMPOUND_DEMONYMS, DOCUMENT_PARTS, EVENT_WORDS, FUNCTION_WORDS,
+    GROUP_POSSESSORS, LOC_PREPOSITIONS, LOC_WORDS, NAME_OPENERS, NAME_TITLES, ON_HEADS, ORG_WORDS, PERSON_TITLES,
+    PERSON_VERBS, POSTNOMINALS, PREPOSITIONS, REGNAL, ROLE_NOUNS, SAINTS, STYLES, TOPIC_NOUNS, TRAILING_WORDS,
+)
 
-RULES_FINGERPRINT = "rules-v5"
+RULES_FINGERPRINT = "rules-v6"
 
 MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
@@ -58,10 +63,12 @@ _ALTERNATIVES = [
     ("date", r"\d", rf"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b"),               # 8 May 1936
     ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s(?:\d{{1,2}},?\s)?\d{{4}}\b"),  # March 1987
     ("date", r"\d", r"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\b(?!\.?,?\s\d)".replace("{_MONTHS}", _MONTHS)),  # 16 August
-    ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s[0-3]?\d(?:st|nd|rd|th)?\b(?![\d.,:\-–])"),  # August 6
+    ("date", "[JFMASOND]",                                                                  # August 6
+     rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s[0-3]?\d(?:st|nd|rd|th)?\b(?![\d.,:\-–])"),
     ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
     ("date", r"\d", r"(?<![\w.,]\d)\d?(?:st|nd|rd|th)[\s\-]century(?:\s(?:BCE|BC|CE|AD)\b)?"),  # 17th century
-    ("date", "[12]", rf"(?<![\w.,][12])\d{{3}}\s?[–—\-]\s?(?:[12]\d{{3}}|\d\d)\b(?![\w.,\-–]\d|\s(?:{_MONTHS})\b)"),  # 1910–42
+    ("date", "[12]",                                                                        # 1910–1942
+     rf"(?<![\w.,][12])\d{{3}}\s?[–—\-]\s?(?:[12]\d{{3}}|\d\d)\b(?![\w.,\-–]\d|\s(?:{_MONTHS})\b)"),
     ("date", r"\d", r"(?<![\w.,]\d)\d{0,3}\s?(?:BCE|BC|CE|AD)\b"),                          # 500 BC
     ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
     ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
@@ -100,81 +107,9 @@ _SPACE_SPLIT_RE = re.compile(r"\S+")
 
 _MONTH_WORDS = {m.lower() for m in _MONTHS.split("|")}
 _WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
-# Capitalised words that open sentences but are never names by themselves.
-_COMMON_STARTERS = STOP_WORDS | {
-    "however", "today", "yesterday", "tomorrow", "later", "although", "though", "meanwhile", "after", "before",
-    "since", "during", "many", "most", "some", "several", "one", "two", "three", "four", "five", "first",
-    "second", "third", "last", "next", "another", "every", "each", "both", "none", "yet", "still", "also",
-    "instead", "now", "then", "thus", "hence", "there", "here", "once", "while", "when", "where", "what",
-    "why", "how", "who", "whom", "which", "although", "despite", "because", "unlike", "like", "according",
-    "following", "under", "over", "between", "among", "within", "without", "along", "across", "around",
-    "near", "its", "his", "her", "their", "our", "my", "your", "this", "that", "these", "those", "a", "an",
-    "the", "in", "on", "at", "by", "for", "from", "with", "as", "to", "of", "and", "but", "or", "nor", "so",
-    "if", "it", "he", "she", "they", "we", "you", "i", "not", "no", "yes", "only", "even", "just", "all",
-    "new", "old", "other", "such", "much", "more", "less", "few", "little", "great", "good", "bad", "don't",
-    "walk", "climb", "eat", "watch", "see", "visit", "take", "book", "ask", "note", "read", "go", "use",
-}
 
-_ORG_WORDS = {
-    "institute", "company", "council", "university", "authority", "archive", "archives", "works", "bank",
-    "society", "board", "committee", "ministry", "department", "museum", "library", "school", "college",
-    "corporation", "corp", "inc", "ltd", "association", "foundation", "agency", "party", "church", "guild",
-    "union", "club", "trust", "press", "gazette", "times", "herald", "office", "court", "parliament",
-    "assembly", "commission", "federation", "league", "group", "service", "police", "army", "navy",
-    "hospital", "academy", "laboratory", "observatory", "consortium", "partners", "brothers", "co",
-    "institution", "bureau", "senate", "government", "firm", "yard", "shipyard", "mill", "mills", "railway",
-    "railways", "line", "lines", "hotels", "resorts", "records", "studios", "airlines", "orchestra", "theatre",
-    "theater", "newspaper", "review", "journal", "organisation", "organization", "alliance", "confederation",
-    "coalition", "movement", "directorate", "secretariat", "division", "centre", "center",
-}
-_LOC_WORDS = {
-    "island", "islands", "isle", "river", "port", "bay", "lake", "mount", "mountain", "mountains", "street",
-    "road", "avenue", "lane", "harbour", "harbor", "coast", "valley", "city", "town", "village", "county",
-    "province", "region", "district", "square", "flats", "sea", "ocean", "cape", "point", "hill", "hills",
-    "forest", "strait", "sound", "peninsula", "steps", "quay", "dock", "docks", "marsh", "estuary", "delta",
-    "gulf", "heights", "park", "gardens", "plain", "plains", "rocks", "head", "headland", "channel", "falls",
-    "springs", "creek", "canyon", "desert", "state", "kingdom", "republic", "north", "south", "east", "west",
-    "sankt", "san", "santa", "saint", "st", "fort", "glen", "moor", "ridge", "shore", "beach", "pass", "basin",
-    "states", "emirates",
-}
-_EVENT_WORDS = {
-    "flood", "war", "strike", "fire", "festival", "treaty", "conference", "election", "revolution", "battle",
-    "storm", "earthquake", "expedition", "crisis", "riot", "riots", "exhibition", "olympics", "games",
-    "uprising", "siege", "famine", "plague", "epidemic", "summit", "fair", "congress", "accord", "agreement",
-    "disaster", "collapse", "rebellion", "referendum", "ceremony", "race", "cup", "championship", "act",
-}
-_ARTIFACT_WORDS = {
-    "bridge", "lighthouse", "tower", "ship", "engine", "map", "maps", "manuscript", "codex", "lens", "canal",
-    "dam", "station", "building", "hall", "cathedral", "chapel", "castle", "palace", "monument", "statue",
-    "wall", "gate", "locomotive", "telescope", "book", "report", "atlas", "chronicle", "ledger", "barrier",
-    "embankment", "terminal", "tunnel", "clock", "bell", "organ", "painting", "charter", "lock", "locks",
-}
-_PERSON_TITLES = {
-    "mr", "mrs", "ms", "miss", "dr", "prof", "professor", "sir", "lady", "lord", "dame", "captain", "capt",
-    "mayor", "king", "queen", "prince", "princess", "president", "judge", "father", "sister", "brother",
-    "rev", "reverend", "general", "colonel", "governor", "senator", "chancellor", "minister", "bishop",
-    "duke", "duchess", "countess", "baron", "baroness", "emperor", "empress",
-}
-# Royal and noble styles are part of how a person is named ("King Albert II", "Sir Henry Wellcome"); offices
-# and forms of address are not ("President Bill Clinton", "Mr. Collins").
-_STYLES = {"king", "queen", "prince", "princess", "lord", "lady", "sir", "dame", "duke", "duchess", "emperor",
-           "empress", "baron", "baroness", "countess"}
-# Titles that open a name ("Archduke Leopold of Austria"), and regnal numbers ("Maximilian I of Mexico").
-_NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", "infante", "pope", "tsar", "czar",
-                                 "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
-_REGNAL = {"i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi"}
-_AWARD_WORDS = {"award", "awards", "prize", "medal", "trophy", "fame", "honour", "honor", "order"}
 _QUOTES_OPEN = "\"“‘'«"
 _QUOTES_CLOSE = "\"”’'»"
-_PERSON_CUE_WORDS = {
-    "engineer", "archivist", "historian", "mayor", "director", "chairman", "chairwoman", "founder", "wife",
-    "husband", "daughter", "son", "mother", "father", "captain", "professor", "student", "widow", "packer",
-    "teacher", "scientist", "writer", "author", "architect", "lawyer", "doctor", "painter", "poet", "clerk",
-    "keeper", "surveyor", "merchant", "journalist", "editor", "minister", "secretary", "president", "said",
-    "told", "married", "born", "died", "hydrologist", "cartographer", "librarian", "curator", "politician",
-}
-_LOC_PREPOSITIONS = {"in", "at", "near", "from", "to", "into", "across", "outside", "around", "toward",
-                     "towards", "off", "beyond", "via", "between"}
 
 
 _DOTTED_RE = re.compile(r"^(?:\w\.)+\w$")            # "u.s", "j.n": initials, not a sentence end
@@ -213,7 +148,6 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 _LIFE_RE = re.compile(r"\s*\(\s*(?:born|died|née|nee|b\.|d\.)[\s,]")
 _NEXT_WORD_RE = re.compile(r"\s+([a-z][a-z\-]+)\b")
 _DEMONYM_ENDINGS = ("an", "ish", "ese", "ic", "ch", "i")   # "an" covers "-ian"
-_PERSON_VERBS = {"said", "says", "wrote", "sang", "died", "married", "told", "starred", "played"}
 _PLACE_ENDINGS = ("ia", "land", "stan", "burg", "burgh", "bury", "ton", "ville", "ford", "field", "polis", "grad",
                   "shire", "mouth", "port", "wick", "ham", "by", "holm", "abad", "pur", "pura", "berg", "dorf",
                   "heim", "hausen", "stad", "stadt", "sk", "ovo", "evo", "ino", "ow", "ice", "na", "ma", "ka",
@@ -239,9 +173,9 @@ def _next_cue(after: str) -> str:
     if _WORK_RE.match(after):
         return "work"
     m = _NEXT_WORD_RE.match(after)
-    if m and m.group(1) in _PERSON_VERBS:
+    if m and m.group(1) in PERSON_VERBS:
         return "verb"
-    return "adjective" if m and m.group(1) not in _COMMON_STARTERS else ""      # _COMMON_STARTERS holds STOP_WORDS
+    return "adjective" if m and m.group(1) not in COMMON_STARTERS else ""      # COMMON_STARTERS holds STOP_WORDS
 
 
 def code_type(name: str, role: str = "") -> str:
@@ -271,23 +205,23 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     low = [w.lower().strip("'’") for w in words]
     last = low[-1]
     of = low.index("of") if "of" in low else len(low)
-    if any(w in _AWARD_WORDS for w in low[:of]):
+    if any(w in AWARD_WORDS for w in low[:of]):
         return "award"
     if quoted or next_cue == "work":    # a quoted title in running text, or one the sentence calls a film
         return "work"
     if next_cue == "life":
         return "person"
-    if last in _ORG_WORDS or any(w in _ORG_WORDS for w in low[:of]):
+    if last in ORG_WORDS or any(w in ORG_WORDS for w in low[:of]):
         return "organization"
-    if low[0] in _NAME_TITLES or (len(low) > 1 and low[1] in _REGNAL):
+    if low[0] in NAME_TITLES or (len(low) > 1 and low[1] in REGNAL):
         return "person"
-    if last in _EVENT_WORDS or low[0] in _EVENT_WORDS:
+    if last in EVENT_WORDS or low[0] in EVENT_WORDS:
         return "event"
-    if last in _ARTIFACT_WORDS:
+    if last in ARTIFACT_WORDS:
         return "artifact"
-    if low[0] in _LOC_WORDS or last in _LOC_WORDS or (low[0] == "new" and len(low) > 1):
+    if low[0] in LOC_WORDS or last in LOC_WORDS or (low[0] == "new" and len(low) > 1):
         return "location"
-    if prev_word in _PERSON_TITLES:
+    if prev_word in PERSON_TITLES:
         return "person"
     if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low) and not any(w.isupper() and len(w.rstrip(".")) > 1
                                                                                for w in words):
@@ -297,7 +231,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     if (next_cue == "adjective" and len(words) == 1 and not _ACRONYM_RE.match(words[0])
             and (prev_word in ("a", "an") or last.endswith(_DEMONYM_ENDINGS))):
         return "nationality"
-    if prev_word in _LOC_PREPOSITIONS:
+    if prev_word in LOC_PREPOSITIONS:
         return "location"
     if len(words) == 1 and words[0].isupper() and len(words[0]) > 1:
         return "technology" if technical else "organization"
@@ -350,35 +284,8 @@ _INITIALS_RE = re.compile(rf"^(?:{_UP}\.)+$")         # "J." "U.S."
 _INNER_CAP_RE = re.compile(rf"^.[^\s]*{_UP}")
 _ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms.", "gen.", "col.", "capt.", "lt.",
                   "rev.", "co.", "inc.", "bros.", "no.", "ltd.", "corp.", "sgt.", "prof.", "hon."}
-# Adjectives that open names ("New York", "First World War", "Great Britain"): dropped only when alone.
-_NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
-                 "four", "five", "next", "all", "little", "little"}
-_STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
-_PREPOSITIONS = {"after", "before", "in", "on", "at", "from", "since", "during", "under", "over", "between",
-                 "among", "within", "without", "near", "by", "with", "as", "to", "of", "for", "into", "through",
-                 "until", "upon", "across", "against", "throughout", "following", "despite"}
-# A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
-# function words end titles ("Changed It", "Come Dance With Me").
-_TRAILING_WORDS = {"the", "a", "an"}
-# The parts of a document: "Table 3", "Volume 59" refer to a place in a text, not to a thing.
-_DOCUMENT_PARTS = {"figure", "fig", "fig.", "table", "section", "chapter", "appendix", "page", "part", "volume",
-                   "vol", "vol.", "issue", "no", "no.", "contents", "step", "line", "lines", "equation", "eq"}
-# Words that are never a name alone, in any case ("NEVER", "Also"): function words, modals, quantifiers.
-_FUNCTION_WORDS = _COMMON_STARTERS | {
-    "never", "always", "ever", "may", "might", "must", "shall", "can", "cannot", "will", "would", "should",
-    "could", "yes", "ok", "okay", "please", "etc", "via", "per", "upon", "unless", "whether", "either", "neither",
-    "any", "every", "none", "nothing", "something", "anything", "everything", "otherwise", "else", "perhaps",
-    "maybe", "thus", "therefore", "hence", "whereas", "whatever", "whenever", "wherever", "us", "them", "him",
-    "me", "mine", "hers", "ours", "theirs", "itself", "yourself", "see", "note", "warning", "tip", "example",
-    # the parts of a document and bare units: "Figure 3", "Table", "MB" name no thing of their own
-    "figure", "fig", "table", "section", "chapter", "appendix", "page", "part", "proceedings", "abstract",
-    "introduction", "conclusion", "conclusions", "references", "acknowledgements", "acknowledgments",
-    "kb", "mb", "gb", "tb", "ms", "ns", "hz", "khz", "mhz", "ghz"}
+_STRIP_WORDS = COMMON_STARTERS - NAME_OPENERS
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
-
-
-_GROUP_POSSESSORS = {"people", "children", "women", "men", "king", "queen"}
-_SAINTS = {"st", "st.", "saint", "ste", "ste."}
 
 
 def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
@@ -392,7 +299,7 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         if w.endswith(("'s", "’s")):
             # a descriptive possessive stays inside the name: a plural ("People's Republic", "Children's
             # Hospital"), a saint ("St Paul's Cathedral"), a title standing for the Crown ("King's College")
-            cut = not (w[:-2].lower() in _GROUP_POSSESSORS or k > 0 and toks[k - 1][2].lower() in _SAINTS)
+            cut = not (w[:-2].lower() in GROUP_POSSESSORS or k > 0 and toks[k - 1][2].lower() in SAINTS)
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
@@ -406,34 +313,22 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out if a < b]
 
 
-# Two demonyms that name one denomination or people: "Roman Catholic", "African American".
-_COMPOUND_DEMONYMS = {("roman", "catholic"), ("anglo", "saxon"), ("greek", "orthodox"), ("russian", "orthodox")} | {
-    (d, "american") for d in DEMONYMS}
-
-
 def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool | str:
-    """Whether a run of capitalised words holds two names that meet between word k and the next."""
+    """Whether a run of capitalised words holds two names that meet between word k and the next: a nationality
+    before a person, an acronym or another nationality; honours after a person; "office" where the first is an
+    office before a person's name."""
     w, nxt = toks[k][2], toks[k + 1][2]
     low, nlow = w.lower(), nxt.lower()
     last = k + 1 == len(toks) - 1
     if k == start and low in DEMONYMS and (nlow in GIVEN_NAMES or last and (
-            (_ACRONYM_RE.match(nxt) and len(nxt) > 2) or (nlow in DEMONYMS and (low, nlow) not in _COMPOUND_DEMONYMS))):
+            (_ACRONYM_RE.match(nxt) and len(nxt) > 2) or (nlow in DEMONYMS and (low, nlow) not in COMPOUND_DEMONYMS))):
         return True     # "American MTV", "Venetian John Cabot", "English Puritan": a nationality, then a name
-    if (k > start and low.rstrip(".") in _ROLE_NOUNS and len(toks) - k > 2 and nxt not in _CONNECTORS
-            and not any(t[2].lower() in _ORG_WORDS or t[2].lower() in _LOC_WORDS for t in toks[k + 1:])):
-        return "office"     # "Prime Minister Margaret Thatcher", "Treasury Secretary Alexander Hamilton": an office, a person
-    if last and nxt.rstrip(".").replace(".", "") in _POSTNOMINALS and k - start >= 1:
+    if (k > start and low.rstrip(".") in ROLE_NOUNS and len(toks) - k > 2 and nxt not in _CONNECTORS
+            and not any(t[2].lower() in ORG_WORDS or t[2].lower() in LOC_WORDS for t in toks[k + 1:])):
+        return "office"     # "Prime Minister Margaret Thatcher", "Treasury Secretary Alexander Hamilton"
+    if last and nxt.rstrip(".").replace(".", "") in POSTNOMINALS and k - start >= 1:
         return True     # "Mark Achtman FRS": honours after a person's name are not part of it
     return False
-
-
-_ROLE_NOUNS = {"president", "minister", "secretary", "governor", "senator", "senators", "justice", "premier",
-               "premiers", "chancellor", "leader", "chairman", "chairwoman", "ambassador", "mayor", "judge",
-               "commissioner", "director", "representative", "congressman", "congresswoman", "speaker", "treasurer",
-               "admiral", "coach", "manager", "owner", "founder", "ceo", "starring", "presidents",
-               "ministers", "governors", "judges", "mayors", "directors", "captain", "marshal", "sheriff"}
-_POSTNOMINALS = {"CBE", "OBE", "MBE", "KBE", "GBE", "DBE", "FRS", "FRSE", "FBA", "QC", "KC", "VC", "PC", "MP",
-                 "MEP", "AC", "AO", "CIE", "CSI", "KCB", "GCB", "DSO", "MC", "JP", "MVO", "KCMG", "GCMG", "CMG"}
 
 
 _TITLE_LINE_RE = re.compile(rf"^[ \t]*({_UP}[^\n]{{2,100}}?)[ \t]*$", re.MULTILINE)
@@ -495,7 +390,7 @@ def _code_spans(sentence: str, ctx: _Context) -> list[_Span]:
         tok = m.group(0)
         parts = tok.removesuffix("()").split(".")
         name = tok.removesuffix("()")
-        if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in _FUNCTION_WORDS:
+        if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in FUNCTION_WORDS:
             continue                                    # "e.g", "i.e", a function named "about"
         out.append(_Span(m.start(), m.end(), name, ctx.roles.get(name) or code_type(tok)))
     return out
@@ -573,7 +468,7 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
         if code:
             spans = [sp for sp in spans if not any(c.start < sp.end and sp.start < c.end for c in code)] + code
             spans.sort(key=lambda sp: sp.start)
-    return _merge_year_names(sentence, _join_complements(sentence, _extend_names(sentence, spans, table)))
+    return _merge_year_names(sentence, _join_phrases(sentence, _extend_names(sentence, spans, table)))
 
 
 # What continues a name past its capitalised words: a company's legal form or a generation after a comma
@@ -598,18 +493,12 @@ def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]
         if sp.type not in _NO_TAIL_TYPES:           # a code name takes no tail: "--port 80" is an option and 80
             m = _NAME_TAIL_RE.match(sentence, sp.end)
             figure = m is not None and m.group(0)[-1].isdigit()
-            if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in _DOCUMENT_PARTS)) and (
+            if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in DOCUMENT_PARTS)) and (
                     sp.name.endswith("Washington") or not m.group(0).endswith("D.C.")):
                 sp = _Span(sp.start, m.end(), sentence[sp.start:m.end()], sp.type)
                 skip_to = m.end()
         out.append(sp)
     return out
-
-
-# Nouns that open an article's title about something else: "History of Maryland" is about Maryland.
-_TOPIC_NOUNS = {"list", "lists", "history", "economy", "climate", "geography", "demographics", "politics", "culture",
-                "timeline", "outline", "index", "glossary", "music", "sport", "sports", "religion", "transport",
-                "education", "tourism"}
 
 
 def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: int,
@@ -625,22 +514,22 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     before = sentence[:base + toks[0][0]].rstrip()[-1:]
     in_prose = (before == "," or before.islower()) and not toks[0][2].isupper()
     while (not quoted_title and i < j and (at_start or j - i > 1 and (
-                not in_prose or i > 0 or toks[i][2].lower() in _PREPOSITIONS or toks[i][2] == "I"))
+                not in_prose or i > 0 or toks[i][2].lower() in PREPOSITIONS or toks[i][2] == "I"))
            and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
-    if j - i > 2 and toks[i + 1][2] == "of" and toks[i][2].lower() in _TOPIC_NOUNS:
+    if j - i > 2 and toks[i + 1][2] == "of" and toks[i][2].lower() in TOPIC_NOUNS:
         i += 2          # "History of Maryland", "List of Olympic Games": a topic of an article, the name is Maryland
         while i < j and toks[i][2] in _CONNECTORS:
             i += 1
     while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
-            toks[j - 1][2].lower() in _TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
+            toks[j - 1][2].lower() in TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
         j -= 1
     if i >= j:
         return None
-    title = j - i > 1 and toks[i][2].lower().rstrip(".") in _PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
-    if title and toks[i][2].lower() not in _STYLES:    # "Mrs Calloway" -> person "Calloway"
+    title = j - i > 1 and toks[i][2].lower().rstrip(".") in PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
+    if title and toks[i][2].lower() not in STYLES:    # "Mrs Calloway" -> person "Calloway"
         i += 1
     words = [t[2] for t in toks[i:j]]
     last = words[-1]
@@ -656,8 +545,8 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     if len(words) == 1:
         if low0 in _WEEKDAYS:
             return _Span(s, e, name, "date")        # "on Wednesday": a day, as much a date as "16 August"
-        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
-                or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
+        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in FUNCTION_WORDS
+                or low0 in _LITERALS or low0.rstrip(".") in NAME_TITLES):
             return None
         if ctx.common(name):
             # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
@@ -665,7 +554,7 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
             return None
         if len(name.rstrip(".")) == 1:
             return None             # a lone initial ("M." of an author list)
-        if s <= lead and low0 in _COMMON_STARTERS:
+        if s <= lead and low0 in COMMON_STARTERS:
             return None
     if len(words) > MAX_NAME_TOKENS:
         return None
@@ -680,16 +569,12 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         _INNER_CAP_RE.search(name) and sentence[e:].strip(" .:")))
 
 
-# Heads whose complement after "on" belongs to the name: "Treaty on European Union", "Committee on Antarctic
-# Names", "War on Terror". After other words "on" starts a phrase of its own ("Smith on Monday").
-_ON_HEADS = {"treaty", "convention", "committee", "commission", "board", "conference", "council", "war",
-             "agreement", "declaration", "protocol", "act", "institute", "center", "centre", "campaign", "panel",
-             "symposium", "workshop", "forum", "task", "force", "subcommittee"}
 _COMPLEMENT_RE = re.compile(r" on (?:the )?$")
 
 
-def _join_complements(sentence: str, spans: list[_Span]) -> list[_Span]:
-    """A name whose head takes a complement after "on" runs on to the complement's name (see _ON_HEADS)."""
+def _join_phrases(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """Neighbouring names that are one name: a head and its complement after "on" ("Treaty on European Union",
+    see ON_HEADS), a year after "of" ("War of 1812"), two names joined by "and" (see `_coordinated`)."""
     out: list[_Span] = []
     for sp in spans:
         prev = out[-1] if out else None
@@ -700,7 +585,7 @@ def _join_complements(sentence: str, spans: list[_Span]) -> list[_Span]:
                 # "Naturalization Act of 1790", "War of 1812": the year says which act, which war
                 join = gap == " of " and prev.type != "person" and sp.name[-4:].isdigit()
             else:
-                join = ((low[-1] in _ON_HEADS and _COMPLEMENT_RE.match(gap) is not None)
+                join = ((low[-1] in ON_HEADS and _COMPLEMENT_RE.match(gap) is not None)
                         or (gap in (" and ", " and the ") and _coordinated(low, gap, sp.name.lower().split())))
             if join:
                 out[-1] = _Span(prev.start, sp.end, sentence[prev.start:sp.end], prev.type)
@@ -718,12 +603,12 @@ def _coordinated(a: list[str], gap: str, b: list[str]) -> bool:
         return True         # a country named so: "Trinidad and Tobago", "Saint Vincent and the Grenadines"
     if gap != " and ":
         return False
-    heads = _ORG_WORDS | _ARTIFACT_WORDS
+    heads = ORG_WORDS | ARTIFACT_WORDS
     of = a.index("of") if "of" in a else a.index("for") if "for" in a else -1
     if of > 0:
-        return (of < len(a) - 1 and any(w in _ORG_WORDS for w in a[:of]) and len(b) <= 3 and b[-1] not in heads
+        return (of < len(a) - 1 and any(w in ORG_WORDS for w in a[:of]) and len(b) <= 3 and b[-1] not in heads
                 and b[0] not in GIVEN_NAMES and " ".join(b) not in PLACES)
-    return b[-1] in heads and a[-1] not in heads and a[-1] not in _LOC_WORDS
+    return b[-1] in heads and a[-1] not in heads and a[-1] not in LOC_WORDS
 
 
 _ORDINAL_BEFORE_RE = re.compile(r"(?<![\w.,])\d{1,3}(?:st|nd|rd|th)\s$")
@@ -742,7 +627,8 @@ def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
                 and sentence[prev.end:sp.start] == " " and sp.type not in ("date", "quantity")
                 and sp.name.split(None, 1)[0].lower() not in GIVEN_NAMES
                 and (sp.type == "event" or sentence[max(0, prev.start - 4):prev.start].lower() == "the ")):
-            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", "event" if sp.type in ("unknown", "person", "location") else sp.type)
+            type_ = "event" if sp.type in ("unknown", "person", "location") else sp.type   # "2010 Census"
+            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", type_)
             continue
         out.append(sp)
     return out
@@ -774,7 +660,7 @@ def is_name(text: str) -> bool:
     """Whether a (normalised) entity name names a thing: not a date, quantity or bare number, not a function
     word. Synonym edges join only names."""
     low = text.strip().lower()
-    return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
+    return bool(low) and low not in FUNCTION_WORDS and not _FIGURE_RE.match(low)
 
 
 _TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
