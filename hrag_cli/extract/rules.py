@@ -51,8 +51,9 @@ _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|mete
           "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|sq mi|"
           "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute")
 
+_NUMBER_WORDS = "million|billion|trillion|thousand|hundred"     # a multiplier, no unit: "5 million" counts nothing
 _DATE_AHEAD = rf"(?:{_MONTHS})\.?\s\d"     # a month and its day or year: a date, never the tail of a name
-_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
+_CURRENCY_REST = rf"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:{_NUMBER_WORDS}))?"
 _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 
 # One pass finds every candidate span. Each alternative is (kind, its first character, the rest); the
@@ -652,8 +653,8 @@ def _role_text(m: re.Match[str]) -> str:
 
 
 _LATEX_QUOTES_RE = re.compile(r"``\s?([^`\n]{1,200}?)\s?''")     # ``Title'' (quotes typed as in TeX)
-_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|bce?|ce|ad|st|nd|rd|th|century|s)\b[\W\d_]*)*$",
-                        re.IGNORECASE)
+_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|{_NUMBER_WORDS}|bce?|ce|ad|st|nd|rd|th|century|s)\b"
+                        r"[\W\d_]*)*$", re.IGNORECASE)
 
 
 def is_name(text: str) -> bool:
