@@ -304,6 +304,10 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
+        elif w == "of" and _of_the_name(toks, start, k):
+            out.append((start, k))          # "509th Composite Group of the United States Army Air Forces"
+            start = k + 2
+            continue
         else:
             cut = _two_names(toks, start, k)
         if cut:
@@ -312,6 +316,15 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
             start = k + 1
     out.append((start, len(toks)))
     return [(a, b) for a, b in out if a < b]
+
+
+def _of_the_name(toks: list[tuple[int, int, str]], start: int, k: int) -> bool:
+    """"Minnesota Wild of the National Hockey League": a complete name (a modifier and its head) before "of the"
+    and a name of two words or more after it are two names, the second saying where the first belongs. A name
+    whose head takes an "of" phrase has that head alone before "of" ("Bank of England", "Order of the British
+    Empire"), and an office keeps its "of" phrase ("First Secretary of the Communist Party")."""
+    return (k - start >= 2 and toks[k + 1][2] == "the" and len(toks) - (k + 2) >= 2
+            and not any(t[2] in _CONNECTORS for t in toks[start:k]) and toks[k - 1][2].lower() not in ROLE_NOUNS)
 
 
 def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool | str:
@@ -678,7 +691,6 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str], ExtractedRelation] = {}
     person_surnames: dict[str, str] = {}
-    person_given: dict[str, str] = {}       # "David" -> "David Jones": a given name alone, after the full name
     confirmed: set[str] = set()
     sentences: list[tuple[str, list[_Span]]] = []
     for a, b in _sentence_spans(text):
@@ -698,9 +710,6 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
             for sp in spans:
                 if sp.type == "person" and " " in sp.name:
                     person_surnames.setdefault(sp.name.split()[-1], sp.name)
-                    first = sp.name.split()[0]
-                    if first.lower() in GIVEN_NAMES:
-                        person_given.setdefault(first, sp.name)
                 if not sp.initial or sp.name == title:
                     confirmed.update(sp.name.split())
     # a lone capitalised word opening a sentence ("Crowds gathered") is a name only when the chunk also
@@ -714,19 +723,12 @@ def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
                                                 or sp.name.lower() in PLACES)
                          and not (many_years and sp.name in years) and not (many_figures and sp.type == "quantity")])
                  for sent, spans in sentences]
-    # a chunk titled "The Laramie Project" names it so in its text too, where "The" opens the sentence
-    head = _TITLE_NOTE_RE.sub("", text.lstrip().split("\n", 1)[0].strip())
-    article_title = head if head.startswith("The ") and "\n" in text.strip() else ""
     for sentence, spans in sentences:
         desc = sentence if len(sentence) <= MAX_DESCRIPTION_CHARS else sentence[:MAX_DESCRIPTION_CHARS - 1] + "…"
         for sp in spans:
             # a lone surname after the full name in the same chunk is that person
             if " " not in sp.name and sp.name in person_surnames:
                 sp.name, sp.type = person_surnames[sp.name], "person"
-            elif " " not in sp.name and sp.name in person_given:
-                sp.name, sp.type = person_given[sp.name], "person"
-            if article_title and sp.name == article_title[4:]:
-                sp.name = article_title
             key = sp.name.casefold()
             if key not in entities:
                 entities[key] = ExtractedEntity(name=sp.name, type=sp.type, description=desc)
