@@ -53,12 +53,14 @@ def _built(docs, chunks, ents, rels, mentions, cuts: list[int]):
 
 
 @pytest.mark.parametrize("clash", [False, True])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, "distinct names"])
 def test_graph_built_in_arrays_is_the_graph_of_every_record(monkeypatch: pytest.MonkeyPatch, clash: bool,
-                                                            seed: int) -> None:
+                                                            seed: int | str) -> None:
     if clash:       # few hash values: most keys and names clash with another
         monkeypatch.setattr(graph_build, "_hash", lambda s: len(s) % 3)
-    items = _corpus(seed)
+    items = _corpus(seed if isinstance(seed, int) else 2)
+    if seed == "distinct names":
+        items[2][:] = [GraphEntity(e.id, e.id.upper(), e.type, e.aliases) for e in items[2]]
     want = graph_columns(*items)
     for cuts in ([], [5], [1, 2, 17, 30]):
         got, keys = _built(*items, cuts)

@@ -37,7 +37,7 @@ class Column:
 
     __slots__ = ("_vocab", "_json", "_z", "_codes", "codes_z")
 
-    def __init__(self, vocab: list | None, codes: np.ndarray | None, vocab_json: bytes | None = None,
+    def __init__(self, vocab: list | None, codes: np.ndarray | None, vocab_json: bytes | bytearray | None = None,
                  vocab_z: bytes | None = None, codes_z: bytes | None = None) -> None:
         self._vocab, self._json, self._z, self._codes, self.codes_z = vocab, vocab_json, vocab_z, codes, codes_z
 
@@ -260,7 +260,7 @@ def _column_call(name: str, c: Column | list, packed: _Packed, split: int = -1) 
     vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else
                   _member(c.vocab_json(), packed, name in ID_COLUMNS))
     codes = _Call(array.array, "i", _Call(zlib.decompress, c.codes_z)) if c.codes_z is not None and split < 0 else \
-        _array("i", c.codes.astype(np.int32), packed, split)
+        _array("i", c.codes.astype(np.int32, copy=False), packed, split)
     return _Call(list, _Call(map, _Call(getattr, vocab, "__getitem__"), codes))
 
 

@@ -49,53 +49,67 @@ class _Vocab:
 
 
 class _Names:
-    """A column of strings mostly distinct (display names), coded as Column.of(values, (None,)) codes them: each
-    value's JSON kept in one buffer, the first of equal values found by their hashes (equal hashes are compared
-    by their bytes: a clash of distinct values codes the column from the decoded values instead)."""
+    """A column of strings mostly distinct (display names), coded as Column.of(values, (None,)) codes them: the
+    values' JSON kept in one buffer that is already that column's vocabulary when no value repeats ("[null" and
+    "," + each value), the first of equal values found by their hashes (equal hashes are compared by their
+    bytes: a clash of distinct values codes the column from the decoded values instead). Arrays only: at 1M
+    passages there are millions of names, and a list of them is the largest temporary of the build."""
+
+    _HEAD = b"[null"
 
     def __init__(self) -> None:
-        self.json = bytearray()
+        self.json = bytearray(self._HEAD)
         self.lengths: list[np.ndarray] = []
         self.hashes: list[np.ndarray] = []
 
     def add(self, values: list[str]) -> None:
+        if not values:
+            return
         parts = list(map(orjson.dumps, values))
-        self.json += b"".join(parts)
-        self.lengths.append(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
+        self.json += b"," + b",".join(parts)
+        self.lengths.append(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) + 1)
         self.hashes.append(_hashes(values))
 
     def offsets(self) -> np.ndarray:
+        """Where each value's "," + JSON starts in the buffer, and where the last ends."""
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
-        off = np.zeros(len(lengths) + 1, dtype=np.int64)
+        off = np.full(len(lengths) + 1, len(self._HEAD), dtype=np.int64)
         np.cumsum(lengths, out=off[1:])
+        off[1:] += len(self._HEAD)
         return off
 
     def column(self, off: np.ndarray) -> Column:
+        """The coded column (the buffer is its vocabulary's, or gives it, and takes no more values)."""
         h = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.int64)
         n = len(h)
         if not n:
             return Column([None], np.zeros(0, np.int32))
-        _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+        order = np.argsort(h, kind="stable")
+        sorted_h = h[order]
+        starts = np.flatnonzero(np.concatenate(([True], sorted_h[1:] != sorted_h[:-1])))
+        del sorted_h, h
+        first_of = np.empty(n, dtype=np.int64)       # each value's first row of its hash (a stable sort's first)
+        first_of[order] = np.repeat(order[starts], np.diff(np.append(starts, n)))
+        del order, starts
+        keep = first_of == np.arange(n)
         blob = self.json
-        # a value whose hash an earlier value has: the same bytes, or a clash
-        again = np.flatnonzero(first[inverse] != np.arange(n))
+        again = np.flatnonzero(~keep)
         if len(again):
-            mine, theirs = again.tolist(), first[inverse[again]].tolist()
             lo, hi = off[:-1], off[1:]
-            if any(blob[lo[a]:hi[a]] != blob[lo[b]:hi[b]] for a, b in zip(mine, theirs)):
-                values = [orjson.loads(blob[a:b]) for a, b in zip(off[:-1].tolist(), off[1:].tolist())]
+            if any(blob[lo[a]:hi[a]] != blob[lo[b]:hi[b]] for a, b in zip(again.tolist(), first_of[again].tolist())):
+                values = [orjson.loads(blob[a + 1:b]) for a, b in zip(off[:-1].tolist(), off[1:].tolist())]
                 return Column.of(values, (None,))
-        by_first = np.argsort(first)
-        rank = np.empty(len(first), dtype=np.int32)
-        rank[by_first] = np.arange(1, len(first) + 1, dtype=np.int32)
-        starts = off[first[by_first]].tolist()
-        ends = off[first[by_first] + 1].tolist()
-        vocab = b"[" + b",".join([b"null", *map(blob.__getitem__, map(slice, starts, ends))]) + b"]"
-        return Column(None, rank[inverse].astype(np.int32, copy=False), vocab)
+        codes = np.cumsum(keep, dtype=np.int32)[first_of]
+        if not len(again):
+            blob += b"]"
+            return Column(None, codes, blob)
+        body = np.frombuffer(blob, dtype=np.uint8)[len(self._HEAD):][np.repeat(keep, np.diff(off))]
+        return Column(None, codes, self._HEAD + body.tobytes() + b"]")
 
     def values(self, off: np.ndarray, rows: np.ndarray) -> Iterator[str]:
         """The values of `rows` (a partition's: a bounded number), each decoded as it is read."""
-        return map(orjson.loads, map(self.json.__getitem__, map(slice, off[rows].tolist(), off[rows + 1].tolist())))
+        return map(orjson.loads, map(self.json.__getitem__, map(slice, (off[rows] + 1).tolist(),
+                                                                 off[rows + 1].tolist())))
 
 
 class VertexIndex:
@@ -203,7 +217,10 @@ class GraphBuild:
 
     def finish(self) -> tuple[GraphColumns, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The graph's columns and walk.npz's key arrays; this build is emptied as they are made."""
-        key = Column(None, np.arange(self.count, dtype=np.int32), bytes(self.key_json + b"]"))
+        # the JSON buffers become the vocabularies as they are (bytes-like), not copied: at 1M passages the
+        # relation ids alone are hundreds of MB
+        self.key_json += b"]"
+        key = Column(None, np.arange(self.count, dtype=np.int32), self.key_json)
         self.key_json = bytearray()
         aliases = ListJSON(self.aliases + b"]")
         self.aliases = bytearray()
@@ -215,7 +232,7 @@ class GraphBuild:
         men_ends = np.concatenate(self.men_ends) if self.men_ends else np.zeros((0, 2), np.int64)
         self.rel_ends, self.men_ends = [], []
         graph = _assemble(self.st, key, names, self.types.column(), aliases, rel_ends,
-                          np.frombuffer(self.rel_weight, dtype=np.float64), Column(None, None, bytes(self.rel_ids)),
+                          np.frombuffer(self.rel_weight, dtype=np.float64), Column(None, None, self.rel_ids),
                           self.rel_types.column(), men_ends, np.frombuffer(self.men_weight, dtype=np.float64))
         self.rel_ids = bytearray()
         return graph, self.keys.arrays()
