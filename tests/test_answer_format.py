@@ -10,7 +10,7 @@ from pathlib import Path
 from hrag_cli.core.config import ExtractSettings, LLMSettings
 from hrag_cli.core.llm import supports_schema
 from hrag_cli.extract.json_answer import NOT_JSON, parse_json_extraction
-from hrag_cli.extract.llm_extractor import answer_format
+from hrag_cli.extract.llm_extractor import ANSWER_FRAME_TOKENS, ITEM_TOKENS, answer_format
 from tests.stub_server import CHAT, StubReply, wants_schema
 from tests.test_index_e2e import extraction_lines, fake_extraction, index, is_gleaning, run, summary
 
@@ -53,7 +53,10 @@ def test_json_answers_through_the_stub_carry_the_schema_and_build_records(stub, 
     schema = wants_schema(first)
     assert first["response_format"]["type"] == "json_schema"
     entity = schema["properties"]["entities"]["items"]["properties"]
-    assert entity["type"]["enum"] == ["person", "place"] and schema["properties"]["entities"]["maxItems"] >= 12
+    assert entity["type"]["enum"] == ["person", "place"]
+    # a model that repeats rows fills its lists before the token cap: the object closes, nothing is cut
+    items = schema["properties"]["entities"]["maxItems"] + schema["properties"]["relations"]["maxItems"]
+    assert items >= 8 and items * ITEM_TOKENS + ANSWER_FRAME_TOKENS <= first["max_tokens"]
     assert "JSON object" in first["messages"][0]["content"]
     recs = extraction_lines(proj)
     assert [r["status"] for r in recs] == ["ok", "ok"] and all(len(r["entities"]) >= 5 for r in recs)
@@ -94,7 +97,7 @@ def test_a_server_that_refuses_json_schema_gets_llama_cpp_pythons_form(stub, tmp
     assert proc.returncode == 0, proc.stderr
     kinds = [body["response_format"]["type"] for body in chats(stub)]
     assert kinds == ["json_object", "json_object"]      # the refused request never reached the responder
-    assert wants_schema(chats(stub)[0])["required"] == ["entities", "relations"]
+    assert wants_schema(chats(stub)[0])["required"] == ["not_names", "entities", "relations"]
 
 
 def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: Path) -> None:
@@ -112,7 +115,8 @@ def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     (rec,) = extraction_lines(proj)
     assert rec["status"] == "ok" and rec["continuations"] == 1 and rec["dropped"] == {"truncated": 1}
-    assert len(rec["entities"]) == 2      # Mara Quint, Calder Quarry (the grounding check keeps both)
+    # Mara Quint, Calder Quarry (the grounding check keeps both), and the candidate 1901 nobody rejected
+    assert [e["name"] for e in rec["entities"]] == ["Mara Quint", "Calder Quarry", "1901"]
     assert "JSON object" in chats(stub)[1]["messages"][-1]["content"]
 
 
@@ -192,3 +196,63 @@ def test_an_unknown_hint_source_is_a_usage_error(stub, tmp_path: Path) -> None:
     proc = index(docs, proj, stub)
     assert proc.returncode == 2 and "[extract] hints takes rules, none" in proc.stderr
     assert stub.count(CHAT) == 0
+
+
+def vetting(fmt: str):
+    """A model that vets the candidates: keeps Mara Quint, rejects Calder Quarry, adds Selby Lighthouse, and
+    says nothing of 1901."""
+    def respond(body: dict):
+        if is_gleaning(body):
+            return {"not_names": [], "entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
+        ents = [("Mara Quint", "person", "builder of the lighthouse"),
+                ("Selby Lighthouse", "artifact", "lighthouse built for the Harbour Trust")]
+        if fmt == "json":
+            return {"not_names": ["Calder Quarry"],
+                    "entities": [{"name": n, "type": t, "description": d} for n, t, d in ents],
+                    "relations": [{"source": "Mara Quint", "predicate": "built", "target": "Selby Lighthouse"}]}
+        return "\n".join(["not_name<|#|>Calder Quarry", *(f"entity<|#|>{n}<|#|>{t}<|#|>{d}" for n, t, d in ents),
+                          "relation<|#|>Mara Quint<|#|>Selby Lighthouse<|#|>built<|#|>building<|#|>she built it"
+                          "<|#|>8", "<|COMPLETE|>"])
+    return respond
+
+
+def test_candidates_stay_unless_the_model_rejects_them_in_either_format(stub, tmp_path: Path) -> None:
+    for fmt in ("json", "delimited"):
+        stub.set_chat(vetting(fmt))
+        (tmp_path / fmt).mkdir()
+        docs, proj = corpus(tmp_path / fmt, f'[extract]\nformat = "{fmt}"\nhints = "rules"\n', n=1)
+        proc = index(docs, proj, stub, "--max-gleanings", "0")
+        assert proc.returncode == 0, proc.stderr
+        body = chats(stub)[-1]
+        if fmt == "json":       # rejections come first, so an answer cut short loses entities, not them
+            assert list(wants_schema(body)["properties"])[0] == "not_names"
+            assert '"not_names"' in body["messages"][0]["content"]
+        else:
+            assert wants_schema(body) is None and "not_name<|#|>CANDIDATE" in body["messages"][0]["content"]
+        (rec,) = extraction_lines(proj)
+        got = {e["name"]: e["type"] for e in rec["entities"]}
+        # 1901: a candidate the model said nothing about, kept with the rules extractor's type
+        assert got == {"Mara Quint": "person", "Selby Lighthouse": "artifact", "1901": "date"}, got
+        assert rec["status"] == "ok" and rec["dropped_rows"] == 0
+        # re-parsing the cached answers rebuilds the same record without the network
+        sent = stub.count(CHAT)
+        again = index(docs, proj, stub, "--max-gleanings", "0", "--reparse")
+        assert again.returncode == 0, again.stderr
+        assert stub.count(CHAT) == sent and extraction_lines(proj)[-1]["entities"] == rec["entities"]
+
+
+def test_a_candidate_inside_a_longer_name_of_the_model_or_its_alias_is_not_added() -> None:
+    from hrag_cli.core.records import ExtractedEntity
+    from hrag_cli.extract.candidates import keep_candidates
+    from hrag_cli.extract.parser import ParseResult
+
+    def ent(name: str, aliases: tuple[str, ...] = ()) -> ExtractedEntity:
+        return ExtractedEntity(name, "location", "", list(aliases))
+
+    said = ParseResult(entities=[ent("Lakeland, Florida"), ent("Irmãos Faria", ("Faria Brothers",))],
+                       not_names=["the Board"])
+    cands = [ent("Lakeland"), ent("faria brothers"), ent("The board"), ent("Land"), ent("Florida Keys")]
+    kept = keep_candidates(said, cands)
+    # "Land" is no whole word of "Lakeland": it stays, as does a name that only overlaps
+    assert [e.name for e in kept.entities] == ["Lakeland, Florida", "Irmãos Faria", "Land", "Florida Keys"]
+    assert keep_candidates(said, None) is said

@@ -1,4 +1,5 @@
-"""Read an extraction answer given as a JSON object (structured output): {"entities": [...], "relations": [...]}.
+"""Read an extraction answer given as a JSON object (structured output): {"entities": [...], "relations": [...]},
+with "not_names": [...] (the candidate names the model rejects) when candidates were shown.
 
 The rows go through the same row builders, merging and drop reasons as the delimited format (parser.Rows),
 so the checks, gleaning merges and counts cannot tell the formats apart. An answer cut at max_tokens is cut
@@ -19,7 +20,8 @@ NOT_JSON = "not_json"          # a JSON-format answer with no JSON object in it
 BAD_ITEM = "bad_item"          # an array item that is no object (a bare string, a number)
 
 _DECODER = json.JSONDecoder()
-_ARRAY_RE = {key: re.compile(r'"' + key + r'"\s*:\s*\[') for key in ("entities", "relations")}
+_KEYS = ("not_names", "entities", "relations")
+_ARRAY_RE = {key: re.compile(r'"' + key + r'"\s*:\s*\[') for key in _KEYS}
 _WS = " \t\r\n,"
 
 
@@ -95,17 +97,19 @@ def parse_json_extraction(text: str, entity_types: Iterable[str] | None = None, 
         pass
     truncated = 0
     if isinstance(whole, dict):
-        groups = {key: whole.get(key) if isinstance(whole.get(key), list) else [] for key in ("entities", "relations")}
+        groups = {key: whole.get(key) if isinstance(whole.get(key), list) else [] for key in _KEYS}
         complete = True
     else:   # cut (or broken) inside the object: every item that closed is still good
         groups = {}
-        for key in ("entities", "relations"):
+        for key in _KEYS:
             groups[key], open_end = _items(text, key)
             truncated += open_end and cut
         complete = False
-        if not any(groups.values()) and not cut:
+        if not (groups["entities"] or groups["relations"]) and not cut:
             rows.drop(NOT_JSON)
             return rows.result(False), 0
+    for name in groups["not_names"]:
+        rows.reject(name)
     for item in groups["entities"]:
         if isinstance(item, dict):
             rows.add_entity(entity_row(_entity_fields(item), "", types))

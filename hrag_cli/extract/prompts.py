@@ -211,7 +211,7 @@ def build_extraction_messages(
         types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
         head, system = f"Allowed types: {types}\n", _EXTRACTION_SYSTEM
     if hints is not None:
-        system = f"{system}\nCANDIDATES\n{_HINTS_RULE}\n"
+        system = f"{system}\nCANDIDATES\n{_hints_rule(fmt)}\n"
     user = (
         f"{head}"
         f"Write every DESCRIPTION, PREDICATE and KEYWORDS field in {language}; keep NAMES exactly as they "
@@ -253,9 +253,20 @@ _JSON_EXAMPLE = {
 _EXAMPLE_HINTS = ["Marta Vidal", "Corvo Point", "Harbour Board", "Santa Luzia", "Irmãos Faria", "Faria Brothers",
                   "Braga", "1911", "The"]
 
-HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v1"
+HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v2"
 
-_HINTS_RULE = """The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names but is often wrong: it picks up ordinary capitalised words, cuts names short or runs two together, and misses some. Check each candidate against the passage: keep it when it names one particular thing, with its full span as the passage writes it; drop it otherwise; then add every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
+# The candidates the example's answer rejects: cut short ("Corvo Point", "Harbour Board") or no name ("The").
+_EXAMPLE_NOT_NAMES = ["Corvo Point", "Harbour Board", "The"]
+
+
+def _hints_rule(fmt: str) -> str:
+    reject = ('put it in "not_names"' if fmt == "json" else
+              f"write a row not_name{FIELD_DELIMITER}CANDIDATE")
+    return f"""The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it also picks up ordinary capitalised words, cuts names short, runs two names together, and misses some. Every candidate you do not reject is kept as it is, so check each one against the passage:
+- it is no name of one particular thing (a common word, a heading, part of a sentence): {reject};
+- it is cut short or runs two names together: {reject}, and list the right name or names;
+- it is a good name: list it like any other.
+Then add every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
 
 
 def hints_line(names: list[str]) -> str:
@@ -266,10 +277,13 @@ def hints_line(names: list[str]) -> str:
 def _json_system(types_line: str, typed: bool, hints: bool) -> str:
     rel_type = ('"relation_type" (the schema relation type it is an instance of, fitting the types of both '
                 'ends), ') if typed else ""
-    example = json.dumps(_JSON_EXAMPLE, ensure_ascii=False)
-    rule = f"\n{_HINTS_RULE}" if hints else ""
+    example = json.dumps({"not_names": _EXAMPLE_NOT_NAMES, **_JSON_EXAMPLE} if hints else _JSON_EXAMPLE,
+                         ensure_ascii=False)
+    rule = f"\n{_hints_rule('json')}" if hints else ""
     shown = f"\n{hints_line(_EXAMPLE_HINTS)}" if hints else ""
-    return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding two lists, "entities" and "relations".
+    lists = ('three lists: "not_names" (the candidates you reject), "entities" and "relations"' if hints else
+             'two lists, "entities" and "relations"')
+    return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding {lists}.
 
 "entities": every named thing in the passage, each listed once: people, organizations, places, creative works (books, films, songs, albums, journals), events, awards and titles, dates and years, and numbers with units. Copy each name exactly as the passage writes it, in its fullest form. Give each a "type" (one of the allowed types) and a short "description" (at most 12 words) of what the passage says about it; add "aliases" only for other names the passage uses for the same thing.
 "relations": facts the passage states between two of your entities, each as "source", {rel_type}"predicate" (a short verb phrase such as "was born in" or "founded") and "target". Source and target must be names from your entity list, written the same way.
@@ -281,9 +295,11 @@ Passage: {_EXAMPLE_TEXT}
 Answer: {example}"""
 
 
-def extraction_schema(types: list[str], relation_types: list[str] | None = None, items: int = 40) -> dict:
+def extraction_schema(types: list[str], relation_types: list[str] | None = None, entities: int = 40,
+                      relations: int = 40, not_names: bool = False) -> dict:
     """The JSON schema of an extraction answer: the entity types (and a schema's relation types) as enums, and
-    at most `items` entities and relations, so a model that starts repeating itself stops at the list's end."""
+    at most `entities` entities and `relations` relations, so a model that starts repeating itself stops at
+    the list's end. `not_names`: candidates were shown, and the answer first lists the ones it rejects."""
     entity = {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 120},
         "type": {"type": "string", "enum": list(types)},
@@ -296,10 +312,12 @@ def extraction_schema(types: list[str], relation_types: list[str] | None = None,
     rel_props.update({"predicate": {"type": "string", "maxLength": 80},
                       "target": {"type": "string", "maxLength": 120}})
     relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
-    return {"type": "object",
-            "properties": {"entities": {"type": "array", "items": entity, "maxItems": items},
-                           "relations": {"type": "array", "items": relation, "maxItems": items}},
-            "required": ["entities", "relations"]}
+    props: dict[str, Any] = {}
+    if not_names:
+        props["not_names"] = {"type": "array", "items": {"type": "string", "maxLength": 120}, "maxItems": 60}
+    props["entities"] = {"type": "array", "items": entity, "maxItems": entities}
+    props["relations"] = {"type": "array", "items": relation, "maxItems": relations}
+    return {"type": "object", "properties": props, "required": list(props)}
 
 
 def build_gleaning_message(fmt: str = "delimited") -> dict:

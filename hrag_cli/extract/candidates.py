@@ -1,0 +1,56 @@
+"""Candidate names for an LLM extraction ([extract] hints = "rules"): shown to the model before the passage,
+and kept unless the model rejects them.
+
+Why keep what the model leaves out: a small model asked to re-list every good candidate forgets many of them (a
+year, one place of a list of five), while it judges a wrong candidate well when the prompt makes rejecting an
+act of its own ("not_names"). So a candidate stays unless the model rejects it or writes a name that contains
+it (the model corrected its extent: "Lakeland" inside "Lakeland, Florida"); a kept candidate carries the
+rules extractor's type and description, and takes part in the model's relations like any listed name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hrag_cli.core.config import ExtractSettings
+from hrag_cli.core.errors import UsageError
+from hrag_cli.core.records import ExtractedEntity
+from hrag_cli.extract.parser import ParseResult, fold, mentions
+
+HINT_SOURCES = ("rules", "none")
+
+
+def hint_source(extract: ExtractSettings) -> str:
+    """[extract] hints: where the candidate names shown to the model come from ("rules"), or "none"."""
+    choice = (extract.hints or "none").strip().lower()
+    if choice not in HINT_SOURCES:
+        raise UsageError(f"[extract] hints takes {', '.join(HINT_SOURCES)}, not '{extract.hints}'")
+    return choice
+
+
+def candidates_of(text: str, source: str) -> list[ExtractedEntity] | None:
+    """A chunk's candidates from `source` (hint_source): the offline rules extractor's entities (it finds most
+    names of a passage, and some false ones), or None when hints are off."""
+    if source == "none":
+        return None
+    from hrag_cli.extract.rules import extract_rules
+
+    return extract_rules("", text).entities
+
+
+def keep_candidates(result: ParseResult, candidates: list[ExtractedEntity] | None) -> ParseResult:
+    """`result` with every candidate the model neither rejected, nor listed (by name or alias), nor wrote
+    inside a longer name of its own, added as an entity. An answer with no usable row vetted nothing: it
+    stays as it is (a failed extraction, not the rules extractor's)."""
+    if not candidates or not (result.entities or result.relations or result.not_names):
+        return result
+    listed = [fold(n) for e in result.entities for n in (e.name, *e.aliases)]
+    rejected = {fold(n) for n in result.not_names}
+    added = []
+    for cand in candidates:
+        key = fold(cand.name)
+        if key in rejected or any(key == n or mentions(n, cand.name) for n in listed):
+            continue
+        added.append(replace(cand, aliases=list(cand.aliases)))
+        listed.append(key)
+    return replace(result, entities=[*result.entities, *added]) if added else result
