@@ -97,7 +97,7 @@ def test_a_server_that_refuses_json_schema_gets_llama_cpp_pythons_form(stub, tmp
     assert proc.returncode == 0, proc.stderr
     kinds = [body["response_format"]["type"] for body in chats(stub)]
     assert kinds == ["json_object", "json_object"]      # the refused request never reached the responder
-    assert wants_schema(chats(stub)[0])["required"] == ["not_names", "entities", "relations"]
+    assert wants_schema(chats(stub)[0])["required"] == ["candidates", "entities", "relations"]
 
 
 def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: Path) -> None:
@@ -155,6 +155,11 @@ def test_json_parser_reads_fences_bad_items_and_prose() -> None:
            ' "keywords": "k", "description": "d", "strength": 12}]}')
     got, _ = parse_json_extraction(rel, ["person"])
     assert got.dropped == {"self_relation": 1} and got.relations[0].strength == 10.0
+    verdicts = ('{"candidates": [{"name": "The", "keep": false}, {"name": "A", "keep": true}, {"name": "B"}, "C",'
+                ' {"name": "", "keep": false}], "entities": [{"name": "A", "type": "person", "description": "x"}],'
+                ' "relations": []}')
+    got, _ = parse_json_extraction(verdicts, ["person"])
+    assert got.not_names == ["The"] and got.dropped == {"bad_verdict": 3}
 
 
 def test_hints_show_the_rules_extractors_names_and_are_remembered(stub, tmp_path: Path) -> None:
@@ -203,11 +208,11 @@ def vetting(fmt: str):
     says nothing of 1901."""
     def respond(body: dict):
         if is_gleaning(body):
-            return {"not_names": [], "entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
+            return {"candidates": [], "entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
         ents = [("Mara Quint", "person", "builder of the lighthouse"),
                 ("Selby Lighthouse", "artifact", "lighthouse built for the Harbour Trust")]
         if fmt == "json":
-            return {"not_names": ["Calder Quarry"],
+            return {"candidates": [{"name": "Calder Quarry", "keep": False}, {"name": "Mara Quint", "keep": True}],
                     "entities": [{"name": n, "type": t, "description": d} for n, t, d in ents],
                     "relations": [{"source": "Mara Quint", "predicate": "built", "target": "Selby Lighthouse"}]}
         return "\n".join(["not_name<|#|>Calder Quarry", *(f"entity<|#|>{n}<|#|>{t}<|#|>{d}" for n, t, d in ents),
@@ -224,9 +229,10 @@ def test_candidates_stay_unless_the_model_rejects_them_in_either_format(stub, tm
         proc = index(docs, proj, stub, "--max-gleanings", "0")
         assert proc.returncode == 0, proc.stderr
         body = chats(stub)[-1]
-        if fmt == "json":       # rejections come first, so an answer cut short loses entities, not them
-            assert list(wants_schema(body)["properties"])[0] == "not_names"
-            assert '"not_names"' in body["messages"][0]["content"]
+        if fmt == "json":       # verdicts come first, on the names shown, so a cut loses entities, not them
+            verdict = wants_schema(body)["properties"]["candidates"]
+            assert list(wants_schema(body)["properties"])[0] == "candidates"
+            assert verdict["items"]["properties"]["name"]["enum"] == ["Mara Quint", "1901", "Calder Quarry"]
         else:
             assert wants_schema(body) is None and "not_name<|#|>CANDIDATE" in body["messages"][0]["content"]
         (rec,) = extraction_lines(proj)

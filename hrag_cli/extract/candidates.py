@@ -2,14 +2,16 @@
 and kept unless the model rejects them.
 
 Why keep what the model leaves out: a small model asked to re-list every good candidate forgets many of them (a
-year, one place of a list of five), while it judges a wrong candidate well when the prompt makes rejecting an
-act of its own ("not_names"). So a candidate stays unless the model rejects it or writes a name that contains
-it (the model corrected its extent: "Lakeland" inside "Lakeland, Florida"); a kept candidate carries the
-rules extractor's type and description, and takes part in the model's relations like any listed name.
+year, one place of a list of five), while it judges a candidate well when asked about each one (a verdict per
+candidate in a JSON answer, a not_name row in the line format). So a candidate stays unless the model rejects
+it or writes a name that contains it (the model corrected its extent: "Lakeland" inside "Lakeland,
+Florida"); a kept candidate carries the rules extractor's type and description, and takes part in the model's
+relations like any listed name.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from hrag_cli.core.config import ExtractSettings
@@ -33,9 +35,16 @@ def candidates_of(text: str, source: str) -> list[ExtractedEntity] | None:
     names of a passage, and some false ones), or None when hints are off."""
     if source == "none":
         return None
+    return list(_rule_candidates(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _rule_candidates(text: str) -> tuple[ExtractedEntity, ...]:
+    """Once per chunk text: the prompt and the record both need a chunk's candidates (entities are copied
+    before they are kept)."""
     from hrag_cli.extract.rules import extract_rules
 
-    return extract_rules("", text).entities
+    return tuple(extract_rules("", text).entities)
 
 
 def keep_candidates(result: ParseResult, candidates: list[ExtractedEntity] | None) -> ParseResult:
@@ -44,13 +53,15 @@ def keep_candidates(result: ParseResult, candidates: list[ExtractedEntity] | Non
     stays as it is (a failed extraction, not the rules extractor's)."""
     if not candidates or not (result.entities or result.relations or result.not_names):
         return result
-    listed = [fold(n) for e in result.entities for n in (e.name, *e.aliases)]
+    listed = {fold(n) for e in result.entities for n in (e.name, *e.aliases)}
+    # one text of the model's names, a line each: a whole-word match in it is a match inside one name
+    names_text = "\n".join(listed)
     rejected = {fold(n) for n in result.not_names}
     added = []
     for cand in candidates:
         key = fold(cand.name)
-        if key in rejected or any(key == n or mentions(n, cand.name) for n in listed):
+        if key in rejected or key in listed or mentions(names_text, key):
             continue
         added.append(replace(cand, aliases=list(cand.aliases)))
-        listed.append(key)
+        listed.add(key)
     return replace(result, entities=[*result.entities, *added]) if added else result

@@ -1,5 +1,6 @@
 """Read an extraction answer given as a JSON object (structured output): {"entities": [...], "relations": [...]},
-with "not_names": [...] (the candidate names the model rejects) when candidates were shown.
+with "candidates": [{"name": ..., "keep": true|false}, ...] (a verdict on each candidate name shown) first when
+candidates were shown.
 
 The rows go through the same row builders, merging and drop reasons as the delimited format (parser.Rows),
 so the checks, gleaning merges and counts cannot tell the formats apart. An answer cut at max_tokens is cut
@@ -14,13 +15,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from hrag_cli.extract.parser import ParseResult, Rows, allowed_types, entity_row, relation_row
+from hrag_cli.extract.parser import BAD_VERDICT, ParseResult, Rows, allowed_types, entity_row, relation_row
 
 NOT_JSON = "not_json"          # a JSON-format answer with no JSON object in it
 BAD_ITEM = "bad_item"          # an array item that is no object (a bare string, a number)
 
 _DECODER = json.JSONDecoder()
-_KEYS = ("not_names", "entities", "relations")
+_KEYS = ("candidates", "entities", "relations")
 _ARRAY_RE = {key: re.compile(r'"' + key + r'"\s*:\s*\[') for key in _KEYS}
 _WS = " \t\r\n,"
 
@@ -108,8 +109,11 @@ def parse_json_extraction(text: str, entity_types: Iterable[str] | None = None, 
         if not (groups["entities"] or groups["relations"]) and not cut:
             rows.drop(NOT_JSON)
             return rows.result(False), 0
-    for name in groups["not_names"]:
-        rows.reject(name)
+    for verdict in groups["candidates"]:
+        if not isinstance(verdict, dict) or not isinstance(verdict.get("keep"), bool):
+            rows.drop(BAD_VERDICT)
+        elif not verdict["keep"]:
+            rows.reject(verdict.get("name"))
     for item in groups["entities"]:
         if isinstance(item, dict):
             rows.add_entity(entity_row(_entity_fields(item), "", types))

@@ -37,7 +37,7 @@ SELF_RELATION = "self_relation"          # relation of an entity to itself
 UNKNOWN_RECORD = "unknown_record"        # a delimited row whose first field is no record keyword or type
 UNREADABLE_ROW = "unreadable_row"        # a record keyword followed by a delimiter we cannot read
 UNREADABLE_GLEANING = "unreadable_gleaning"   # a gleaning answer with no rows that is no "nothing more" either
-BAD_REJECT = "bad_reject"                # a rejected candidate (not_name) that is no name
+BAD_VERDICT = "bad_verdict"              # a verdict on a candidate name (not_name row, JSON verdict) we cannot read
 
 _SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
@@ -708,7 +708,7 @@ class Rows:
         """A candidate name the model says is no name; anything but a non-blank string is a bad item."""
         cleaned = clean_name(name) if isinstance(name, str) else ""
         if not cleaned:
-            self.drop(BAD_REJECT)
+            self.drop(BAD_VERDICT)
             return
         self.not_names.setdefault(_name_key(cleaned), cleaned)
 

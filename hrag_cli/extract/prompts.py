@@ -255,18 +255,23 @@ _EXAMPLE_HINTS = ["Marta Vidal", "Corvo Point", "Harbour Board", "Santa Luzia", 
 
 HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v2"
 
-# The candidates the example's answer rejects: cut short ("Corvo Point", "Harbour Board") or no name ("The").
-_EXAMPLE_NOT_NAMES = ["Corvo Point", "Harbour Board", "The"]
+# The example's verdicts: cut short ("Corvo Point", "Harbour Board") or no name ("The") are rejected.
+_EXAMPLE_REJECTED = ("Corvo Point", "Harbour Board", "The")
 
 
 def _hints_rule(fmt: str) -> str:
-    reject = ('put it in "not_names"' if fmt == "json" else
-              f"write a row not_name{FIELD_DELIMITER}CANDIDATE")
-    return f"""The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it also picks up ordinary capitalised words, cuts names short, runs two names together, and misses some. Every candidate you do not reject is kept as it is, so check each one against the passage:
+    if fmt == "json":
+        how = ('First, in "candidates", give your verdict on each candidate in the order given: its "name" '
+               'exactly as given and "keep": true or false.')
+        reject, keep = '"keep": false', '"keep": true'
+    else:
+        how = f"For each candidate you reject write a row not_name{FIELD_DELIMITER}CANDIDATE."
+        reject, keep = "reject it", "keep it"
+    return f"""The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it also picks up ordinary capitalised words, cuts names short, runs two names together, and misses some. Every candidate you do not reject is kept as it is. {how}
 - it is no name of one particular thing (a common word, a heading, part of a sentence): {reject};
-- it is cut short or runs two names together: {reject}, and list the right name or names;
-- it is a good name: list it like any other.
-Then add every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
+- it is cut short or runs two names together: {reject}, and list the right name or names in "entities";
+- it is the name of one particular thing: {keep}.
+Then list your entities: the kept candidates and every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
 
 
 def hints_line(names: list[str]) -> str:
@@ -277,12 +282,12 @@ def hints_line(names: list[str]) -> str:
 def _json_system(types_line: str, typed: bool, hints: bool) -> str:
     rel_type = ('"relation_type" (the schema relation type it is an instance of, fitting the types of both '
                 'ends), ') if typed else ""
-    example = json.dumps({"not_names": _EXAMPLE_NOT_NAMES, **_JSON_EXAMPLE} if hints else _JSON_EXAMPLE,
-                         ensure_ascii=False)
+    verdicts = [{"name": n, "keep": n not in _EXAMPLE_REJECTED} for n in _EXAMPLE_HINTS]
+    example = json.dumps({"candidates": verdicts, **_JSON_EXAMPLE} if hints else _JSON_EXAMPLE, ensure_ascii=False)
     rule = f"\n{_hints_rule('json')}" if hints else ""
     shown = f"\n{hints_line(_EXAMPLE_HINTS)}" if hints else ""
-    lists = ('three lists: "not_names" (the candidates you reject), "entities" and "relations"' if hints else
-             'two lists, "entities" and "relations"')
+    lists = ('three lists: "candidates" (your verdict on each candidate name), "entities" and "relations"'
+             if hints else 'two lists, "entities" and "relations"')
     return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding {lists}.
 
 "entities": every named thing in the passage, each listed once: people, organizations, places, creative works (books, films, songs, albums, journals), events, awards and titles, dates and years, and numbers with units. Copy each name exactly as the passage writes it, in its fullest form. Give each a "type" (one of the allowed types) and a short "description" (at most 12 words) of what the passage says about it; add "aliases" only for other names the passage uses for the same thing.
@@ -296,10 +301,11 @@ Answer: {example}"""
 
 
 def extraction_schema(types: list[str], relation_types: list[str] | None = None, entities: int = 40,
-                      relations: int = 40, not_names: bool = False) -> dict:
+                      relations: int = 40, candidates: list[str] | None = None) -> dict:
     """The JSON schema of an extraction answer: the entity types (and a schema's relation types) as enums, and
     at most `entities` entities and `relations` relations, so a model that starts repeating itself stops at
-    the list's end. `not_names`: candidates were shown, and the answer first lists the ones it rejects."""
+    the list's end. `candidates` (names shown with the passage): the answer first gives a verdict on each,
+    its name one of them exactly."""
     entity = {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 120},
         "type": {"type": "string", "enum": list(types)},
@@ -313,8 +319,11 @@ def extraction_schema(types: list[str], relation_types: list[str] | None = None,
                       "target": {"type": "string", "maxLength": 120}})
     relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
     props: dict[str, Any] = {}
-    if not_names:
-        props["not_names"] = {"type": "array", "items": {"type": "string", "maxLength": 120}, "maxItems": 60}
+    if candidates:
+        names = list(dict.fromkeys(candidates))
+        verdict = {"type": "object", "properties": {"name": {"type": "string", "enum": names},
+                                                    "keep": {"type": "boolean"}}, "required": ["name", "keep"]}
+        props["candidates"] = {"type": "array", "items": verdict, "maxItems": len(names)}
     props["entities"] = {"type": "array", "items": entity, "maxItems": entities}
     props["relations"] = {"type": "array", "items": relation, "maxItems": relations}
     return {"type": "object", "properties": props, "required": list(props)}
