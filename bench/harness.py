@@ -95,8 +95,8 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
     """Run `hrag ARGS` in a fresh process and measure it. `check`: a non-zero exit ends the benchmark with the
     command and the end of its stderr. `stdout_path`: its stdout goes to that file (batch output) instead of
     `Run.stdout`. `on_stderr_line`: called with each stderr line as it is written (progress timing).
-    `interrupt_after`: seconds after which it gets a SIGINT, as from Ctrl-C (hrag keeps what it finished), and
-    a SIGTERM a minute later if it is still waiting on a request then.
+    `interrupt_after`: seconds after which it gets a SIGINT, as from Ctrl-C (hrag keeps what it finished and
+    exits), and a SIGTERM a minute later should it still be running.
     `on_start`: called with the process once started (a script that kills it mid-run keeps it)."""
     argv = [str(a) for a in args]
     t0 = time.perf_counter()

@@ -514,19 +514,44 @@ def _one_line(exc: BaseException | str) -> str:
     return printable(scrub(str(exc)), keep_newlines=False)
 
 
+def _interrupted() -> None:
+    """One line for a run stopped by SIGINT or SIGTERM (and under --json the failure object), exit 128 + the
+    signal."""
+    import atexit
+    import gc
+
+    from hrag_cli.core.interrupt import stopped
+
+    stop = stopped()
+    name, code = (stop.name, stop.exit_code) if stop is not None else ("SIGINT", 130)
+    print(f"hrag: interrupted by {name}; everything finished so far is saved, run the same command to resume",
+          file=sys.stderr)
+    if _json_wanted(sys.argv[1:]):
+        _print_json({**(stop.counts if stop is not None else {}),
+                     "failure": {"cause": f"interrupted by {name}", "fix": "run the same command to resume",
+                                 "exit_code": code}})
+    # everything is written and closed by now: the collector's last pass over all the run made (seconds) is
+    # not worth waiting for when asked to stop (at exit, so an in-process caller keeps its collector)
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+    sys.exit(code)
+
+
 def main() -> None:
     """Entry point: one line on stderr and a meaningful exit code for every failure we know about."""
     from hrag_cli.core.offline import setup
 
     from hrag_cli.cli_args import install
     from hrag_cli.core.heap import keep_freed_memory
+    from hrag_cli.core.interrupt import handled
 
     setup()
     keep_freed_memory()
     install()
     try:
-        rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it
-        if rc == 130:                    # typer's Exit(130) for Ctrl-C
+        with handled():                      # SIGINT and SIGTERM stop a run at once (core/interrupt.py)
+            rc = app(standalone_mode=False)  # click returns a typer.Exit's code here instead of raising it
+        if rc == 130:                        # typer's Exit(130) for a KeyboardInterrupt
             raise KeyboardInterrupt
         if isinstance(rc, int) and rc:
             sys.exit(rc)
@@ -535,9 +560,7 @@ def main() -> None:
     except HragError as exc:
         _fail(exc.exit_code, _one_line(exc), exc)
     except KeyboardInterrupt:
-        print("hrag: interrupted; everything finished so far is saved, run the same command to resume",
-              file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
     except Exception as exc:  # command-line parsing errors and the unexpected
         # typer vendors its own copy of click, so match its exception classes by name, not identity
         kinds = {cls.__name__ for cls in type(exc).__mro__}

@@ -17,6 +17,7 @@ from typing import Any
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import (EXIT_BUDGET, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, BudgetExceeded, RunStopped,
                                    UsageError)
+from hrag_cli.core.interrupt import Interrupted
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome
 from hrag_cli.extract.imported import ImportSource
@@ -161,7 +162,7 @@ def run_index(project: ProjectDir, settings: Settings, reporter: Reporter, optio
 def _index(ctx: StageContext, stop_after: str | None) -> IndexResult:
     project = ctx.project
     stages = ORDER[:ORDER.index(stop_after) + 1] if stop_after else ORDER
-    stopped: RunStopped | None = None
+    stopped: RunStopped | Interrupted | None = None
     with project.lock(), project.generation():
         if project.drop_damaged_manifest():
             ctx.reporter.warn("manifest.json was damaged; rebuilding every stage from the documents and the caches")
@@ -172,13 +173,17 @@ def _index(ctx: StageContext, stop_after: str | None) -> IndexResult:
             ctx.reporter.warn(str(exc))     # the message already says that a re-run continues
             project.discard_generation()    # readers keep the last complete version; cache/ keeps what was paid
             return IndexResult(ctx.summary, EXIT_BUDGET)
-        except RunStopped as exc:
-            ctx.summary["extract"] = {**exc.counts, "stopped": exc.cause or str(exc)}
+        except (RunStopped, Interrupted) as exc:
+            if isinstance(exc, Interrupted) and not exc.counts:
+                exc.counts = ctx.summary   # stopped outside extraction's requests: mid-stage, nothing is kept
+                raise
+            why = f"interrupted by {exc.name}" if isinstance(exc, Interrupted) else exc.cause or str(exc)
+            ctx.summary["extract"] = {**exc.counts, "stopped": why}
             exc.counts = ctx.summary
             if not first:
                 raise              # the last complete version stays current
-            # a first run keeps its chunks and what it was asked to use, so `hrag status` says both and that
-            # nothing was extracted; the same command picks up from there
+            # a first run keeps its chunks and what it was asked to use, so `hrag status` says both and what
+            # was extracted; the same command picks up from there
             project.forget_stage("extract")
             stopped = exc
         # resolve still merged what was extracted

@@ -28,6 +28,7 @@ import pytest
 
 from hrag_cli.core import store
 from hrag_cli.extract.rules import RULES_FINGERPRINT
+from hrag_cli.chunk.stage import load_chunks
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ExtractionRecord
 from tests.stub_server import D, StubReply, fake_extraction, is_gleaning, passage_of  # noqa: F401 (other test files import them from here)
@@ -239,37 +240,65 @@ def test_kill_9_mid_run_then_resume(stub, tmp_path: Path) -> None:
     assert_jsonl_clean(proj)
 
 
-def test_ctrl_c_mid_extraction_exits_130_and_the_same_command_asks_nothing_twice(stub, tmp_path: Path) -> None:
-    """A real SIGINT to a running `hrag index` while the stub holds its third request: exit 130, and the same
-    command then finishes the job without sending any request the stub had answered."""
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig, background", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["sigint-to-a-background-job", "sigterm"])
+def test_a_signal_mid_extraction_stops_at_once_and_the_same_command_asks_nothing_twice(
+        stub, tmp_path: Path, sig: int, background: bool) -> None:
+    """A real SIGINT or SIGTERM to a running `hrag index` while the stub holds its third request: the process
+    goes without waiting for that answer, exits 128 + the signal with one line and (--json) one failure object,
+    keeps the two answered chunks' records and answers, and the same command then finishes the job without
+    sending any request the stub had answered. `background`: started with SIGINT ignored, as a shell starts a
+    script's background job (a cron wrapper, a benchmark's runner), where `kill -INT` must still stop it."""
     held, release = threading.Event(), threading.Event()
 
     def slow(body: dict) -> str:
         if stub.count(CHAT) >= 3 and not release.is_set():
             held.set()
-            release.wait(30)             # held until the interrupted process is gone
+            release.wait(60)             # held until the interrupted process is gone
         return fake_extraction(body)
 
     stub.set_chat(slow)
-    docs = small_corpus(tmp_path, 6)
+    docs = small_corpus(tmp_path, 2)
     proj = tmp_path / "proj"
     args = _extract_only(docs, proj, stub.url, concurrency=1, chunk_tokens=150, out="--json")
     proc = subprocess.Popen([HRAG, *args], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_ignore_sigint if background else None)
     try:
         assert held.wait(120), "the run never reached its third request"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)   # Ctrl-C does not wait for the held request
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+        still_held = stub.in_flight == 1 and not release.is_set()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
         release.set()
-    assert proc.returncode == 130, err
-    assert out == "" and "interrupted" in err and "run the same command to resume" in err
+    assert still_held and took < 15, f"the process waited on its request ({took:.1f} s)"
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, err
+    assert [ln for ln in err.splitlines() if ln.startswith("hrag:")] == [
+        f"hrag: interrupted by {name}; everything finished so far is saved, run the same command to resume"]
+    assert "Traceback" not in err and "never awaited" not in err
+    obj = json.loads(out)                # one failure object, with what the run did before the stop
+    assert obj["failure"] == {"cause": f"interrupted by {name}", "fix": "run the same command to resume",
+                              "exit_code": 128 + sig}
+    assert obj["extract"]["extracted_now"] == 2 and obj["extract"]["pending"] == obj["extract"]["chunks"] - 2
     first = requested_passages(stub)
     assert len(first) == 3
     answered = first[:2]                 # the third was still held when the process went
+    text_of = {c.chunk_id: c.text for c in load_chunks(ProjectDir(proj))}   # a first run keeps its chunks
+    assert sorted(text_of[r["chunk_id"]] for r in extraction_lines(proj)) == sorted(answered)
+    assert len(list(store.read_jsonl(proj / "cache" / "llm.jsonl"))) == 2
+    assert_jsonl_clean(proj)
+    status = json.loads(run(["status", "-p", str(proj), "--json"], inprocess=True).stdout)
+    assert status["built_with"].startswith("the LLM openai/stub-model")
+    assert status["extraction"]["extracted"] == 2 and status["extraction"]["pending"] == len(text_of) - 2
 
     stub.reset()
     stub.set_chat(fake_extraction)

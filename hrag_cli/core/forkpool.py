@@ -48,8 +48,7 @@ def forked_pool(shared: Any) -> Iterator[Pool]:
     _state = shared
     gc.freeze()
     heap.give_back()
-    pool = multiprocessing.get_context("fork").Pool(workers(), initializer=signal.signal,
-                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
+    pool = multiprocessing.get_context("fork").Pool(workers(), initializer=_worker_signals)
     try:
         yield pool
         pool.close()
@@ -58,6 +57,13 @@ def forked_pool(shared: Any) -> Iterator[Pool]:
         pool.join()
         gc.unfreeze()
         _state = None
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent, and ends at once on the SIGTERM the parent's pool.terminate()
+    sends (not through the parent's handler, core.interrupt, which it inherits)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _call(job: tuple[Callable[[Any, Any], Any], Any]) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
-from hrag_cli.core import store
+from hrag_cli.core import interrupt, store
 from hrag_cli.core.config import LLMSettings
 from hrag_cli.core.errors import BudgetExceeded, UsageError
 from hrag_cli.core.llm_retry import (_MISSING_KEY, LLMError, _status, failure_cause, is_local, is_run_level,
@@ -470,14 +470,15 @@ class LLMClient:
             await http.aclose()
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        """asyncio.run(make()) that closes this client's HTTP connections before its event loop ends."""
+        """asyncio.run(make()) that closes this client's HTTP connections before its event loop ends, and that
+        SIGINT or SIGTERM stop at once (core.interrupt: requests in flight are abandoned, not waited for)."""
         async def main() -> T:
             try:
                 return await make()
             finally:
                 await self.aclose()
 
-        return asyncio.run(main())
+        return interrupt.run(main)
 
     def _run_sync(self, make: Callable[[], Awaitable[T]]) -> T:
         try:

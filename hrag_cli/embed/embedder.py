@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from hrag_cli.core import store
+from hrag_cli.core import interrupt, store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import HragError, UsageError
 from hrag_cli.core.progress import Reporter
@@ -369,7 +369,7 @@ def _run_async(factory: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(factory())
+        return interrupt.run(factory)
     box: dict[str, Any] = {}
 
     def run() -> None:

@@ -21,6 +21,7 @@ from hrag_cli.core import store
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import BudgetExceeded, RunStopped, UsageError
 from hrag_cli.core.forkpool import forked_map, ranges
+from hrag_cli.core.interrupt import Interrupted
 from hrag_cli.core.progress import Reporter
 from hrag_cli.core.project import ProjectDir, StageOutcome, StageRecord, fingerprint
 from hrag_cli.core.records import Chunk, ExtractionRecord
@@ -230,7 +231,7 @@ def run_extract(project: ProjectDir, settings: Settings, reporter: Reporter, *, 
     try:
         counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost,
                                   reparse=reparse, retry_failed=retry_failed)
-    except RunStopped as exc:
+    except (RunStopped, Interrupted) as exc:
         exc.counts = {**exc.counts, **_summary_counts(chunks, latest, extractor)[0]}
         raise
     summary, digest = _summary_counts(chunks, latest, extractor)
@@ -296,7 +297,7 @@ def _extract(project: ProjectDir, settings: Settings, reporter: Reporter, kind: 
                                                 counts, attempts))
             except BudgetExceeded as exc:
                 budget = exc
-            except RunStopped as exc:
+            except (RunStopped, Interrupted) as exc:
                 exc.counts = counts      # filled in below: the caller reports what the run did
                 raise
             finally:
@@ -361,7 +362,11 @@ def _extract_added(project: ProjectDir, settings: Settings, reporter: Reporter, 
     if size < mark or (size > mark and not _only_new_since(project, extractor, mark, ids)):
         return None
     latest = cache_index.latest(project, {extractor}, ids) if ids else {}
-    counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost)
+    try:
+        counts, budget = _extract(project, settings, reporter, kind, extractor, chunks, latest, max_cost)
+    except (RunStopped, Interrupted) as exc:    # the pending count of the chunks this run was given
+        exc.counts = {**exc.counts, **_summary_counts(chunks, latest, extractor)[0]}
+        raise
     summary, digest = _summary_counts(chunks, latest, extractor)
     counts["chunks"] += prev.counts["chunks"]
     counts["cached"] += prev.counts["chunks"]

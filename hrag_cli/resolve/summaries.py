@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hrag_cli.core import store
+from hrag_cli.core import interrupt, store
 from hrag_cli.chunk.chunking import count_tokens, get_encoder
 from hrag_cli.core.config import Settings
 from hrag_cli.core.errors import UsageError
@@ -176,7 +176,7 @@ class Summarizer:
                 seen.add(job.key)
                 todo.append(job)
         if todo:
-            out.update(asyncio.run(self._run_llm(todo)))
+            out.update(interrupt.run(lambda: self._run_llm(todo)))
         return out
 
     async def _run_llm(self, jobs: list[SummaryJob]) -> dict[str, str]:
