@@ -42,8 +42,7 @@ from hrag_cli.extract.rules import extract_rules
 from local_server import MODEL_NAME, free_port, model_file, start_server, stop, stop_on_signals, wait_ready
 
 OPENIE = "openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
-FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "bad_verdict", "unreadable_gleaning",
-                "shifted_fields")
+FORMAT_DROPS = ("unreadable_row", "unknown_record", "not_json", "bad_item", "unreadable_gleaning", "shifted_fields")
 
 
 def norm(name: str) -> str:

@@ -97,7 +97,7 @@ def test_a_server_that_refuses_json_schema_gets_llama_cpp_pythons_form(stub, tmp
     assert proc.returncode == 0, proc.stderr
     kinds = [body["response_format"]["type"] for body in chats(stub)]
     assert kinds == ["json_object", "json_object"]      # the refused request never reached the responder
-    assert wants_schema(chats(stub)[0])["required"] == ["candidates", "entities", "relations"]
+    assert wants_schema(chats(stub)[0])["required"] == ["entities", "relations"]
 
 
 def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: Path) -> None:
@@ -155,11 +155,7 @@ def test_json_parser_reads_fences_bad_items_and_prose() -> None:
            ' "keywords": "k", "description": "d", "strength": 12}]}')
     got, _ = parse_json_extraction(rel, ["person"])
     assert got.dropped == {"self_relation": 1} and got.relations[0].strength == 10.0
-    verdicts = ('{"candidates": [{"name": "The", "keep": false}, {"name": "A", "keep": true}, {"name": "B"}, "C",'
-                ' {"name": "", "keep": false}], "entities": [{"name": "A", "type": "person", "description": "x"}],'
-                ' "relations": []}')
-    got, _ = parse_json_extraction(verdicts, ["person"])
-    assert got.not_names == ["The"] and got.dropped == {"bad_verdict": 3}
+
 
 
 def test_hints_show_the_rules_extractors_names_and_are_remembered(stub, tmp_path: Path) -> None:
@@ -203,42 +199,41 @@ def test_an_unknown_hint_source_is_a_usage_error(stub, tmp_path: Path) -> None:
     assert stub.count(CHAT) == 0
 
 
-def vetting(fmt: str):
-    """A model that vets the candidates: keeps Mara Quint, rejects Calder Quarry, adds Selby Lighthouse, and
-    says nothing of 1901."""
+def correcting(fmt: str):
+    """A model given the candidates Mara Quint, 1901 and Calder Quarry: lists Mara Quint and Calder Quarry (with
+    a type of its own), adds Selby Lighthouse, and leaves 1901 out."""
+    ents = [("Mara Quint", "person", "builder of the lighthouse"),
+            ("Selby Lighthouse", "artifact", "lighthouse built for the Harbour Trust"),
+            ("Calder Quarry", "location", "quarry the stone came from")]
+
     def respond(body: dict):
         if is_gleaning(body):
-            return {"candidates": [], "entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
-        ents = [("Mara Quint", "person", "builder of the lighthouse"),
-                ("Selby Lighthouse", "artifact", "lighthouse built for the Harbour Trust")]
+            return {"entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
         if fmt == "json":
-            return {"candidates": [{"name": "Calder Quarry", "keep": False}, {"name": "Mara Quint", "keep": True}],
-                    "entities": [{"name": n, "type": t, "description": d} for n, t, d in ents],
+            return {"entities": [{"name": n, "type": t, "description": d} for n, t, d in ents],
                     "relations": [{"source": "Mara Quint", "predicate": "built", "target": "Selby Lighthouse"}]}
-        return "\n".join(["not_name<|#|>Calder Quarry", *(f"entity<|#|>{n}<|#|>{t}<|#|>{d}" for n, t, d in ents),
+        return "\n".join([*(f"entity<|#|>{n}<|#|>{t}<|#|>{d}" for n, t, d in ents),
                           "relation<|#|>Mara Quint<|#|>Selby Lighthouse<|#|>built<|#|>building<|#|>she built it"
                           "<|#|>8", "<|COMPLETE|>"])
     return respond
 
 
-def test_candidates_stay_unless_the_model_rejects_them_in_either_format(stub, tmp_path: Path) -> None:
+def test_candidates_the_model_leaves_out_stay_in_either_format(stub, tmp_path: Path) -> None:
     for fmt in ("json", "delimited"):
-        stub.set_chat(vetting(fmt))
+        stub.set_chat(correcting(fmt))
         (tmp_path / fmt).mkdir()
         docs, proj = corpus(tmp_path / fmt, f'[extract]\nformat = "{fmt}"\nhints = "rules"\n', n=1)
         proc = index(docs, proj, stub, "--max-gleanings", "0")
         assert proc.returncode == 0, proc.stderr
         body = chats(stub)[-1]
-        if fmt == "json":       # verdicts come first, on the names shown, so a cut loses entities, not them
-            verdict = wants_schema(body)["properties"]["candidates"]
-            assert list(wants_schema(body)["properties"])[0] == "candidates"
-            assert verdict["items"]["properties"]["name"]["enum"] == ["Mara Quint", "1901", "Calder Quarry"]
-        else:
-            assert wants_schema(body) is None and "not_name<|#|>CANDIDATE" in body["messages"][0]["content"]
+        assert (wants_schema(body) is None) == (fmt == "delimited")
+        assert "kept beside your entities" in body["messages"][0]["content"]
         (rec,) = extraction_lines(proj)
         got = {e["name"]: e["type"] for e in rec["entities"]}
-        # 1901: a candidate the model said nothing about, kept with the rules extractor's type
-        assert got == {"Mara Quint": "person", "Selby Lighthouse": "artifact", "1901": "date"}, got
+        # 1901: a candidate the model left out, kept with the rules extractor's type; the model's own type wins
+        # for one it listed (Calder Quarry: the rules say person)
+        assert got == {"Mara Quint": "person", "Selby Lighthouse": "artifact", "Calder Quarry": "location",
+                       "1901": "date"}, got
         assert rec["status"] == "ok" and rec["dropped_rows"] == 0
         # re-parsing the cached answers rebuilds the same record without the network
         sent = stub.count(CHAT)
@@ -255,10 +250,10 @@ def test_a_candidate_inside_a_longer_name_of_the_model_or_its_alias_is_not_added
     def ent(name: str, aliases: tuple[str, ...] = ()) -> ExtractedEntity:
         return ExtractedEntity(name, "location", "", list(aliases))
 
-    said = ParseResult(entities=[ent("Lakeland, Florida"), ent("Irmãos Faria", ("Faria Brothers",))],
-                       not_names=["the Board"])
-    cands = [ent("Lakeland"), ent("faria brothers"), ent("The board"), ent("Land"), ent("Florida Keys")]
+    said = ParseResult(entities=[ent("Lakeland, Florida"), ent("Irmãos Faria", ("Faria Brothers",))])
+    cands = [ent("Lakeland"), ent("faria brothers"), ent("Land"), ent("Florida Keys")]
     kept = keep_candidates(said, cands)
     # "Land" is no whole word of "Lakeland": it stays, as does a name that only overlaps
     assert [e.name for e in kept.entities] == ["Lakeland, Florida", "Irmãos Faria", "Land", "Florida Keys"]
     assert keep_candidates(said, None) is said
+    assert keep_candidates(ParseResult(), cands).entities == []     # an answer with no row kept nothing

@@ -1,11 +1,11 @@
 """Candidate names for an LLM extraction ([extract] hints = "rules"): shown to the model before the passage,
-and kept unless the model rejects them.
+and kept beside what it answers.
 
-Why keep what the model leaves out: a small model asked to re-list every good candidate forgets many of them (a
-year, one place of a list of five), while it judges a candidate well when asked about each one (a verdict per
-candidate in a JSON answer, a not_name row in the line format). So a candidate stays unless the model rejects
-it or writes a name that contains it (the model corrected its extent: "Lakeland" inside "Lakeland,
-Florida"); a kept candidate carries the rules extractor's type and description, and takes part in the model's
+Why keep what the model leaves out: a small model leaves out about as many good candidates (a year, one place
+of a list of five) as wrong ones, and judges them no better when asked for a verdict on each; what it does
+well is add the names the rules miss and write a name's full extent. So a candidate stays unless the model
+listed it or wrote a longer name that contains it ("Lakeland" inside "Lakeland, Florida": it corrected the
+extent); a kept candidate carries the rules extractor's type and description, and takes part in the model's
 relations like any listed name.
 """
 
@@ -48,19 +48,18 @@ def _rule_candidates(text: str) -> tuple[ExtractedEntity, ...]:
 
 
 def keep_candidates(result: ParseResult, candidates: list[ExtractedEntity] | None) -> ParseResult:
-    """`result` with every candidate the model neither rejected, nor listed (by name or alias), nor wrote
-    inside a longer name of its own, added as an entity. An answer with no usable row vetted nothing: it
-    stays as it is (a failed extraction, not the rules extractor's)."""
-    if not candidates or not (result.entities or result.relations or result.not_names):
+    """`result` with every candidate the model neither listed (by name or alias) nor wrote inside a longer
+    name of its own added as an entity. An answer with no usable row stays as it is: a failed extraction,
+    not the rules extractor's."""
+    if not candidates or not (result.entities or result.relations):
         return result
     listed = {fold(n) for e in result.entities for n in (e.name, *e.aliases)}
     # one text of the model's names, a line each: a whole-word match in it is a match inside one name
     names_text = "\n".join(listed)
-    rejected = {fold(n) for n in result.not_names}
     added = []
     for cand in candidates:
         key = fold(cand.name)
-        if key in rejected or key in listed or mentions(names_text, key):
+        if key in listed or mentions(names_text, key):
             continue
         added.append(replace(cand, aliases=list(cand.aliases)))
         listed.add(key)

@@ -1,6 +1,4 @@
-"""Read an extraction answer given as a JSON object (structured output): {"entities": [...], "relations": [...]},
-with "candidates": [{"name": ..., "keep": true|false}, ...] (a verdict on each candidate name shown) first when
-candidates were shown.
+"""Read an extraction answer given as a JSON object (structured output): {"entities": [...], "relations": [...]}.
 
 The rows go through the same row builders, merging and drop reasons as the delimited format (parser.Rows),
 so the checks, gleaning merges and counts cannot tell the formats apart. An answer cut at max_tokens is cut
@@ -15,14 +13,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from hrag_cli.extract.parser import BAD_VERDICT, ParseResult, Rows, allowed_types, entity_row, relation_row
+from hrag_cli.extract.parser import ParseResult, Rows, allowed_types, entity_row, relation_row
 
 NOT_JSON = "not_json"          # a JSON-format answer with no JSON object in it
 BAD_ITEM = "bad_item"          # an array item that is no object (a bare string, a number)
 
 _DECODER = json.JSONDecoder()
-_KEYS = ("candidates", "entities", "relations")
-_ARRAY_RE = {key: re.compile(r'"' + key + r'"\s*:\s*\[') for key in _KEYS}
+_ARRAY_RE = {key: re.compile(r'"' + key + r'"\s*:\s*\[') for key in ("entities", "relations")}
 _WS = " \t\r\n,"
 
 
@@ -98,22 +95,17 @@ def parse_json_extraction(text: str, entity_types: Iterable[str] | None = None, 
         pass
     truncated = 0
     if isinstance(whole, dict):
-        groups = {key: whole.get(key) if isinstance(whole.get(key), list) else [] for key in _KEYS}
+        groups = {key: whole.get(key) if isinstance(whole.get(key), list) else [] for key in ("entities", "relations")}
         complete = True
     else:   # cut (or broken) inside the object: every item that closed is still good
         groups = {}
-        for key in _KEYS:
+        for key in ("entities", "relations"):
             groups[key], open_end = _items(text, key)
             truncated += open_end and cut
         complete = False
-        if not (groups["entities"] or groups["relations"]) and not cut:
+        if not any(groups.values()) and not cut:
             rows.drop(NOT_JSON)
             return rows.result(False), 0
-    for verdict in groups["candidates"]:
-        if not isinstance(verdict, dict) or not isinstance(verdict.get("keep"), bool):
-            rows.drop(BAD_VERDICT)
-        elif not verdict["keep"]:
-            rows.reject(verdict.get("name"))
     for item in groups["entities"]:
         if isinstance(item, dict):
             rows.add_entity(entity_row(_entity_fields(item), "", types))

@@ -57,36 +57,29 @@ class Frame:
     def typed(self) -> bool:
         return bool(self.schema is not None and self.schema.relations)
 
-    def answer_schema(self, budget: int, candidates: list[str] | None = None) -> dict | None:
-        """The JSON schema a "json" answer must follow (None for delimited): the types as enums, a verdict on
-        each candidate name shown, and no more items than the answer's token budget holds beside them, so a
-        model that starts repeating rows reaches the end of its lists, and closes the object, before it
-        reaches max_tokens."""
+    def answer_schema(self, budget: int) -> dict | None:
+        """The JSON schema a "json" answer must follow (None for delimited): the types as enums, and no more
+        items than the answer's token budget holds, so a model that starts repeating rows reaches the end of
+        its lists, and closes the object, before it reaches max_tokens."""
         if self.fmt != "json":
             return None
         rel_types = tuple(r.name for r in self.schema.relations) if self.typed and self.schema is not None else ()
-        shown = tuple(candidates or ())
-        verdicts = sum(VERDICT_TOKENS + len(n) // 3 for n in shown)
-        items = max(4, (budget - ANSWER_FRAME_TOKENS - verdicts) // ITEM_TOKENS)
+        items = max(4, (budget - ANSWER_FRAME_TOKENS) // ITEM_TOKENS)
         entities = max(2, (items * 3 + 4) // 5)
-        return _answer_schema(tuple(self.types), rel_types, entities, max(2, items - entities), shown)
+        return _answer_schema(tuple(self.types), rel_types, entities, max(2, items - entities))
 
 
 # What an answer item costs, in tokens: an entity with its short description or a relation with its predicate
-# runs about 20-35 in real answers, a candidate's verdict its name and a few more; the frame is the object's
-# own braces and keys.
+# runs about 20-35 in real answers; the frame is the object's own braces and keys.
 ITEM_TOKENS = 32
-VERDICT_TOKENS = 8
 ANSWER_FRAME_TOKENS = 40
 
 
 @functools.lru_cache(maxsize=256)
-def _answer_schema(types: tuple[str, ...], rel_types: tuple[str, ...], entities: int, relations: int,
-                   candidates: tuple[str, ...]) -> dict:
-    """Frame.answer_schema, built once per (types, size, candidates): chunks without candidates share a few."""
+def _answer_schema(types: tuple[str, ...], rel_types: tuple[str, ...], entities: int, relations: int) -> dict:
+    """Frame.answer_schema, built once per (types, size): the same few schemas serve every chunk."""
     names = list(dict.fromkeys(clean_type(t) for t in types if t.strip())) or list(DEFAULT_ENTITY_TYPES)
-    return extraction_schema(names, list(rel_types) or None, entities=entities, relations=relations,
-                             candidates=list(candidates))
+    return extraction_schema(names, list(rel_types) or None, entities=entities, relations=relations)
 
 
 FORMATS = ("auto", "json", "delimited")
@@ -208,7 +201,7 @@ def first_request(chunk: Chunk, settings: ExtractSettings, llm: LLMSettings, att
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
     budget = answer_budget(chunk, settings, llm.max_tokens)
-    return frame, messages, budget, frame.answer_schema(budget, names)
+    return frame, messages, budget, frame.answer_schema(budget)
 
 
 # Continuation rounds per attempt for an answer cut at max_tokens; a chunk still cut after them is "partial",

@@ -37,7 +37,6 @@ SELF_RELATION = "self_relation"          # relation of an entity to itself
 UNKNOWN_RECORD = "unknown_record"        # a delimited row whose first field is no record keyword or type
 UNREADABLE_ROW = "unreadable_row"        # a record keyword followed by a delimiter we cannot read
 UNREADABLE_GLEANING = "unreadable_gleaning"   # a gleaning answer with no rows that is no "nothing more" either
-BAD_VERDICT = "bad_verdict"              # a verdict on a candidate name (not_name row, JSON verdict) we cannot read
 
 _SEP = "\ue000"  # canonical field delimiter after normalisation (private use; not whitespace to str.strip)
 
@@ -84,8 +83,6 @@ _FIELD_LEAD = "([{|<>#, \t"         # left before an opening quote: `("entity"`,
 _ENTITY_KEYS = {"entity", "entities"}
 _RELATION_KEYS = {"relation", "relations", "relationship", "relationships", "rel"}
 _IGNORED_KEYS = {"content_keywords", "content_keyword"}
-# `not_name<|#|>CANDIDATE`: a candidate name (extract/candidates.py) the model rejects
-_NOT_NAME_KEYS = {"not_name", "not_names", "notname", "not_a_name", "rejected"}
 
 # Template header fields (the format line echoed): compared with letters only, lowercased.
 _HEADER_FIRST = {"name", "entityname", "entity", "source", "src", "sourceentity", "sourcename", "sourceentityname",
@@ -103,7 +100,6 @@ class ParseResult:
     dropped: dict[str, int] = field(default_factory=dict)   # reason -> rows the model meant but we left out
     complete: bool = False    # the completion marker was seen
     retyped: int = 0          # entities whose type was outside the configured list (set by checks.py)
-    not_names: list[str] = field(default_factory=list)     # candidate names the model rejected
 
     @property
     def n_dropped(self) -> int:
@@ -407,8 +403,6 @@ def _record_kind(first: str, types: frozenset[str] = frozenset()) -> str:
         return "relation"
     if k in _IGNORED_KEYS:
         return "ignore"
-    if k in _NOT_NAME_KEYS:
-        return "not_name"
     if k and clean_type(k) in types:
         return "typed"      # `event<|#|>Spring Fair<|#|>...`: an entity row with its type as the keyword
     return ""
@@ -665,8 +659,6 @@ def _parse(text: str, types: frozenset[str], typed: bool) -> ParseResult:
                 rows.add_entity(entity_row(fields[1:], clean_type(fields[0]) if kind == "typed" else "", types))
             elif kind == "relation":
                 rows.add_relation(relation_row(fields[1:], typed))
-            elif kind == "not_name":
-                rows.reject(fields[1] if len(fields) > 1 else "")
             elif len(fields) >= 3:
                 drop(UNKNOWN_RECORD)   # `node<|#|>A<|#|>person<|#|>...`: a row, but of no kind we know
     return rows.result(complete)
@@ -681,7 +673,6 @@ class Rows:
         self.entities: dict[str, ExtractedEntity] = {}
         self.relations: dict[tuple[str, str, str], ExtractedRelation] = {}
         self.dropped: dict[str, int] = {}
-        self.not_names: dict[str, str] = {}
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -704,17 +695,9 @@ class Rows:
         prev = self.relations.get(rkey)
         self.relations[rkey] = rel if prev is None else _merge_relation(prev, rel)
 
-    def reject(self, name: object) -> None:
-        """A candidate name the model says is no name; anything but a non-blank string is a bad item."""
-        cleaned = clean_name(name) if isinstance(name, str) else ""
-        if not cleaned:
-            self.drop(BAD_VERDICT)
-            return
-        self.not_names.setdefault(_name_key(cleaned), cleaned)
-
     def result(self, complete: bool) -> ParseResult:
         return ParseResult(entities=list(self.entities.values()), relations=list(self.relations.values()),
-                           dropped=self.dropped, complete=complete, not_names=list(self.not_names.values()))
+                           dropped=self.dropped, complete=complete)
 
 
 _UNREADABLE_RE = re.compile(r"[(\"'*`\s-]*+" + _KW + r"[\"'*`)]*+[ \t]*+[<|{\[#][^\w\s]", re.IGNORECASE)
@@ -773,5 +756,4 @@ def merge_gleaning(base: ParseResult, extra: ParseResult, entity_types: Iterable
         dropped=add_counts(dict(base.dropped), extra.dropped),
         complete=base.complete and extra.complete,
         retyped=base.retyped + extra.retyped,
-        not_names=list({_name_key(n): n for n in (*base.not_names, *extra.not_names)}.values()),
     )

@@ -211,7 +211,7 @@ def build_extraction_messages(
         types = ", ".join(t.strip() for t in entity_types if t.strip()) or ", ".join(DEFAULT_ENTITY_TYPES)
         head, system = f"Allowed types: {types}\n", _EXTRACTION_SYSTEM
     if hints is not None:
-        system = f"{system}\nCANDIDATES\n{_hints_rule(fmt)}\n"
+        system = f"{system}\nCANDIDATES\n{_HINTS_RULE}\n"
     user = (
         f"{head}"
         f"Write every DESCRIPTION, PREDICATE and KEYWORDS field in {language}; keep NAMES exactly as they "
@@ -255,23 +255,7 @@ _EXAMPLE_HINTS = ["Marta Vidal", "Corvo Point", "Harbour Board", "Santa Luzia", 
 
 HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v2"
 
-# The example's verdicts: cut short ("Corvo Point", "Harbour Board") or no name ("The") are rejected.
-_EXAMPLE_REJECTED = ("Corvo Point", "Harbour Board", "The")
-
-
-def _hints_rule(fmt: str) -> str:
-    if fmt == "json":
-        how = ('First, in "candidates", give your verdict on each candidate in the order given: its "name" '
-               'exactly as given and "keep": true or false.')
-        reject, keep = '"keep": false', '"keep": true'
-    else:
-        how = f"For each candidate you reject write a row not_name{FIELD_DELIMITER}CANDIDATE."
-        reject, keep = "reject it", "keep it"
-    return f"""The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it also picks up ordinary capitalised words, cuts names short, runs two names together, and misses some. Every candidate you do not reject is kept as it is. {how}
-- it is no name of one particular thing (a common word, a heading, part of a sentence): {reject};
-- it is cut short or runs two names together: {reject}, and list the right name or names in "entities";
-- it is the name of one particular thing: {keep}.
-Then list your entities: the kept candidates and every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
+_HINTS_RULE = """The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it cuts some short, runs some together, picks up some ordinary words, and misses some. The candidates are kept beside your entities, except one inside a longer name you write. So check each candidate against the passage: where it is cut short or runs two names together, write the full name or names as the passage writes them; list every name you find, candidates included, with its own type and description; then add every name the tagger missed. A name never includes a bracketed part: "Paris (France)" is two names."""
 
 
 def hints_line(names: list[str]) -> str:
@@ -282,13 +266,10 @@ def hints_line(names: list[str]) -> str:
 def _json_system(types_line: str, typed: bool, hints: bool) -> str:
     rel_type = ('"relation_type" (the schema relation type it is an instance of, fitting the types of both '
                 'ends), ') if typed else ""
-    verdicts = [{"name": n, "keep": n not in _EXAMPLE_REJECTED} for n in _EXAMPLE_HINTS]
-    example = json.dumps({"candidates": verdicts, **_JSON_EXAMPLE} if hints else _JSON_EXAMPLE, ensure_ascii=False)
-    rule = f"\n{_hints_rule('json')}" if hints else ""
+    example = json.dumps(_JSON_EXAMPLE, ensure_ascii=False)
+    rule = f"\n{_HINTS_RULE}" if hints else ""
     shown = f"\n{hints_line(_EXAMPLE_HINTS)}" if hints else ""
-    lists = ('three lists: "candidates" (your verdict on each candidate name), "entities" and "relations"'
-             if hints else 'two lists, "entities" and "relations"')
-    return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding {lists}.
+    return f"""You turn a passage into a small knowledge graph. Answer with one JSON object holding two lists, "entities" and "relations".
 
 "entities": every named thing in the passage, each listed once: people, organizations, places, creative works (books, films, songs, albums, journals), events, awards and titles, dates and years, and numbers with units. Copy each name exactly as the passage writes it, in its fullest form. Give each a "type" (one of the allowed types) and a short "description" (at most 12 words) of what the passage says about it; add "aliases" only for other names the passage uses for the same thing.
 "relations": facts the passage states between two of your entities, each as "source", {rel_type}"predicate" (a short verb phrase such as "was born in" or "founded") and "target". Source and target must be names from your entity list, written the same way.
@@ -301,11 +282,10 @@ Answer: {example}"""
 
 
 def extraction_schema(types: list[str], relation_types: list[str] | None = None, entities: int = 40,
-                      relations: int = 40, candidates: list[str] | None = None) -> dict:
+                      relations: int = 40) -> dict:
     """The JSON schema of an extraction answer: the entity types (and a schema's relation types) as enums, and
     at most `entities` entities and `relations` relations, so a model that starts repeating itself stops at
-    the list's end. `candidates` (names shown with the passage): the answer first gives a verdict on each,
-    its name one of them exactly."""
+    the list's end."""
     entity = {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 120},
         "type": {"type": "string", "enum": list(types)},
@@ -318,15 +298,10 @@ def extraction_schema(types: list[str], relation_types: list[str] | None = None,
     rel_props.update({"predicate": {"type": "string", "maxLength": 80},
                       "target": {"type": "string", "maxLength": 120}})
     relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
-    props: dict[str, Any] = {}
-    if candidates:
-        names = list(dict.fromkeys(candidates))
-        verdict = {"type": "object", "properties": {"name": {"type": "string", "enum": names},
-                                                    "keep": {"type": "boolean"}}, "required": ["name", "keep"]}
-        props["candidates"] = {"type": "array", "items": verdict, "maxItems": len(names)}
-    props["entities"] = {"type": "array", "items": entity, "maxItems": entities}
-    props["relations"] = {"type": "array", "items": relation, "maxItems": relations}
-    return {"type": "object", "properties": props, "required": list(props)}
+    return {"type": "object",
+            "properties": {"entities": {"type": "array", "items": entity, "maxItems": entities},
+                           "relations": {"type": "array", "items": relation, "maxItems": relations}},
+            "required": ["entities", "relations"]}
 
 
 def build_gleaning_message(fmt: str = "delimited") -> dict:
