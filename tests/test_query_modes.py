@@ -293,6 +293,22 @@ def test_name_seeds_prefer_the_longest_name(ix: QueryIndex) -> None:
     assert name_seeds(ix, "the of and") == []
 
 
+def test_name_seeds_keep_apostrophes_colons_and_commas_inside_a_name() -> None:
+    from types import SimpleNamespace
+
+    from hrag_cli.query.retrieval import name_seeds
+
+    names = ("it's a wonderful afterlife", "the hobbit: the desolation of smaug", "cairo, illinois",
+             "schindler's list", "port ellery")
+    ix = SimpleNamespace(entities=dict.fromkeys(names, {}))
+    # 2Wiki capitalises every word of a title, "'S" included; a colon or comma inside a name stays
+    assert name_seeds(ix, "Who directed It'S A Wonderful Afterlife?") == ["it's a wonderful afterlife"]
+    seeds = name_seeds(ix, "When was The Hobbit: The Desolation Of Smaug out?")
+    assert seeds == ["the hobbit: the desolation of smaug"]
+    assert name_seeds(ix, "Is Cairo, Illinois big?") == ["cairo, illinois"]
+    assert name_seeds(ix, "Who made Schindler's List and Port Ellery's wall?") == ["schindler's list", "port ellery"]
+
+
 def test_capped_order_lets_other_documents_through() -> None:
     from hrag_cli.query.retrieval import capped_order
 

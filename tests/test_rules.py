@@ -239,3 +239,46 @@ def test_what_the_sentence_says_a_name_is_types_it() -> None:
     e = ents("Marlow Creek is a 2004 American comedy film directed by Ruth Calloway. Ruth Calloway is a film "
              "director from Ohio.")
     assert e["Marlow Creek"] == "work" and e["Ruth Calloway"] == "person"
+
+
+def test_one_name_across_ordinals_years_complements_and_coordination() -> None:
+    e = ents("The 14th Lok Sabha met after the 35th Chess Olympiad. The Naturalization Act of 1790 and the "
+             "Treaty on European Union were signed. The Ministry of Environment and Forests ran the Liverpool "
+             "and Manchester Railway in Trinidad and Tobago. The People's Republic of China rebuilt St Paul's "
+             "Cathedral before Tokyo 2020 and the 2010 Census.")
+    for name in ("14th Lok Sabha", "35th Chess Olympiad", "Naturalization Act of 1790", "Treaty on European Union",
+                 "Ministry of Environment and Forests", "Liverpool and Manchester Railway", "Trinidad and Tobago",
+                 "People's Republic of China", "St Paul's Cathedral", "Tokyo 2020", "2010 Census"):
+        assert name in e, (name, e)
+    assert not {"Forests", "Tobago", "Cathedral", "1790", "2020", "Census"} & set(e), e
+    e = ents("Anna Smith met Jones on Monday. The Bank of England and Harvard University agreed. "
+             "Mexico City 1968 Summer Olympics.")
+    assert "Anna Smith" in e and "Monday" in e and "Bank of England" in e and "Harvard University" in e
+    assert "1968 Summer Olympics" in e and "Mexico City" in e          # a year before a name goes with it
+
+
+def test_two_names_in_one_capitalised_run_stay_two() -> None:
+    e = ents("Ralph Wheelock was an English Protestant minister who watched American MTV with Italian John Cabot. "
+             "U.S. President Barack Obama met Prime Minister Margaret Thatcher and Mark Achtman FRS, a Roman "
+             "Catholic priest.")
+    assert e["English"] == "nationality" and "Protestant" in e and "MTV" in e and "John Cabot" in e
+    assert "Barack Obama" in e and "Margaret Thatcher" in e and "Mark Achtman" in e and "FRS" in e
+    assert "Roman Catholic" in e
+    assert not {"English Protestant", "American MTV", "Italian John Cabot", "U.S. President", "Prime Minister"} & set(e), e
+
+
+def test_dates_days_and_spaces_inside_figures() -> None:
+    e = ents("The bombs fell on August 6 and 9, 1945. On Wednesday he left (1164 – 25 May 1200) for a "
+             "trail of 5\u00a0km; 129,000 people and 5 million residents paid $5 million.")
+    assert e["August 6"] == "date" and e["Wednesday"] == "date" and e["25 May 1200"] == "date"
+    assert e["5 km"] == "quantity" and e["$5 million"] == "quantity"
+    assert not {"1164 – 25", "129,000 people", "5 million residents", "5 million"} & set(e), e
+
+
+def test_topics_of_article_titles_and_names_placed_in_another() -> None:
+    e = ents("A book. The History of Maryland tells of Baltimore.")
+    assert "Maryland" in e and "History of Maryland" not in e
+    e = ents("He played for the Minnesota Wild of the National Hockey League and banked at the Bank of England. "
+             "She wore the Order of the British Empire as First Secretary of the Communist Party.")
+    assert "Minnesota Wild" in e and "National Hockey League" in e and "Bank of England" in e
+    assert "Order of the British Empire" in e and "First Secretary of the Communist Party" in e

@@ -34,7 +34,12 @@ barcelona seville toronto montreal vancouver sydney melbourne chicago boston phi
 dallas atlanta seattle baltimore brooklyn manhattan hollywood jerusalem baghdad tehran karachi lahore dhaka
 bangkok manila jakarta seoul osaka kyoto hanoi singapore nairobi lagos johannesburg havana lima bogota
 santiago caracas quito honolulu geneva zurich
-""".split())
+""".split()) | frozenset((
+    "trinidad and tobago", "antigua and barbuda", "bosnia and herzegovina", "saint kitts and nevis",
+    "saint vincent and the grenadines", "são tomé and príncipe", "sao tome and principe",
+    "saint pierre and miquelon", "turks and caicos islands", "wallis and futuna", "akrotiri and dhekelia",
+    "heard island and mcdonald islands", "svalbard and jan mayen", "french southern and antarctic lands",
+    "south georgia and the south sandwich islands"))
 
 # Nationalities and other demonyms: "an American actor" is an adjective of nationality, not a place.
 DEMONYMS = frozenset("""

@@ -16,8 +16,13 @@ from functools import lru_cache
 from hrag_cli.core.records import ExtractedEntity, ExtractedRelation, ExtractionRecord
 from hrag_cli.core.textnorm import STOP_WORDS
 from hrag_cli.extract.gazetteer import DEMONYMS, GIVEN_NAMES, PLACES
+from hrag_cli.extract.lexicon import (
+    ARTIFACT_WORDS, AWARD_WORDS, COMMON_STARTERS, COMPOUND_DEMONYMS, DOCUMENT_PARTS, EVENT_WORDS, FUNCTION_WORDS,
+    GROUP_POSSESSORS, LOC_PREPOSITIONS, LOC_WORDS, NAME_OPENERS, NAME_TITLES, ON_HEADS, ORG_WORDS, PERSON_TITLES,
+    PERSON_VERBS, POSTNOMINALS, PREPOSITIONS, REGNAL, ROLE_NOUNS, SAINTS, STYLES, TOPIC_NOUNS, TRAILING_WORDS,
+)
 
-RULES_FINGERPRINT = "rules-v5"
+RULES_FINGERPRINT = "rules-v6"
 
 MAX_PREDICATE_WORDS = 6
 MAX_DESCRIPTION_CHARS = 300
@@ -44,12 +49,11 @@ _MONTHS = ("January|February|March|April|May|June|July|August|September|October|
 _UNITS = ("km|kilometres|kilometers|kilometre|kilometer|miles|mile|m|metres|meters|metre|meter|cm|mm|ft|feet|"
           "foot|inches|kg|kilograms|g|grams|tonnes|tons|tonne|ton|lb|lbs|pounds|litres|liters|l|ml|"
           "hectares|hectare|ha|acres|acre|%|per cent|percent|degrees|°C|°F|kW|MW|GW|kWh|MWh|V|km²|m²|m³|sq mi|"
-          "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute|"
-          "people|workers|inhabitants|residents|members|employees|steps|volumes|ships|houses|"
-          "million|billion|thousand|hundred")
+          "knots|mph|km/h|FM|MHz|kHz|GHz|years|year|months|month|weeks|week|days|day|hours|hour|minutes|minute")
 
+_NUMBER_WORDS = "million|billion|trillion|thousand|hundred"     # a multiplier, no unit: "5 million" counts nothing
 _DATE_AHEAD = rf"(?:{_MONTHS})\.?\s\d"     # a month and its day or year: a date, never the tail of a name
-_CURRENCY_REST = r"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:million|billion|trillion|thousand))?"
+_CURRENCY_REST = rf"\s?\d[\d,]*(?:\.\d+)?(?:\s(?:{_NUMBER_WORDS}))?"
 _MONTH_REST = "|".join(m[1:] for m in _MONTHS.split("|"))
 
 # One pass finds every candidate span. Each alternative is (kind, its first character, the rest); the
@@ -60,9 +64,12 @@ _ALTERNATIVES = [
     ("date", r"\d", rf"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\.?,?\s\d{{3,4}}\b"),               # 8 May 1936
     ("date", "[JFMASOND]", rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s(?:\d{{1,2}},?\s)?\d{{4}}\b"),  # March 1987
     ("date", r"\d", r"(?<![\w.,]\d)\d?\s(?:{_MONTHS})\b(?!\.?,?\s\d)".replace("{_MONTHS}", _MONTHS)),  # 16 August
+    ("date", "[JFMASOND]",                                                                  # August 6
+     rf"(?<![\w][JFMASOND])(?:{_MONTH_REST})\.?\s[0-3]?\d(?:st|nd|rd|th)?\b(?![\d.,:\-–])"),
     ("date", r"\d", r"(?<![\w.,]\d)\d{3}s\b"),                                             # 1930s
     ("date", r"\d", r"(?<![\w.,]\d)\d?(?:st|nd|rd|th)[\s\-]century(?:\s(?:BCE|BC|CE|AD)\b)?"),  # 17th century
-    ("date", "[12]", r"(?<![\w.,][12])\d{3}\s?[–—\-]\s?(?:[12]\d{3}|\d\d)\b(?![\w.,]\d)"),       # 1910–1942
+    ("date", "[12]",                                                                        # 1910–1942
+     rf"(?<![\w.,][12])\d{{3}}\s?[–—\-]\s?(?:[12]\d{{3}}|\d\d)\b(?![\w.,\-–]\d|\s(?:{_MONTHS})\b)"),
     ("date", r"\d", r"(?<![\w.,]\d)\d{0,3}\s?(?:BCE|BC|CE|AD)\b"),                          # 500 BC
     ("quantity", "[$£€¥]", _CURRENCY_REST),                                                  # £4.2 million
     ("quantity", r"\d", rf"(?<![\w.,]\d)[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?!\w)"),             # 3,200 tonnes
@@ -101,79 +108,9 @@ _SPACE_SPLIT_RE = re.compile(r"\S+")
 
 _MONTH_WORDS = {m.lower() for m in _MONTHS.split("|")}
 _WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
-# Capitalised words that open sentences but are never names by themselves.
-_COMMON_STARTERS = STOP_WORDS | {
-    "however", "today", "yesterday", "tomorrow", "later", "although", "though", "meanwhile", "after", "before",
-    "since", "during", "many", "most", "some", "several", "one", "two", "three", "four", "five", "first",
-    "second", "third", "last", "next", "another", "every", "each", "both", "none", "yet", "still", "also",
-    "instead", "now", "then", "thus", "hence", "there", "here", "once", "while", "when", "where", "what",
-    "why", "how", "who", "whom", "which", "although", "despite", "because", "unlike", "like", "according",
-    "following", "under", "over", "between", "among", "within", "without", "along", "across", "around",
-    "near", "its", "his", "her", "their", "our", "my", "your", "this", "that", "these", "those", "a", "an",
-    "the", "in", "on", "at", "by", "for", "from", "with", "as", "to", "of", "and", "but", "or", "nor", "so",
-    "if", "it", "he", "she", "they", "we", "you", "i", "not", "no", "yes", "only", "even", "just", "all",
-    "new", "old", "other", "such", "much", "more", "less", "few", "little", "great", "good", "bad", "don't",
-    "walk", "climb", "eat", "watch", "see", "visit", "take", "book", "ask", "note", "read", "go", "use",
-}
 
-_ORG_WORDS = {
-    "institute", "company", "council", "university", "authority", "archive", "archives", "works", "bank",
-    "society", "board", "committee", "ministry", "department", "museum", "library", "school", "college",
-    "corporation", "corp", "inc", "ltd", "association", "foundation", "agency", "party", "church", "guild",
-    "union", "club", "trust", "press", "gazette", "times", "herald", "office", "court", "parliament",
-    "assembly", "commission", "federation", "league", "group", "service", "police", "army", "navy",
-    "hospital", "academy", "laboratory", "observatory", "consortium", "partners", "brothers", "co",
-    "institution", "bureau", "senate", "government", "firm", "yard", "shipyard", "mill", "mills", "railway",
-    "railways", "line", "lines", "hotels", "resorts", "records", "studios", "airlines", "orchestra", "theatre", "theater", "newspaper", "review", "journal",
-}
-_LOC_WORDS = {
-    "island", "islands", "isle", "river", "port", "bay", "lake", "mount", "mountain", "mountains", "street",
-    "road", "avenue", "lane", "harbour", "harbor", "coast", "valley", "city", "town", "village", "county",
-    "province", "region", "district", "square", "flats", "sea", "ocean", "cape", "point", "hill", "hills",
-    "forest", "strait", "sound", "peninsula", "steps", "quay", "dock", "docks", "marsh", "estuary", "delta",
-    "gulf", "heights", "park", "gardens", "plain", "plains", "rocks", "head", "headland", "channel", "falls",
-    "springs", "creek", "canyon", "desert", "state", "kingdom", "republic", "north", "south", "east", "west",
-    "sankt", "san", "santa", "saint", "st", "fort", "glen", "moor", "ridge", "shore", "beach", "pass", "basin",
-    "states", "emirates",
-}
-_EVENT_WORDS = {
-    "flood", "war", "strike", "fire", "festival", "treaty", "conference", "election", "revolution", "battle",
-    "storm", "earthquake", "expedition", "crisis", "riot", "riots", "exhibition", "olympics", "games",
-    "uprising", "siege", "famine", "plague", "epidemic", "summit", "fair", "congress", "accord", "agreement",
-    "disaster", "collapse", "rebellion", "referendum", "ceremony", "race", "cup", "championship", "act",
-}
-_ARTIFACT_WORDS = {
-    "bridge", "lighthouse", "tower", "ship", "engine", "map", "maps", "manuscript", "codex", "lens", "canal",
-    "dam", "station", "building", "hall", "cathedral", "chapel", "castle", "palace", "monument", "statue",
-    "wall", "gate", "locomotive", "telescope", "book", "report", "atlas", "chronicle", "ledger", "barrier",
-    "embankment", "terminal", "tunnel", "clock", "bell", "organ", "painting", "charter", "lock", "locks",
-}
-_PERSON_TITLES = {
-    "mr", "mrs", "ms", "miss", "dr", "prof", "professor", "sir", "lady", "lord", "dame", "captain", "capt",
-    "mayor", "king", "queen", "prince", "princess", "president", "judge", "father", "sister", "brother",
-    "rev", "reverend", "general", "colonel", "governor", "senator", "chancellor", "minister", "bishop",
-    "duke", "duchess", "countess", "baron", "baroness", "emperor", "empress",
-}
-# Royal and noble styles are part of how a person is named ("King Albert II", "Sir Henry Wellcome"); offices
-# and forms of address are not ("President Bill Clinton", "Mr. Collins").
-_STYLES = {"king", "queen", "prince", "princess", "lord", "lady", "sir", "dame", "duke", "duchess", "emperor",
-           "empress", "baron", "baroness", "countess"}
-# Titles that open a name ("Archduke Leopold of Austria"), and regnal numbers ("Maximilian I of Mexico").
-_NAME_TITLES = _PERSON_TITLES | {"archduke", "archduchess", "grand", "infanta", "infante", "pope", "tsar", "czar",
-                                 "sultan", "khan", "earl", "marquess", "margrave", "count", "viscount", "pharaoh"}
-_REGNAL = {"i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi"}
-_AWARD_WORDS = {"award", "awards", "prize", "medal", "trophy", "fame", "honour", "honor", "order"}
 _QUOTES_OPEN = "\"“‘'«"
 _QUOTES_CLOSE = "\"”’'»"
-_PERSON_CUE_WORDS = {
-    "engineer", "archivist", "historian", "mayor", "director", "chairman", "chairwoman", "founder", "wife",
-    "husband", "daughter", "son", "mother", "father", "captain", "professor", "student", "widow", "packer",
-    "teacher", "scientist", "writer", "author", "architect", "lawyer", "doctor", "painter", "poet", "clerk",
-    "keeper", "surveyor", "merchant", "journalist", "editor", "minister", "secretary", "president", "said",
-    "told", "married", "born", "died", "hydrologist", "cartographer", "librarian", "curator", "politician",
-}
-_LOC_PREPOSITIONS = {"in", "at", "near", "from", "to", "into", "across", "outside", "around", "toward",
-                     "towards", "off", "beyond", "via", "between"}
 
 
 _DOTTED_RE = re.compile(r"^(?:\w\.)+\w$")            # "u.s", "j.n": initials, not a sentence end
@@ -212,7 +149,6 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
 _LIFE_RE = re.compile(r"\s*\(\s*(?:born|died|née|nee|b\.|d\.)[\s,]")
 _NEXT_WORD_RE = re.compile(r"\s+([a-z][a-z\-]+)\b")
 _DEMONYM_ENDINGS = ("an", "ish", "ese", "ic", "ch", "i")   # "an" covers "-ian"
-_PERSON_VERBS = {"said", "says", "wrote", "sang", "died", "married", "told", "starred", "played"}
 _PLACE_ENDINGS = ("ia", "land", "stan", "burg", "burgh", "bury", "ton", "ville", "ford", "field", "polis", "grad",
                   "shire", "mouth", "port", "wick", "ham", "by", "holm", "abad", "pur", "pura", "berg", "dorf",
                   "heim", "hausen", "stad", "stadt", "sk", "ovo", "evo", "ino", "ow", "ice", "na", "ma", "ka",
@@ -238,9 +174,9 @@ def _next_cue(after: str) -> str:
     if _WORK_RE.match(after):
         return "work"
     m = _NEXT_WORD_RE.match(after)
-    if m and m.group(1) in _PERSON_VERBS:
+    if m and m.group(1) in PERSON_VERBS:
         return "verb"
-    return "adjective" if m and m.group(1) not in _COMMON_STARTERS else ""      # _COMMON_STARTERS holds STOP_WORDS
+    return "adjective" if m and m.group(1) not in COMMON_STARTERS else ""      # COMMON_STARTERS holds STOP_WORDS
 
 
 def code_type(name: str, role: str = "") -> str:
@@ -270,23 +206,23 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     low = [w.lower().strip("'’") for w in words]
     last = low[-1]
     of = low.index("of") if "of" in low else len(low)
-    if any(w in _AWARD_WORDS for w in low[:of]):
+    if any(w in AWARD_WORDS for w in low[:of]):
         return "award"
     if quoted or next_cue == "work":    # a quoted title in running text, or one the sentence calls a film
         return "work"
     if next_cue == "life":
         return "person"
-    if last in _ORG_WORDS or any(w in _ORG_WORDS for w in low[:of]):
+    if last in ORG_WORDS or any(w in ORG_WORDS for w in low[:of]):
         return "organization"
-    if low[0] in _NAME_TITLES or (len(low) > 1 and low[1] in _REGNAL):
+    if low[0] in NAME_TITLES or (len(low) > 1 and low[1] in REGNAL):
         return "person"
-    if last in _EVENT_WORDS or low[0] in _EVENT_WORDS:
+    if last in EVENT_WORDS or low[0] in EVENT_WORDS:
         return "event"
-    if last in _ARTIFACT_WORDS:
+    if last in ARTIFACT_WORDS:
         return "artifact"
-    if low[0] in _LOC_WORDS or last in _LOC_WORDS or (low[0] == "new" and len(low) > 1):
+    if low[0] in LOC_WORDS or last in LOC_WORDS or (low[0] == "new" and len(low) > 1):
         return "location"
-    if prev_word in _PERSON_TITLES:
+    if prev_word in PERSON_TITLES:
         return "person"
     if len(words) in (2, 3) and not any(w in _CONNECTORS for w in low) and not any(w.isupper() and len(w.rstrip(".")) > 1
                                                                                for w in words):
@@ -296,7 +232,7 @@ def _classify_name(name: str, prev_word: str, quoted: bool = False, next_cue: st
     if (next_cue == "adjective" and len(words) == 1 and not _ACRONYM_RE.match(words[0])
             and (prev_word in ("a", "an") or last.endswith(_DEMONYM_ENDINGS))):
         return "nationality"
-    if prev_word in _LOC_PREPOSITIONS:
+    if prev_word in LOC_PREPOSITIONS:
         return "location"
     if len(words) == 1 and words[0].isupper() and len(words[0]) > 1:
         return "technology" if technical else "organization"
@@ -349,30 +285,7 @@ _INITIALS_RE = re.compile(rf"^(?:{_UP}\.)+$")         # "J." "U.S."
 _INNER_CAP_RE = re.compile(rf"^.[^\s]*{_UP}")
 _ABBREV_TOKENS = {"st.", "mt.", "dr.", "jr.", "sr.", "ft.", "mr.", "mrs.", "ms.", "gen.", "col.", "capt.", "lt.",
                   "rev.", "co.", "inc.", "bros.", "no.", "ltd.", "corp.", "sgt.", "prof.", "hon."}
-# Adjectives that open names ("New York", "First World War", "Great Britain"): dropped only when alone.
-_NAME_OPENERS = {"new", "old", "first", "second", "third", "last", "great", "good", "little", "one", "two", "three",
-                 "four", "five", "next", "all", "little", "little"}
-_STRIP_WORDS = _COMMON_STARTERS - _NAME_OPENERS
-_PREPOSITIONS = {"after", "before", "in", "on", "at", "from", "since", "during", "under", "over", "between",
-                 "among", "within", "without", "near", "by", "with", "as", "to", "of", "for", "into", "through",
-                 "until", "upon", "across", "against", "throughout", "following", "despite"}
-# A name never ends on an article: "Parliament The" is a name run into the next sentence. Other capitalised
-# function words end titles ("Changed It", "Come Dance With Me").
-_TRAILING_WORDS = {"the", "a", "an"}
-# The parts of a document: "Table 3", "Volume 59" refer to a place in a text, not to a thing.
-_DOCUMENT_PARTS = {"figure", "fig", "fig.", "table", "section", "chapter", "appendix", "page", "part", "volume",
-                   "vol", "vol.", "issue", "no", "no.", "contents", "step", "line", "lines", "equation", "eq"}
-# Words that are never a name alone, in any case ("NEVER", "Also"): function words, modals, quantifiers.
-_FUNCTION_WORDS = _COMMON_STARTERS | {
-    "never", "always", "ever", "may", "might", "must", "shall", "can", "cannot", "will", "would", "should",
-    "could", "yes", "ok", "okay", "please", "etc", "via", "per", "upon", "unless", "whether", "either", "neither",
-    "any", "every", "none", "nothing", "something", "anything", "everything", "otherwise", "else", "perhaps",
-    "maybe", "thus", "therefore", "hence", "whereas", "whatever", "whenever", "wherever", "us", "them", "him",
-    "me", "mine", "hers", "ours", "theirs", "itself", "yourself", "see", "note", "warning", "tip", "example",
-    # the parts of a document and bare units: "Figure 3", "Table", "MB" name no thing of their own
-    "figure", "fig", "table", "section", "chapter", "appendix", "page", "part", "proceedings", "abstract",
-    "introduction", "conclusion", "conclusions", "references", "acknowledgements", "acknowledgments",
-    "kb", "mb", "gb", "tb", "ms", "ns", "hz", "khz", "mhz", "ghz"}
+_STRIP_WORDS = COMMON_STARTERS - NAME_OPENERS
 _ACRONYM_RE = re.compile(r"^[A-Z0-9&][A-Z0-9&\-]*[A-Z][A-Z0-9&\-]*s?$")
 
 
@@ -385,15 +298,51 @@ def _groups(toks: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     for k, (_, _, w) in enumerate(toks[:-1]):
         cut = False
         if w.endswith(("'s", "’s")):
-            cut = True
+            # a descriptive possessive stays inside the name: a plural ("People's Republic", "Children's
+            # Hospital"), a saint ("St Paul's Cathedral"), a title standing for the Crown ("King's College")
+            cut = not (w[:-2].lower() in GROUP_POSSESSORS or k > 0 and toks[k - 1][2].lower() in SAINTS)
         elif w.endswith("."):
             nxt = toks[k + 1][2].lower().strip("'’")
             cut = not (_INITIALS_RE.match(w) or w.lower() in _ABBREV_TOKENS) or nxt in _STRIP_WORDS
+        elif w == "of" and _of_the_name(toks, start, k):
+            out.append((start, k))          # "509th Composite Group of the United States Army Air Forces"
+            start = k + 2
+            continue
+        else:
+            cut = _two_names(toks, start, k)
         if cut:
-            out.append((start, k + 1))
+            if cut != "office":         # an office before a person's name is a title, dropped as "Mr." is
+                out.append((start, k + 1))
             start = k + 1
     out.append((start, len(toks)))
     return [(a, b) for a, b in out if a < b]
+
+
+def _of_the_name(toks: list[tuple[int, int, str]], start: int, k: int) -> bool:
+    """"Minnesota Wild of the National Hockey League": a complete name (a modifier and its head) before "of the"
+    and a name of two words or more after it are two names, the second saying where the first belongs. A name
+    whose head takes an "of" phrase has that head alone before "of" ("Bank of England", "Order of the British
+    Empire"), and an office keeps its "of" phrase ("First Secretary of the Communist Party")."""
+    return (k - start >= 2 and toks[k + 1][2] == "the" and len(toks) - (k + 2) >= 2
+            and not any(t[2] in _CONNECTORS for t in toks[start:k]) and toks[k - 1][2].lower() not in ROLE_NOUNS)
+
+
+def _two_names(toks: list[tuple[int, int, str]], start: int, k: int) -> bool | str:
+    """Whether a run of capitalised words holds two names that meet between word k and the next: a nationality
+    before a person, an acronym or another nationality; honours after a person; "office" where the first is an
+    office before a person's name."""
+    w, nxt = toks[k][2], toks[k + 1][2]
+    low, nlow = w.lower(), nxt.lower()
+    last = k + 1 == len(toks) - 1
+    if k == start and low in DEMONYMS and (nlow in GIVEN_NAMES or last and (
+            (_ACRONYM_RE.match(nxt) and len(nxt) > 2) or (nlow in DEMONYMS and (low, nlow) not in COMPOUND_DEMONYMS))):
+        return True     # "American MTV", "Venetian John Cabot", "English Puritan": a nationality, then a name
+    if (k > start and low.rstrip(".") in ROLE_NOUNS and len(toks) - k > 2 and nxt not in _CONNECTORS
+            and not any(t[2].lower() in ORG_WORDS or t[2].lower() in LOC_WORDS for t in toks[k + 1:])):
+        return "office"     # "Prime Minister Margaret Thatcher", "Treasury Secretary Alexander Hamilton"
+    if last and nxt.rstrip(".").replace(".", "") in POSTNOMINALS and k - start >= 1:
+        return True     # "Mark Achtman FRS": honours after a person's name are not part of it
+    return False
 
 
 _TITLE_LINE_RE = re.compile(rf"^[ \t]*({_UP}[^\n]{{2,100}}?)[ \t]*$", re.MULTILINE)
@@ -455,7 +404,7 @@ def _code_spans(sentence: str, ctx: _Context) -> list[_Span]:
         tok = m.group(0)
         parts = tok.removesuffix("()").split(".")
         name = tok.removesuffix("()")
-        if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in _FUNCTION_WORDS:
+        if all(len(p) <= 1 for p in parts) or name.lower() in _LITERALS or name.lower() in FUNCTION_WORDS:
             continue                                    # "e.g", "i.e", a function named "about"
         out.append(_Span(m.start(), m.end(), name, ctx.roles.get(name) or code_type(tok)))
     return out
@@ -533,14 +482,16 @@ def _name_spans(sentence: str, ctx: _Context) -> list[_Span]:
         if code:
             spans = [sp for sp in spans if not any(c.start < sp.end and sp.start < c.end for c in code)] + code
             spans.sort(key=lambda sp: sp.start)
-    return _merge_year_names(sentence, _extend_names(sentence, spans, table))
+    return _merge_year_names(sentence, _join_phrases(sentence, _extend_names(sentence, spans, table)))
 
 
 # What continues a name past its capitalised words: a company's legal form or a generation after a comma
 # ("Publix Super Markets, Inc.", "Peter Williams, Jr.", "Washington, D.C."), a number ("U.S. Route 119", "Apollo 11",
-# "Country 97 FM") unless a month follows it (a date: "Bahamas 4 July") or it is a year.
+# "Country 97 FM") unless a month follows it (a date: "Bahamas 4 July"), a year that says which edition or which
+# law ("Tokyo 2020", "South Africa Act 1909") unless a name follows it ("Mexico City 1968 Summer Olympics").
 _NAME_TAIL_RE = re.compile(r",?\s(?:D\.C\.|Inc\.|Ltd\.?|LLC|L\.P\.|PLC|plc|Co\.|Corp\.|Jr\.|Sr\.|S\.A\.|GmbH|AG)(?!\w)"
-                           rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])")
+                           rf"|\s\d{{1,3}}(?:\.\d+)?(?:\s(?:FM|AM))?(?![\w,.:]?\s?\d)(?!\s(?:{_MONTHS})\b)(?![\w%°])"
+                           rf"|\s(?:1[5-9]|20)\d\d(?![\w,.:]?\s?\d)(?![\w%°\-–])(?!\s+{_UP})")
 
 
 _NO_TAIL_TYPES = {"date", "quantity", "constant", "identifier", *_ROLE_TYPES.values()}
@@ -556,7 +507,7 @@ def _extend_names(sentence: str, spans: list[_Span], table: bool) -> list[_Span]
         if sp.type not in _NO_TAIL_TYPES:           # a code name takes no tail: "--port 80" is an option and 80
             m = _NAME_TAIL_RE.match(sentence, sp.end)
             figure = m is not None and m.group(0)[-1].isdigit()
-            if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in _DOCUMENT_PARTS)) and (
+            if m and not (figure and (table or sp.name.rsplit(None, 1)[-1].lower() in DOCUMENT_PARTS)) and (
                     sp.name.endswith("Washington") or not m.group(0).endswith("D.C.")):
                 sp = _Span(sp.start, m.end(), sentence[sp.start:m.end()], sp.type)
                 skip_to = m.end()
@@ -577,18 +528,22 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     before = sentence[:base + toks[0][0]].rstrip()[-1:]
     in_prose = (before == "," or before.islower()) and not toks[0][2].isupper()
     while (not quoted_title and i < j and (at_start or j - i > 1 and (
-                not in_prose or i > 0 or toks[i][2].lower() in _PREPOSITIONS or toks[i][2] == "I"))
+                not in_prose or i > 0 or toks[i][2].lower() in PREPOSITIONS or toks[i][2] == "I"))
            and not toks[i][2].endswith(".") and toks[i][2].lower().strip("'’") in _STRIP_WORDS):
         i += 1
         while i < j and toks[i][2] in _CONNECTORS:     # connectors left dangling after the dropped word
             i += 1
+    if j - i > 2 and toks[i + 1][2] == "of" and toks[i][2].lower() in TOPIC_NOUNS:
+        i += 2          # "History of Maryland", "List of Olympic Games": a topic of an article, the name is Maryland
+        while i < j and toks[i][2] in _CONNECTORS:
+            i += 1
     while j > i and (toks[j - 1][2] in _CONNECTORS or (j - i > 1 and not quoted_title and (
-            toks[j - 1][2].lower() in _TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
+            toks[j - 1][2].lower() in TRAILING_WORDS or toks[j - 1][2].lower().rstrip(".") in _MONTH_WORDS))):
         j -= 1
     if i >= j:
         return None
-    title = j - i > 1 and toks[i][2].lower().rstrip(".") in _PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
-    if title and toks[i][2].lower() not in _STYLES:    # "Mrs Calloway" -> person "Calloway"
+    title = j - i > 1 and toks[i][2].lower().rstrip(".") in PERSON_TITLES and toks[i + 1][2] not in _CONNECTORS
+    if title and toks[i][2].lower() not in STYLES:    # "Mrs Calloway" -> person "Calloway"
         i += 1
     words = [t[2] for t in toks[i:j]]
     last = words[-1]
@@ -602,8 +557,10 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
     name = " ".join(words)
     low0 = words[0].lower()
     if len(words) == 1:
-        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in _WEEKDAYS or low0 in _FUNCTION_WORDS
-                or low0 in _LITERALS or low0.rstrip(".") in _NAME_TITLES):
+        if low0 in _WEEKDAYS:
+            return _Span(s, e, name, "date")        # "on Wednesday": a day, as much a date as "16 August"
+        if (len(name) < 2 or low0 in _MONTH_WORDS or low0 in FUNCTION_WORDS
+                or low0 in _LITERALS or low0.rstrip(".") in NAME_TITLES):
             return None
         if ctx.common(name):
             # the chunk writes it in lowercase too: a common word, capitalised here at the start of a sentence
@@ -611,7 +568,7 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
             return None
         if len(name.rstrip(".")) == 1:
             return None             # a lone initial ("M." of an author list)
-        if s <= lead and low0 in _COMMON_STARTERS:
+        if s <= lead and low0 in COMMON_STARTERS:
             return None
     if len(words) > MAX_NAME_TOKENS:
         return None
@@ -626,15 +583,66 @@ def _one_name(sentence: str, base: int, toks: list[tuple[int, int, str]], lead: 
         _INNER_CAP_RE.search(name) and sentence[e:].strip(" .:")))
 
 
-def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
-    """"the 1964 Summer Olympics", "2011 Census": a year written right before an event's name is part of it."""
+_COMPLEMENT_RE = re.compile(r" on (?:the )?$")
+
+
+def _join_phrases(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """Neighbouring names that are one name: a head and its complement after "on" ("Treaty on European Union",
+    see ON_HEADS), a year after "of" ("War of 1812"), two names joined by "and" (see `_coordinated`)."""
     out: list[_Span] = []
     for sp in spans:
         prev = out[-1] if out else None
+        if prev is not None and prev.type not in ("date", "quantity") and sp.type != "quantity":
+            gap = sentence[prev.end:sp.start]
+            low = prev.name.lower().split()
+            if sp.type == "date":
+                # "Naturalization Act of 1790", "War of 1812": the year says which act, which war
+                join = gap == " of " and prev.type != "person" and sp.name[-4:].isdigit()
+            else:
+                join = ((low[-1] in ON_HEADS and _COMPLEMENT_RE.match(gap) is not None)
+                        or (gap in (" and ", " and the ") and _coordinated(low, gap, sp.name.lower().split())))
+            if join:
+                out[-1] = _Span(prev.start, sp.end, sentence[prev.start:sp.end], prev.type)
+                continue
+        out.append(sp)
+    return out
+
+
+def _coordinated(a: list[str], gap: str, b: list[str]) -> bool:
+    """Two names joined by "and" that are one: the second completes the first's "of" phrase ("Ministry of
+    Environment and Forests": the first an institution, the second a plain noun phrase, no institution, person or
+    place of its own), or the first shares the second's head ("Liverpool and Manchester Railway", "Liberal and
+    Country Party": the first has no head word of its own)."""
+    if f"{a[-1]}{gap}{' '.join(b)}" in PLACES:
+        return True         # a country named so: "Trinidad and Tobago", "Saint Vincent and the Grenadines"
+    if gap != " and ":
+        return False
+    heads = ORG_WORDS | ARTIFACT_WORDS
+    of = a.index("of") if "of" in a else a.index("for") if "for" in a else -1
+    if of > 0:
+        return (of < len(a) - 1 and any(w in ORG_WORDS for w in a[:of]) and len(b) <= 3 and b[-1] not in heads
+                and b[0] not in GIVEN_NAMES and " ".join(b) not in PLACES)
+    return b[-1] in heads and a[-1] not in heads and a[-1] not in LOC_WORDS
+
+
+_ORDINAL_BEFORE_RE = re.compile(r"(?<![\w.,])\d{1,3}(?:st|nd|rd|th)\s$")
+
+
+def _merge_year_names(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """"the 1964 Summer Olympics", "2011 Census": a year written right before an event's name is part of it;
+    so is an ordinal ("14th Lok Sabha", "35th Chess Olympiad", "1st Battalion"): it says which one."""
+    out: list[_Span] = []
+    for sp in spans:
+        m = _ORDINAL_BEFORE_RE.search(sentence, max(0, sp.start - 6), sp.start)
+        if m and sp.type not in ("date", "quantity"):
+            sp = _Span(m.start(), sp.end, sentence[m.start():sp.end], sp.type)
+        prev = out[-1] if out else None
         if (prev is not None and prev.type == "date" and len(prev.name) == 4 and prev.name.isdigit()
-                and sentence[prev.end:sp.start] == " " and sp.type in ("event", "unknown", "award")
+                and sentence[prev.end:sp.start] == " " and sp.type not in ("date", "quantity")
+                and sp.name.split(None, 1)[0].lower() not in GIVEN_NAMES
                 and (sp.type == "event" or sentence[max(0, prev.start - 4):prev.start].lower() == "the ")):
-            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", "event")
+            type_ = "event" if sp.type in ("unknown", "person", "location") else sp.type   # "2010 Census"
+            out[-1] = _Span(prev.start, sp.end, f"{prev.name} {sp.name}", type_)
             continue
         out.append(sp)
     return out
@@ -658,22 +666,27 @@ def _role_text(m: re.Match[str]) -> str:
 
 
 _LATEX_QUOTES_RE = re.compile(r"``\s?([^`\n]{1,200}?)\s?''")     # ``Title'' (quotes typed as in TeX)
-_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|bce?|ce|ad|st|nd|rd|th|century|s)\b[\W\d_]*)*$",
-                        re.IGNORECASE)
+_FIGURE_RE = re.compile(rf"^[\W\d_]*(?:(?:{_MONTHS}|{_UNITS}|{_NUMBER_WORDS}|bce?|ce|ad|st|nd|rd|th|century|s)\b"
+                        r"[\W\d_]*)*$", re.IGNORECASE)
 
 
 def is_name(text: str) -> bool:
     """Whether a (normalised) entity name names a thing: not a date, quantity or bare number, not a function
     word. Synonym edges join only names."""
     low = text.strip().lower()
-    return bool(low) and low not in _FUNCTION_WORDS and not _FIGURE_RE.match(low)
+    return bool(low) and low not in FUNCTION_WORDS and not _FIGURE_RE.match(low)
 
 
 _TITLE_NOTE_RE = re.compile(r"\s*(?:\([^()]*\)|,[^,]*)$")
 
 
+# No-break and thin spaces ("5\u00a0km") are spaces: a name is the same name whichever space the text typed.
+_SPACES = str.maketrans({"\u00a0": " ", "\u2007": " ", "\u2009": " ", "\u202f": " "})
+
+
 def extract_rules(chunk_id: str, text: str) -> ExtractionRecord:
     """One chunk's entities and relations by the rules above; never raises, never calls anything."""
+    text = text.translate(_SPACES)
     ctx = _Context(text)
     entities: dict[str, ExtractedEntity] = {}
     relations: dict[tuple[str, str], ExtractedRelation] = {}

@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from hrag_cli.core import artifacts
+from hrag_cli.graph import csr
 from hrag_cli.graph import pickle_format as graph_pickle
 from hrag_cli.core import store
 from hrag_cli.core.errors import HragError
-from hrag_cli.graph.pickle_format import Column, GraphColumns
+from hrag_cli.graph.pickle_format import Column, GraphColumns, ListJSON
 from hrag_cli.core.project import ProjectDir
 from hrag_cli.core.records import ChunkRef, Document, Entity, Relation, Synonym
 from hrag_cli.core.stage_list import STAGES
@@ -115,31 +116,33 @@ def _padded(values: list | Column, before: int, after: int = 0) -> Column:
     """Column.of(None x before + values + None x after), None coded 0, without walking the padding (`values`
     may come coded so already)."""
     c = values if isinstance(values, Column) else Column.of(values, (None,))
-    return Column(c.vocab, np.concatenate([np.zeros(before, np.int32), c.codes, np.zeros(after, np.int32)]))
+    return c.recoded(np.concatenate([np.zeros(before, np.int32), c.codes, np.zeros(after, np.int32)]))
 
 
-def _assemble(st: _Structure, ent_ids: list[str], names: list | Column, types: list | Column, aliases: list,
-              rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str] | Column, rel_types: list | Column, men_ends: np.ndarray,
-              men_weight: np.ndarray) -> GraphColumns:
+def _assemble(st: _Structure, ent_ids: list[str] | Column, names: list | Column, types: list | Column,
+              aliases: list | ListJSON, rel_ends: np.ndarray, rel_weight: np.ndarray, rel_ids: list[str] | Column,
+              rel_types: list | Column, men_ends: np.ndarray, men_weight: np.ndarray) -> GraphColumns:
     """The columns of a graph from its parts, entity and relation lists in id order (vertex numbers in the
     ends: documents and chunks as in `st`, then the entities; `rel_ids` may come as a vocabulary, [None] + the
-    ids)."""
+    ids). A build that makes the columns itself (resolve/graph_build.py) gives `ent_ids` as the key column of
+    every vertex and `aliases` as every vertex's ListJSON."""
     nd = len(st.paths)
-    nc, ne, n_rel = len(st.keys) - nd, len(ent_ids), len(rel_weight)
+    nc, n_rel = len(st.keys) - nd, len(rel_weight)
+    ne = len(ent_ids.codes) - len(st.keys) if isinstance(ent_ids, Column) else len(ent_ids)
     n = nd + nc + ne
-    edges = np.concatenate([st.pairs, rel_ends.reshape(-1, 2), men_ends.reshape(-1, 2)]).astype(np.int64)
+    edges = np.concatenate([st.pairs, rel_ends.reshape(-1, 2), men_ends.reshape(-1, 2)]).astype(np.int64, copy=False)
     n_struct = len(st.pairs)
-    weight = np.concatenate([np.ones(n_struct), rel_weight, men_weight]).astype(np.float64)
+    weight = np.concatenate([np.ones(n_struct), rel_weight, men_weight]).astype(np.float64, copy=False)
     kind = np.repeat(np.arange(4, dtype=np.int32), [st.n_part, st.n_next, n_rel, len(men_weight)])
     vattrs: dict[str, Column | list] = {
         "kind": Column(list(VERTEX_KINDS), np.repeat(np.arange(3, dtype=np.int32), [nd, nc, ne])),
-        "key": Column(st.keys + ent_ids, np.arange(n, dtype=np.int32)),
+        "key": ent_ids if isinstance(ent_ids, Column) else Column(st.keys + ent_ids, np.arange(n, dtype=np.int32)),
         "path": _padded(st.paths, 0, nc + ne),
         "doc_id": _padded(st.chunk_docs, nd, ne),
         "order": _padded(st.chunk_orders, nd, ne),
         "name": _padded(names, nd + nc),
         "type": _padded(types, nd + nc),
-        "aliases": [None] * (nd + nc) + aliases,
+        "aliases": aliases if isinstance(aliases, ListJSON) else [None] * (nd + nc) + aliases,
     }
     m = len(edges)
     key_codes = np.zeros(m, dtype=np.int32)
@@ -178,12 +181,15 @@ def key_index(graph: Any) -> dict[str, int]:
     return {k: i for i, k in enumerate(graph.vs["key"])} if graph.vcount() else {}
 
 
-def save_graph(project: ProjectDir, graph: Any) -> None:
+def save_graph(project: ProjectDir, graph: Any, keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+               ) -> None:
     """graph/graph.pkl (`graph_pickle`: arrays a pickle turns back into the igraph graph, no zlib over the whole),
-    then graph/walk.npz, the arrays a query walks. `graph`: GraphColumns or an igraph graph."""
+    then graph/walk.npz, the arrays a query walks. `graph`: GraphColumns or an igraph graph; `keys`: as
+    `walk_arrays` takes them."""
     cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
-    store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
-    save_walk(project, cols)
+    with store.atomic_writer(project.graph_path) as fh:
+        graph_pickle.dump(cols, fh)
+    _write_walk(project, walk_arrays(cols, keys))
 
 
 VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)    # walk.npz's vertex kind codes (layout: walk.py)
@@ -195,38 +201,26 @@ def _codes_in(col: Column, names: tuple[str, ...]) -> np.ndarray:
     return lut[col.codes]
 
 
-def walk_arrays(graph: Any) -> dict[str, np.ndarray]:
+def walk_arrays(graph: Any, keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The arrays of the layout above from the graph's columns (or an igraph graph: undirected, every edge
-    with kind and weight)."""
+    with kind and weight). `keys`: the keys, koff and order arrays when the caller made them (a build that
+    never held its keys as a list: csr.SortedKeys)."""
     cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
-    n, el, weight = cols.n, cols.edges, cols.weight
+    n = cols.n
     kind = _codes_in(cols.eattrs["kind"], EDGE_KINDS) if cols.m else np.zeros(0, np.uint8)
-    # each edge is an entry of both its ends' rows: entry j < m is edge j seen from its first end, m + j from its
-    # second. Built in int32 and in place where it can be (a large graph's temporaries are its peak memory)
-    m = len(el)
-    ends = np.empty(2 * m, dtype=np.int32 if n < 2 ** 31 else np.int64)
-    ends[:m], ends[m:] = el[:, 0], el[:, 1]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=n))]).astype(np.int64)
-    order = np.argsort(ends, kind="stable")
-    ends[:m], ends[m:] = el[:, 1], el[:, 0]
-    other = ends[order].astype(np.int32, copy=False)
-    del ends
-    order[order >= m] -= m          # the edge of each entry
-    key = cols.vattrs["key"] if n else Column([], np.zeros(0, np.int32))
-    blobs = [k.encode("utf-8") for k in key.values()]
-    koff = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in blobs], out=koff[1:])
+    indptr, other, weight, kind = csr.adjacency(n, cols.edges, cols.weight, kind)
+    if keys is None:
+        key = cols.vattrs["key"] if n else Column([], np.zeros(0, np.int32))
+        keys = csr.key_arrays([k.encode("utf-8") for k in key.values()])
     return {
         "indptr": indptr,
         "cols": other,
-        "weight": weight[order],
-        "kind": kind[order],
+        "weight": weight,
+        "kind": kind,
         "vkind": _codes_in(cols.vattrs["kind"], VERTEX_KINDS) if n else np.zeros(0, np.uint8),
-        "keys": np.frombuffer(b"".join(blobs), dtype=np.uint8),
-        "koff": koff,
-        # UTF-8 bytes sort as their strings do; keys never end in NUL, which numpy's bytes type would drop
-        "order": np.argsort(np.array(blobs, dtype=bytes), kind="stable").astype(np.int64) if n else
-        np.zeros(0, np.int64),
+        "keys": keys[0],
+        "koff": keys[1],
+        "order": keys[2],
     }
 
 

@@ -104,10 +104,18 @@ class Column:
         return Column(list(index), np.concatenate([self.codes, at[other.codes]]).astype(np.int32))
 
 
+class ListJSON(bytes):
+    """A column of lists (vertex `aliases`) given as the JSON of the whole list, as `orjson.dumps` writes it: a
+    build that makes it entity by entity never holds a list object per vertex."""
+
+    def values(self) -> list:
+        return orjson.loads(memoryview(self))
+
+
 @dataclass
 class GraphColumns:
     """The whole graph as arrays: `edges` (m, 2) in igraph's edge order, `weight` per edge, every other
-    attribute a Column (vertex `aliases`: a list per vertex)."""
+    attribute a Column (vertex `aliases`: a list per vertex, or that list's ListJSON)."""
 
     n: int
     edges: np.ndarray                                   # int64 (m, 2)
@@ -130,7 +138,7 @@ class GraphColumns:
 
         g = igraph.Graph(self.n, np.ascontiguousarray(self.edges, dtype=np.int64), directed=False)
         for k, c in self.vattrs.items():
-            g.vs[k] = c.values() if isinstance(c, Column) else c
+            g.vs[k] = c.values() if isinstance(c, (Column, ListJSON)) else c
         g.es["kind"] = self.eattrs["kind"].values()
         g.es["weight"] = self.weight.tolist()
         for k, c in self.eattrs.items():
@@ -170,11 +178,35 @@ class _Writer(pickle.Pickler):
         return NotImplemented
 
 
+class _Raw:
+    """A member's raw bytes as a `_Packed` key: bytes, or a view of an array's (a large graph's arrays are hundreds
+    of MB each: a copy as bytes would add their size to the peak), hashed by their CRC-32 and length and compared
+    by content, so equal bytes are one key whichever form they came in."""
+
+    __slots__ = ("data", "_hash")
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = data
+        self._hash = hash((zlib.crc32(data), len(data)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Raw) and len(self.data) == len(other.data) and \
+            np.array_equal(np.frombuffer(self.data, np.uint8), np.frombuffer(other.data, np.uint8))
+
+
 class _Packed(dict):
-    """raw bytes -> compressed member, and `kept`: the members columns hold still compressed (their raw bytes
-    unknown), each its own key, so a raw compressed now to the same member is that same object."""
+    """_Raw(raw bytes) -> compressed member (from `raws`: raw bytes -> member, as a file held them), and `kept`:
+    the members columns hold still compressed (their raw bytes unknown), each its own key, so a raw compressed
+    now to the same member is that same object."""
 
     kept: dict[bytes, bytes]
+
+    def __init__(self, raws: dict[bytes, bytes] | None = None) -> None:
+        super().__init__((_Raw(k), v) for k, v in (raws or {}).items())
+        self.kept = {}
 
 
 # Columns whose values are ids (hex digests): deflate's string matching finds next to nothing in them, and
@@ -189,14 +221,15 @@ def _compress(raw: bytes, ids: bool) -> bytes:
     return z.compress(raw) + z.flush()
 
 
-def _member(raw: bytes, packed: _Packed, ids: bool = False) -> _Call:
+def _member(raw: bytes | memoryview, packed: _Packed, ids: bool = False) -> _Call:
     """zlib.decompress(the member of `raw`), made once per distinct `raw` in a file (the pickle then writes it
     once and refers to it after, whether it was compressed now or came from `packed`). `ids`: the vocabulary of
     an ID_COLUMNS column."""
-    data = packed.get(raw)
+    key = _Raw(raw)
+    data = packed.get(key)
     if data is None:
         data = _compress(raw, ids)
-        data = packed[raw] = packed.kept.get(data, data)
+        data = packed[key] = packed.kept.get(data, data)
     return _Call(zlib.decompress, data)
 
 
@@ -206,19 +239,24 @@ def _pickled(root: _Call) -> bytes:
     return buf.getvalue()
 
 
+def _raw(a: np.ndarray) -> memoryview:
+    """The bytes of a contiguous array, not copied."""
+    return memoryview(a).cast("B")
+
+
 def _array(typecode: str, a: np.ndarray, packed: _Packed, split: int = -1) -> _Call:
     """array(typecode, the bytes of `a`), stored zlib-compressed (level 1) in one part, or two split at row
     `split`."""
     a = np.ascontiguousarray(a)
     if split < 0:
-        return _Call(array.array, typecode, _member(a.tobytes(), packed))
-    parts = [_member(a[:split].tobytes(), packed), _member(a[split:].tobytes(), packed)]
+        return _Call(array.array, typecode, _member(_raw(a), packed))
+    parts = [_member(_raw(a[:split]), packed), _member(_raw(a[split:]), packed)]
     return _Call(array.array, typecode, _Call(getattr(b"", "join"), parts))
 
 
 def _column_call(name: str, c: Column | list, packed: _Packed, split: int = -1) -> _Call:
     if not isinstance(c, Column):
-        return _Call(json.loads, _member(orjson.dumps(c), packed))
+        return _Call(json.loads, _member(c if isinstance(c, ListJSON) else orjson.dumps(c), packed))
     vocab = _Call(json.loads, _Call(zlib.decompress, c._z) if c._z is not None else
                   _member(c.vocab_json(), packed, name in ID_COLUMNS))
     codes = _Call(array.array, "i", _Call(zlib.decompress, c.codes_z)) if c.codes_z is not None and split < 0 else \
@@ -228,6 +266,13 @@ def _column_call(name: str, c: Column | list, packed: _Packed, split: int = -1) 
 
 def dumps(cols: GraphColumns) -> bytes:
     """The pickle bytes of `cols` (equal columns give equal bytes)."""
+    buf = io.BytesIO()
+    dump(cols, buf)
+    return buf.getvalue()
+
+
+def dump(cols: GraphColumns, fh: Any) -> None:
+    """`dumps(cols)` written to the binary file `fh` as it is made (a large graph's pickle is never held whole)."""
     import igraph
 
     packed, split = _Packed(cols.packed), cols.split if 0 <= cols.split <= cols.m else cols.m
@@ -235,7 +280,7 @@ def dumps(cols: GraphColumns) -> bytes:
     packed.kept = {z: z for c in columns for z in (c.codes_z, c._z) if z is not None}
     # a kept vocabulary's raw bytes are known: another column with that vocabulary is written as that member,
     # whichever way it was compressed
-    packed.update((c._json, c._z) for c in columns if c._json is not None and c._z is not None)
+    packed.update((_Raw(c._json), c._z) for c in columns if c._json is not None and c._z is not None)
     flat = _array("q", cols.edges.astype(np.int64, copy=False).reshape(-1), packed, 2 * split)
     # no edges: an empty list (a memoryview cannot take the shape (0, 2))
     edges = _method(_method(_Call(memoryview, flat), "cast", "B"), "cast", "q", (cols.m, 2)) if cols.m else []
@@ -245,7 +290,7 @@ def dumps(cols: GraphColumns) -> bytes:
     eattrs: dict[str, Any] = {"kind": _column_call("kind", cols.eattrs["kind"], packed, split),
                               "weight": _array("d", cols.weight.astype(np.float64, copy=False), packed, split)}
     eattrs.update((sys.intern(k), _column_call(k, c, packed, split)) for k, c in cols.eattrs.items() if k != "kind")
-    return _pickled(_Call(igraph.Graph, cols.n, edges, False, {}, vattrs, eattrs))
+    _Writer(fh, protocol=pickle.HIGHEST_PROTOCOL).dump(_Call(igraph.Graph, cols.n, edges, False, {}, vattrs, eattrs))
 
 
 class _Node:

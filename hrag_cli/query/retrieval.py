@@ -201,19 +201,34 @@ _INITIALS = re.compile(r"^(?:\w\.)+$")
 _EDGE_PUNCT = "\"'`“”‘’«»()[]{}<>,.;:!?"
 
 
-def _query_words(query: str) -> list[str]:
+def _query_words(query: str) -> list[tuple[str, str]]:
+    """Each word of the query as typed and as a name's word: edge punctuation stripped ("M." in "Frances M.
+    Vega" keeps its full stop)."""
     words = []
-    for w in _TOKEN.findall(query):
-        if _INITIALS.match(w):          # "M." in "Frances M. Vega": the name keeps its full stop
-            words.append(w)
-            continue
-        w = w.strip(_EDGE_PUNCT)
-        for suffix in ("'s", "’s"):
-            if w.lower().endswith(suffix):
-                w = w[: -len(suffix)]
+    for raw in _TOKEN.findall(query):
+        w = raw if _INITIALS.match(raw) else raw.strip(_EDGE_PUNCT)
         if w:
-            words.append(w)
+            words.append((raw, w))
     return words
+
+
+def _name_keys(run: list[tuple[str, str]]) -> list[str]:
+    """The names a run of query words may spell, most literal first: as typed inside the run ("The Hobbit: The
+    Desolation of Smaug", "Cairo, Illinois", "It's a Wonderful Afterlife"), then word by word without
+    punctuation, each also without a final possessive ("Port Ellery's" -> "Port Ellery")."""
+    from hrag_cli.core.normalize import normalize_name
+
+    typed = " ".join(raw for raw, _ in run).strip(_EDGE_PUNCT) if len(run) > 1 else run[0][1]
+    keys = []
+    for text in (typed, " ".join(w for _, w in run)):
+        for form in (text, _POSSESSIVE.sub("", text)):
+            key = normalize_name(form)
+            if key and key not in keys:
+                keys.append(key)
+    return keys
+
+
+_POSSESSIVE = re.compile(r"['’][sS]$")
 
 
 def _looks_like_a_name(words: list[str], start: int) -> bool:
@@ -228,7 +243,6 @@ def _looks_like_a_name(words: list[str], start: int) -> bool:
 def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 3) -> list[str]:
     """Entities whose normalised name occurs as a run of words in the query that looks like a name, longest
     first; a shorter name inside a longer matched one is skipped ("Port Ellery" does not also seed "Ellery")."""
-    from hrag_cli.core.normalize import normalize_name
     from hrag_cli.core.textnorm import STOP_WORDS
 
     words = _query_words(query)
@@ -236,10 +250,10 @@ def name_seeds(ix: QueryIndex, query: str, max_words: int = 8, min_chars: int = 
     found: list[str] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
-            if any(taken[i:i + n]) or not _looks_like_a_name(words[i:i + n], i):
+            if any(taken[i:i + n]) or not _looks_like_a_name([w for _, w in words[i:i + n]], i):
                 continue
-            key = normalize_name(" ".join(words[i:i + n]))
-            if len(key) < min_chars or key in STOP_WORDS or key not in ix.entities or key in found:
+            key = next((k for k in _name_keys(words[i:i + n]) if k in ix.entities), "")
+            if len(key) < min_chars or key in STOP_WORDS or key in found:
                 continue
             found.append(key)
             for j in range(i, i + n):

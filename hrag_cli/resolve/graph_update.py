@@ -593,7 +593,8 @@ def updated_graph(project: ProjectDir, inputs: GraphInputs, entities: list[Graph
 def save_updated(project: ProjectDir, cols: GraphColumns, sp: Splice | None) -> None:
     """graph.pkl of `cols`, and walk.npz spliced from the saved one (made from `cols` without a splice: the saved
     one damaged or not the saved graph's)."""
-    store.atomic_write_bytes(project.graph_path, graph_pickle.dumps(cols))
+    with store.atomic_writer(project.graph_path) as fh:
+        graph_pickle.dump(cols, fh)
     _write_walk(project, _spliced_saved(project, cols, sp) if sp is not None else walk_arrays(cols))
 
 

@@ -24,7 +24,6 @@ import marshal
 import math
 import shutil
 import struct
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -32,15 +31,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-import orjson
 
 from hrag_cli.core import line_patch, store
 from hrag_cli.core.records import ChunkRef, Document, Entity, ExtractionRecord, Fact
 from hrag_cli.extract.parser import DEFAULT_PREDICATE
-from hrag_cli.graph.model import _assemble, _structure
-from hrag_cli.graph.pickle_format import Column, GraphColumns
+from hrag_cli.graph.model import _structure
+from hrag_cli.graph.pickle_format import GraphColumns
 from hrag_cli.resolve import state as resolve_state
 from hrag_cli.resolve.aliases import MergeKeys, needs_plan
+from hrag_cli.resolve.graph_build import GraphBuild
 from hrag_cli.resolve.merge_records import (
     UNKNOWN, _EntityAcc, _FactAcc, _RelationAcc, _top, entity_record, fact_record, relation_ends, relation_id,
     relation_record)
@@ -288,6 +287,7 @@ class Built:
     """What a partitioned build wrote, for resolve's counts."""
 
     graph: GraphColumns
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]     # walk.npz's key arrays (graph.model.walk_arrays)
     entities: int
     relations: int
     facts: int
@@ -299,13 +299,8 @@ class Built:
 def build(project: Any, b: Bucketed, summarizer: Summarizer, docs: list[Document],
           chunks: list[ChunkRef], state: resolve_state.Spooled | None, compressed: dict[str, bool]) -> Built:
     """Merge the partitions of `b` one at a time into the record files, the state (`state`, when one is kept)
-    and the graph."""
-    st = _structure(docs, chunks)
-    n_dc = len(st.keys)
-    ent_ids: list[str] = []
-    names: list[str] = []
-    types: list[str] = []
-    aliases: list[list[str]] = []
+    and the graph (resolve/graph_build.py: its columns made as the partitions come, in arrays)."""
+    g = GraphBuild(_structure(docs, chunks))
     unknown = summaries = 0
 
     def entities() -> Iterator[Entity]:
@@ -319,24 +314,16 @@ def build(project: Any, b: Bucketed, summarizer: Summarizer, docs: list[Document
                     if accs[eid].descs}
             texts = _run(summarizer, desc)
             summaries += sum(isinstance(d, SummaryJob) for d in desc.values())
+            types, aliases = [], []
             for eid in keys:
-                acc = accs.pop(eid)
-                e = entity_record(eid, acc, shown[eid], texts.get(eid, ""))
+                e = entity_record(eid, accs.pop(eid), shown[eid], texts.get(eid, ""))
                 unknown += e.type == UNKNOWN
-                ent_ids.append(eid)
-                names.append(e.name)
                 types.append(e.type)
-                aliases.append(list(e.aliases))
+                aliases.append(e.aliases)
                 yield e
+            g.add_entities(keys, [shown[eid] for eid in keys], types, aliases)
 
     n_ent = store.write_jsonl(project.entities_path, entities(), compressed["entities"], base=True)
-    index = dict(zip(st.keys + ent_ids, range(n_dc + len(ent_ids))))
-
-    def name_of(eid: str) -> str:
-        return names[index[eid] - n_dc]
-
-    rel_ends, rel_weight, rel_types = array("q"), array("d"), []
-    rel_ids = bytearray(b"[null")
     n_fact = 0
 
     def relations(facts_out: BinaryIO) -> Iterator[dict]:
@@ -347,35 +334,28 @@ def build(project: Any, b: Bucketed, summarizer: Summarizer, docs: list[Document
             _save(state, "relations", keys, rels)
             fkeys = sorted(facts)
             _save(state, "facts", fkeys, facts)
-            desc = {pair: summarizer.describe("relation", f"{name_of(pair[0])} and {name_of(pair[1])}",
-                                              rels[pair].descs) for pair in keys if rels[pair].descs}
+            src, tgt = g.vertices([pair[0] for pair in keys]), g.vertices([pair[1] for pair in keys])
+            g.add_relation_ends(src, tgt)
+            pick = np.flatnonzero(np.fromiter((bool(rels[pair].descs) for pair in keys), dtype=bool, count=len(keys)))
+            ends = zip(map(keys.__getitem__, pick.tolist()), g.entity_names(src[pick]), g.entity_names(tgt[pick]))
+            desc = {pair: summarizer.describe("relation", f"{a} and {z}", rels[pair].descs) for pair, a, z in ends}
+            del src, tgt, pick, ends
             texts = _run(summarizer, desc)
             summaries += sum(isinstance(d, SummaryJob) for d in desc.values())
             for pair in keys:
-                racc = rels.pop(pair)
-                r = relation_record(pair, racc, texts.get(pair, ""))
-                rel_ends.extend((index[pair[0]], index[pair[1]]))
-                rel_weight.append(float(r.weight))
-                rel_ids.extend(b"," + orjson.dumps(r.id))
-                rel_types.append(r.rel_type or None)
+                r = relation_record(pair, rels.pop(pair), texts.get(pair, ""))
+                g.add_relation(r.id, float(r.weight), r.rel_type or None)
                 yield r.to_json()
             n_fact += len(fkeys)
-            store.write_lines(facts_out, _facts(facts, fkeys, name_of))
+            store.write_lines(facts_out, _facts(facts, fkeys, g))
 
     with store.atomic_writer(project.facts_path) as fh:
         n_rel = store.write_jsonl(project.relations_path, relations(fh), compressed["relations"], base=True)
     line_patch.patch_path(project.facts_path).unlink(missing_ok=True)
-    rel_ids += b"]"
-    men_ends, men_weight = array("q"), array("d")
     for batch in b.mentions.read(0):
-        for chunk_id, eid, n in batch:
-            men_ends.extend((index[chunk_id], index[eid]))
-            men_weight.append(float(n))
-    del index
-    graph = _assemble(st, ent_ids, names, types, aliases, np.frombuffer(rel_ends, dtype=np.int64),
-                      np.frombuffer(rel_weight, dtype=np.float64), Column(None, None, bytes(rel_ids)), rel_types,
-                      np.frombuffer(men_ends, dtype=np.int64), np.frombuffer(men_weight, dtype=np.float64))
-    return Built(graph, n_ent, n_rel, n_fact, unknown, summaries, b.keys.report())
+        g.add_mentions(batch)
+    graph, keys = g.finish()
+    return Built(graph, keys, n_ent, n_rel, n_fact, unknown, summaries, b.keys.report())
 
 
 def _run(summarizer: Summarizer, desc: dict[Any, str | SummaryJob]) -> dict[Any, str]:
@@ -385,11 +365,14 @@ def _run(summarizer: Summarizer, desc: dict[Any, str | SummaryJob]) -> dict[Any,
     return {k: done[d.key] if isinstance(d, SummaryJob) else d for k, d in desc.items()}
 
 
-def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, str, str]],
-           name_of: Callable[[str], str]) -> Iterator[Fact]:
-    for fkey in order:
+def _facts(accs: dict[tuple[str, str, str], _FactAcc], order: list[tuple[str, str, str]], g: GraphBuild
+           ) -> Iterator[Fact]:
+    """One partition's fact records, in key order (the names of their subjects and objects looked up at once)."""
+    subjects = g.entity_names(g.vertices([fkey[0] for fkey in order]))
+    objects = g.entity_names(g.vertices([fkey[2] for fkey in order]))
+    for fkey, s_name, o_name in zip(order, subjects, objects):
         s, _, o = fkey
-        yield fact_record(fkey, accs.pop(fkey), name_of(s), name_of(o), relation_id((s, o) if s < o else (o, s)))
+        yield fact_record(fkey, accs.pop(fkey), s_name, o_name, relation_id((s, o) if s < o else (o, s)))
 
 
 def _save(state: resolve_state.Spooled | None, section: str, keys: list, accs: dict) -> None:

@@ -740,7 +740,7 @@ def _partitioned(project: ProjectDir, reporter: Reporter, summarizer: Summarizer
             header.unknown = built.unknown
             spooled.finish(b, b.n_mentions)
         store.write_jsonl(project.merges_path, built.merges)
-        save_graph(project, built.graph)
+        save_graph(project, built.graph, built.keys)
     finally:
         if spooled is not None:
             spooled.close()
