@@ -1,11 +1,11 @@
 """walk.npz's adjacency and key arrays (layout: graph/walk.py) made in blocks, so a large graph's build holds the
 arrays it writes and a block's temporaries, not a sort over every entry at once.
 
-Why blocks: the rows were made by one stable argsort over the 2m entries (an int64 order of 16 bytes an edge,
-then a gather through it for each array), which was the peak of a large resolve. A counting sort gives the same
-rows: each row's size is known from the degrees, and the entries, taken in their order (entry j < m: edge j from
-its first end, m + j: from its second), fill their rows from the front; a block's entries are ranked among
-themselves by a sort of that block alone.
+Why blocks: one stable argsort over the 2m entries needs an int64 order of 16 bytes an edge and a gather through
+it for each array, the largest temporaries of a large graph's build. A counting sort gives the same rows: each
+row's size is known from the degrees, and the entries, taken in their order (entry j < m: edge j from its first
+end, m + j: from its second), fill their rows from the front; a block's entries are ranked among themselves by
+a sort of that block alone.
 """
 
 from __future__ import annotations

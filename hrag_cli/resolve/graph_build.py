@@ -2,8 +2,8 @@
 few bytes per entity and edge: the columns `graph.model.graph_columns` would make from every record, byte for
 byte, without a Python object per entity or a dict over every vertex key.
 
-Why: the partitions bound the merge's memory, but a build that kept each entity's id, name, type and aliases as
-objects, and a dict from every key to its vertex, grew by about 1 GB per 100,000 passages. Here the entity
+Why: once the merge runs in partitions, a build that keeps per entity its id, name, type and aliases as objects
+and a dict from every key to its vertex (hundreds of bytes an entity) is what grows with the corpus. Here the entity
 columns are written as the pickle's JSON vocabularies as each partition's entities come (in id order, the order
 of their vertices), and a key's vertex is found by a binary search over the keys' 64-bit hashes (sorted once),
 with a dict for the keys whose hashes clash (none, nearly always). walk.npz's key arrays come from
@@ -94,8 +94,8 @@ class _Names:
         return Column(None, rank[inverse].astype(np.int32, copy=False), vocab)
 
     def values(self, off: np.ndarray, rows: np.ndarray) -> Iterator[str]:
-        """The values of `rows`, each decoded as it is read (a partition's facts name millions of them)."""
-        return map(orjson.loads, map(self.json.__getitem__, map(slice, off[rows], off[rows + 1])))
+        """The values of `rows` (a partition's: a bounded number), each decoded as it is read."""
+        return map(orjson.loads, map(self.json.__getitem__, map(slice, off[rows].tolist(), off[rows + 1].tolist())))
 
 
 class VertexIndex:
@@ -132,8 +132,9 @@ class VertexIndex:
 
 class GraphBuild:
     """The graph's columns, put together as a partitioned merge makes its items: the entities partition by
-    partition (`add_entities`, in id order), then the relations (`add_relation_ends`, `add_relation`: in id order) and the mentions
-    (`add_mentions`, in chunk_id order); `finish` gives the columns and walk.npz's key arrays."""
+    partition (`add_entities`, in id order), then the relations (`add_relation_ends`, `add_relation`: in id
+    order) and the mentions (`add_mentions`, in chunk_id order); `finish` gives the columns and walk.npz's key
+    arrays."""
 
     def __init__(self, st: _Structure) -> None:
         self.st = st

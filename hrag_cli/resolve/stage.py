@@ -728,7 +728,8 @@ def _partitioned(project: ProjectDir, reporter: Reporter, summarizer: Summarizer
             if b is not None:
                 break
         assert b is not None        # a merge with keys never stops for a plan
-        _ident_str.cache_clear()    # (up to a million names: the partitions' accumulators use the room)
+        _ident_str.cache_clear()    # (up to a million names each: the partitions' accumulators use the room)
+        normalize_name.cache_clear()
         _phrase.cache_clear()
         reporter.info(f"resolve: {b.records} extraction records over {len(inputs.chunks)} chunks, merged in "
                       f"{b.ents.parts} + {b.rels.parts} partitions")
