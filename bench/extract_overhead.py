@@ -47,7 +47,7 @@ def copy_corpus(dst: Path, copies: int) -> None:
                 out.write_text(f"Copy {k} of {p.name}.\n\n" + p.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, profile: bool) -> None:
+def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, hints: str | None, profile: bool) -> None:
     import multiprocessing
 
     from hrag_cli.core.config import load_settings
@@ -62,15 +62,15 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, prof
     server.start()
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        _bench_overhead(url, copies, gleanings, concurrency, fmt, profile, load_settings, run_extract, run_chunk,
-                        Reporter, ProjectDir)
+        _bench_overhead(url, copies, gleanings, concurrency, fmt, hints, profile, load_settings, run_extract,
+                        run_chunk, Reporter, ProjectDir)
     finally:
         server.terminate()
         server.join()
 
 
-def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt: str, profile: bool,
-                    load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
+def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt: str, hints: str | None,
+                    profile: bool, load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs"
         copy_corpus(docs, copies)
@@ -78,11 +78,15 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
         proj.init()
         settings = load_settings(None, {"llm.model": "openai/stub-model", "llm.api_base": url,
                                         "extract.max_gleanings": gleanings, "llm.concurrency": concurrency,
-                                        "extract.format": fmt})
+                                        "extract.format": fmt, **({"extract.hints": hints} if hints else {})})
         quiet = Reporter("quiet")
         chunked = run_chunk(proj, settings, quiet, [docs])
-        # warm up: import litellm and open its HTTP client once, outside the timed run
+        # warm up: import litellm and open its HTTP client once, and load the rules extractor's tables (the
+        # candidate names), outside the timed run: once per process, not per chunk
         from hrag_cli.core.llm import LLMClient
+        from hrag_cli.extract.rules import extract_rules
+
+        extract_rules("", "Warm Up")
 
         warm = ProjectDir(Path(tmp) / "warm")
         warm.init()
@@ -152,10 +156,11 @@ def main() -> None:
     ap.add_argument("--gleanings", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--format", default="auto", choices=("auto", "json", "delimited"))
+    ap.add_argument("--hints", choices=("rules", "none"), default=None, help="[extract] hints (default: hrag's)")
     ap.add_argument("--profile", action="store_true", help="print the 25 functions with the most own time")
     ap.add_argument("--overhead-only", action="store_true", help="skip the rules and offline-index figures")
     args = ap.parse_args()
-    bench_overhead(args.copies, args.gleanings, args.concurrency, args.format, args.profile)
+    bench_overhead(args.copies, args.gleanings, args.concurrency, args.format, args.hints, args.profile)
     if args.overhead_only:
         return
     bench_rules_speed()

@@ -75,9 +75,10 @@ def measured(*args: str | Path, stdout_path: Path | None = None) -> dict[str, fl
 
 
 def _interrupt(proc: subprocess.Popen, grace: float = 60.0) -> None:
-    """SIGINT, then SIGTERM after `grace` seconds. os.kill, not Popen's methods: those may reap the process,
+    """SIGTERM, then SIGKILL after `grace` seconds. SIGTERM, not SIGINT: a benchmark started in the background
+    passes SIGINT on ignored, and hrag keeps it so. os.kill, not Popen's methods: those may reap the process,
     which hrag() waits for itself (wait4, for its CPU time)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.returncode is not None:
             return
         try:
@@ -95,8 +96,8 @@ def hrag(*args: str | Path, check: bool = True, env: dict[str, str] | None = Non
     """Run `hrag ARGS` in a fresh process and measure it. `check`: a non-zero exit ends the benchmark with the
     command and the end of its stderr. `stdout_path`: its stdout goes to that file (batch output) instead of
     `Run.stdout`. `on_stderr_line`: called with each stderr line as it is written (progress timing).
-    `interrupt_after`: seconds after which it gets a SIGINT, as from Ctrl-C (hrag keeps what it finished and
-    exits), and a SIGTERM a minute later should it still be running.
+    `interrupt_after`: seconds after which it gets a SIGTERM, as from a deadline (hrag keeps what it finished
+    and exits), and a SIGKILL a minute later should it still be running.
     `on_start`: called with the process once started (a script that kills it mid-run keeps it)."""
     argv = [str(a) for a in args]
     t0 = time.perf_counter()

@@ -17,7 +17,8 @@ WHERE_KEYS = ("cluster.ray",)      # where the work runs, not what it makes: no 
 
 def built_with(settings: Settings, *, openie: bool = False) -> dict[str, str]:
     """What a project remembers of a run's settings (ProjectDir.remember): never an API key."""
-    from hrag_cli.extract.llm_extractor import answer_format, hint_source
+    from hrag_cli.extract.candidates import hint_source
+    from hrag_cli.extract.llm_extractor import answer_format
     from hrag_cli.extract.stage import extractor_kind
 
     kind = "auto" if openie else extractor_kind(settings)

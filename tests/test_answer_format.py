@@ -10,7 +10,7 @@ from pathlib import Path
 from hrag_cli.core.config import ExtractSettings, LLMSettings
 from hrag_cli.core.llm import supports_schema
 from hrag_cli.extract.json_answer import NOT_JSON, parse_json_extraction
-from hrag_cli.extract.llm_extractor import answer_format
+from hrag_cli.extract.llm_extractor import ANSWER_FRAME_TOKENS, ITEM_TOKENS, answer_format
 from tests.stub_server import CHAT, StubReply, wants_schema
 from tests.test_index_e2e import extraction_lines, fake_extraction, index, is_gleaning, run, summary
 
@@ -53,7 +53,10 @@ def test_json_answers_through_the_stub_carry_the_schema_and_build_records(stub, 
     schema = wants_schema(first)
     assert first["response_format"]["type"] == "json_schema"
     entity = schema["properties"]["entities"]["items"]["properties"]
-    assert entity["type"]["enum"] == ["person", "place"] and schema["properties"]["entities"]["maxItems"] >= 12
+    assert entity["type"]["enum"] == ["person", "place"]
+    # a model that repeats rows fills its lists before the token cap: the object closes, nothing is cut
+    items = schema["properties"]["entities"]["maxItems"] + schema["properties"]["relations"]["maxItems"]
+    assert items >= 8 and items * ITEM_TOKENS + ANSWER_FRAME_TOKENS <= first["max_tokens"]
     assert "JSON object" in first["messages"][0]["content"]
     recs = extraction_lines(proj)
     assert [r["status"] for r in recs] == ["ok", "ok"] and all(len(r["entities"]) >= 5 for r in recs)
@@ -112,7 +115,8 @@ def test_a_cut_json_answer_keeps_closed_items_and_is_continued(stub, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     (rec,) = extraction_lines(proj)
     assert rec["status"] == "ok" and rec["continuations"] == 1 and rec["dropped"] == {"truncated": 1}
-    assert len(rec["entities"]) == 2      # Mara Quint, Calder Quarry (the grounding check keeps both)
+    # Mara Quint, Calder Quarry (the grounding check keeps both), and the candidate 1901 nobody rejected
+    assert [e["name"] for e in rec["entities"]] == ["Mara Quint", "Calder Quarry", "1901"]
     assert "JSON object" in chats(stub)[1]["messages"][-1]["content"]
 
 
@@ -151,6 +155,7 @@ def test_json_parser_reads_fences_bad_items_and_prose() -> None:
            ' "keywords": "k", "description": "d", "strength": 12}]}')
     got, _ = parse_json_extraction(rel, ["person"])
     assert got.dropped == {"self_relation": 1} and got.relations[0].strength == 10.0
+
 
 
 def test_hints_show_the_rules_extractors_names_and_are_remembered(stub, tmp_path: Path) -> None:
@@ -192,3 +197,63 @@ def test_an_unknown_hint_source_is_a_usage_error(stub, tmp_path: Path) -> None:
     proc = index(docs, proj, stub)
     assert proc.returncode == 2 and "[extract] hints takes rules, none" in proc.stderr
     assert stub.count(CHAT) == 0
+
+
+def correcting(fmt: str):
+    """A model given the candidates Mara Quint, 1901 and Calder Quarry: lists Mara Quint and Calder Quarry (with
+    a type of its own), adds Selby Lighthouse, and leaves 1901 out."""
+    ents = [("Mara Quint", "person", "builder of the lighthouse"),
+            ("Selby Lighthouse", "artifact", "lighthouse built for the Harbour Trust"),
+            ("Calder Quarry", "location", "quarry the stone came from")]
+
+    def respond(body: dict):
+        if is_gleaning(body):
+            return {"entities": [], "relations": []} if fmt == "json" else "<|COMPLETE|>"
+        if fmt == "json":
+            return {"entities": [{"name": n, "type": t, "description": d} for n, t, d in ents],
+                    "relations": [{"source": "Mara Quint", "predicate": "built", "target": "Selby Lighthouse"}]}
+        return "\n".join([*(f"entity<|#|>{n}<|#|>{t}<|#|>{d}" for n, t, d in ents),
+                          "relation<|#|>Mara Quint<|#|>Selby Lighthouse<|#|>built<|#|>building<|#|>she built it"
+                          "<|#|>8", "<|COMPLETE|>"])
+    return respond
+
+
+def test_candidates_the_model_leaves_out_stay_in_either_format(stub, tmp_path: Path) -> None:
+    for fmt in ("json", "delimited"):
+        stub.set_chat(correcting(fmt))
+        (tmp_path / fmt).mkdir()
+        docs, proj = corpus(tmp_path / fmt, f'[extract]\nformat = "{fmt}"\nhints = "rules"\n', n=1)
+        proc = index(docs, proj, stub, "--max-gleanings", "0")
+        assert proc.returncode == 0, proc.stderr
+        body = chats(stub)[-1]
+        assert (wants_schema(body) is None) == (fmt == "delimited")
+        assert "kept beside your entities" in body["messages"][0]["content"]
+        (rec,) = extraction_lines(proj)
+        got = {e["name"]: e["type"] for e in rec["entities"]}
+        # 1901: a candidate the model left out, kept with the rules extractor's type; the model's own type wins
+        # for one it listed (Calder Quarry: the rules say person)
+        assert got == {"Mara Quint": "person", "Selby Lighthouse": "artifact", "Calder Quarry": "location",
+                       "1901": "date"}, got
+        assert rec["status"] == "ok" and rec["dropped_rows"] == 0
+        # re-parsing the cached answers rebuilds the same record without the network
+        sent = stub.count(CHAT)
+        again = index(docs, proj, stub, "--max-gleanings", "0", "--reparse")
+        assert again.returncode == 0, again.stderr
+        assert stub.count(CHAT) == sent and extraction_lines(proj)[-1]["entities"] == rec["entities"]
+
+
+def test_a_candidate_inside_a_longer_name_of_the_model_or_its_alias_is_not_added() -> None:
+    from hrag_cli.core.records import ExtractedEntity
+    from hrag_cli.extract.candidates import keep_candidates
+    from hrag_cli.extract.parser import ParseResult
+
+    def ent(name: str, aliases: tuple[str, ...] = ()) -> ExtractedEntity:
+        return ExtractedEntity(name, "location", "", list(aliases))
+
+    said = ParseResult(entities=[ent("Lakeland, Florida"), ent("Irmãos Faria", ("Faria Brothers",))])
+    cands = [ent("Lakeland"), ent("faria brothers"), ent("Land"), ent("Florida Keys")]
+    kept = keep_candidates(said, cands)
+    # "Land" is no whole word of "Lakeland": it stays, as does a name that only overlaps
+    assert [e.name for e in kept.entities] == ["Lakeland, Florida", "Irmãos Faria", "Land", "Florida Keys"]
+    assert keep_candidates(said, None) is said
+    assert keep_candidates(ParseResult(), cands).entities == []     # an answer with no row kept nothing

@@ -82,7 +82,9 @@ def test_each_nothing_more_form_stops_gleaning_and_other_answers_are_counted(stu
         assert (recs[i]["gleaning_rounds"], recs[i]["status"], recs[i]["dropped"]) == (1, "ok", {}), NOTHING_MORE[i]
     assert recs[prose]["gleaning_rounds"] == 1 and recs[prose]["dropped"] == {"unreadable_gleaning": 1}
     assert recs[repeat]["gleaning_rounds"] == 1 and recs[repeat]["dropped"] == {}
-    assert recs[more]["gleaning_rounds"] == 2 and len(recs[more]["entities"]) == 2
+    # the gleaning round's new row joins the first answer's (beside the rules' candidates nobody rejected)
+    names = {e["name"] for e in recs[more]["entities"]}
+    assert recs[more]["gleaning_rounds"] == 2 and {f"Mara Quint{more}", f"Oldport{more}"} <= names
     assert stub.count(CHAT) == 2 * len(gleanings) + 1
 
 

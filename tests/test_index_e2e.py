@@ -244,15 +244,15 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("sig, background", [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["sigint-to-a-background-job", "sigterm"])
+@pytest.mark.parametrize("sig, background", [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["sigint", "sigterm-to-a-background-job"])
 def test_a_signal_mid_extraction_stops_at_once_and_the_same_command_asks_nothing_twice(
         stub, tmp_path: Path, sig: int, background: bool) -> None:
     """A real SIGINT or SIGTERM to a running `hrag index` while the stub holds its third request: the process
     goes without waiting for that answer, exits 128 + the signal with one line and (--json) one failure object,
     keeps the two answered chunks' records and answers, and the same command then finishes the job without
     sending any request the stub had answered. `background`: started with SIGINT ignored, as a shell starts a
-    script's background job (a cron wrapper, a benchmark's runner), where `kill -INT` must still stop it."""
+    script's background job (a cron wrapper, a benchmark's runner), which `kill` (SIGTERM) stops."""
     held, release = threading.Event(), threading.Event()
 
     def slow(body: dict) -> str:

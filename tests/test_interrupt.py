@@ -49,13 +49,19 @@ def test_a_swallowed_cancellation_still_stops_the_run() -> None:
         interrupt.run(swallows)
 
 
-def test_sigint_is_handled_even_when_inherited_ignored() -> None:
+def test_a_sigint_inherited_ignored_stays_ignored_and_sigterm_still_stops() -> None:
+    """A background job of a script: the terminal's Ctrl-C must not reach it; `kill` (SIGTERM) stops it."""
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with interrupt.handled(), pytest.raises(interrupt.Interrupted):
+        with interrupt.handled():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):            # the handler runs between bytecodes
+            for _ in range(1000):            # a handler would run between bytecodes
                 pass
+            with pytest.raises(interrupt.Interrupted):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, old)

@@ -1,10 +1,10 @@
 """Stopping a run on SIGINT or SIGTERM: Ctrl-C, `kill`, a cron wrapper's or a benchmark's deadline all stop it
 the same way, at once, keeping everything finished.
 
-The CLI handles both signals (`handled`). A shell starts a background job of a script (`hrag index ... &`, many
-cron and CI wrappers) with SIGINT ignored, and Python then never raises KeyboardInterrupt, so a deliberate
-`kill -INT` would go unheard until the run ended: SIGINT is handled whatever the process inherited. SIGTERM
-would otherwise end the process mid-line with no word and no failure object.
+The CLI handles both signals (`handled`). SIGTERM would otherwise end the process mid-line with no word and no
+failure object. A SIGINT the process inherited ignored stays ignored: a shell starts a script's background
+job (`hrag index ... &`) that way so the terminal's Ctrl-C does not reach it, and `nohup`-style wrappers rely
+on it; such a job is stopped with SIGTERM (`kill`), which is always handled.
 
 Outside an event loop the handler raises Interrupted where the program is. An event loop run by `run` gets its
 main task cancelled instead, so every `finally` below it runs in order (requests in flight are abandoned and
@@ -63,7 +63,8 @@ def handled() -> Iterator[None]:
         yield
         return
     _stop = _cancelled = None
-    old = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+    old = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS
+           if not (sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN)}
     try:
         yield
     finally:

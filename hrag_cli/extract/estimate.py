@@ -47,11 +47,12 @@ def estimate(project: ProjectDir, settings: Settings, chunk_outcome: Any) -> dic
     if kind == "rules" or not todo:
         return out
     from hrag_cli.chunk.chunking import count_tokens
-    from hrag_cli.extract.llm_extractor import answer_budget, answer_format, chunk_hints, frame_of, glean_rounds_for
+    from hrag_cli.extract.candidates import candidates_of
+    from hrag_cli.extract.llm_extractor import answer_budget, answer_format, frame_of, glean_rounds_for
     from hrag_cli.extract.prompts import build_extraction_messages, build_gleaning_message, hints_line
 
     frame = frame_of(settings.extract, answer_format(settings.extract, settings.llm))
-    hinted = chunk_hints("", settings.extract) is not None
+    hinted = frame.hints != "none"
     base = build_extraction_messages("", frame.types, settings.extract.language, frame.schema, frame.fmt,
                                      [] if hinted else None)
     overhead = sum(count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in base)
@@ -61,7 +62,8 @@ def estimate(project: ProjectDir, settings: Settings, chunk_outcome: Any) -> dic
         cap = answer_budget(ch, settings.extract, settings.llm.max_tokens)
         p = overhead + ch.n_tokens
         if hinted:      # the chunk's own candidate names, beyond the empty list counted in the overhead
-            p += count_tokens(hints_line(chunk_hints(ch.text, settings.extract) or [])) - count_tokens(hints_line([]))
+            names = [e.name for e in candidates_of(ch.text, frame.hints) or []]
+            p += count_tokens(hints_line(names)) - count_tokens(hints_line([]))
         c = min(cap, max(64, int(COMPLETION_RATIO * ch.n_tokens)))
         requests += 1
         prompt += p

@@ -14,6 +14,7 @@ from typing import Any
 from hrag_cli.core.config import ExtractSettings, LLMSettings
 from hrag_cli.core.errors import UsageError
 from hrag_cli.core.records import Chunk, ExtractionRecord
+from hrag_cli.extract.candidates import candidates_of, hint_source, keep_candidates
 from hrag_cli.extract.checks import check_extraction
 from hrag_cli.extract.json_answer import NOT_JSON, looks_like_json, parse_json_extraction
 from hrag_cli.extract.parser import (
@@ -50,25 +51,35 @@ class Frame:
     types: list[str]
     schema: Schema | None = None
     fmt: str = "delimited"      # how answers are asked for: "delimited" or "json" (answer_format)
+    hints: str = "none"         # where candidate names shown come from (candidates.hint_source): answers reject some
 
     @property
     def typed(self) -> bool:
         return bool(self.schema is not None and self.schema.relations)
 
-    def answer_schema(self, chunk_tokens: int) -> dict | None:
-        """The JSON schema a "json" answer must follow (None for delimited): the types as enums, and about
-        one entity and one relation per 8 passage tokens at most, so a model that loops stops early."""
+    def answer_schema(self, budget: int) -> dict | None:
+        """The JSON schema a "json" answer must follow (None for delimited): the types as enums, and no more
+        items than the answer's token budget holds, so a model that starts repeating rows reaches the end of
+        its lists, and closes the object, before it reaches max_tokens."""
         if self.fmt != "json":
             return None
         rel_types = tuple(r.name for r in self.schema.relations) if self.typed and self.schema is not None else ()
-        return _answer_schema(tuple(self.types), rel_types, max(12, min(80, chunk_tokens // 8)))
+        items = max(4, (budget - ANSWER_FRAME_TOKENS) // ITEM_TOKENS)
+        entities = max(2, (items * 3 + 4) // 5)
+        return _answer_schema(tuple(self.types), rel_types, entities, max(2, items - entities))
 
 
-@functools.lru_cache(maxsize=64)
-def _answer_schema(types: tuple[str, ...], rel_types: tuple[str, ...], items: int) -> dict:
+# What an answer item costs, in tokens: an entity with its short description or a relation with its predicate
+# runs about 20-35 in real answers; the frame is the object's own braces and keys.
+ITEM_TOKENS = 32
+ANSWER_FRAME_TOKENS = 40
+
+
+@functools.lru_cache(maxsize=256)
+def _answer_schema(types: tuple[str, ...], rel_types: tuple[str, ...], entities: int, relations: int) -> dict:
     """Frame.answer_schema, built once per (types, size): the same few schemas serve every chunk."""
     names = list(dict.fromkeys(clean_type(t) for t in types if t.strip())) or list(DEFAULT_ENTITY_TYPES)
-    return extraction_schema(names, list(rel_types) or None, items=items)
+    return extraction_schema(names, list(rel_types) or None, entities=entities, relations=relations)
 
 
 FORMATS = ("auto", "json", "delimited")
@@ -87,30 +98,10 @@ def answer_format(extract: ExtractSettings, llm: LLMSettings) -> str:
     return "json" if llm.model and supports_schema(llm) else "delimited"
 
 
-HINT_SOURCES = ("rules", "none")
-
-
-def hint_source(extract: ExtractSettings) -> str:
-    """[extract] hints: where the candidate names shown to the model come from ("rules"), or "none"."""
-    choice = (extract.hints or "none").strip().lower()
-    if choice not in HINT_SOURCES:
-        raise UsageError(f"[extract] hints takes {', '.join(HINT_SOURCES)}, not '{extract.hints}'")
-    return choice
-
-
-def chunk_hints(text: str, extract: ExtractSettings) -> list[str] | None:
-    """The candidate names shown with a chunk: the offline rules extractor's entity names (it finds most names
-    of a passage, with false ones the model is asked to drop), or None when hints are off."""
-    if hint_source(extract) == "none":
-        return None
-    from hrag_cli.extract.rules import extract_rules
-
-    return [e.name for e in extract_rules("", text).entities]
-
-
 def frame_of(settings: ExtractSettings, fmt: str = "delimited") -> Frame:
     schema = schema_of(settings)
-    return Frame(schema.entity_names if schema is not None else settings.entity_types, schema, fmt)
+    return Frame(schema.entity_names if schema is not None else settings.entity_types, schema, fmt,
+                 hint_source(settings))
 
 
 def read_answer(text: str, finish_reason: str = "", frame: Frame | None = None, gleaning: bool = False) -> Answer:
@@ -204,11 +195,13 @@ def first_request(chunk: Chunk, settings: ExtractSettings, llm: LLMSettings, att
     """A chunk's first extraction request: (frame, messages, max_tokens, answer schema). Its cache key tells
     whether the chunk was asked before (a cluster's driver keeps such chunks, whose answers it holds)."""
     frame = frame_of(settings, answer_format(settings, llm))
-    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt,
-                                         chunk_hints(chunk.text, settings))
+    found = candidates_of(chunk.text, frame.hints)
+    names = None if found is None else [e.name for e in found]
+    messages = build_extraction_messages(chunk.text, frame.types, settings.language, frame.schema, frame.fmt, names)
     if attempt > 1:
         messages[-1] = {**messages[-1], "content": retry_note(attempt) + messages[-1]["content"]}
-    return frame, messages, answer_budget(chunk, settings, llm.max_tokens), frame.answer_schema(chunk.n_tokens)
+    budget = answer_budget(chunk, settings, llm.max_tokens)
+    return frame, messages, budget, frame.answer_schema(budget)
 
 
 # Continuation rounds per attempt for an answer cut at max_tokens; a chunk still cut after them is "partial",
@@ -286,10 +279,16 @@ async def extract_chunk(client: Any, chunk: Chunk, settings: ExtractSettings, ex
             # another round only after one that found something new: a round that repeats rows is done too
             may_glean = _should_glean(last) and len(result.entities) + len(result.relations) > size
         history.append({"role": "assistant", "content": more.text})
-    return build_record(chunk, extractor, check_extraction(result, chunk.text, types, frame.schema is None),
-                        gleanings, keys,
+    return build_record(chunk, extractor, checked(result, chunk, frame), gleanings, keys,
                         error_kind=lost_kind, truncated=truncated, cut=answer.cut, lost=lost, attempt=attempt,
                         continuations=conts)
+
+
+def checked(result: ParseResult, chunk: Chunk, frame: Frame) -> ParseResult:
+    """A chunk's merged answers as its record keeps them: the candidates the model did not reject added,
+    then the checks."""
+    result = keep_candidates(result, candidates_of(chunk.text, frame.hints))
+    return check_extraction(result, chunk.text, frame.types, frame.schema is None)
 
 
 def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, frame: Frame,
@@ -312,7 +311,6 @@ def reparse_chunk(client: Any, chunk: Chunk, old: ExtractionRecord, frame: Frame
         truncated += extra.truncated
     lost = old.error if old.status == "partial" else ""
     return build_record(chunk, extractor or old.extractor,
-                        check_extraction(result, chunk.text, frame.types, frame.schema is None),
-                        len(answers) - 1 - old.continuations, old.llm_keys, truncated=truncated,
+                        checked(result, chunk, frame), len(answers) - 1 - old.continuations, old.llm_keys, truncated=truncated,
                         cut=answers[0].cut, lost=lost, error_kind=old.error_kind if lost else "",
                         attempt=old.attempt, continuations=old.continuations)

@@ -253,9 +253,9 @@ _JSON_EXAMPLE = {
 _EXAMPLE_HINTS = ["Marta Vidal", "Corvo Point", "Harbour Board", "Santa Luzia", "Irmãos Faria", "Faria Brothers",
                   "Braga", "1911", "The"]
 
-HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v1"
+HINTS_PROMPT_VERSION: str = "hrag-extract-hints-v2"
 
-_HINTS_RULE = """The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names but is often wrong: it picks up ordinary capitalised words, cuts names short or runs two together, and misses some. Check each candidate against the passage: keep it when it names one particular thing, with its full span as the passage writes it; drop it otherwise; then add every name the tagger missed. Decide each type yourself. A name never includes a bracketed part: "Paris (France)" is two names."""
+_HINTS_RULE = """The passage comes with "Candidates": names a simple rule-based tagger found in it. The tagger finds most names, but it cuts some short, runs some together, picks up some ordinary words, and misses some. The candidates are kept beside your entities, except one inside a longer name you write. So check each candidate against the passage: where it is cut short or runs two names together, write the full name or names as the passage writes them; list every name you find, candidates included, with its own type and description; then add every name the tagger missed. A name never includes a bracketed part: "Paris (France)" is two names."""
 
 
 def hints_line(names: list[str]) -> str:
@@ -281,9 +281,11 @@ Passage: {_EXAMPLE_TEXT}
 Answer: {example}"""
 
 
-def extraction_schema(types: list[str], relation_types: list[str] | None = None, items: int = 40) -> dict:
+def extraction_schema(types: list[str], relation_types: list[str] | None = None, entities: int = 40,
+                      relations: int = 40) -> dict:
     """The JSON schema of an extraction answer: the entity types (and a schema's relation types) as enums, and
-    at most `items` entities and relations, so a model that starts repeating itself stops at the list's end."""
+    at most `entities` entities and `relations` relations, so a model that starts repeating itself stops at
+    the list's end."""
     entity = {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 120},
         "type": {"type": "string", "enum": list(types)},
@@ -297,8 +299,8 @@ def extraction_schema(types: list[str], relation_types: list[str] | None = None,
                       "target": {"type": "string", "maxLength": 120}})
     relation = {"type": "object", "properties": rel_props, "required": list(rel_props)}
     return {"type": "object",
-            "properties": {"entities": {"type": "array", "items": entity, "maxItems": items},
-                           "relations": {"type": "array", "items": relation, "maxItems": items}},
+            "properties": {"entities": {"type": "array", "items": entity, "maxItems": entities},
+                           "relations": {"type": "array", "items": relation, "maxItems": relations}},
             "required": ["entities", "relations"]}
 
 

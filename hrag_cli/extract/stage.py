@@ -62,7 +62,7 @@ def check_settings(settings: Settings) -> None:
     e = settings.extract
     if (e.format or "auto").strip().lower() not in ("auto", "json", "delimited"):
         raise UsageError(f"[extract] format takes auto, json or delimited, not '{e.format}'")
-    from hrag_cli.extract.llm_extractor import hint_source
+    from hrag_cli.extract.candidates import hint_source
 
     hint_source(e)
     if e.max_gleanings < 0:
@@ -75,7 +75,8 @@ def settings_fingerprint(settings: Settings) -> str:
     """The extractor fingerprint stored in every record: what the extraction of a chunk depends on."""
     if extractor_kind(settings) == "rules":
         return RULES_FINGERPRINT
-    from hrag_cli.extract.llm_extractor import answer_format, hint_source
+    from hrag_cli.extract.candidates import hint_source
+    from hrag_cli.extract.llm_extractor import answer_format
     from hrag_cli.extract.prompts import HINTS_PROMPT_VERSION, JSON_PROMPT_VERSION, PROMPT_VERSION, SCHEMA_PROMPT_VERSION
     from hrag_cli.extract.schema import schema_of
 
