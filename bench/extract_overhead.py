@@ -105,7 +105,7 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
             import pstats
 
             prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof).sort_stats(os.environ.get("HRAG_PROFILE_SORT", "tottime")).print_stats(25)
     c = out.counts
     n_chunks, n_req = c["extracted_now"], c["llm_requests"]
     print(f"extract through an instant stub in another process ({fmt} format): {n_chunks} chunks "
