@@ -113,3 +113,18 @@ def test_keys_not_in_order_fall_back_on_a_sort() -> None:
     got = sk.arrays()
     want = csr.key_arrays([b"m", b"a", b"b", b"z", b"c"])
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def test_walk_written_array_by_array_is_what_savez_writes(tmp_path) -> None:
+    import io
+
+    from hrag_cli.core.project import ProjectDir
+    from hrag_cli.graph.model import save_graph
+
+    cols = graph_columns(*_corpus(0))
+    project = ProjectDir(tmp_path / "p")
+    project.graph_path.parent.mkdir(parents=True)
+    save_graph(project, cols)
+    want = io.BytesIO()
+    np.savez(want, **walk_arrays(cols))
+    assert project.walk_path.read_bytes() == want.getvalue()

@@ -10,18 +10,16 @@ a sort of that block alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
 BLOCK = 1 << 20         # entries placed at a time: their temporaries are a few tens of MB
 
 
-def adjacency(n: int, edges: np.ndarray, weight: np.ndarray, kind: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """indptr, cols, weight, kind of walk.npz for undirected `edges` (m, 2) over `n` vertices: row v holds the
-    edges of which v is the first end, then those of which it is the second, each in edge order (what a stable
-    argsort of the entries' rows gives)."""
+def row_starts(n: int, edges: np.ndarray) -> np.ndarray:
+    """walk.npz's indptr: where each vertex's row of entries starts (and where the last ends)."""
     m = len(edges)
     degree = np.zeros(n, dtype=np.int64)
     for lo in range(0, m, BLOCK):
@@ -30,15 +28,16 @@ def adjacency(n: int, edges: np.ndarray, weight: np.ndarray, kind: np.ndarray
         degree += np.bincount(part[:, 1], minlength=n)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=indptr[1:])
-    del degree
+    return indptr
+
+
+def _placed(edges: np.ndarray, indptr: np.ndarray) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """(side, first edge of the block, the block's edges in the order they are placed, where each goes) for each
+    block of entries, in entry order."""
     fill = indptr[:-1].copy()               # where each row's next entry goes
-    cols = np.empty(2 * m, dtype=np.int32)
-    w_out = np.empty(2 * m, dtype=np.float64)
-    k_out = np.empty(2 * m, dtype=np.uint8)
     for side in (0, 1):
-        for lo in range(0, m, BLOCK):
-            part = edges[lo:lo + BLOCK]
-            rows = part[:, side]
+        for lo in range(0, len(edges), BLOCK):
+            rows = edges[lo:lo + BLOCK, side]
             order = np.argsort(rows, kind="stable")
             sorted_rows = rows[order]
             # each entry's rank among this block's entries of its row: its place in the sorted block minus the
@@ -47,10 +46,48 @@ def adjacency(n: int, edges: np.ndarray, weight: np.ndarray, kind: np.ndarray
             runs = np.diff(starts, append=len(sorted_rows))
             at = fill[sorted_rows] + (np.arange(len(sorted_rows)) - np.repeat(starts, runs))
             fill[sorted_rows[starts]] += runs
-            cols[at] = part[order, 1 - side]
-            w_out[at] = weight[lo + order]
-            k_out[at] = kind[lo + order]
+            yield side, lo, order, at
+
+
+def adjacency(n: int, edges: np.ndarray, weight: np.ndarray, kind: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """indptr, cols, weight, kind of walk.npz for undirected `edges` (m, 2) over `n` vertices: row v holds the
+    edges of which v is the first end, then those of which it is the second, each in edge order (what a stable
+    argsort of the entries' rows gives)."""
+    indptr = row_starts(n, edges)
+    m = len(edges)
+    cols = np.empty(2 * m, dtype=np.int32)
+    w_out = np.empty(2 * m, dtype=np.float64)
+    k_out = np.empty(2 * m, dtype=np.uint8)
+    for side, lo, order, at in _placed(edges, indptr):
+        cols[at] = edges[lo:lo + BLOCK, 1 - side][order]
+        w_out[at] = weight[lo + order]
+        k_out[at] = kind[lo + order]
     return indptr, cols, w_out, k_out
+
+
+def adjacency_columns(edges: np.ndarray, weight: np.ndarray, kind: np.ndarray, indptr: np.ndarray
+                      ) -> tuple[Callable[[], np.ndarray], ...]:
+    """`adjacency`'s cols, weight and kind, each made by its own call (a pass over the entries each): a writer
+    that saves each before making the next holds one of them at a time."""
+    m = len(edges)
+
+    def made(dtype: Any, fill: Callable[[np.ndarray, int, int, np.ndarray, np.ndarray], None]) -> np.ndarray:
+        out = np.empty(2 * m, dtype=dtype)
+        for side, lo, order, at in _placed(edges, indptr):
+            fill(out, side, lo, order, at)
+        return out
+
+    def cols(out: np.ndarray, side: int, lo: int, order: np.ndarray, at: np.ndarray) -> None:
+        out[at] = edges[lo:lo + BLOCK, 1 - side][order]
+
+    def w(out: np.ndarray, side: int, lo: int, order: np.ndarray, at: np.ndarray) -> None:
+        out[at] = weight[lo + order]
+
+    def k(out: np.ndarray, side: int, lo: int, order: np.ndarray, at: np.ndarray) -> None:
+        out[at] = kind[lo + order]
+
+    return (lambda: made(np.int32, cols), lambda: made(np.float64, w), lambda: made(np.uint8, k))
 
 
 def key_arrays(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import operator
 import pickle
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -189,7 +190,18 @@ def save_graph(project: ProjectDir, graph: Any, keys: tuple[np.ndarray, np.ndarr
     cols = graph if isinstance(graph, GraphColumns) else GraphColumns.of_igraph(graph)
     with store.atomic_writer(project.graph_path) as fh:
         graph_pickle.dump(cols, fh)
-    _write_walk(project, walk_arrays(cols, keys))
+    # walk.npz's arrays made one at a time as they are written: a large graph holds one of them beside its
+    # columns, not all (the rows' placement is then made once per array)
+    n = cols.n
+    kind = _codes_in(cols.eattrs["kind"], EDGE_KINDS) if cols.m else np.zeros(0, np.uint8)
+    indptr = csr.row_starts(n, cols.edges)
+    made = csr.adjacency_columns(cols.edges, cols.weight, kind, indptr)
+    if keys is None:
+        key = cols.vattrs["key"] if n else Column([], np.zeros(0, np.int32))
+        keys = csr.key_arrays([k.encode("utf-8") for k in key.values()])
+    vkind = _codes_in(cols.vattrs["kind"], VERTEX_KINDS) if n else np.zeros(0, np.uint8)
+    _write_walk(project, dict(zip(WALK_ARRAYS, (lambda: indptr, *made, lambda: vkind, lambda: keys[0],
+                                                lambda: keys[1], lambda: keys[2]))))
 
 
 VERTEX_KINDS = (DOCUMENT, CHUNK, ENTITY)    # walk.npz's vertex kind codes (layout: walk.py)
@@ -229,9 +241,16 @@ def save_walk(project: ProjectDir, graph: Any) -> None:
     _write_walk(project, walk_arrays(graph))
 
 
-def _write_walk(project: ProjectDir, arrays: dict[str, np.ndarray]) -> None:
-    with store.atomic_writer(project.walk_path) as fh:
-        np.savez(fh, **arrays)
+def _write_walk(project: ProjectDir, arrays: dict[str, np.ndarray | Callable[[], np.ndarray]]) -> None:
+    """walk.npz as np.savez writes it (the same bytes), each array made when its turn comes when it is given as
+    a function that makes it (and let go once written)."""
+    with store.atomic_writer(project.walk_path) as fh, \
+            zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            array = np.asanyarray(value() if callable(value) else value)
+            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, array, allow_pickle=True, pickle_kwargs=None)
+            del array
 
 
 def _unpickle(project: ProjectDir, data: bytes) -> Any:
