@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import peak_rss_mb
+
 PER_100K = {"chunks": 100_063, "entities": 547_926, "relations": 1_747_846, "mentions": 1_450_000}
 PART = 40_000       # entities per partition, as the 100k run's 13 partitions had
-
-
-def _hwm_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run(passages: int, work: Path) -> dict:
@@ -63,7 +60,7 @@ def run(passages: int, work: Path) -> dict:
         es = rng.integers(0, n["entities"], size=k)
         g.add_mentions([(chunk_ids[c], f"ent {int(ids[e]):016x}", 1) for c, e in zip(cs.tolist(), es.tolist())])
     build_cpu = time.process_time() - t0
-    held = _hwm_mb()
+    held = peak_rss_mb()
     t1 = time.process_time()
     graph, keys = g.finish()
     project = ProjectDir(work)
@@ -71,7 +68,7 @@ def run(passages: int, work: Path) -> dict:
     save_graph(project, graph, keys)
     return {"passages": passages, **n, "edges": graph.m, "build_cpu_s": round(build_cpu, 1),
             "peak_rss_mb_items_in": round(held), "write_cpu_s": round(time.process_time() - t1, 1),
-            "peak_rss_mb": round(_hwm_mb()), "graph_pkl_mb": round(project.graph_path.stat().st_size / 1e6, 1),
+            "peak_rss_mb": round(peak_rss_mb()), "graph_pkl_mb": round(project.graph_path.stat().st_size / 1e6, 1),
             "walk_npz_mb": round(project.walk_path.stat().st_size / 1e6, 1)}
 
 
