@@ -51,7 +51,7 @@ class Frame:
     types: list[str]
     schema: Schema | None = None
     fmt: str = "delimited"      # how answers are asked for: "delimited" or "json" (answer_format)
-    hints: str = "none"         # where candidate names shown come from (candidates.hint_source): answers reject some
+    hints: str = "none"         # where the candidate names shown come from (candidates.hint_source), or "none"
 
     @property
     def typed(self) -> bool:
