@@ -6,7 +6,7 @@
    --copies times with a distinguishing line, so there are enough distinct chunks) in a fresh project, so
    nothing is cached. The CPU time of this process is then hrag's own work per chunk: building prompts, the
    client and its HTTP, parsing, checks, appending records (the server's work is in the other process).
-   --format delimited measures the line format instead; --profile prints where the time goes.
+   --format delimited measures the line format instead; --profile [tottime|cumulative] prints where the time goes.
 2. Runs `hrag index sample_corpus` offline (rules extractor, built-in embedder, every stage) as a fresh
    process and prints its wall and CPU time.
 
@@ -47,7 +47,8 @@ def copy_corpus(dst: Path, copies: int) -> None:
                 out.write_text(f"Copy {k} of {p.name}.\n\n" + p.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, hints: str | None, profile: bool) -> None:
+def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, hints: str | None,
+                   profile: str | None) -> None:
     import multiprocessing
 
     from hrag_cli.core.config import load_settings
@@ -70,7 +71,7 @@ def bench_overhead(copies: int, gleanings: int, concurrency: int, fmt: str, hint
 
 
 def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt: str, hints: str | None,
-                    profile: bool, load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
+                    profile: str | None, load_settings, run_extract, run_chunk, Reporter, ProjectDir) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs"
         copy_corpus(docs, copies)
@@ -93,7 +94,7 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
         with LLMClient(warm, settings.llm) as client:
             client.chat([{"role": "user", "content": "Passage:\nWarm Up"}])
         prof = None
-        if profile:
+        if profile is not None:
             import cProfile
 
             prof = cProfile.Profile()
@@ -105,7 +106,7 @@ def _bench_overhead(url: str, copies: int, gleanings: int, concurrency: int, fmt
             import pstats
 
             prof.disable()
-            pstats.Stats(prof).sort_stats(os.environ.get("HRAG_PROFILE_SORT", "tottime")).print_stats(25)
+            pstats.Stats(prof).sort_stats(profile).print_stats(25)
     c = out.counts
     n_chunks, n_req = c["extracted_now"], c["llm_requests"]
     print(f"extract through an instant stub in another process ({fmt} format): {n_chunks} chunks "
@@ -157,7 +158,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--format", default="auto", choices=("auto", "json", "delimited"))
     ap.add_argument("--hints", choices=("rules", "none"), default=None, help="[extract] hints (default: hrag's)")
-    ap.add_argument("--profile", action="store_true", help="print the 25 functions with the most own time")
+    ap.add_argument("--profile", nargs="?", const="tottime", choices=("tottime", "cumulative"), default=None,
+                    help="print the 25 functions with the most own (or, with cumulative, total) time")
     ap.add_argument("--overhead-only", action="store_true", help="skip the rules and offline-index figures")
     args = ap.parse_args()
     bench_overhead(args.copies, args.gleanings, args.concurrency, args.format, args.hints, args.profile)
